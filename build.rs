@@ -1,0 +1,210 @@
+//! Builds everything of `libggml-base.so.0` that is not Rust: the upstream C and C++ sources
+//! of the pinned llama.cpp tree (all of stock's `ggml-base` target except `ggml-backend.cpp`,
+//! whose 103 functions are implemented in Rust), compiled with exactly the definitions and
+//! optimisation flags that the stock CMake build uses.
+//!
+//! A Rust `cdylib` keeps only the Rust `#[no_mangle]` items global, so the compiled archives
+//! are linked with `+whole-archive` and a second version script, generated here from the
+//! archives' defined global symbols plus `src/exports.txt`, makes every one of them global
+//! again. The SONAME is `libggml-base.so.0`, as stock's.
+
+use std::collections::BTreeSet;
+use std::env;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// ggml version of the pinned tree (`GGML_VERSION` in ggml's CMakeLists.txt).
+const GGML_VERSION: &str = "0.25.3";
+/// The commit string the stock build of the pinned sdist writes into `ggml-version.h`.
+const GGML_BUILD_COMMIT: &str = "0c1e570-dirty";
+
+/// Upstream C sources (relative to `ggml/src`), sorted.
+const C_SOURCES: &[&str] = &["ggml-alloc.c", "ggml-quants.c", "ggml.c"];
+/// Upstream C++ sources (relative to `ggml/src`), sorted. `ggml-backend.cpp` is never built.
+const CXX_SOURCES: &[&str] = &[
+    "ggml-backend-meta.cpp",
+    "ggml-opt.cpp",
+    "ggml-threading.cpp",
+    "ggml.cpp",
+    "gguf.cpp",
+];
+/// Preprocessor definitions of stock's `ggml-base` target (from its compile_commands.json).
+const DEFINES: &[(&str, Option<&str>)] = &[
+    ("GGML_BUILD", None),
+    ("GGML_SCHED_MAX_COPIES", Some("4")),
+    ("GGML_SHARED", None),
+    ("GGML_USE_OPENMP", None),
+    ("_GNU_SOURCE", None),
+    ("_XOPEN_SOURCE", Some("600")),
+    ("ggml_base_EXPORTS", None),
+    ("NDEBUG", None),
+];
+
+fn main() {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    println!("cargo:rerun-if-env-changed=DEP_GGML_HEADERS_ROOT");
+    println!("cargo:rerun-if-changed=build.rs");
+    let root = env::var_os("DEP_GGML_HEADERS_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!(
+                "DEP_GGML_HEADERS_ROOT is not set: ggml-sys's build script exports the pinned \
+             llama.cpp tree; hint: build through cargo with ggml-sys as a dependency"
+            )
+        });
+    let src = root.join("ggml/src");
+    let include = root.join("ggml/include");
+    if !src.join("ggml.c").is_file() {
+        panic!(
+            "the pinned llama.cpp tree at {} lacks ggml/src/ggml.c; hint: run `./ab fetch`",
+            root.display()
+        );
+    }
+
+    // ggml-version.h, configured as CMake's configure_file(@ONLY) would.
+    let gen = out.join("generated");
+    fs::create_dir_all(&gen).unwrap();
+    let template_path = src.join("ggml-version.h.in");
+    rerun(&template_path);
+    let template = fs::read_to_string(&template_path).expect("reading ggml-version.h.in");
+    let version_h = template
+        .replace("@GGML_VERSION@", GGML_VERSION)
+        .replace("@GGML_BUILD_COMMIT@", GGML_BUILD_COMMIT);
+    assert!(
+        !version_h.contains('@'),
+        "ggml-version.h.in has an @VAR@ this build script does not know: {version_h}"
+    );
+    write_if_changed(&gen.join("ggml-version.h"), &version_h);
+
+    let base = |cxx: bool| {
+        let mut b = cc::Build::new();
+        b.cpp(cxx)
+            .no_default_flags(true)
+            .cargo_metadata(false)
+            .warnings(false)
+            .include(&src)
+            .include(&gen)
+            .include(&include)
+            .flag("-O3")
+            .flag("-fPIC")
+            .flag("-fopenmp")
+            .flag(if cxx { "-std=gnu++17" } else { "-std=gnu11" });
+        for (k, v) in DEFINES {
+            b.define(k, *v);
+        }
+        b
+    };
+    let mut c = base(false);
+    for f in C_SOURCES {
+        c.file(src.join(f));
+    }
+    let mut cxx = base(true);
+    for f in CXX_SOURCES {
+        cxx.file(src.join(f));
+    }
+    for f in C_SOURCES.iter().chain(CXX_SOURCES) {
+        rerun(&src.join(f));
+    }
+    // Headers the sources include (our rebuild trigger; the tree is pinned anyway).
+    for dir in [&src, &include] {
+        let mut headers: Vec<PathBuf> = fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "h"))
+            .collect();
+        headers.sort();
+        for h in headers {
+            rerun(&h);
+        }
+    }
+    c.compile("ggml_base_c");
+    cxx.compile("ggml_base_cxx");
+
+    println!("cargo:rustc-link-search=native={}", out.display());
+    println!("cargo:rustc-link-lib=static:+whole-archive=ggml_base_c");
+    println!("cargo:rustc-link-lib=static:+whole-archive=ggml_base_cxx");
+    println!("cargo:rustc-link-lib=dylib=gomp");
+    println!("cargo:rustc-link-lib=dylib=stdc++");
+    println!("cargo:rustc-link-lib=dylib=m");
+
+    // The export list: every defined global of the upstream objects, plus our Rust exports.
+    let mut names = BTreeSet::new();
+    for lib in ["ggml_base_c", "ggml_base_cxx"] {
+        names.extend(defined_globals(&out.join(format!("lib{lib}.a"))));
+    }
+    let exports_path = manifest.join("src/exports.txt");
+    rerun(&exports_path);
+    let exports = fs::read_to_string(&exports_path).expect("reading src/exports.txt");
+    names.extend(
+        exports
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(String::from),
+    );
+    let mut script = String::from("{\n  global:\n");
+    for n in &names {
+        writeln!(script, "    \"{n}\";").unwrap();
+    }
+    script.push_str("  local: *;\n};\n");
+    let script_path = out.join("ggml-base.map");
+    write_if_changed(&script_path, &script);
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        script_path.display()
+    );
+    // While a Rust export of src/exports.txt is still being written, the library must link
+    // (rust-lld refuses undefined version-script names by default); tests/symbols.rs is what
+    // proves that every stock symbol is defined.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--undefined-version");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libggml-base.so.0");
+}
+
+fn rerun(p: &Path) {
+    println!("cargo:rerun-if-changed={}", p.display());
+}
+
+fn write_if_changed(p: &Path, text: &str) {
+    if fs::read_to_string(p).ok().as_deref() != Some(text) {
+        fs::write(p, text).unwrap_or_else(|e| panic!("writing {}: {e}", p.display()));
+    }
+}
+
+/// Names of the defined global symbols (strong, weak and GNU-unique) in the archive `lib`,
+/// as `nm --defined-only -g` lists them (C++ names stay mangled).
+fn defined_globals(lib: &Path) -> Vec<String> {
+    let nm = env::var("NM").unwrap_or_else(|_| "nm".into());
+    let output = Command::new(&nm)
+        .args(["--defined-only", "-g", "-P"])
+        .arg(lib)
+        .output()
+        .unwrap_or_else(|e| panic!("running {nm}: {e}; hint: install binutils"));
+    assert!(
+        output.status.success(),
+        "{nm} failed on {}: {}",
+        lib.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("nm output is not UTF-8");
+    parse_nm_posix(&text)
+}
+
+/// Parses `nm -P` lines (`NAME TYPE [VALUE [SIZE]]`, archive member headers end with `:`),
+/// keeping the names whose type marks a defined global.
+fn parse_nm_posix(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let name = it.next()?;
+            let ty = it.next()?;
+            let global = matches!(
+                ty,
+                "T" | "D" | "B" | "R" | "W" | "V" | "u" | "i" | "G" | "S"
+            );
+            (global && !name.ends_with(':')).then(|| name.to_string())
+        })
+        .collect()
+}

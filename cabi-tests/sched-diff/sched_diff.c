@@ -1,0 +1,1327 @@
+// sched_diff.c - scheduler differential test driver (see docs/sched-diff.md).
+//
+// For every seed of a range this program defines 2 to 4 test backends through the
+// ggml-backend-impl.h interfaces, builds a random graph, hands it to the public
+// ggml_backend_sched_* API of whatever libggml-base.so.0 the dynamic loader picked, and
+// prints what the scheduler decided as deterministic text (never a pointer). Running the
+// same seeds against two libraries and diffing the text is the differential test; the
+// Rust runner `sched-diff` does that.
+//
+// Usage: sched_diff START COUNT
+// Environment: SCHED_DIFF_PERTURB=K perturbs every seed divisible by K (self-test of the
+// detector: a user backend assignment is added that the normal run does not make);
+// SCHED_DIFF_MAPS=1 first prints `MAPPED <path>` for each mapped file named *ggml*;
+// SCHED_DIFF_CRASH_SEED=S raises SIGSEGV inside seed S (self-test of crash isolation).
+//
+// Output grammar (one record per line, fields separated by single spaces):
+//   SEED <s> BEGIN                      start of a seed's block
+//   CONFIG ...                          seed-level choices (backends, parallel, offload,
+//                                       reserve first, rounds, the second round's graph)
+//   DEV <i> <name> ...                  one test device and its capabilities
+//   ALLOCBUF <buft> <size>              a test buffer type allocated a buffer
+//   RESERVE ok|fail                     ggml_backend_sched_reserve on graph variant 0
+//   ROUND <k>                           k-th allocation+compute on the same scheduler
+//   GRAPH variant=<v> ops=<n> inplace=<0|1>   a graph is being built
+//   PRE <name> <type> <ne> <buft> <usage>   a pre-allocated tensor (weight or cache)
+//   USER <node> <backend>               ggml_backend_sched_set_tensor_backend call
+//   ALLOC ok|fail                       result of ggml_backend_sched_alloc_graph
+//   LEAF <i> <name> <backend> <buft>    graph leaves in first-use order
+//   NODE <i> <name> <op> <backend> s<j>=<src>@<backend>[-><current src name>] ...
+//   INPLACE <i> <name> <op> node=<b> root=<name> root_backend=<b> root_buft=<t> prealloc=0|1
+//           usable=yes|no rule=ok|violated
+//   SPLITS <n> COPIES <n>
+//   BUFSIZE <backend> <bytes>
+//   ASK <name> / SEE <name>             eval callback calls, in order
+//   RUN <backend> <n>: <names>          a test backend's graph_compute call
+//   SET|GET|CPY|MEMSET ...              tensor data traffic through test buffers
+//   STATUS <n>                          result of ggml_backend_sched_graph_compute
+//   SEED <s> END
+//   ABORT <message>                     ggml_abort was called (the process then dies)
+//
+// The INPLACE marker: one line per node that writes into storage it does not own (its
+// result is a view, view_src != NULL, and its op is not a pure view op). usable=no means
+// the backend that runs the node cannot use the buffer type its view root lives in (the
+// write would go through a pointer the backend cannot use). rule=violated means the
+// placement breaks the in-place co-location rule of our scheduler (docs/sched-diff.md):
+// every usable=no is a violation; a writer of graph-produced, device-local storage on
+// another backend than the producer's is one too, even when it could use the buffer.
+
+#include "ggml-alloc.h"
+#include "ggml-backend-impl.h"
+#include "ggml-backend.h"
+#include "ggml.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEV 4
+#define GRAPH_SIZE 1024
+#define MAX_T 512
+#define MAX_PRE 128
+
+// ---------------------------------------------------------------------------------------
+// deterministic random numbers (splitmix64)
+
+typedef struct {
+    uint64_t s;
+} rng_t;
+
+static uint64_t rng_next(rng_t * r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int rng_int(rng_t * r, int lo, int hi) {
+    return lo + (int) (rng_next(r) % (uint64_t) (hi - lo + 1));
+}
+
+static bool rng_pct(rng_t * r, int pct) {
+    return (int) (rng_next(r) % 100) < pct;
+}
+
+// ---------------------------------------------------------------------------------------
+// test devices
+
+enum sup_mode { SUP_NO, SUP_YES, SUP_EVEN0, SUP_SMALL };
+
+struct tdev {
+    int           index;
+    bool          is_cpu;
+    char          name[16];
+    char          buft_name[24];
+    unsigned char sup[GGML_OP_COUNT];
+    bool          offload[GGML_OP_COUNT];
+    bool          has_offload;
+    int           offload_min_rows;
+    bool          host_bufts; // may use other devices' host-addressable buffer types
+    unsigned      peer_mask;  // may use these devices' device-local buffer types
+    bool          buft_host;
+    size_t        align;
+
+    struct ggml_backend_buffer_type buft;
+    struct ggml_backend_device      dev;
+    struct ggml_backend             backend;
+};
+
+static struct tdev         g_devs[MAX_DEV];
+static int                 g_ndev;
+static struct ggml_backend_reg g_reg;
+static ggml_guid           g_guids[MAX_DEV];
+
+static bool is_view_op(enum ggml_op op) {
+    return op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE || op == GGML_OP_TRANSPOSE;
+}
+
+static struct tdev * dev_of_buft(ggml_backend_buffer_type_t buft) {
+    for (int i = 0; i < g_ndev; i++) {
+        if (buft == &g_devs[i].buft) {
+            return &g_devs[i];
+        }
+    }
+    return NULL;
+}
+
+static bool tdev_supports_op_impl(const struct tdev * d, const struct ggml_tensor * op) {
+    if (d->is_cpu) {
+        return true;
+    }
+    switch (d->sup[op->op]) {
+        case SUP_YES:
+            return true;
+        case SUP_EVEN0:
+            return op->ne[0] % 2 == 0;
+        case SUP_SMALL:
+            return ggml_nelements(op) <= 64;
+        default:
+            return false;
+    }
+}
+
+static bool tdev_supports_buft_impl(const struct tdev * d, ggml_backend_buffer_type_t buft) {
+    if (buft == &d->buft) {
+        return true;
+    }
+    const struct tdev * o = dev_of_buft(buft);
+    if (o == NULL) {
+        return false;
+    }
+    if (o->buft_host && (d->is_cpu || d->host_bufts)) {
+        return true;
+    }
+    return (d->peer_mask & (1u << o->index)) != 0;
+}
+
+// buffers: plain host memory; every data transfer is logged
+
+struct tbuf {
+    void * mem;
+};
+
+static void tbuf_free(ggml_backend_buffer_t buffer) {
+    struct tbuf * t = (struct tbuf *) buffer->context;
+    free(t->mem);
+    free(t);
+}
+
+static void * tbuf_get_base(ggml_backend_buffer_t buffer) {
+    return ((struct tbuf *) buffer->context)->mem;
+}
+
+static const char * buf_name(ggml_backend_buffer_t buffer) {
+    return buffer ? ggml_backend_buft_name(buffer->buft) : "-";
+}
+
+static void tbuf_memset(ggml_backend_buffer_t buffer, struct ggml_tensor * tensor, uint8_t value, size_t offset,
+                        size_t size) {
+    printf("  MEMSET %s %s %u %zu %zu\n", buf_name(buffer), tensor->name, (unsigned) value, offset, size);
+    memset((char *) tensor->data + offset, value, size);
+}
+
+static void tbuf_set(ggml_backend_buffer_t buffer, struct ggml_tensor * tensor, const void * data, size_t offset,
+                     size_t size) {
+    printf("  SET %s %s %zu %zu\n", buf_name(buffer), tensor->name, offset, size);
+    memcpy((char *) tensor->data + offset, data, size);
+}
+
+static void tbuf_get(ggml_backend_buffer_t buffer, const struct ggml_tensor * tensor, void * data, size_t offset,
+                     size_t size) {
+    printf("  GET %s %s %zu %zu\n", buf_name(buffer), tensor->name, offset, size);
+    memcpy(data, (const char *) tensor->data + offset, size);
+}
+
+static bool tbuf_cpy(ggml_backend_buffer_t buffer, const struct ggml_tensor * src, struct ggml_tensor * dst) {
+    if (src->buffer == NULL || dev_of_buft(src->buffer->buft) == NULL) {
+        return false;
+    }
+    printf("  CPY %s %s -> %s %s\n", buf_name(src->buffer), src->name, buf_name(buffer), dst->name);
+    memcpy(dst->data, src->data, ggml_nbytes(src));
+    return true;
+}
+
+static void tbuf_clear(ggml_backend_buffer_t buffer, uint8_t value) {
+    printf("  CLEAR %s %u\n", buf_name(buffer), (unsigned) value);
+    memset(((struct tbuf *) buffer->context)->mem, value, buffer->size);
+}
+
+static const struct ggml_backend_buffer_i tbuf_iface = {
+    /* .free_buffer   = */ tbuf_free,
+    /* .get_base      = */ tbuf_get_base,
+    /* .init_tensor   = */ NULL,
+    /* .memset_tensor = */ tbuf_memset,
+    /* .set_tensor    = */ tbuf_set,
+    /* .get_tensor    = */ tbuf_get,
+    /* .set_tensor_2d = */ NULL,
+    /* .get_tensor_2d = */ NULL,
+    /* .cpy_tensor    = */ tbuf_cpy,
+    /* .clear         = */ tbuf_clear,
+    /* .reset         = */ NULL,
+};
+
+// buffer types
+
+static const char * tbuft_get_name(ggml_backend_buffer_type_t buft) {
+    return ((struct tdev *) buft->context)->buft_name;
+}
+
+static ggml_backend_buffer_t tbuft_alloc_buffer(ggml_backend_buffer_type_t buft, size_t size) {
+    struct tdev * d     = (struct tdev *) buft->context;
+    size_t        alloc = (size + d->align - 1) / d->align * d->align;
+    struct tbuf * t     = (struct tbuf *) malloc(sizeof(*t));
+    if (t == NULL) {
+        return NULL;
+    }
+    t->mem = aligned_alloc(d->align, alloc);
+    if (t->mem == NULL) {
+        free(t);
+        return NULL;
+    }
+    printf("  ALLOCBUF %s %zu\n", d->buft_name, size);
+    return ggml_backend_buffer_init(buft, tbuf_iface, t, size);
+}
+
+static size_t tbuft_get_alignment(ggml_backend_buffer_type_t buft) {
+    return ((struct tdev *) buft->context)->align;
+}
+
+static bool tbuft_is_host(ggml_backend_buffer_type_t buft) {
+    return ((struct tdev *) buft->context)->buft_host;
+}
+
+static const struct ggml_backend_buffer_type_i tbuft_iface = {
+    /* .get_name       = */ tbuft_get_name,
+    /* .alloc_buffer   = */ tbuft_alloc_buffer,
+    /* .get_alignment  = */ tbuft_get_alignment,
+    /* .get_max_size   = */ NULL,
+    /* .get_alloc_size = */ NULL,
+    /* .is_host        = */ tbuft_is_host,
+};
+
+// backends: compute nothing, log what they are asked to run
+
+static const char * tbe_get_name(ggml_backend_t backend) {
+    return ((struct tdev *) backend->context)->name;
+}
+
+static void tbe_free(ggml_backend_t backend) {
+    (void) backend; // static storage
+}
+
+static enum ggml_status tbe_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph) {
+    int n = ggml_graph_n_nodes(cgraph);
+    printf("  RUN %s %d:", tbe_get_name(backend), n);
+    for (int i = 0; i < n; i++) {
+        printf(" %s", ggml_graph_node(cgraph, i)->name);
+    }
+    printf("\n");
+    return GGML_STATUS_SUCCESS;
+}
+
+static const struct ggml_backend_i tbe_iface = {
+    /* .get_name            = */ tbe_get_name,
+    /* .free                = */ tbe_free,
+    /* .set_tensor_async    = */ NULL,
+    /* .get_tensor_async    = */ NULL,
+    /* .set_tensor_2d_async = */ NULL,
+    /* .get_tensor_2d_async = */ NULL,
+    /* .cpy_tensor_async    = */ NULL,
+    /* .synchronize         = */ NULL,
+    /* .graph_plan_create   = */ NULL,
+    /* .graph_plan_free     = */ NULL,
+    /* .graph_plan_update   = */ NULL,
+    /* .graph_plan_compute  = */ NULL,
+    /* .graph_compute       = */ tbe_graph_compute,
+    /* .event_record        = */ NULL,
+    /* .event_wait          = */ NULL,
+    /* .graph_optimize      = */ NULL,
+};
+
+// devices
+
+static const char * tdev_get_name(ggml_backend_dev_t dev) {
+    return ((struct tdev *) dev->context)->name;
+}
+
+static const char * tdev_get_description(ggml_backend_dev_t dev) {
+    return ((struct tdev *) dev->context)->is_cpu ? "sched-diff CPU-like test device" : "sched-diff test device";
+}
+
+static void tdev_get_memory(ggml_backend_dev_t dev, size_t * free_mem, size_t * total) {
+    (void) dev;
+    *free_mem = (size_t) 1 << 30;
+    *total    = (size_t) 1 << 30;
+}
+
+static enum ggml_backend_dev_type tdev_get_type(ggml_backend_dev_t dev) {
+    return ((struct tdev *) dev->context)->is_cpu ? GGML_BACKEND_DEVICE_TYPE_CPU : GGML_BACKEND_DEVICE_TYPE_GPU;
+}
+
+static void tdev_get_props(ggml_backend_dev_t dev, struct ggml_backend_dev_props * props) {
+    memset(props, 0, sizeof(*props));
+    props->name        = tdev_get_name(dev);
+    props->description = tdev_get_description(dev);
+    tdev_get_memory(dev, &props->memory_free, &props->memory_total);
+    props->type      = tdev_get_type(dev);
+    props->device_id = NULL;
+}
+
+static ggml_backend_t tdev_init_backend(ggml_backend_dev_t dev, const char * params) {
+    (void) params;
+    return &((struct tdev *) dev->context)->backend;
+}
+
+static ggml_backend_buffer_type_t tdev_get_buffer_type(ggml_backend_dev_t dev) {
+    return &((struct tdev *) dev->context)->buft;
+}
+
+static bool tdev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor * op) {
+    return tdev_supports_op_impl((const struct tdev *) dev->context, op);
+}
+
+static bool tdev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {
+    return tdev_supports_buft_impl((const struct tdev *) dev->context, buft);
+}
+
+static bool tdev_offload_op(ggml_backend_dev_t dev, const struct ggml_tensor * op) {
+    const struct tdev * d = (const struct tdev *) dev->context;
+    return d->offload[op->op] && op->ne[1] >= d->offload_min_rows;
+}
+
+static const struct ggml_backend_device_i tdev_iface_base = {
+    /* .get_name             = */ tdev_get_name,
+    /* .get_description      = */ tdev_get_description,
+    /* .get_memory           = */ tdev_get_memory,
+    /* .get_type             = */ tdev_get_type,
+    /* .get_props            = */ tdev_get_props,
+    /* .init_backend         = */ tdev_init_backend,
+    /* .get_buffer_type      = */ tdev_get_buffer_type,
+    /* .get_host_buffer_type = */ NULL,
+    /* .buffer_from_host_ptr = */ NULL,
+    /* .supports_op          = */ tdev_supports_op,
+    /* .supports_buft        = */ tdev_supports_buft,
+    /* .offload_op           = */ NULL,
+    /* .event_new            = */ NULL,
+    /* .event_free           = */ NULL,
+    /* .event_synchronize    = */ NULL,
+};
+
+static const char * treg_get_name(ggml_backend_reg_t reg) {
+    (void) reg;
+    return "SCHED_DIFF";
+}
+
+static size_t treg_get_device_count(ggml_backend_reg_t reg) {
+    (void) reg;
+    return (size_t) g_ndev;
+}
+
+static ggml_backend_dev_t treg_get_device(ggml_backend_reg_t reg, size_t index) {
+    (void) reg;
+    return index < (size_t) g_ndev ? &g_devs[index].dev : NULL;
+}
+
+// ops the generator can emit; devices draw their support from this list
+static const enum ggml_op k_gen_ops[] = {
+    GGML_OP_ADD,      GGML_OP_SUB,     GGML_OP_MUL,      GGML_OP_DIV,      GGML_OP_MUL_MAT, GGML_OP_GET_ROWS,
+    GGML_OP_RMS_NORM, GGML_OP_NORM,    GGML_OP_SOFT_MAX, GGML_OP_SCALE,    GGML_OP_CPY,     GGML_OP_CONT,
+    GGML_OP_SET_ROWS, GGML_OP_FILL,    GGML_OP_ACC,      GGML_OP_SET,      GGML_OP_CONCAT,  GGML_OP_GLU,
+    GGML_OP_UNARY,    GGML_OP_DUP,
+};
+
+static void setup_devices(rng_t * r, int n) {
+    static const size_t aligns[] = { 16, 32, 64, 128, 256 };
+
+    memset(g_devs, 0, sizeof(g_devs));
+    g_ndev = n;
+
+    g_reg.api_version           = GGML_BACKEND_API_VERSION;
+    g_reg.iface.get_name        = treg_get_name;
+    g_reg.iface.get_device_count = treg_get_device_count;
+    g_reg.iface.get_device      = treg_get_device;
+    g_reg.iface.get_proc_address = NULL;
+    g_reg.context               = NULL;
+
+    for (int i = 0; i < n; i++) {
+        struct tdev * d = &g_devs[i];
+        d->index        = i;
+        d->is_cpu       = (i == n - 1);
+        if (d->is_cpu) {
+            snprintf(d->name, sizeof(d->name), "TCPU");
+        } else {
+            snprintf(d->name, sizeof(d->name), "T%d", i);
+        }
+        snprintf(d->buft_name, sizeof(d->buft_name), "%s_BUF", d->name);
+
+        d->sup[GGML_OP_NONE]      = SUP_YES;
+        d->sup[GGML_OP_VIEW]      = SUP_YES;
+        d->sup[GGML_OP_RESHAPE]   = SUP_YES;
+        d->sup[GGML_OP_PERMUTE]   = SUP_YES;
+        d->sup[GGML_OP_TRANSPOSE] = SUP_YES;
+        if (!d->is_cpu) {
+            for (size_t k = 0; k < sizeof(k_gen_ops) / sizeof(k_gen_ops[0]); k++) {
+                int p = rng_int(r, 0, 99);
+                d->sup[k_gen_ops[k]] = p < 55 ? SUP_YES : p < 70 ? SUP_EVEN0 : p < 80 ? SUP_SMALL : SUP_NO;
+            }
+            d->buft_host   = rng_pct(r, 25);
+            d->host_bufts  = rng_pct(r, 50);
+            d->has_offload = rng_pct(r, 40);
+            if (d->has_offload) {
+                for (size_t k = 0; k < sizeof(k_gen_ops) / sizeof(k_gen_ops[0]); k++) {
+                    d->offload[k_gen_ops[k]] = rng_pct(r, k_gen_ops[k] == GGML_OP_MUL_MAT ? 80 : 15);
+                }
+                d->offload_min_rows = rng_int(r, 1, 6);
+            }
+            for (int o = 0; o < n - 1; o++) {
+                if (o != i && rng_pct(r, 15)) {
+                    d->peer_mask |= 1u << o;
+                }
+            }
+        } else {
+            d->buft_host = true;
+        }
+        d->align = aligns[rng_int(r, 0, 4)];
+
+        d->buft.iface   = tbuft_iface;
+        d->buft.device  = &d->dev;
+        d->buft.context = d;
+
+        d->dev.iface = tdev_iface_base;
+        if (d->has_offload) {
+            d->dev.iface.offload_op = tdev_offload_op;
+        }
+        d->dev.reg     = &g_reg;
+        d->dev.context = d;
+
+        memset(g_guids[i], 0, sizeof(g_guids[i]));
+        g_guids[i][0]     = 0x5d;
+        g_guids[i][1]     = (uint8_t) i;
+        d->backend.guid   = &g_guids[i];
+        d->backend.iface  = tbe_iface;
+        d->backend.device = &d->dev;
+        d->backend.context = d;
+    }
+}
+
+static void print_devices(void) {
+    for (int i = 0; i < g_ndev; i++) {
+        const struct tdev * d = &g_devs[i];
+        printf("DEV %d %s buft=%s host=%d align=%zu host_bufts=%d peers=%u offload=%d/%d sup=", i, d->name,
+               d->buft_name, d->buft_host, d->align, d->host_bufts, d->peer_mask, d->has_offload,
+               d->offload_min_rows);
+        for (size_t k = 0; k < sizeof(k_gen_ops) / sizeof(k_gen_ops[0]); k++) {
+            printf("%c", d->is_cpu ? 'Y' : "NYES"[d->sup[k_gen_ops[k]]]);
+        }
+        printf("\n");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// random graph generator
+
+struct gen {
+    rng_t                 r;
+    struct ggml_context * ctx;
+    int                   counter;
+
+    struct ggml_tensor * vals[MAX_T]; // F32 values usable as operands
+    int                  nvals;
+
+    struct ggml_tensor * made[MAX_T]; // op results in creation order
+    bool                 used[MAX_T];
+    int                  nmade;
+
+    struct ggml_tensor * weights[MAX_PRE];
+    int                  nweights;
+
+    struct ggml_context * pre_ctx[MAX_PRE];
+    ggml_backend_buffer_t pre_buf[MAX_PRE];
+    int                   npre;
+
+    bool inplace; // in-place writers into graph-produced storage allowed in this seed
+};
+
+static void mark_used(struct gen * g, const struct ggml_tensor * t) {
+    for (int i = 0; i < g->nmade; i++) {
+        if (g->made[i] == t) {
+            g->used[i] = true;
+        }
+    }
+}
+
+static void add_val(struct gen * g, struct ggml_tensor * t) {
+    if (g->nvals < MAX_T && t->type == GGML_TYPE_F32) {
+        g->vals[g->nvals++] = t;
+    }
+}
+
+// records an op result: names it, marks its sources used, makes it an operand candidate
+static struct ggml_tensor * made(struct gen * g, struct ggml_tensor * t, bool as_val) {
+    ggml_format_name(t, "t%d", g->counter++);
+    for (int j = 0; j < GGML_MAX_SRC; j++) {
+        if (t->src[j]) {
+            mark_used(g, t->src[j]);
+        }
+    }
+    if (g->nmade < MAX_T) {
+        g->made[g->nmade]   = t;
+        g->used[g->nmade++] = false;
+    }
+    if (as_val) {
+        add_val(g, t);
+    }
+    return t;
+}
+
+static struct ggml_tensor * pick_val(struct gen * g) {
+    if (g->nvals == 0) {
+        return NULL;
+    }
+    if (rng_pct(&g->r, 70)) {
+        int back = rng_int(&g->r, 0, g->nvals - 1 < 5 ? g->nvals - 1 : 5);
+        return g->vals[g->nvals - 1 - back];
+    }
+    return g->vals[rng_int(&g->r, 0, g->nvals - 1)];
+}
+
+static int64_t pick_ne0(rng_t * r) {
+    static const int64_t v[] = { 2, 4, 6, 8, 16 };
+    return v[rng_int(r, 0, 4)];
+}
+
+// a tensor in a graph leaf (allocated by the scheduler)
+static struct ggml_tensor * new_leaf(struct gen * g, enum ggml_type type, const int64_t ne[4], bool input) {
+    struct ggml_tensor * t = ggml_new_tensor(g->ctx, type, 4, ne);
+    ggml_format_name(t, "%c%d", input ? 'i' : 'l', g->counter++);
+    if (input) {
+        ggml_set_input(t);
+    }
+    return t;
+}
+
+static const char * usage_name(enum ggml_backend_buffer_usage u) {
+    return u == GGML_BACKEND_BUFFER_USAGE_WEIGHTS ? "weights" : u == GGML_BACKEND_BUFFER_USAGE_COMPUTE ? "compute" : "any";
+}
+
+// a tensor pre-allocated in its own buffer of device `dev`'s buffer type
+static struct ggml_tensor * new_pre(struct gen * g, enum ggml_type type, const int64_t ne[4], int dev,
+                                    enum ggml_backend_buffer_usage usage) {
+    if (g->npre >= MAX_PRE) {
+        return NULL;
+    }
+    struct ggml_init_params p   = { ggml_tensor_overhead() * 2, NULL, true };
+    struct ggml_context *   ctx = ggml_init(p);
+    struct ggml_tensor *    t   = ggml_new_tensor(ctx, type, 4, ne);
+    ggml_format_name(t, "%c%d", usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS ? 'w' : 'c', g->counter++);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, &g_devs[dev].buft);
+    if (buf == NULL) {
+        printf("PREFAIL %s\n", t->name);
+        ggml_free(ctx);
+        return NULL;
+    }
+    ggml_backend_buffer_set_usage(buf, usage);
+    g->pre_ctx[g->npre]   = ctx;
+    g->pre_buf[g->npre++] = buf;
+    printf("PRE %s %s [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "] %s %s\n", t->name, ggml_type_name(type),
+           ne[0], ne[1], ne[2], ne[3], g_devs[dev].buft_name, usage_name(usage));
+    if (usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS && g->nweights < MAX_PRE) {
+        g->weights[g->nweights++] = t;
+    }
+    return t;
+}
+
+// a device whose buffer type some backend can both use and run `op` on (always exists:
+// the CPU-like device can use its own buffer type and runs every op)
+static int writable_dev(struct gen * g, enum ggml_op op) {
+    int cand[MAX_DEV];
+    int nc = 0;
+    for (int d = 0; d < g_ndev; d++) {
+        bool ok = false;
+        for (int b = 0; b < g_ndev && !ok; b++) {
+            ok = tdev_supports_buft_impl(&g_devs[b], &g_devs[d].buft) &&
+                 (g_devs[b].is_cpu || g_devs[b].sup[op] == SUP_YES);
+        }
+        if (ok) {
+            cand[nc++] = d;
+        }
+    }
+    return cand[rng_int(&g->r, 0, nc - 1)];
+}
+
+// in-place writers only target storage the scheduler allocates; pre-allocated caches are
+// written by CPY and SET_ROWS only, into a buffer type some backend can write
+// in seeds without in-place mode nothing writes into storage produced in the graph
+static bool may_write(const struct gen * g, const struct ggml_tensor * t) {
+    const struct ggml_tensor * root = t->view_src ? t->view_src : t;
+    return g->inplace && root->buffer == NULL;
+}
+
+static struct ggml_tensor * find_val(struct gen * g, const struct ggml_tensor * like, int free_dim, bool contig) {
+    int start = rng_int(&g->r, 0, g->nvals > 0 ? g->nvals - 1 : 0);
+    for (int k = 0; k < g->nvals; k++) {
+        struct ggml_tensor * c = g->vals[(start + k) % g->nvals];
+        bool                 ok = true;
+        for (int d = 0; d < 4 && ok; d++) {
+            ok = d == free_dim || c->ne[d] == like->ne[d];
+        }
+        if (ok && (!contig || ggml_is_contiguous(c))) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+static struct ggml_tensor * gen_weight(struct gen * g, int64_t ne0, int64_t ne1) {
+    for (int k = 0; k < g->nweights; k++) {
+        struct ggml_tensor * w = g->weights[k];
+        if (w->ne[0] == ne0 && (ne1 == 0 || w->ne[1] == ne1) && w->ne[2] == 1 && rng_pct(&g->r, 40)) {
+            return w;
+        }
+    }
+    int64_t ne[4] = { ne0, ne1 ? ne1 : pick_ne0(&g->r), 1, 1 };
+    return new_pre(g, rng_pct(&g->r, 30) ? GGML_TYPE_F16 : GGML_TYPE_F32, ne, rng_int(&g->r, 0, g_ndev - 1),
+                   GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+}
+
+static struct ggml_tensor * op_unary(struct gen * g, struct ggml_tensor * a) {
+    bool inplace = may_write(g, a) && rng_pct(&g->r, 25);
+    switch (rng_int(&g->r, 0, 5)) {
+        case 0:
+            // SCALE wants dense rows-of-rows: unit element stride, planes packed
+            if (a->nb[0] != ggml_type_size(a->type) || a->nb[2] != a->nb[1] * (size_t) a->ne[1] ||
+                a->nb[3] != a->nb[2] * (size_t) a->ne[2]) {
+                return NULL;
+            }
+            return inplace ? ggml_scale_inplace(g->ctx, a, 0.5f) : ggml_scale(g->ctx, a, 0.5f);
+        case 1:
+            return inplace ? ggml_rms_norm_inplace(g->ctx, a, 1e-5f) : ggml_rms_norm(g->ctx, a, 1e-5f);
+        case 2:
+            return inplace ? ggml_norm_inplace(g->ctx, a, 1e-5f) : ggml_norm(g->ctx, a, 1e-5f);
+        case 3:
+            if (!ggml_is_contiguous_rows(a)) {
+                return NULL;
+            }
+            return inplace ? ggml_silu_inplace(g->ctx, a) : ggml_silu(g->ctx, a);
+        case 4:
+            if (!ggml_is_contiguous_rows(a)) {
+                return NULL;
+            }
+            return inplace ? ggml_gelu_inplace(g->ctx, a) : ggml_gelu(g->ctx, a);
+        default:
+            if (!ggml_is_contiguous(a)) {
+                return NULL;
+            }
+            return inplace ? ggml_soft_max_inplace(g->ctx, a) : ggml_soft_max(g->ctx, a);
+    }
+}
+
+static struct ggml_tensor * op_binary(struct gen * g, struct ggml_tensor * a) {
+    struct ggml_tensor * b = NULL;
+    int                  p = rng_int(&g->r, 0, 99);
+    if (p < 50) {
+        b = find_val(g, a, -1, false);
+    } else if (p < 80) {
+        b = gen_weight(g, a->ne[0], 1);
+        if (b && b->ne[1] != 1) {
+            b = NULL;
+        }
+    }
+    if (b == NULL) {
+        int64_t ne[4] = { a->ne[0], a->ne[1], a->ne[2], a->ne[3] };
+        b             = new_leaf(g, GGML_TYPE_F32, ne, true);
+    }
+    bool inplace = may_write(g, a) && rng_pct(&g->r, 20);
+    switch (rng_int(&g->r, 0, 3)) {
+        case 0:
+            return inplace ? ggml_add_inplace(g->ctx, a, b) : ggml_add(g->ctx, a, b);
+        case 1:
+            return inplace ? ggml_mul_inplace(g->ctx, a, b) : ggml_mul(g->ctx, a, b);
+        case 2:
+            return inplace ? ggml_sub_inplace(g->ctx, a, b) : ggml_sub(g->ctx, a, b);
+        default:
+            return inplace ? ggml_div_inplace(g->ctx, a, b) : ggml_div(g->ctx, a, b);
+    }
+}
+
+static struct ggml_tensor * op_mul_mat(struct gen * g, struct ggml_tensor * b) {
+    struct ggml_tensor * a = NULL;
+    if (rng_pct(&g->r, 30)) {
+        int start = rng_int(&g->r, 0, g->nvals - 1);
+        for (int k = 0; k < g->nvals && a == NULL; k++) {
+            struct ggml_tensor * c = g->vals[(start + k) % g->nvals];
+            if (c->ne[0] == b->ne[0] && b->ne[2] % c->ne[2] == 0 && b->ne[3] % c->ne[3] == 0 && !ggml_is_transposed(c)) {
+                a = c;
+            }
+        }
+    }
+    if (a == NULL) {
+        a = gen_weight(g, b->ne[0], 0);
+    }
+    if (a == NULL || a->ne[0] != b->ne[0] || b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0 ||
+        ggml_is_transposed(a)) {
+        return NULL;
+    }
+    return ggml_mul_mat(g->ctx, a, b);
+}
+
+static struct ggml_tensor * new_index(struct gen * g, int64_t n, int64_t rows, enum ggml_type type) {
+    int64_t              ne[4] = { n, 1, 1, 1 };
+    struct ggml_tensor * t     = new_leaf(g, type, ne, true);
+    (void) rows;
+    return t;
+}
+
+static struct ggml_tensor * op_get_rows(struct gen * g) {
+    struct ggml_tensor * a = NULL;
+    if (rng_pct(&g->r, 35)) {
+        struct ggml_tensor * c = pick_val(g);
+        if (c && c->ne[2] == 1 && c->ne[3] == 1) {
+            a = c;
+        }
+    }
+    if (a == NULL) {
+        int64_t ne[4] = { pick_ne0(&g->r), rng_int(&g->r, 4, 32), 1, 1 };
+        a             = new_pre(g, rng_pct(&g->r, 30) ? GGML_TYPE_F16 : GGML_TYPE_F32, ne,
+                                rng_int(&g->r, 0, g_ndev - 1), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        if (a == NULL) {
+            return NULL;
+        }
+    }
+    struct ggml_tensor * idx = new_index(g, rng_int(&g->r, 1, 8), a->ne[1], GGML_TYPE_I32);
+    return ggml_get_rows(g->ctx, a, idx);
+}
+
+static struct ggml_tensor * op_concat(struct gen * g, struct ggml_tensor * a) {
+    int                  dim = rng_int(&g->r, 0, 2);
+    struct ggml_tensor * b   = find_val(g, a, dim, false);
+    if (b == NULL || rng_pct(&g->r, 30)) {
+        int64_t ne[4] = { a->ne[0], a->ne[1], a->ne[2], a->ne[3] };
+        ne[dim]       = rng_int(&g->r, 1, 4);
+        b             = new_leaf(g, GGML_TYPE_F32, ne, true);
+    }
+    return ggml_concat(g->ctx, a, b, dim);
+}
+
+static struct ggml_tensor * op_glu(struct gen * g, struct ggml_tensor * a) {
+    if (!ggml_is_contiguous_1(a)) {
+        return NULL;
+    }
+    if (a->ne[0] % 2 == 0 && rng_pct(&g->r, 50)) {
+        return rng_pct(&g->r, 50) ? ggml_swiglu(g->ctx, a) : ggml_geglu(g->ctx, a);
+    }
+    struct ggml_tensor * b = find_val(g, a, -1, false);
+    if (b == NULL || !ggml_is_contiguous_1(b)) {
+        return NULL;
+    }
+    return rng_pct(&g->r, 50) ? ggml_swiglu_split(g->ctx, a, b) : ggml_geglu_split(g->ctx, a, b);
+}
+
+static struct ggml_tensor * op_reshape(struct gen * g, struct ggml_tensor * a) {
+    if (!ggml_is_contiguous(a)) {
+        return NULL;
+    }
+    int64_t n = ggml_nelements(a);
+    int64_t divs[64];
+    int     nd = 0;
+    for (int64_t d = 1; d <= n && nd < 64; d++) {
+        if (n % d == 0) {
+            divs[nd++] = d;
+        }
+    }
+    int64_t ne0 = divs[rng_int(&g->r, 0, nd - 1)];
+    int64_t rest = n / ne0;
+    if (rng_pct(&g->r, 50)) {
+        return ggml_reshape_2d(g->ctx, a, ne0, rest);
+    }
+    int64_t ne1 = 1;
+    for (int64_t d = 1; d <= rest; d++) {
+        if (rest % d == 0 && rng_pct(&g->r, 40)) {
+            ne1 = d;
+        }
+    }
+    return ggml_reshape_3d(g->ctx, a, ne0, ne1, rest / ne1);
+}
+
+static struct ggml_tensor * op_view(struct gen * g, struct ggml_tensor * a) {
+    if (a->ne[2] == 1 && a->ne[3] == 1 && a->ne[1] > 1) {
+        int64_t r0 = rng_int(&g->r, 0, (int) a->ne[1] - 1);
+        int64_t k  = rng_int(&g->r, 1, (int) (a->ne[1] - r0));
+        return ggml_view_2d(g->ctx, a, a->ne[0], k, a->nb[1], (size_t) r0 * a->nb[1]);
+    }
+    if (ggml_is_contiguous(a)) {
+        int64_t n = rng_int(&g->r, 1, (int) ggml_nelements(a));
+        return ggml_view_1d(g->ctx, a, n, 0);
+    }
+    return NULL;
+}
+
+static struct ggml_tensor * op_permute(struct gen * g, struct ggml_tensor * a) {
+    struct ggml_tensor * t = rng_pct(&g->r, 50) ? ggml_transpose(g->ctx, a) : ggml_permute(g->ctx, a, 0, 2, 1, 3);
+    if (rng_pct(&g->r, 50)) {
+        made(g, t, false);
+        return ggml_cont(g->ctx, t);
+    }
+    return t;
+}
+
+static struct ggml_tensor * op_cpy(struct gen * g, struct ggml_tensor * a) {
+    int64_t              n   = ggml_nelements(a);
+    enum ggml_type       ty  = rng_pct(&g->r, 40) ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    struct ggml_tensor * dst = NULL;
+    if (rng_pct(&g->r, 60)) {
+        int64_t              slots = rng_int(&g->r, 1, 3);
+        int64_t              ne[4] = { n * slots, 1, 1, 1 };
+        struct ggml_tensor * cache = new_pre(g, ty, ne, writable_dev(g, GGML_OP_CPY), GGML_BACKEND_BUFFER_USAGE_ANY);
+        if (cache == NULL) {
+            return NULL;
+        }
+        int64_t slot = rng_int(&g->r, 0, (int) slots - 1);
+        dst          = made(g, ggml_view_1d(g->ctx, cache, n, (size_t) (slot * n) * ggml_type_size(ty)), false);
+    } else if (rng_pct(&g->r, 50)) {
+        int64_t ne[4] = { n, 1, 1, 1 };
+        dst           = new_leaf(g, ty, ne, false);
+    } else {
+        struct ggml_tensor * c = find_val(g, a, -1, true);
+        if (c == NULL || c == a || !may_write(g, c)) {
+            return NULL;
+        }
+        dst = c;
+    }
+    return ggml_cpy(g->ctx, a, dst);
+}
+
+static struct ggml_tensor * op_set_rows(struct gen * g, struct ggml_tensor * b) {
+    if (!ggml_is_contiguous_rows(b)) {
+        return NULL;
+    }
+    int64_t              rows  = b->ne[1] + rng_int(&g->r, 0, 4);
+    int64_t              ne[4] = { b->ne[0], rows, b->ne[2], b->ne[3] };
+    enum ggml_type       ty    = rng_pct(&g->r, 30) ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    struct ggml_tensor * dst   = NULL;
+    int                  p     = g->inplace ? rng_int(&g->r, 0, 99) : 0;
+    if (p < 40) {
+        dst = new_pre(g, ty, ne, writable_dev(g, GGML_OP_SET_ROWS), GGML_BACKEND_BUFFER_USAGE_ANY);
+        if (dst == NULL) {
+            return NULL;
+        }
+    } else {
+        // storage produced in this graph: the defect class (issue 5)
+        struct ggml_tensor * base = new_leaf(g, GGML_TYPE_F32, ne, false);
+        if (p < 75) {
+            dst = made(g, ggml_fill(g->ctx, base, 0.0f), true);
+        } else if (p < 90) {
+            dst = made(g, ggml_fill_inplace(g->ctx, base, 0.0f), true);
+        } else {
+            dst = base;
+        }
+    }
+    struct ggml_tensor * idx = new_index(g, b->ne[1], rows, rng_pct(&g->r, 50) ? GGML_TYPE_I64 : GGML_TYPE_I32);
+    return ggml_set_rows(g->ctx, dst, b, idx);
+}
+
+static struct ggml_tensor * op_fill(struct gen * g, struct ggml_tensor * a) {
+    if (!ggml_is_contiguous(a)) {
+        return NULL;
+    }
+    if (may_write(g, a) && rng_pct(&g->r, 40)) {
+        return ggml_fill_inplace(g->ctx, a, 1.0f);
+    }
+    return ggml_fill(g->ctx, a, 1.0f);
+}
+
+static struct ggml_tensor * op_acc_set(struct gen * g, struct ggml_tensor * a) {
+    if (!ggml_is_contiguous(a)) {
+        return NULL;
+    }
+    struct ggml_tensor * b     = NULL;
+    int                  start = rng_int(&g->r, 0, g->nvals - 1);
+    for (int k = 0; k < g->nvals && b == NULL; k++) {
+        struct ggml_tensor * c  = g->vals[(start + k) % g->nvals];
+        bool                 ok = c != a;
+        for (int d = 0; d < 4 && ok; d++) {
+            ok = c->ne[d] <= a->ne[d];
+        }
+        if (ok && rng_pct(&g->r, 50)) {
+            b = c;
+        }
+    }
+    if (b == NULL) {
+        int64_t ne[4] = { rng_int(&g->r, 1, (int) a->ne[0]), rng_int(&g->r, 1, (int) a->ne[1]), 1, 1 };
+        b             = new_leaf(g, GGML_TYPE_F32, ne, true);
+    }
+    size_t offset = 0;
+    if (b->ne[2] == 1 && b->ne[3] == 1 && a->ne[1] > b->ne[1]) {
+        offset = (size_t) rng_int(&g->r, 0, (int) (a->ne[1] - b->ne[1])) * a->nb[1];
+    }
+    bool inplace = may_write(g, a) && rng_pct(&g->r, 50);
+    if (rng_pct(&g->r, 50)) {
+        return inplace ? ggml_acc_inplace(g->ctx, a, b, a->nb[1], a->nb[2], a->nb[3], offset) :
+                         ggml_acc(g->ctx, a, b, a->nb[1], a->nb[2], a->nb[3], offset);
+    }
+    return inplace ? ggml_set_inplace(g->ctx, a, b, a->nb[1], a->nb[2], a->nb[3], offset) :
+                     ggml_set(g->ctx, a, b, a->nb[1], a->nb[2], a->nb[3], offset);
+}
+
+static struct ggml_tensor * op_soft_max_mask(struct gen * g, struct ggml_tensor * a) {
+    if (!ggml_is_contiguous(a)) {
+        return NULL;
+    }
+    int64_t              ne[4] = { a->ne[0], a->ne[1] + rng_int(&g->r, 0, 2), 1, 1 };
+    struct ggml_tensor * mask  = new_leaf(g, rng_pct(&g->r, 50) ? GGML_TYPE_F16 : GGML_TYPE_F32, ne, true);
+    return ggml_soft_max_ext(g->ctx, a, mask, 0.125f, 0.0f);
+}
+
+// one random op; returns false when the drawn op did not fit the drawn operand
+static bool gen_op(struct gen * g) {
+    static const int weights[] = {
+        14, // binary
+        12, // mul_mat
+        12, // unary
+        5,  // get_rows
+        6,  // reshape
+        6,  // view
+        5,  // permute/transpose
+        4,  // cont
+        6,  // cpy
+        7,  // set_rows
+        4,  // fill
+        6,  // acc/set
+        4,  // concat
+        5,  // glu
+        4,  // soft_max with mask
+    };
+    int total = 0;
+    for (size_t k = 0; k < sizeof(weights) / sizeof(weights[0]); k++) {
+        total += weights[k];
+    }
+    int pick = rng_int(&g->r, 0, total - 1);
+    int kind = 0;
+    while (pick >= weights[kind]) {
+        pick -= weights[kind++];
+    }
+
+    struct ggml_tensor * a      = pick_val(g);
+    struct ggml_tensor * t      = NULL;
+    bool                 as_val = true;
+    switch (kind) {
+        case 0: t = op_binary(g, a); break;
+        case 1: t = op_mul_mat(g, a); break;
+        case 2: t = op_unary(g, a); break;
+        case 3: t = op_get_rows(g); break;
+        case 4: t = op_reshape(g, a); break;
+        case 5: t = op_view(g, a); break;
+        case 6: t = op_permute(g, a); break;
+        case 7: t = ggml_cont(g->ctx, a); break;
+        case 8:
+            t      = op_cpy(g, a);
+            as_val = rng_pct(&g->r, 30);
+            break;
+        case 9:
+            t      = op_set_rows(g, a);
+            as_val = rng_pct(&g->r, 50);
+            break;
+        case 10: t = op_fill(g, a); break;
+        case 11: t = op_acc_set(g, a); break;
+        case 12: t = op_concat(g, a); break;
+        case 13: t = op_glu(g, a); break;
+        default: t = op_soft_max_mask(g, a); break;
+    }
+    if (t == NULL) {
+        return false;
+    }
+    made(g, t, as_val);
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// scheduler driving and printing
+
+static const char * backend_name_or_dash(ggml_backend_t b) {
+    return b ? ggml_backend_name(b) : "-";
+}
+
+static bool eval_cb(struct ggml_tensor * t, bool ask, void * user_data) {
+    (void) user_data;
+    printf("  %s %s\n", ask ? "ASK" : "SEE", t->name);
+    if (!ask) {
+        return true;
+    }
+    // want every node whose name's number is divisible by 3
+    const char * s = t->name;
+    while (*s && (*s < '0' || *s > '9')) {
+        s++;
+    }
+    return atoi(s) % 3 == 0;
+}
+
+static void on_abort(const char * message) {
+    printf("ABORT %s\n", message);
+    fflush(stdout);
+}
+
+static void on_log(enum ggml_log_level level, const char * text, void * user_data) {
+    (void) user_data;
+    if (level == GGML_LOG_LEVEL_WARN || level == GGML_LOG_LEVEL_ERROR) {
+        fputs(text, stderr);
+    }
+}
+
+// builds graph `variant` of `seed`: the same (seed, variant) always gives the same graph,
+// pre-allocated tensors included (they are created anew in fresh buffers)
+static struct gen * build_graph(uint64_t seed, int variant, struct ggml_cgraph ** out) {
+    struct gen * g = (struct gen *) calloc(1, sizeof(struct gen));
+    if (g == NULL) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    g->r.s      = (seed * 0x2545F4914F6CDD1Dull + 1) ^ ((uint64_t) variant * 0x9E3779B97F4A7C15ull);
+    int n_ops   = rng_int(&g->r, 4, 48);
+    g->inplace  = rng_pct(&g->r, 50);
+    printf("GRAPH variant=%d ops=%d inplace=%d\n", variant, n_ops, g->inplace);
+
+    struct ggml_init_params p = { ggml_tensor_overhead() * (MAX_T + 64) + ggml_graph_overhead_custom(GRAPH_SIZE, false),
+                                  NULL, true };
+    g->ctx                    = ggml_init(p);
+
+    // first values: an activation input and maybe an embedding lookup
+    {
+        int64_t ne[4] = { pick_ne0(&g->r), rng_int(&g->r, 1, 8), rng_pct(&g->r, 20) ? 2 : 1, 1 };
+        add_val(g, new_leaf(g, GGML_TYPE_F32, ne, true));
+        if (rng_pct(&g->r, 50)) {
+            struct ggml_tensor * t = op_get_rows(g);
+            if (t) {
+                made(g, t, true);
+            }
+        }
+    }
+    for (int i = 0, tries = 0; i < n_ops && tries < n_ops * 4; tries++) {
+        if (gen_op(g)) {
+            i++;
+        }
+    }
+
+    // outputs: the last result and a few random ones (never views)
+    for (int i = 0; i < g->nmade; i++) {
+        struct ggml_tensor * t = g->made[i];
+        if (t->view_src == NULL && (i == g->nmade - 1 || rng_pct(&g->r, 15))) {
+            ggml_set_output(t);
+        }
+    }
+    struct ggml_cgraph * gf = ggml_new_graph_custom(g->ctx, GRAPH_SIZE, false);
+    for (int i = 0; i < g->nmade; i++) {
+        if (!g->used[i]) {
+            ggml_build_forward_expand(gf, g->made[i]);
+        }
+    }
+    *out = gf;
+    return g;
+}
+
+static void free_graph(struct gen * g) {
+    for (int i = 0; i < g->npre; i++) {
+        ggml_backend_buffer_free(g->pre_buf[i]);
+        ggml_free(g->pre_ctx[i]);
+    }
+    ggml_free(g->ctx);
+    free(g);
+}
+
+static void print_sched_sizes(ggml_backend_sched_t sched, ggml_backend_t * backends, int n_backends) {
+    printf("SPLITS %d COPIES %d\n", ggml_backend_sched_get_n_splits(sched), ggml_backend_sched_get_n_copies(sched));
+    for (int b = 0; b < n_backends; b++) {
+        printf("BUFSIZE %s %zu\n", g_devs[b].name, ggml_backend_sched_get_buffer_size(sched, backends[b]));
+    }
+}
+
+// one allocation and compute of graph `variant` on `sched`, everything observable printed
+static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int n_backends, uint64_t seed,
+                      int variant, bool perturb) {
+    struct ggml_cgraph * gf;
+    struct gen *         g       = build_graph(seed, variant, &gf);
+    int                  n_nodes = ggml_graph_n_nodes(gf);
+
+    // user assignments: a node (not pre-allocated) onto a backend that supports its op
+    int n_user = rng_pct(&g->r, 20) ? rng_int(&g->r, 1, 2) : 0;
+    for (int u = 0; u < n_user && n_nodes > 0; u++) {
+        struct ggml_tensor * node = ggml_graph_node(gf, rng_int(&g->r, 0, n_nodes - 1));
+        if (node->buffer || (node->view_src && node->view_src->buffer)) {
+            continue;
+        }
+        int b = rng_int(&g->r, 0, n_backends - 1);
+        if (tdev_supports_op_impl(&g_devs[b], node)) {
+            ggml_backend_sched_set_tensor_backend(sched, node, backends[b]);
+            printf("USER %s %s\n", node->name, g_devs[b].name);
+        }
+    }
+
+    // self-test perturbation: one silent user assignment drawn from a separate stream, so
+    // that everything printed differs only where the scheduler's decisions change
+    if (perturb && n_nodes > 0) {
+        rng_t                pr   = { seed ^ 0xA5A5A5A5ull };
+        struct ggml_tensor * node = ggml_graph_node(gf, rng_int(&pr, 0, n_nodes - 1));
+        int                  b    = rng_int(&pr, 0, n_backends - 1);
+        if (!node->buffer && !(node->view_src && node->view_src->buffer) && tdev_supports_op_impl(&g_devs[b], node)) {
+            ggml_backend_sched_set_tensor_backend(sched, node, backends[b]);
+        }
+    }
+
+    // remember the original sources: the scheduler replaces inputs of splits by copies
+    struct ggml_tensor ** orig = (struct ggml_tensor **) calloc((size_t) (n_nodes ? n_nodes : 1) * GGML_MAX_SRC,
+                                                               sizeof(struct ggml_tensor *));
+    for (int i = 0; i < n_nodes; i++) {
+        memcpy(&orig[i * GGML_MAX_SRC], ggml_graph_node(gf, i)->src, sizeof(struct ggml_tensor *) * GGML_MAX_SRC);
+    }
+
+    bool ok = ggml_backend_sched_alloc_graph(sched, gf);
+    printf("ALLOC %s\n", ok ? "ok" : "fail");
+
+    // leaves in first-use order
+    {
+        struct ggml_tensor * seen[MAX_T * 2];
+        int                  nseen = 0;
+        for (int i = 0; i < n_nodes; i++) {
+            for (int j = 0; j < GGML_MAX_SRC; j++) {
+                struct ggml_tensor * s = orig[i * GGML_MAX_SRC + j];
+                if (s == NULL || s->op != GGML_OP_NONE) {
+                    continue;
+                }
+                bool dup = false;
+                for (int k = 0; k < nseen && !dup; k++) {
+                    dup = seen[k] == s;
+                }
+                if (dup || nseen >= MAX_T * 2) {
+                    continue;
+                }
+                seen[nseen++] = s;
+                printf("LEAF %d %s %s %s\n", nseen - 1, s->name,
+                       backend_name_or_dash(ggml_backend_sched_get_tensor_backend(sched, s)), buf_name(s->buffer));
+            }
+        }
+    }
+
+    for (int i = 0; i < n_nodes; i++) {
+        struct ggml_tensor * node = ggml_graph_node(gf, i);
+        printf("NODE %d %s %s %s", i, node->name, ggml_op_desc(node),
+               backend_name_or_dash(ggml_backend_sched_get_tensor_backend(sched, node)));
+        for (int j = 0; j < GGML_MAX_SRC; j++) {
+            struct ggml_tensor * s = orig[i * GGML_MAX_SRC + j];
+            if (s == NULL) {
+                continue;
+            }
+            printf(" s%d=%s@%s", j, s->name, backend_name_or_dash(ggml_backend_sched_get_tensor_backend(sched, s)));
+            if (node->src[j] != s) {
+                printf("->%s", node->src[j] ? node->src[j]->name : "NULL");
+            }
+        }
+        printf(" buf=%s\n", buf_name(node->buffer));
+    }
+
+    for (int i = 0; i < n_nodes; i++) {
+        struct ggml_tensor * node = ggml_graph_node(gf, i);
+        if (node->view_src == NULL || is_view_op(node->op)) {
+            continue;
+        }
+        struct ggml_tensor * root   = node->view_src;
+        ggml_backend_t       nb     = ggml_backend_sched_get_tensor_backend(sched, node);
+        ggml_backend_t       rb     = ggml_backend_sched_get_tensor_backend(sched, root);
+        const char *         usable = "unknown";
+        const char *         rule   = "unknown";
+        bool                 pre    = false;
+        if (nb != NULL && root->buffer != NULL) {
+            bool can = tdev_supports_buft_impl((const struct tdev *) nb->context, root->buffer->buft);
+            pre      = ggml_backend_buffer_get_usage(root->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE;
+            usable   = can ? "yes" : "no";
+            // the co-location rule: pre-allocated storage needs a writer that can use its
+            // buffer type; storage produced in the graph needs the writer on the producer's
+            // backend, unless the buffer type is host-addressable and the writer can use it
+            bool ok = pre ? can : (nb == rb || (can && ggml_backend_buft_is_host(root->buffer->buft)));
+            rule    = ok ? "ok" : "violated";
+        }
+        printf("INPLACE %d %s %s node=%s root=%s root_backend=%s root_buft=%s prealloc=%d usable=%s rule=%s\n", i,
+               node->name, ggml_op_desc(node), backend_name_or_dash(nb), root->name, backend_name_or_dash(rb),
+               buf_name(root->buffer), pre, usable, rule);
+    }
+
+    print_sched_sizes(sched, backends, n_backends);
+
+    if (ok) {
+        printf("COMPUTE\n");
+        enum ggml_status st = ggml_backend_sched_graph_compute(sched, gf);
+        printf("STATUS %d\n", (int) st);
+    }
+
+    free(orig);
+    free_graph(g);
+}
+
+static void run_seed(uint64_t seed, uint64_t perturb, const char * crash_seed) {
+    rng_t r = { seed * 0x2545F4914F6CDD1Dull + 1 };
+
+    printf("SEED %" PRIu64 " BEGIN\n", seed);
+    fflush(stdout);
+
+    int  n_backends = rng_int(&r, 2, 4);
+    bool parallel   = rng_pct(&r, 30);
+    bool op_offload = rng_pct(&r, 80);
+    bool use_cb     = rng_pct(&r, 50);
+    bool reserve    = rng_pct(&r, 25);
+    int  rounds     = rng_pct(&r, 40) ? 2 : 1;
+    int  variant2   = rng_pct(&r, 50) ? 0 : 1;
+    setup_devices(&r, n_backends);
+    printf("CONFIG backends=%d parallel=%d op_offload=%d eval_cb=%d reserve=%d rounds=%d variant2=%d\n", n_backends,
+           parallel, op_offload, use_cb, reserve, rounds, variant2);
+    print_devices();
+    if (crash_seed != NULL && strtoull(crash_seed, NULL, 10) == seed) {
+        fflush(stdout);
+        raise(SIGSEGV); // self-test of the runner's crash isolation
+    }
+
+    ggml_backend_t backends[MAX_DEV];
+    for (int i = 0; i < n_backends; i++) {
+        backends[i] = &g_devs[i].backend;
+    }
+    ggml_backend_sched_t sched = ggml_backend_sched_new(backends, NULL, n_backends, GRAPH_SIZE, parallel, op_offload);
+    if (use_cb) {
+        ggml_backend_sched_set_eval_callback(sched, eval_cb, NULL);
+    }
+
+    // like llama.cpp: reserve with a measure graph first, then allocate real graphs
+    if (reserve) {
+        struct ggml_cgraph * gm;
+        struct gen *         g  = build_graph(seed, 0, &gm);
+        bool                 ok = ggml_backend_sched_reserve(sched, gm);
+        printf("RESERVE %s\n", ok ? "ok" : "fail");
+        print_sched_sizes(sched, backends, n_backends);
+        free_graph(g);
+    }
+
+    for (int round = 0; round < rounds; round++) {
+        printf("ROUND %d\n", round);
+        if (round > 0) {
+            ggml_backend_sched_reset(sched);
+        }
+        bool pert = perturb != 0 && seed % perturb == 0 && round == 0;
+        run_round(sched, backends, n_backends, seed, round == 0 ? 0 : variant2, pert);
+    }
+
+    ggml_backend_sched_free(sched);
+
+    printf("SEED %" PRIu64 " END\n", seed);
+    fflush(stdout);
+}
+
+// prints `MAPPED <path>` once for every file of this process's mappings whose name holds
+// "ggml": the proof of which library the loader picked
+static void print_mapped_libs(void) {
+    FILE * f = fopen("/proc/self/maps", "r");
+    if (f == NULL) {
+        printf("MAPPED ?\n");
+        return;
+    }
+    char line[4096];
+    char seen[16][1024];
+    int  nseen = 0;
+    while (fgets(line, sizeof(line), f)) {
+        char * path = strchr(line, '/');
+        if (path == NULL || strstr(path, "ggml") == NULL) {
+            continue;
+        }
+        path[strcspn(path, "\n")] = 0;
+        bool dup = false;
+        for (int i = 0; i < nseen && !dup; i++) {
+            dup = strcmp(seen[i], path) == 0;
+        }
+        if (!dup && nseen < 16) {
+            snprintf(seen[nseen++], sizeof(seen[0]), "%s", path);
+            printf("MAPPED %s\n", path);
+        }
+    }
+    fclose(f);
+}
+
+int main(int argc, char ** argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s START COUNT\n", argv[0]);
+        return 2;
+    }
+    uint64_t     start   = strtoull(argv[1], NULL, 10);
+    uint64_t     count   = strtoull(argv[2], NULL, 10);
+    const char * pe      = getenv("SCHED_DIFF_PERTURB");
+    uint64_t     perturb = pe ? strtoull(pe, NULL, 10) : 0;
+
+    if (getenv("SCHED_DIFF_MAPS")) {
+        print_mapped_libs();
+    }
+    ggml_log_set(on_log, NULL);
+    ggml_set_abort_callback(on_abort);
+
+    for (uint64_t s = start; s < start + count; s++) {
+        run_seed(s, perturb, getenv("SCHED_DIFF_CRASH_SEED"));
+    }
+    return 0;
+}

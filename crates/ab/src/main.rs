@@ -1,0 +1,336 @@
+//! `ab`, the A/B harness: fetch the pins, build the stock llama.cpp and ours, run stock
+//! programs with a chosen `libggml-base` swapped in (with the proof, from inside each
+//! process, of which files it mapped), the main comparison job, and the test runner.
+//!
+//! Normally started through the `./ab` script at the workspace root (which installs the
+//! system packages it needs first). Adding a subcommand: add a variant to [`Cmd`] and a
+//! match arm in [`dispatch`]; to make it part of `./ab test`, add one line to
+//! `test_steps.rs`.
+
+mod job;
+mod ours;
+mod parse;
+mod paths;
+mod proc;
+mod proof;
+mod selftest;
+mod stock;
+mod swap;
+mod test_steps;
+mod testrun;
+mod trap;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use paths::Paths;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ab",
+    about = "A/B harness: run an unchanged llama.cpp build with one libggml-base or another, \
+             prove which library each process mapped, compare the results",
+    after_help = "Without a subcommand, runs the main job (`ab ab`)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Fetch and verify the pinned inputs (upstream sdist, model) with pip.
+    Fetch,
+    /// Configure and build the stock llama.cpp in target/llama-stock (reused when done).
+    BuildStock {
+        /// Wipe an existing build folder that does not match, and rebuild.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Build our libggml-base (and libggml-hrx when the crate exists) into target/ours/lib.
+    BuildOurs,
+    /// Run one program of the llama.cpp build with the chosen libggml-base, and prove it.
+    Exec(ExecArgs),
+    /// The main job: the same work in two arms, report.json and a table.
+    Ab(AbArgs),
+    /// The test suite: builds, cargo tests, the RUNPATH trap and the further steps.
+    Test,
+    /// The RUNPATH trap test: a DT_RPATH program must be caught mapping the wrong file.
+    RunpathTrap(BuildArg),
+    /// Self-test of the swap: the stock file and a modified copy are each proven mapped.
+    SwapCheck(BuildArg),
+    /// Any other name runs a tool of the workspace: `ab NAME ARGS` builds the workspace
+    /// package `NAME` (or `ab-NAME`) and runs its binary with ARGS.
+    #[command(external_subcommand)]
+    External(Vec<OsString>),
+}
+
+#[derive(Args, Debug)]
+struct BuildArg {
+    /// A llama.cpp build folder (default: target/llama-stock).
+    #[arg(long, value_name = "DIR")]
+    llama_build: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ExecArgs {
+    /// The libggml-base file to run with.
+    #[arg(long, value_name = "FILE")]
+    lib: PathBuf,
+    /// A backend library for GGML_BACKEND_PATH.
+    #[arg(long, value_name = "FILE")]
+    backend: Option<PathBuf>,
+    /// The llama.cpp build folder whose programs are run (default: target/llama-stock).
+    #[arg(long, value_name = "DIR")]
+    llama_build: Option<PathBuf>,
+    /// Arm name (the swap folder is target/ab/arms/<ARM>/lib).
+    #[arg(long, default_value = "exec")]
+    arm: String,
+    /// Program (name in the build's bin/, or a path) and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
+    command: Vec<String>,
+}
+
+#[derive(Args, Debug, Default)]
+struct AbArgs {
+    /// libggml-base file of arm A (default: the llama build's own, arm `stock`).
+    #[arg(long, value_name = "FILE")]
+    a: Option<PathBuf>,
+    /// libggml-base file of arm B (default: ours from target/ours/lib, arm `ours`).
+    #[arg(long, value_name = "FILE")]
+    b: Option<PathBuf>,
+    /// A backend library for GGML_BACKEND_PATH, in both arms.
+    #[arg(long, value_name = "FILE")]
+    backend: Option<PathBuf>,
+    /// An existing llama.cpp build folder instead of target/llama-stock.
+    #[arg(long, value_name = "DIR")]
+    llama_build: Option<PathBuf>,
+    /// test-backend-ops over every op (one run) instead of the default op list.
+    #[arg(long)]
+    full: bool,
+    /// Only these works, comma-separated: llama-simple, backend-ops, "backend-ops ADD", ctest.
+    #[arg(long, value_name = "WORK")]
+    only: Option<String>,
+}
+
+/// Prints a harness message on stderr, prefixed `[ab]`.
+pub fn say(msg: &str) {
+    eprintln!("[ab] {msg}");
+}
+
+/// `12.3 s`, `4 min 05 s`.
+pub fn fmt_secs(s: f64) -> String {
+    if s < 60.0 {
+        format!("{s:.1} s")
+    } else {
+        let m = (s / 60.0).floor();
+        format!("{m:.0} min {:02.0} s", s - m * 60.0)
+    }
+}
+
+/// Makes sure the probe library exists (builds it with cargo when missing).
+pub fn ensure_probe(paths: &Paths) -> Result<PathBuf> {
+    let p = paths.probe();
+    if !p.is_file() {
+        say("building the probe: cargo build --release -p ab-probe");
+        let st = std::process::Command::new("cargo")
+            .args(["build", "--release", "-q", "-p", "ab-probe"])
+            .current_dir(&paths.root)
+            .status()
+            .context("running cargo")?;
+        if !st.success() || !p.is_file() {
+            anyhow::bail!("could not build the probe {}", p.display());
+        }
+    }
+    Ok(p)
+}
+
+pub(crate) fn default_build(paths: &Paths, given: Option<PathBuf>) -> Result<PathBuf> {
+    let d = given.unwrap_or_else(|| paths.stock_build());
+    d.canonicalize().with_context(|| {
+        format!(
+            "llama.cpp build {} not found (run `./ab build-stock`, or pass --llama-build DIR)",
+            d.display()
+        )
+    })
+}
+
+fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
+    let build = default_build(paths, a.llama_build)?;
+    let probe = ensure_probe(paths)?;
+    let arm = swap::Arm::prepare(&paths.ab_dir(), &a.arm, &a.lib, a.backend.as_deref())?;
+    let program = paths::program(&build, &a.command[0])?;
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "program".into());
+    say(&format!(
+        "exec {} with libggml-base {} (sha256 {}) via {}",
+        program.display(),
+        arm.resolved.display(),
+        arm.sha256,
+        arm.lib_copy.display()
+    ));
+    let o = swap::run(
+        &paths.ab_dir(),
+        &probe,
+        &arm,
+        &swap::Job {
+            name: &name,
+            program: program.clone(),
+            args: a.command[1..].iter().map(Into::into).collect(),
+            timeout: Duration::from_secs(
+                std::env::var("AB_TIMEOUT_S")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(24 * 3600),
+            ),
+            echo: true,
+            expect_base: true,
+        },
+        &mut proc::Quiet,
+    )?;
+    say(&format!(
+        "{} ended: {} after {}",
+        name,
+        o.finished.ended(),
+        fmt_secs(o.finished.seconds)
+    ));
+    say("libraries mapped (name, path, sha256), read inside the process:");
+    for l in proof::library_lines(&o.proof) {
+        say(&format!("  {l}"));
+    }
+    for n in &o.proof.notes {
+        say(&format!("note: {n}"));
+    }
+    say(&proof::summary(&o.proof));
+    say(&format!(
+        "log {}; probe records {}",
+        o.log.display(),
+        o.probe_file.display()
+    ));
+    if !o.proof.ok {
+        return Ok(3);
+    }
+    Ok(o.finished.shell_code().clamp(0, 255) as u8)
+}
+
+/// Runs a workspace tool as a subcommand (like cargo's external subcommands): the package
+/// `NAME` or `ab-NAME` is built with `cargo build --release -q -p PKG`, then its binary runs
+/// with the remaining arguments and the harness's locations in `AB_WORKSPACE`,
+/// `AB_STOCK_BUILD` and `AB_PROBE`. Unknown names fail with exit code 2.
+fn external(paths: &Paths, args: Vec<OsString>) -> Result<u8> {
+    let name = args
+        .first()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tools = ours::workspace_binaries(paths)?;
+    let found = [name.clone(), format!("ab-{name}")]
+        .into_iter()
+        .find_map(|pkg| tools.iter().find(|(p, _)| *p == pkg).cloned());
+    let Some((pkg, bin)) = found else {
+        say(&format!(
+            "error: unknown subcommand `{name}`: not built into ab, and no workspace package \
+             `{name}` or `ab-{name}` with a binary provides it (see `ab --help`)"
+        ));
+        return Ok(2);
+    };
+    let st = std::process::Command::new("cargo")
+        .args(["build", "--release", "-q", "-p", &pkg, "--bin", &bin])
+        .current_dir(&paths.root)
+        .status()
+        .context("running cargo")?;
+    if !st.success() {
+        anyhow::bail!(
+            "`cargo build --release -p {pkg}` failed: the tool for `{name}` does not build"
+        );
+    }
+    let exe = paths.target.join("release").join(&bin);
+    let st = std::process::Command::new(&exe)
+        .args(&args[1..])
+        .current_dir(&paths.root)
+        .env("AB_WORKSPACE", &paths.root)
+        .env("AB_STOCK_BUILD", paths.stock_build())
+        .env("AB_PROBE", paths.probe())
+        .status()
+        .with_context(|| format!("running {}", exe.display()))?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (st.code(), st.signal()) {
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(sig)) => {
+            say(&format!("{name} was killed by {}", proc::signal_name(sig)));
+            (128 + sig).clamp(0, 255) as u8
+        }
+        _ => 1,
+    })
+}
+
+fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
+    match cmd {
+        Cmd::Fetch => {
+            let pins = pins::Pins::load(&paths.root)?;
+            let t = std::time::Instant::now();
+            let up = pins.ensure_upstream(&paths.target)?;
+            let model = pins.ensure_model(&paths.target)?;
+            say(&format!("upstream: {}", up.display()));
+            say(&format!("model:    {}", model.display()));
+            say(&format!(
+                "fetch: done in {}",
+                fmt_secs(t.elapsed().as_secs_f64())
+            ));
+            Ok(0)
+        }
+        Cmd::BuildStock { force } => {
+            stock::ensure(paths, force)?;
+            Ok(0)
+        }
+        Cmd::BuildOurs => {
+            ours::build(paths)?;
+            Ok(0)
+        }
+        Cmd::Exec(a) => exec(paths, a),
+        Cmd::Ab(a) => {
+            let r = job::run(
+                paths,
+                &job::AbOptions {
+                    a: a.a,
+                    b: a.b,
+                    backend: a.backend,
+                    llama_build: a.llama_build,
+                    full: a.full,
+                    only: a.only,
+                },
+            )?;
+            if !r.comparison.proofs_ok {
+                say("FAILED: a run did not map the intended libggml-base (see PROOF FAILED above)");
+                return Ok(1);
+            }
+            if !r.comparison.all_equal {
+                say("the arms differ (see the table)");
+                return Ok(3);
+            }
+            Ok(0)
+        }
+        Cmd::Test => testrun::run(paths),
+        Cmd::RunpathTrap(b) => trap::run(paths, b.llama_build),
+        Cmd::SwapCheck(b) => selftest::swap_check(paths, b.llama_build),
+        Cmd::External(args) => external(paths, args),
+    }
+}
+
+fn main() -> ExitCode {
+    proc::install_interrupt_handler();
+    let cli = Cli::parse();
+    let cmd = cli.cmd.unwrap_or(Cmd::Ab(AbArgs::default()));
+    let result = Paths::discover().and_then(|p| dispatch(&p, cmd));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            say(&format!("error: {e:#}"));
+            ExitCode::from(1)
+        }
+    }
+}

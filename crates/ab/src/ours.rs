@@ -1,0 +1,177 @@
+//! `ab build-ours`: builds the project's libraries with cargo and installs them where the
+//! default `ours` arm looks:
+//! - `target/ours/lib/libggml-base.so.0` (copy of `target/release/libggml_base.so`), with the
+//!   links `libggml-base.so` and `libggml-base.so.0.25.3`;
+//! - `target/ours/lib/libggml-hrx.so` when the workspace has the crate `hrx`.
+
+use crate::paths::Paths;
+use crate::proc::{self, RunOpts};
+use crate::{fmt_secs, say};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The version suffix of the stock library file name (`libggml-base.so.0.25.3`).
+pub const GGML_VERSION: &str = "0.25.3";
+
+/// What `build-ours` installed.
+pub struct Installed {
+    /// `target/ours/lib/libggml-base.so.0`.
+    pub base: PathBuf,
+}
+
+/// The workspace's package names, from `cargo metadata --no-deps`.
+fn workspace_packages(paths: &Paths) -> Result<Vec<String>> {
+    Ok(metadata(paths)?.into_iter().map(|(name, _)| name).collect())
+}
+
+/// The workspace's binaries as (package, binary name), from `cargo metadata --no-deps`.
+pub fn workspace_binaries(paths: &Paths) -> Result<Vec<(String, String)>> {
+    Ok(metadata(paths)?
+        .into_iter()
+        .flat_map(|(p, bins)| bins.into_iter().map(move |b| (p.clone(), b)))
+        .collect())
+}
+
+/// (package name, its binary target names) for each workspace member.
+fn metadata(paths: &Paths) -> Result<Vec<(String, Vec<String>)>> {
+    let out = Command::new("cargo")
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(&paths.root)
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let mut res = Vec::new();
+    for p in v["packages"].as_array().into_iter().flatten() {
+        let Some(name) = p["name"].as_str() else {
+            continue;
+        };
+        let bins = p["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| {
+                t["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|x| x == "bin"))
+            })
+            .filter_map(|t| t["name"].as_str().map(String::from))
+            .collect();
+        res.push((name.to_string(), bins));
+    }
+    Ok(res)
+}
+
+/// Builds and installs our libraries. Fails with the compiler's last lines when the build
+/// fails (the root crate may be work in progress: then name files with `--a`/`--b`).
+pub fn build(paths: &Paths) -> Result<Installed> {
+    let packages = workspace_packages(paths)?;
+    let has_hrx = packages.iter().any(|p| p == "hrx");
+    let mut cmd = Command::new("cargo");
+    cmd.args(["build", "--release", "-p", "ggml-base"])
+        .current_dir(&paths.root);
+    if has_hrx {
+        cmd.args(["-p", "hrx"]);
+    }
+    say(&format!(
+        "build-ours: cargo build --release -p ggml-base{}",
+        if has_hrx {
+            " -p hrx"
+        } else {
+            " (no crate hrx yet)"
+        }
+    ));
+    let f = proc::run(
+        &mut cmd,
+        &RunOpts {
+            label: "build-ours cargo",
+            timeout: Duration::from_secs(3600),
+            echo: false,
+            progress_every: 20,
+        },
+        &mut proc::Quiet,
+    )?;
+    if !f.success() {
+        bail!(
+            "our libggml-base does not build yet ({}); cargo said:\n{}\n\
+             name the files to compare instead: ./ab ab --a FILE --b FILE",
+            f.ended(),
+            crate::stock::tail(&f.stderr, 30)
+        );
+    }
+    let release = paths.target.join("release");
+    let lib = paths.ours_lib();
+    std::fs::create_dir_all(&lib).with_context(|| format!("creating {}", lib.display()))?;
+    let base_src = release.join("libggml_base.so");
+    if !base_src.is_file() {
+        bail!("cargo succeeded but {} is missing", base_src.display());
+    }
+    let base = lib.join("libggml-base.so.0");
+    install(&base_src, &base)?;
+    for link in [
+        "libggml-base.so".to_string(),
+        format!("libggml-base.so.{GGML_VERSION}"),
+    ] {
+        let l = lib.join(link);
+        let _ = std::fs::remove_file(&l);
+        std::os::unix::fs::symlink("libggml-base.so.0", &l)
+            .with_context(|| format!("linking {}", l.display()))?;
+    }
+    check_soname(&base);
+    let hrx = if has_hrx {
+        let src = release.join("libggml_hrx.so");
+        if !src.is_file() {
+            bail!("cargo built hrx but {} is missing", src.display());
+        }
+        let dst = lib.join("libggml-hrx.so");
+        install(&src, &dst)?;
+        Some(dst)
+    } else {
+        None
+    };
+    say(&format!(
+        "build-ours: installed {} (sha256 {}){} in {}",
+        base.display(),
+        pins::sha256_file(&base)?,
+        hrx.as_ref()
+            .map(|h| format!(" and {}", h.display()))
+            .unwrap_or_default(),
+        fmt_secs(f.seconds)
+    ));
+    Ok(Installed { base })
+}
+
+fn install(src: &Path, dst: &Path) -> Result<()> {
+    let tmp = dst.with_extension("part");
+    std::fs::copy(src, &tmp).with_context(|| format!("copying {}", src.display()))?;
+    std::fs::rename(&tmp, dst).with_context(|| format!("installing {}", dst.display()))?;
+    Ok(())
+}
+
+/// Warns when the library's SONAME is not `libggml-base.so.0` (stock programs would still
+/// load it through the arm's file name, but a mismatch usually means a build mistake).
+fn check_soname(lib: &Path) {
+    let Ok(out) = Command::new("readelf").arg("-d").arg(lib).output() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !text.contains("[libggml-base.so.0]") {
+        say(&format!(
+            "build-ours: warning: {} has no SONAME libggml-base.so.0",
+            lib.display()
+        ));
+    }
+}

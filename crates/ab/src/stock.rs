@@ -1,0 +1,372 @@
+//! `ab build-stock`: the stock llama.cpp build ("the existing build") in `target/llama-stock`,
+//! configured with CMake + Ninja from the pinned source, unchanged. Built once per pin and
+//! flag set: a stamp file records both after a successful build; an existing build whose
+//! `CMakeCache.txt` holds the same flags is reused (and completed by ninja); nothing is wiped
+//! without `--force`.
+
+use crate::paths::Paths;
+use crate::proc::{self, RunOpts, Stream, Watcher};
+use crate::{fmt_secs, say};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The CMake cache entries of the stock build, exactly as passed to `cmake -D`.
+pub const FLAGS: &[(&str, &str)] = &[
+    ("CMAKE_BUILD_TYPE", "Release"),
+    ("BUILD_SHARED_LIBS", "ON"),
+    ("LLAMA_BUILD_TESTS", "ON"),
+    ("LLAMA_BUILD_EXAMPLES", "ON"),
+    ("LLAMA_BUILD_TOOLS", "ON"),
+    ("LLAMA_BUILD_SERVER", "ON"),
+    ("LLAMA_USE_PREBUILT_UI", "OFF"),
+    ("LLAMA_OPENSSL", "OFF"),
+    ("GGML_RPC", "ON"),
+    ("CMAKE_EXPORT_COMPILE_COMMANDS", "ON"),
+];
+
+/// Name of the stamp file inside the build folder.
+pub const STAMP: &str = ".ab-stamp.json";
+
+/// What a finished stock build was made from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Stamp {
+    /// sha256 of the upstream sdist.
+    pub upstream_sha256: String,
+    /// The `-D` flags, `NAME=VALUE`, in [`FLAGS`] order.
+    pub flags: Vec<String>,
+    /// The configured source folder.
+    pub source: String,
+}
+
+fn wanted_stamp(upstream_sha256: &str, source: &Path) -> Stamp {
+    Stamp {
+        upstream_sha256: upstream_sha256.to_string(),
+        flags: FLAGS.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        source: source.display().to_string(),
+    }
+}
+
+/// CMake's truth values, so `ON`, `TRUE` and `1` compare equal.
+fn normalize(v: &str) -> String {
+    match v.to_ascii_uppercase().as_str() {
+        "ON" | "TRUE" | "YES" | "Y" | "1" => "ON".into(),
+        "OFF" | "FALSE" | "NO" | "N" | "0" | "" => "OFF".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Compares a `CMakeCache.txt` with [`FLAGS`], the Ninja generator and the source folder.
+/// Returns the differences, one `NAME: have X, want Y` line each (empty: it matches).
+pub fn cache_differences(cache_text: &str, source: &Path) -> Vec<String> {
+    let mut have = std::collections::HashMap::new();
+    for line in cache_text.lines() {
+        if line.starts_with('#') || line.starts_with("//") {
+            continue;
+        }
+        if let Some((key_type, value)) = line.split_once('=') {
+            let key = key_type.split(':').next().unwrap_or(key_type);
+            have.insert(key.to_string(), value.to_string());
+        }
+    }
+    let mut diffs = Vec::new();
+    let mut want = |key: &str, value: &str, is_bool: bool| {
+        let got = have.get(key).map(String::as_str);
+        let same = match got {
+            Some(g) if is_bool => normalize(g) == normalize(value),
+            Some(g) => g == value,
+            None => false,
+        };
+        if !same {
+            diffs.push(format!(
+                "{key}: have {}, want {value}",
+                got.unwrap_or("(unset)")
+            ));
+        }
+    };
+    for (k, v) in FLAGS {
+        want(k, v, *k != "CMAKE_BUILD_TYPE");
+    }
+    want("CMAKE_GENERATOR", "Ninja", false);
+    want("CMAKE_HOME_DIRECTORY", &source.display().to_string(), false);
+    diffs
+}
+
+/// Counts ninja's `[n/N]` lines and remembers the last one.
+#[derive(Default)]
+struct NinjaWatch {
+    done: u64,
+    total: u64,
+    last: String,
+    tail: std::collections::VecDeque<String>,
+}
+
+/// Parses ninja's `[n/N] what` progress prefix.
+pub fn ninja_progress(line: &str) -> Option<(u64, u64)> {
+    let rest = line.strip_prefix('[')?;
+    let (nums, _) = rest.split_once(']')?;
+    let (n, total) = nums.split_once('/')?;
+    Some((n.trim().parse().ok()?, total.trim().parse().ok()?))
+}
+
+impl Watcher for NinjaWatch {
+    fn line(&mut self, _s: Stream, line: &str) {
+        if let Some((n, t)) = ninja_progress(line) {
+            self.done = n;
+            self.total = t;
+            self.last = line.split_once("] ").map(|x| x.1).unwrap_or("").to_string();
+        }
+        self.tail.push_back(line.to_string());
+        if self.tail.len() > 60 {
+            self.tail.pop_front();
+        }
+    }
+    fn status(&self) -> Option<String> {
+        if self.total == 0 {
+            return Some("starting".into());
+        }
+        let short: String = self.last.chars().take(90).collect();
+        Some(format!(
+            "[{}/{}] {:.0}% {}",
+            self.done,
+            self.total,
+            100.0 * self.done as f64 / self.total as f64,
+            short
+        ))
+    }
+}
+
+/// Pids of other `ninja` processes working on `dir` (their cwd or `-C` argument is it).
+fn other_ninjas(dir: &Path) -> Vec<u32> {
+    let me = std::process::id();
+    let dir_s = dir.display().to_string();
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let is_ninja = args
+            .first()
+            .map(|a| a.rsplit('/').next() == Some("ninja"))
+            .unwrap_or(false);
+        if !is_ninja {
+            continue;
+        }
+        let cwd = std::fs::read_link(e.path().join("cwd")).unwrap_or_default();
+        let mut targets = vec![cwd.clone()];
+        if let Some(i) = args.iter().position(|a| a == "-C") {
+            if let Some(d) = args.get(i + 1) {
+                targets.push(cwd.join(d));
+            }
+        }
+        if targets.iter().any(|t| {
+            t.canonicalize()
+                .map(|c| c.display().to_string() == dir_s)
+                .unwrap_or(false)
+        }) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Waits (with progress lines) while another ninja builds `dir`: two ninjas on one tree
+/// would corrupt each other's state.
+fn wait_for_other_ninja(dir: &Path) {
+    let started = Instant::now();
+    let mut last = Instant::now() - Duration::from_secs(60);
+    loop {
+        let pids = other_ninjas(dir);
+        if pids.is_empty() {
+            return;
+        }
+        if last.elapsed() >= Duration::from_secs(30) {
+            last = Instant::now();
+            say(&format!(
+                "build-stock: another ninja (pid {:?}) is building {}; waiting ({})",
+                pids,
+                dir.display(),
+                fmt_secs(started.elapsed().as_secs_f64())
+            ));
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
+}
+
+/// Ensures the stock build exists and is complete; returns the build folder.
+pub fn ensure(paths: &Paths, force: bool) -> Result<std::path::PathBuf> {
+    let pins = pins::Pins::load(&paths.root)?;
+    let source = pins.ensure_upstream(&paths.target)?;
+    let dir = paths.stock_build();
+    let want = wanted_stamp(&pins.upstream.sha256, &source);
+    let stamp_path = dir.join(STAMP);
+    let cache_path = dir.join("CMakeCache.txt");
+    wait_for_other_ninja(&dir);
+
+    let stamp: Option<Stamp> = std::fs::read_to_string(&stamp_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let mut configure = true;
+    if force {
+        if dir.exists() {
+            say(&format!("build-stock: --force: removing {}", dir.display()));
+            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+    } else if let Some(s) = &stamp {
+        if *s != want {
+            bail!(
+                "{} was built from another pin or flag set (stamp {}: {:?}; wanted {:?}); run `./ab build-stock --force` to rebuild it",
+                dir.display(),
+                stamp_path.display(),
+                s,
+                want
+            );
+        }
+        configure = false;
+    } else if cache_path.is_file() {
+        let text = std::fs::read_to_string(&cache_path)
+            .with_context(|| format!("reading {}", cache_path.display()))?;
+        let diffs = cache_differences(&text, &source);
+        if !diffs.is_empty() {
+            bail!(
+                "{} holds a build configured differently:\n  {}\nrun `./ab build-stock --force` to wipe and rebuild it",
+                dir.display(),
+                diffs.join("\n  ")
+            );
+        }
+        say("build-stock: reusing the existing build (its CMakeCache.txt matches the flags)");
+        configure = false;
+    }
+
+    let started = Instant::now();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if configure {
+        say(&format!(
+            "build-stock: step 1/2 configure (cmake -G Ninja) in {}",
+            dir.display()
+        ));
+        let mut cmd = Command::new("cmake");
+        cmd.arg("-S")
+            .arg(&source)
+            .arg("-B")
+            .arg(&dir)
+            .args(["-G", "Ninja"]);
+        for (k, v) in FLAGS {
+            cmd.arg(format!("-D{k}={v}"));
+        }
+        let f = proc::run(
+            &mut cmd,
+            &RunOpts {
+                label: "build-stock configure",
+                timeout: Duration::from_secs(1800),
+                echo: false,
+                progress_every: 15,
+            },
+            &mut proc::Quiet,
+        )?;
+        std::fs::write(
+            paths.ab_dir().join("build-stock-configure.log"),
+            [&f.stdout[..], &f.stderr[..]].concat(),
+        )
+        .ok();
+        if !f.success() {
+            bail!(
+                "cmake configure failed ({}):\n{}",
+                f.ended(),
+                tail(&f.stderr, 40)
+            );
+        }
+        say(&format!(
+            "build-stock: configured in {}",
+            fmt_secs(f.seconds)
+        ));
+    }
+    say("build-stock: step 2/2 build (ninja); progress every 15 s");
+    let mut watch = NinjaWatch::default();
+    let mut cmd = Command::new("ninja");
+    cmd.arg("-C").arg(&dir);
+    let f = proc::run(
+        &mut cmd,
+        &RunOpts {
+            label: "build-stock ninja",
+            timeout: Duration::from_secs(4 * 3600),
+            echo: false,
+            progress_every: 15,
+        },
+        &mut watch,
+    )?;
+    std::fs::write(
+        paths.ab_dir().join("build-stock-ninja.log"),
+        [&f.stdout[..], &f.stderr[..]].concat(),
+    )
+    .ok();
+    if !f.success() {
+        bail!(
+            "ninja failed ({}) after {}; last lines:\n{}",
+            f.ended(),
+            fmt_secs(f.seconds),
+            watch.tail.iter().cloned().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let stamp_text = serde_json::to_string_pretty(&want)?;
+    std::fs::write(&stamp_path, stamp_text)
+        .with_context(|| format!("writing {}", stamp_path.display()))?;
+    say(&format!(
+        "build-stock: done in {} ({} ninja steps run); stamp {}",
+        fmt_secs(started.elapsed().as_secs_f64()),
+        watch.done,
+        stamp_path.display()
+    ));
+    Ok(dir)
+}
+
+/// The last `n` lines of a byte buffer, as text.
+pub fn tail(bytes: &[u8], n: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_matching() {
+        let src = Path::new("/src/llama.cpp");
+        let mut text = String::from("# comment\n//doc\nCMAKE_GENERATOR:INTERNAL=Ninja\nCMAKE_HOME_DIRECTORY:INTERNAL=/src/llama.cpp\n");
+        for (k, v) in FLAGS {
+            let v = if *v == "ON" { "TRUE" } else { v };
+            text.push_str(&format!("{k}:BOOL={v}\n"));
+        }
+        assert_eq!(cache_differences(&text, src), Vec::<String>::new());
+        let text2 = text.replace("GGML_RPC:BOOL=TRUE", "GGML_RPC:BOOL=OFF");
+        let d = cache_differences(&text2, src);
+        assert_eq!(d, vec!["GGML_RPC: have OFF, want ON".to_string()]);
+        assert_eq!(cache_differences(&text, Path::new("/elsewhere")).len(), 1);
+    }
+
+    #[test]
+    fn ninja_lines() {
+        assert_eq!(
+            ninja_progress("[12/345] Building CXX object x.o"),
+            Some((12, 345))
+        );
+        assert_eq!(ninja_progress("ninja: no work to do."), None);
+    }
+}

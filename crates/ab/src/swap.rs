@@ -1,0 +1,195 @@
+//! The swap: run a program of a llama.cpp build with a chosen `libggml-base` file.
+//!
+//! Design: each arm gets a folder `target/ab/arms/<arm>/lib/` holding a *copy* (not a link,
+//! so the path the process maps names the arm) of the chosen file under the name
+//! `libggml-base.so.0`, the SONAME every ggml library asks for. That folder goes first on
+//! `LD_LIBRARY_PATH`, which the dynamic loader searches before a binary's `DT_RUNPATH` (the
+//! stock build uses `DT_RUNPATH`; a `DT_RPATH` would beat it, which the proof catches).
+//! `GGML_BACKEND_PATH` names an extra backend library when one is given.
+//!
+//! Every process of a run also gets the probe (`LD_PRELOAD=libab_probe.so`) and
+//! `GGML_AB_PROBE_OUT=<run>.probe.jsonl`; the proof (see [`crate::proof`]) is read from there.
+
+use crate::proc::{self, Finished, RunOpts, Watcher};
+use crate::proof::{self, Proof};
+use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// One side of a comparison: the `libggml-base` file it runs with.
+#[derive(Debug, Clone)]
+pub struct Arm {
+    /// The arm's name (`stock`, `ours`, `a`, `b`, ...), also its folder name.
+    pub name: String,
+    /// The file as the user named it.
+    pub source: PathBuf,
+    /// `source` with every link resolved.
+    pub resolved: PathBuf,
+    /// sha256 of the file.
+    pub sha256: String,
+    /// `target/ab/arms/<name>/lib`: first on `LD_LIBRARY_PATH`.
+    pub lib_dir: PathBuf,
+    /// `<lib_dir>/libggml-base.so.0`, the copy processes should map.
+    pub lib_copy: PathBuf,
+    /// Optional backend library for `GGML_BACKEND_PATH`, with its sha256.
+    pub backend: Option<(PathBuf, String)>,
+}
+
+impl Arm {
+    /// Prepares the arm's folder under `ab_dir/arms/<name>/lib` with a verified copy of
+    /// `file`. Fails when `file` is missing or the copy does not hash like the original.
+    pub fn prepare(ab_dir: &Path, name: &str, file: &Path, backend: Option<&Path>) -> Result<Arm> {
+        if !file.is_file() {
+            bail!("arm {name}: {} is not a file", file.display());
+        }
+        let resolved = file
+            .canonicalize()
+            .with_context(|| format!("resolving {}", file.display()))?;
+        let sha256 = pins::sha256_file(&resolved)?;
+        let lib_dir = ab_dir.join("arms").join(name).join("lib");
+        std::fs::create_dir_all(&lib_dir)
+            .with_context(|| format!("creating {}", lib_dir.display()))?;
+        let lib_copy = lib_dir.join("libggml-base.so.0");
+        let fresh = lib_copy.is_file()
+            && pins::sha256_file(&lib_copy)
+                .map(|s| s == sha256)
+                .unwrap_or(false);
+        if !fresh {
+            let tmp = lib_dir.join(".libggml-base.so.0.part");
+            std::fs::copy(&resolved, &tmp)
+                .with_context(|| format!("copying {} to {}", resolved.display(), tmp.display()))?;
+            std::fs::rename(&tmp, &lib_copy)
+                .with_context(|| format!("installing {}", lib_copy.display()))?;
+            let copied = pins::sha256_file(&lib_copy)?;
+            if copied != sha256 {
+                bail!(
+                    "arm {name}: copy {} hashes {copied}, original {} hashes {sha256}",
+                    lib_copy.display(),
+                    resolved.display()
+                );
+            }
+        }
+        let backend = match backend {
+            Some(b) => {
+                let b = b
+                    .canonicalize()
+                    .with_context(|| format!("backend {} not found", b.display()))?;
+                let sha = pins::sha256_file(&b)?;
+                Some((b, sha))
+            }
+            None => None,
+        };
+        Ok(Arm {
+            name: name.to_string(),
+            source: file.to_path_buf(),
+            resolved,
+            sha256,
+            lib_dir,
+            lib_copy,
+            backend,
+        })
+    }
+}
+
+/// What to run in an arm.
+pub struct Job<'a> {
+    /// Short name of the run (used for file names and the report).
+    pub name: &'a str,
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub timeout: Duration,
+    /// Show the child's output live.
+    pub echo: bool,
+    /// Whether at least one process must map libggml-base (true for ggml programs).
+    pub expect_base: bool,
+}
+
+/// A run's end and its proof.
+pub struct Outcome {
+    pub finished: Finished,
+    pub proof: Proof,
+    /// The run's combined log (`stdout` then `stderr`).
+    pub log: PathBuf,
+    /// The probe's raw records.
+    pub probe_file: PathBuf,
+}
+
+/// Runs `job` in `arm` with the probe preloaded and checks the proof.
+pub fn run(
+    ab_dir: &Path,
+    probe_so: &Path,
+    arm: &Arm,
+    job: &Job,
+    watcher: &mut dyn Watcher,
+) -> Result<Outcome> {
+    if !probe_so.is_file() {
+        bail!(
+            "the probe {} is missing; build it with `cargo build --release -p ab-probe`",
+            probe_so.display()
+        );
+    }
+    let runs = ab_dir.join("runs").join(&arm.name);
+    std::fs::create_dir_all(&runs).with_context(|| format!("creating {}", runs.display()))?;
+    let stem: String = job
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let probe_file = runs.join(format!("{stem}.probe.jsonl"));
+    let log = runs.join(format!("{stem}.log"));
+    let _ = std::fs::remove_file(&probe_file);
+    let mut cmd = Command::new(&job.program);
+    cmd.args(&job.args);
+    cmd.env("LD_LIBRARY_PATH", prepend(&arm.lib_dir, "LD_LIBRARY_PATH"));
+    cmd.env("LD_PRELOAD", prepend(probe_so, "LD_PRELOAD"));
+    cmd.env(ab_probe_env(), &probe_file);
+    if let Some((b, _)) = &arm.backend {
+        cmd.env("GGML_BACKEND_PATH", b);
+    }
+    let label = format!("[{}] {}", arm.name, job.name);
+    let finished = proc::run(
+        &mut cmd,
+        &RunOpts {
+            label: &label,
+            timeout: job.timeout,
+            echo: job.echo,
+            progress_every: 15,
+        },
+        watcher,
+    )?;
+    let mut text = finished.stdout.clone();
+    text.extend_from_slice(b"\n--- stderr ---\n");
+    text.extend_from_slice(&finished.stderr);
+    std::fs::write(&log, text).with_context(|| format!("writing {}", log.display()))?;
+    let records = proof::read_records(&probe_file)?;
+    let proof = proof::check(&records, arm, job.expect_base);
+    Ok(Outcome {
+        finished,
+        proof,
+        log,
+        probe_file,
+    })
+}
+
+/// The probe's output variable (kept in one place; the probe crate defines the same name).
+pub fn ab_probe_env() -> &'static str {
+    "GGML_AB_PROBE_OUT"
+}
+
+/// `dir` followed by the current value of `var` (colon-separated), if any.
+fn prepend(dir: &Path, var: &str) -> OsString {
+    let mut v = OsString::from(dir);
+    if let Some(old) = std::env::var_os(var).filter(|o| !o.is_empty()) {
+        v.push(":");
+        v.push(old);
+    }
+    v
+}

@@ -1,0 +1,159 @@
+//! `ab test`: runs the steps of [`crate::test_steps::STEPS`] in order, each printed with its
+//! name, result and time, then a table and the final line `N passed, M failed`.
+
+use crate::paths::Paths;
+use crate::proc::{self, RunOpts, Stream, Watcher};
+use crate::test_steps::{Run, STEPS};
+use crate::{fmt_secs, say};
+use anyhow::{Context, Result};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Sums `test result: ok. N passed; M failed; ...` lines of cargo test.
+#[derive(Default)]
+struct CargoCounts {
+    passed: u64,
+    failed: u64,
+    suites: u64,
+}
+
+/// Parses one `test result:` line into (passed, failed).
+pub fn cargo_result(line: &str) -> Option<(u64, u64)> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let mut passed = None;
+    let mut failed = None;
+    for part in rest.split(';') {
+        let words: Vec<&str> = part.split_whitespace().collect();
+        let n = |w: &[&str]| w.iter().rev().nth(1).and_then(|x| x.parse::<u64>().ok());
+        match words.last() {
+            Some(&"passed") => passed = n(&words),
+            Some(&"failed") => failed = n(&words),
+            _ => {}
+        }
+    }
+    Some((passed?, failed?))
+}
+
+impl Watcher for CargoCounts {
+    fn line(&mut self, _s: Stream, line: &str) {
+        if let Some((p, f)) = cargo_result(line) {
+            self.passed += p;
+            self.failed += f;
+            self.suites += 1;
+        }
+    }
+}
+
+struct Outcome {
+    name: &'static str,
+    ok: bool,
+    detail: String,
+    seconds: f64,
+}
+
+/// Runs the test suite; returns the exit code (0 when every step passed).
+pub fn run(paths: &Paths) -> Result<u8> {
+    let me = std::env::current_exe().context("finding the ab binary")?;
+    let started = Instant::now();
+    let mut results = Vec::new();
+    for (i, step) in STEPS.iter().enumerate() {
+        say(&format!(
+            "==> step {}/{}: {} ({} elapsed)",
+            i + 1,
+            STEPS.len(),
+            step.name,
+            fmt_secs(started.elapsed().as_secs_f64())
+        ));
+        let mut counts = CargoCounts::default();
+        let mut cmd = match step.run {
+            Run::Ab(args) => {
+                let mut c = Command::new(&me);
+                c.args(args);
+                c
+            }
+            Run::CargoTest => {
+                let mut c = Command::new("cargo");
+                c.args(["test", "--workspace", "--release"]);
+                c
+            }
+        };
+        cmd.current_dir(&paths.root);
+        let f = proc::run(
+            &mut cmd,
+            &RunOpts {
+                label: step.name,
+                timeout: Duration::from_secs(3 * 3600),
+                echo: true,
+                progress_every: 60,
+            },
+            &mut counts,
+        );
+        let (ok, detail, seconds) = match f {
+            Err(e) => (false, format!("could not start: {e:#}"), 0.0),
+            Ok(f) => {
+                let stderr = String::from_utf8_lossy(&f.stderr);
+                let mut detail = f.ended();
+                if matches!(step.run, Run::CargoTest) {
+                    detail = format!(
+                        "{}; {} tests passed, {} failed in {} test binaries",
+                        detail, counts.passed, counts.failed, counts.suites
+                    );
+                }
+                if stderr.contains("unknown subcommand") {
+                    detail.push_str("; subcommand not implemented yet");
+                }
+                (f.success(), detail, f.seconds)
+            }
+        };
+        say(&format!(
+            "<== {}: {} ({}; {})",
+            step.name,
+            if ok { "PASS" } else { "FAIL" },
+            detail,
+            fmt_secs(seconds)
+        ));
+        results.push(Outcome {
+            name: step.name,
+            ok,
+            detail,
+            seconds,
+        });
+    }
+    let width = results.iter().map(|r| r.name.len()).max().unwrap_or(4);
+    println!();
+    println!("{:<width$}  result  time        detail", "step");
+    for r in &results {
+        println!(
+            "{:<width$}  {:<6}  {:<10}  {}",
+            r.name,
+            if r.ok { "PASS" } else { "FAIL" },
+            fmt_secs(r.seconds),
+            r.detail
+        );
+    }
+    let passed = results.iter().filter(|r| r.ok).count();
+    let failed = results.len() - passed;
+    println!("total time {}", fmt_secs(started.elapsed().as_secs_f64()));
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cargo_result_lines() {
+        assert_eq!(
+            cargo_result("test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s"),
+            Some((12, 0))
+        );
+        assert_eq!(
+            cargo_result(
+                "test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out"
+            ),
+            Some((3, 2))
+        );
+        assert_eq!(cargo_result("running 3 tests"), None);
+    }
+}

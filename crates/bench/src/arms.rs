@@ -1,0 +1,134 @@
+//! The two arms of a comparison: each is one `libggml-base.so.0` file, copied into a
+//! directory of its own that goes first on `LD_LIBRARY_PATH` when a process runs that arm.
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// One arm: where its library came from and where the copy that processes load lives.
+#[derive(Debug, Clone, Serialize)]
+pub struct Arm {
+    /// `"A"` (the baseline, normally stock) or `"B"` (the candidate, normally ours).
+    pub key: &'static str,
+    /// Human label: `stock`, `ours`, or `stock (as B)` when ours was not found.
+    pub label: String,
+    /// The file the user named (or the default), before copying.
+    pub source: PathBuf,
+    /// Directory holding the copy named `libggml-base.so.0`; put first on `LD_LIBRARY_PATH`.
+    pub dir: PathBuf,
+    /// `<dir>/libggml-base.so.0`: the exact file a correct run maps.
+    pub file: PathBuf,
+    /// sha256 of `file`.
+    pub sha256: String,
+}
+
+impl Arm {
+    /// Copies `source` to `<root>/<key>/libggml-base.so.0` (replacing an older copy) and
+    /// hashes it. Errors when `source` does not exist or cannot be copied.
+    pub fn prepare(key: &'static str, label: String, source: &Path, root: &Path) -> Result<Arm> {
+        if !source.is_file() {
+            bail!("{} library {} does not exist", key, source.display());
+        }
+        let dir = root.join(key.to_lowercase());
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let file = dir.join("libggml-base.so.0");
+        if file.exists() {
+            fs::remove_file(&file).with_context(|| format!("removing {}", file.display()))?;
+        }
+        fs::copy(source, &file)
+            .with_context(|| format!("copying {} to {}", source.display(), file.display()))?;
+        let file = file.canonicalize()?;
+        let dir = dir.canonicalize()?;
+        let sha256 = pins::sha256_file(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Arm {
+            key,
+            label,
+            source: source.to_path_buf(),
+            dir,
+            file,
+            sha256,
+        })
+    }
+
+    /// `LD_LIBRARY_PATH` value for a process of this arm: the arm's directory first, then
+    /// `rest` (the stock build's library directory, for everything but libggml-base).
+    pub fn ld_library_path(&self, rest: &Path) -> String {
+        format!("{}:{}", self.dir.display(), rest.display())
+    }
+
+    /// Checks that `mapped` (a path a process reported it loaded) is this arm's file.
+    pub fn check_mapped(&self, mapped: &str, what: &str) -> Result<()> {
+        let mapped_path = Path::new(mapped);
+        let same = mapped_path
+            .canonicalize()
+            .map(|p| p == self.file)
+            .unwrap_or(false);
+        if !same {
+            bail!(
+                "{what} for arm {} mapped {mapped}, expected {}",
+                self.key,
+                self.file.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The machine the figures come from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// `lscpu` "Model name".
+    pub cpu: String,
+    /// Online CPUs (`nproc`).
+    pub cores: usize,
+    /// `uname -sr`.
+    pub kernel: String,
+    /// Total memory, GiB.
+    pub mem_gib: f64,
+}
+
+impl Machine {
+    /// Reads the CPU model from `/proc/cpuinfo`, the core count from the OS, the kernel from
+    /// `/proc/sys/kernel`, memory from `/proc/meminfo`. Missing items read as "?" / 0.
+    pub fn probe() -> Machine {
+        let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_else(|| "?".into());
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0);
+        let read = |p: &str| fs::read_to_string(p).unwrap_or_default().trim().to_string();
+        let kernel = format!(
+            "{} {}",
+            read("/proc/sys/kernel/ostype"),
+            read("/proc/sys/kernel/osrelease")
+        );
+        let mem_gib = fs::read_to_string("/proc/meminfo")
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map(|kb| kb / 1024.0 / 1024.0)
+            .unwrap_or(0.0);
+        Machine {
+            cpu,
+            cores,
+            kernel,
+            mem_gib,
+        }
+    }
+}
+
+/// The 1-minute load average, a noise indicator on a shared machine.
+pub fn loadavg() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}

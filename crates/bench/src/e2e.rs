@@ -1,0 +1,159 @@
+//! End to end: the stock `llama-bench` with one arm's `libggml-base.so.0` swapped in.
+
+use crate::arms::Arm;
+use crate::sched::tail;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// How to run llama-bench: model, repetitions per process, and an optional extra device.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// `target/llama-stock/bin/llama-bench`.
+    pub llama_bench: PathBuf,
+    /// The stock build's library directory (second on `LD_LIBRARY_PATH`).
+    pub stock_lib_dir: PathBuf,
+    /// The GGUF model.
+    pub model: PathBuf,
+    /// Threads (`-t`).
+    pub threads: u32,
+    /// Repetitions inside one process (`-r`).
+    pub reps: u32,
+}
+
+/// A device to run on: the CPU (no extra flags) or HRX (`GGML_BACKEND_PATH` + `-dev HRX0`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Device {
+    /// `CPU` or `HRX0`.
+    pub name: String,
+    /// The backend library to load through `GGML_BACKEND_PATH`, if any.
+    pub backend_path: Option<PathBuf>,
+}
+
+/// One llama-bench test result: `pp512` or `tg128`, with each repetition's tokens/s.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestResult {
+    pub test: String,
+    pub samples_ts: Vec<f64>,
+}
+
+#[derive(Deserialize)]
+struct BenchJson {
+    n_prompt: u32,
+    n_gen: u32,
+    #[serde(default)]
+    samples_ts: Vec<f64>,
+}
+
+/// Runs llama-bench once for `arm` on `dev` (pp512 + tg128) and checks from the dynamic
+/// loader's own log (`LD_DEBUG=libs`, "calling init:" lines) that the arm's file, and the HRX
+/// library when one is used, were the ones mapped.
+pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<Vec<TestResult>> {
+    let mut cmd = Command::new(&setup.llama_bench);
+    cmd.env("LD_LIBRARY_PATH", arm.ld_library_path(&setup.stock_lib_dir))
+        .env("LD_DEBUG", "libs")
+        .arg("-m")
+        .arg(&setup.model)
+        .args(["-p", "512", "-n", "128", "-t", &setup.threads.to_string()])
+        .args(["-r", &setup.reps.to_string(), "-o", "json"]);
+    if let Some(p) = &dev.backend_path {
+        cmd.env("GGML_BACKEND_PATH", p).args(["-dev", &dev.name]);
+    }
+    let output = cmd
+        .output()
+        .with_context(|| format!("starting {}", setup.llama_bench.display()))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        let useful: String = stderr
+            .lines()
+            .filter(|l| !is_ld_debug(l))
+            .collect::<Vec<_>>()
+            .join("\n");
+        bail!(
+            "llama-bench ({}, arm {}) failed ({}): {}",
+            dev.name,
+            arm.key,
+            output.status,
+            tail(&useful, 1500)
+        );
+    }
+    let inits = mapped_libs(&stderr);
+    let base = inits
+        .iter()
+        .find(|p| p.ends_with("/libggml-base.so.0"))
+        .with_context(|| {
+            format!(
+                "llama-bench arm {}: libggml-base.so.0 not in the loader log",
+                arm.key
+            )
+        })?;
+    arm.check_mapped(base, "llama-bench")?;
+    if let Some(p) = &dev.backend_path {
+        let want = p.canonicalize()?;
+        if !inits.iter().any(|m| {
+            Path::new(m)
+                .canonicalize()
+                .map(|c| c == want)
+                .unwrap_or(false)
+        }) {
+            bail!(
+                "llama-bench arm {}: {} was not mapped",
+                arm.key,
+                want.display()
+            );
+        }
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let start = stdout
+        .find('[')
+        .context("llama-bench printed no JSON array")?;
+    let parsed: Vec<BenchJson> =
+        serde_json::from_str(&stdout[start..]).context("parsing llama-bench JSON")?;
+    Ok(parsed
+        .into_iter()
+        .map(|r| TestResult {
+            test: if r.n_gen > 0 {
+                format!("tg{}", r.n_gen)
+            } else {
+                format!("pp{}", r.n_prompt)
+            },
+            samples_ts: r.samples_ts,
+        })
+        .collect())
+}
+
+fn is_ld_debug(line: &str) -> bool {
+    // LD_DEBUG lines look like "     12345:\tcalling init: /path".
+    let t = line.trim_start();
+    let digits = t.chars().take_while(|c| c.is_ascii_digit()).count();
+    digits > 0 && t[digits..].starts_with(':')
+}
+
+/// Paths from the loader's "calling init:" lines: every shared object the process ran.
+fn mapped_libs(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter(|l| is_ld_debug(l))
+        .filter_map(|l| {
+            l.split_once("calling init:")
+                .map(|(_, p)| p.trim().to_string())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loader_log_lines_are_recognized() {
+        let log = "     15784:\tcalling init: /tmp/a/libggml-base.so.0\nmain: loading model\n  12:\tfind library=x\n";
+        assert_eq!(
+            mapped_libs(log),
+            vec!["/tmp/a/libggml-base.so.0".to_string()]
+        );
+        assert!(!is_ld_debug("main: loading model"));
+        assert!(is_ld_debug("  12:\tfind library=x"));
+    }
+}

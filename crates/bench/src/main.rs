@@ -1,0 +1,286 @@
+//! `bench`: ours against stock, in one run.
+//!
+//! ```text
+//! cargo run --release -p bench -- [--a LIB] [--b LIB] [--rounds 20] [--iters 100]
+//!     [--e2e-rounds 8] [--e2e-reps 2] [--hrx LIB | --no-hrx] [--no-e2e] [--no-callgrind]
+//!     [--graphs smollm2,deepseek] [--out DIR]
+//! ```
+//!
+//! Arm A is the baseline (default: the stock `target/llama-stock/bin/libggml-base.so.0`), arm
+//! B the candidate (default: `target/ours/lib/libggml-base.so.0`, else
+//! `target/release/libggml_base.so`, else stock again, labelled so). Every ratio is B/A.
+//!
+//! 1. Scheduler overhead: `cabi-tests/sched-bench` per graph and backend count, one process
+//!    per arm per round, A B A B; per-process medians summarized per arm.
+//! 2. Instruction counts: one callgrind run per arm and configuration, timed section only.
+//! 3. Memory: compute buffer sizes per backend, scheduler heap traffic, both arms.
+//! 4. End to end: `llama-bench -p 512 -n 128 -t 2` on SmolLM2, arms alternating, on the CPU
+//!    and on HRX0 when the HRX library exists and loads.
+//!
+//! The table is printed and written to `<out>/report.md` and `<out>/report.json`
+//! (`<out>` defaults to `target/bench`).
+
+mod arms;
+mod e2e;
+mod report;
+mod sched;
+mod stats;
+
+use anyhow::{bail, Context, Result};
+use arms::{loadavg, Arm, Machine};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Command-line options; see the crate documentation.
+struct Options {
+    a: Option<PathBuf>,
+    b: Option<PathBuf>,
+    rounds: u32,
+    iters: u32,
+    e2e_rounds: u32,
+    e2e_reps: u32,
+    hrx: Option<PathBuf>,
+    no_hrx: bool,
+    no_e2e: bool,
+    no_callgrind: bool,
+    graphs: Vec<String>,
+    out: Option<PathBuf>,
+}
+
+fn parse_args(args: &[String]) -> Result<Options> {
+    let mut o = Options {
+        a: None,
+        b: None,
+        rounds: 20,
+        iters: 100,
+        e2e_rounds: 8,
+        e2e_reps: 2,
+        hrx: None,
+        no_hrx: false,
+        no_e2e: false,
+        no_callgrind: false,
+        graphs: vec!["smollm2".into(), "deepseek".into()],
+        out: None,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--a" => o.a = Some(PathBuf::from(value()?)),
+            "--b" => o.b = Some(PathBuf::from(value()?)),
+            "--rounds" => o.rounds = value()?.parse()?,
+            "--iters" => o.iters = value()?.parse()?,
+            "--e2e-rounds" => o.e2e_rounds = value()?.parse()?,
+            "--e2e-reps" => o.e2e_reps = value()?.parse()?,
+            "--hrx" => o.hrx = Some(PathBuf::from(value()?)),
+            "--no-hrx" => o.no_hrx = true,
+            "--no-e2e" => o.no_e2e = true,
+            "--no-callgrind" => o.no_callgrind = true,
+            "--graphs" => o.graphs = value()?.split(',').map(str::to_string).collect(),
+            "--out" => o.out = Some(PathBuf::from(value()?)),
+            "-h" | "--help" => {
+                println!(
+                    "usage: bench [--a LIB] [--b LIB] [--rounds N] [--iters N] [--e2e-rounds N] \
+                     [--e2e-reps N] [--hrx LIB | --no-hrx] [--no-e2e] [--no-callgrind] \
+                     [--graphs smollm2,deepseek] [--out DIR]"
+                );
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other} (try --help)"),
+        }
+    }
+    if o.rounds == 0 || o.iters == 0 || o.e2e_rounds == 0 || o.e2e_reps == 0 {
+        bail!("--rounds, --iters, --e2e-rounds and --e2e-reps must be at least 1");
+    }
+    Ok(o)
+}
+
+fn workspace_root() -> Result<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize()
+        .with_context(|| format!("workspace root {}", root.display()))
+}
+
+fn utc_now() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn progress(msg: &str) {
+    eprintln!("bench: {msg}");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = real_main(&args) {
+        eprintln!("bench: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main(args: &[String]) -> Result<()> {
+    let opts = parse_args(args)?;
+    let ws = workspace_root()?;
+    let target = ws.join("target");
+    let out = opts.out.clone().unwrap_or_else(|| target.join("bench"));
+    std::fs::create_dir_all(&out)?;
+    let stock_dir = target.join("llama-stock/bin");
+    let stock_lib = stock_dir.join("libggml-base.so.0");
+    if !stock_lib.exists() {
+        bail!(
+            "{} is missing: build the stock llama.cpp first (target/llama-stock, see README)",
+            stock_lib.display()
+        );
+    }
+    let pins = pins::Pins::load(&ws).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let upstream = pins
+        .ensure_upstream(&target)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    // Arms.
+    let a_src = opts.a.clone().unwrap_or_else(|| stock_lib.clone());
+    let a_label = if opts.a.is_some() { "A" } else { "stock" };
+    let (b_src, b_label) = match &opts.b {
+        Some(p) => (p.clone(), "B".to_string()),
+        None => {
+            let ours = [
+                target.join("ours/lib/libggml-base.so.0"),
+                target.join("release/libggml_base.so"),
+            ];
+            match ours.iter().find(|p| p.exists()) {
+                Some(p) => (p.clone(), "ours".to_string()),
+                None => {
+                    progress("no Rust libggml-base found: comparing stock against stock");
+                    (stock_lib.clone(), "stock (as B)".to_string())
+                }
+            }
+        }
+    };
+    let arm_root = out.join("arms");
+    let arm_a = Arm::prepare("A", a_label.to_string(), &a_src, &arm_root)?;
+    let arm_b = Arm::prepare("B", b_label, &b_src, &arm_root)?;
+    progress(&format!(
+        "arm A = {} ({})",
+        arm_a.source.display(),
+        arm_a.label
+    ));
+    progress(&format!(
+        "arm B = {} ({})",
+        arm_b.source.display(),
+        arm_b.label
+    ));
+
+    let machine = Machine::probe();
+    let started = utc_now();
+    let load_start = loadavg();
+    let clock = Instant::now();
+
+    // 1-3: scheduler overhead, instruction counts, memory.
+    let program = sched::build_program(&ws, &upstream, &stock_dir, &out)?;
+    let configs: Vec<sched::Config> = opts
+        .graphs
+        .iter()
+        .flat_map(|g| {
+            [2u32, 3].map(|n| sched::Config {
+                graph: g.clone(),
+                backends: n,
+            })
+        })
+        .collect();
+    let sched_rows = report::run_sched(
+        &program,
+        [&arm_a, &arm_b],
+        &stock_dir,
+        &configs,
+        &opts,
+        &out.join("callgrind"),
+    );
+
+    // 4: end to end.
+    let mut e2e_rows = Vec::new();
+    let mut e2e_errors = Vec::new();
+    if !opts.no_e2e {
+        let model = target.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let model = if model.exists() {
+            model
+        } else {
+            pins.ensure_model(&target)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        };
+        let setup = e2e::Setup {
+            llama_bench: stock_dir.join("llama-bench"),
+            stock_lib_dir: stock_dir.clone(),
+            model,
+            threads: 2,
+            reps: opts.e2e_reps,
+        };
+        let mut devices = vec![e2e::Device {
+            name: "CPU".into(),
+            backend_path: None,
+        }];
+        let hrx = opts
+            .hrx
+            .clone()
+            .unwrap_or_else(|| target.join("release/libggml_hrx.so"));
+        if !opts.no_hrx && hrx.exists() {
+            devices.push(e2e::Device {
+                name: "HRX0".into(),
+                backend_path: Some(hrx.canonicalize()?),
+            });
+        } else if !opts.no_hrx {
+            e2e_errors.push(format!("HRX0: {} not found, not run", hrx.display()));
+        }
+        for dev in &devices {
+            match report::run_e2e(&setup, [&arm_a, &arm_b], dev, opts.e2e_rounds) {
+                Ok(mut rows) => e2e_rows.append(&mut rows),
+                Err(e) => {
+                    progress(&format!("end to end on {}: {e:#}", dev.name));
+                    e2e_errors.push(format!("{}: {e:#}", dev.name));
+                }
+            }
+        }
+    }
+
+    let rep = report::Report {
+        command: format!("cargo run --release -p bench --{}", render_args(args)),
+        started_utc: started,
+        finished_utc: utc_now(),
+        wall_seconds: clock.elapsed().as_secs_f64(),
+        machine,
+        loadavg_start: load_start,
+        loadavg_end: loadavg(),
+        arms: [arm_a, arm_b],
+        rounds: opts.rounds,
+        iters: opts.iters,
+        e2e_rounds: opts.e2e_rounds,
+        e2e_reps: opts.e2e_reps,
+        sched: sched_rows,
+        e2e: e2e_rows,
+        e2e_errors,
+    };
+    let md = rep.markdown();
+    std::fs::write(out.join("report.md"), &md)?;
+    std::fs::write(out.join("report.json"), serde_json::to_string_pretty(&rep)?)?;
+    println!("{md}");
+    progress(&format!(
+        "wrote {} and {}",
+        out.join("report.md").display(),
+        out.join("report.json").display()
+    ));
+    Ok(())
+}
+
+fn render_args(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if a.chars().any(|c| c.is_whitespace()) {
+                format!(" '{a}'")
+            } else {
+                format!(" {a}")
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,557 @@
+//! Drives the rounds and turns the measurements into the report (markdown and JSON).
+
+use crate::arms::{Arm, Machine};
+use crate::e2e;
+use crate::sched::{self, BufferSize, Callgrind, Config, Heap};
+use crate::stats::{paired_ratios, Summary};
+use crate::{progress, Options};
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Goal: scheduler overhead of B at most this fraction of A's.
+pub const GOAL_OVERHEAD: f64 = 0.5;
+/// Goal: end-to-end tokens/s of B at least this multiple of A's.
+pub const GOAL_TOKENS: f64 = 1.0;
+
+/// Both arms' compute buffer size for one backend.
+#[derive(Debug, Clone, Serialize)]
+pub struct BufferRow {
+    pub backend: String,
+    pub a: u64,
+    pub b: u64,
+}
+
+/// Everything measured for one graph configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct SchedRow {
+    pub config: Config,
+    /// Set when a run failed; the other fields then hold what was measured before.
+    pub error: Option<String>,
+    pub nodes: u32,
+    pub leafs: u32,
+    pub splits: [u32; 2],
+    /// Per-process medians of the cycle time, ns, in round order: `[A, B]`.
+    pub cycle_runs: [Vec<f64>; 2],
+    pub cycle: [Option<Summary>; 2],
+    /// Per-round B/A of the cycle medians.
+    pub cycle_paired: Option<Summary>,
+    pub split_runs: [Vec<f64>; 2],
+    pub split: [Option<Summary>; 2],
+    pub buffers: Vec<BufferRow>,
+    pub heap: [Option<Heap>; 2],
+    pub callgrind: [Option<Callgrind>; 2],
+}
+
+impl SchedRow {
+    /// median(B) / median(A) of the cycle time.
+    pub fn ratio(&self) -> Option<f64> {
+        match &self.cycle {
+            [Some(a), Some(b)] if a.median > 0.0 => Some(b.median / a.median),
+            _ => None,
+        }
+    }
+
+    fn split_ratio(&self) -> Option<f64> {
+        match &self.split {
+            [Some(a), Some(b)] if a.median > 0.0 => Some(b.median / a.median),
+            _ => None,
+        }
+    }
+
+    fn ir_ratio(&self) -> Option<f64> {
+        match &self.callgrind {
+            [Some(a), Some(b)] if a.ir_per_cycle > 0 => {
+                Some(b.ir_per_cycle as f64 / a.ir_per_cycle as f64)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One end-to-end test on one device.
+#[derive(Debug, Clone, Serialize)]
+pub struct E2eRow {
+    pub device: String,
+    pub test: String,
+    /// Every repetition's tokens/s, `[A, B]`.
+    pub samples: [Vec<f64>; 2],
+    pub ts: [Option<Summary>; 2],
+    /// Per-round B/A of each process's mean tokens/s.
+    pub paired: Option<Summary>,
+}
+
+impl E2eRow {
+    /// median(B) / median(A) tokens/s.
+    pub fn ratio(&self) -> Option<f64> {
+        match &self.ts {
+            [Some(a), Some(b)] if a.median > 0.0 => Some(b.median / a.median),
+            _ => None,
+        }
+    }
+}
+
+/// The whole report, as written to `report.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub command: String,
+    pub started_utc: String,
+    pub finished_utc: String,
+    pub wall_seconds: f64,
+    pub machine: Machine,
+    pub loadavg_start: f64,
+    pub loadavg_end: f64,
+    pub arms: [Arm; 2],
+    pub rounds: u32,
+    pub iters: u32,
+    pub e2e_rounds: u32,
+    pub e2e_reps: u32,
+    pub sched: Vec<SchedRow>,
+    pub e2e: Vec<E2eRow>,
+    pub e2e_errors: Vec<String>,
+}
+
+/// Runs every configuration for `opts.rounds` rounds, A then B each round, then callgrind
+/// once per arm. A failing configuration records its error and the others go on.
+pub fn run_sched(
+    program: &Path,
+    arms: [&Arm; 2],
+    stock_dir: &Path,
+    configs: &[Config],
+    opts: &Options,
+    callgrind_dir: &Path,
+) -> Vec<SchedRow> {
+    let mut rows: Vec<SchedRow> = configs
+        .iter()
+        .map(|c| SchedRow {
+            config: c.clone(),
+            error: None,
+            nodes: 0,
+            leafs: 0,
+            splits: [0, 0],
+            cycle_runs: [vec![], vec![]],
+            cycle: [None, None],
+            cycle_paired: None,
+            split_runs: [vec![], vec![]],
+            split: [None, None],
+            buffers: vec![],
+            heap: [None, None],
+            callgrind: [None, None],
+        })
+        .collect();
+    let mut first: Vec<[Option<sched::Run>; 2]> = vec![[None, None]; configs.len()];
+    for round in 0..opts.rounds {
+        progress(&format!("scheduler round {}/{}", round + 1, opts.rounds));
+        for (ci, cfg) in configs.iter().enumerate() {
+            if rows[ci].error.is_some() {
+                continue;
+            }
+            for (k, arm) in arms.iter().enumerate() {
+                match sched::run(program, arm, stock_dir, cfg, opts.iters, 10) {
+                    Ok(run) => {
+                        rows[ci].cycle_runs[k].push(run.ns.cycle.median as f64);
+                        rows[ci].split_runs[k].push(run.ns.split_graph.median as f64);
+                        if first[ci][k].is_none() {
+                            first[ci][k] = Some(run);
+                        }
+                    }
+                    Err(e) => {
+                        progress(&format!("{}: {e:#}", cfg.name()));
+                        rows[ci].error = Some(format!("{e:#}"));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    for (ci, row) in rows.iter_mut().enumerate() {
+        let [fa, fb] = &first[ci];
+        if let Some(a) = fa {
+            row.nodes = a.nodes;
+            row.leafs = a.leafs;
+        }
+        row.splits = [
+            fa.as_ref().map_or(0, |r| r.splits),
+            fb.as_ref().map_or(0, |r| r.splits),
+        ];
+        row.heap = [fa.as_ref().map(|r| r.heap), fb.as_ref().map(|r| r.heap)];
+        if let (Some(a), Some(b)) = (fa, fb) {
+            row.buffers = merge_buffers(&a.buffer_sizes, &b.buffer_sizes);
+        }
+        for k in 0..2 {
+            row.cycle[k] = Summary::of(&row.cycle_runs[k]);
+            row.split[k] = Summary::of(&row.split_runs[k]);
+        }
+        row.cycle_paired = Summary::of(&paired_ratios(&row.cycle_runs[0], &row.cycle_runs[1]));
+    }
+    if !opts.no_callgrind {
+        for row in rows.iter_mut() {
+            if row.error.is_some() {
+                continue;
+            }
+            for (k, arm) in arms.iter().enumerate() {
+                progress(&format!("callgrind {} arm {}", row.config.name(), arm.key));
+                match sched::callgrind(program, arm, stock_dir, &row.config, 5, callgrind_dir) {
+                    Ok(c) => row.callgrind[k] = Some(c),
+                    Err(e) => progress(&format!("callgrind {}: {e:#}", row.config.name())),
+                }
+            }
+        }
+    }
+    rows
+}
+
+fn merge_buffers(a: &[BufferSize], b: &[BufferSize]) -> Vec<BufferRow> {
+    a.iter()
+        .map(|x| BufferRow {
+            backend: x.backend.clone(),
+            a: x.bytes,
+            b: b.iter()
+                .find(|y| y.backend == x.backend)
+                .map_or(0, |y| y.bytes),
+        })
+        .collect()
+}
+
+/// Runs llama-bench `rounds` times per arm on `dev`, A then B each round.
+pub fn run_e2e(
+    setup: &e2e::Setup,
+    arms: [&Arm; 2],
+    dev: &e2e::Device,
+    rounds: u32,
+) -> Result<Vec<E2eRow>> {
+    let mut rows: Vec<E2eRow> = Vec::new();
+    // Per test: per arm, the mean tokens/s of each process (for paired ratios).
+    let mut means: Vec<[Vec<f64>; 2]> = Vec::new();
+    for round in 0..rounds {
+        progress(&format!(
+            "llama-bench {} round {}/{}",
+            dev.name,
+            round + 1,
+            rounds
+        ));
+        for (k, arm) in arms.iter().enumerate() {
+            for t in e2e::run(setup, arm, dev)? {
+                let i = match rows.iter().position(|r| r.test == t.test) {
+                    Some(i) => i,
+                    None => {
+                        rows.push(E2eRow {
+                            device: dev.name.clone(),
+                            test: t.test.clone(),
+                            samples: [vec![], vec![]],
+                            ts: [None, None],
+                            paired: None,
+                        });
+                        means.push([vec![], vec![]]);
+                        rows.len() - 1
+                    }
+                };
+                if t.samples_ts.is_empty() {
+                    bail!("llama-bench reported no samples for {}", t.test);
+                }
+                let mean = t.samples_ts.iter().sum::<f64>() / t.samples_ts.len() as f64;
+                means[i][k].push(mean);
+                rows[i].samples[k].extend(t.samples_ts);
+            }
+        }
+    }
+    for (row, m) in rows.iter_mut().zip(&means) {
+        row.ts = [Summary::of(&row.samples[0]), Summary::of(&row.samples[1])];
+        row.paired = Summary::of(&paired_ratios(&m[0], &m[1]));
+    }
+    Ok(rows)
+}
+
+fn us(ns: f64) -> String {
+    format!("{:.1}", ns / 1000.0)
+}
+
+fn spread_us(s: &Option<Summary>) -> String {
+    match s {
+        Some(s) => format!("{} [{}–{}]", us(s.median), us(s.min), us(s.max)),
+        None => "–".into(),
+    }
+}
+
+fn ratio_cell(r: Option<f64>) -> String {
+    r.map_or("–".into(), |r| format!("{r:.3}"))
+}
+
+fn paired_cell(s: &Option<Summary>) -> String {
+    match s {
+        Some(s) => format!("{:.3} [{:.3}–{:.3}]", s.median, s.p25, s.p75),
+        None => "–".into(),
+    }
+}
+
+fn goal_cell(ok: Option<bool>) -> &'static str {
+    match ok {
+        Some(true) => "met",
+        Some(false) => "**not met**",
+        None => "–",
+    }
+}
+
+fn mib(bytes: i64) -> String {
+    if bytes.abs() >= 1 << 20 {
+        format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    }
+}
+
+impl Report {
+    /// The report as markdown: machine and command, then one table per measurement, the
+    /// goals beside the figures.
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let [a, b] = &self.arms;
+        let _ = writeln!(
+            s,
+            "## Benchmark: libggml-base arm B ({}) against arm A ({})\n",
+            b.label, a.label
+        );
+        let _ = writeln!(s, "- Command: `{}`", self.command);
+        let _ = writeln!(
+            s,
+            "- Machine: {}, {} cores, {:.1} GiB, {}",
+            self.machine.cpu, self.machine.cores, self.machine.mem_gib, self.machine.kernel
+        );
+        let _ = writeln!(
+            s,
+            "- Run: {} to {} ({:.0} s); load average {:.2} at start, {:.2} at end (shared machine)",
+            self.started_utc,
+            self.finished_utc,
+            self.wall_seconds,
+            self.loadavg_start,
+            self.loadavg_end
+        );
+        for arm in &self.arms {
+            let _ = writeln!(
+                s,
+                "- Arm {} ({}): `{}` sha256 `{}`",
+                arm.key,
+                arm.label,
+                arm.source.display(),
+                &arm.sha256
+            );
+        }
+        if a.sha256 == b.sha256 {
+            let _ = writeln!(
+                s,
+                "- Note: both arms are the same file (a noise baseline: ratios should be 1.00)."
+            );
+        }
+
+        let _ = writeln!(
+            s,
+            "\n### Scheduler overhead (per graph: reset + split_graph + alloc_graph + dispatch to no-op backends)\n"
+        );
+        let _ = writeln!(
+            s,
+            "{} rounds, one process per arm per round (A B A B), {} timed iterations per process; \
+             each cell is the median over processes of the per-process median, [min–max] over processes, µs.\n",
+            self.rounds, self.iters
+        );
+        let _ = writeln!(
+            s,
+            "| graph | backends | nodes | splits A/B | A µs | B µs | B/A | paired B/A [IQR] | split_graph only B/A | goal B/A ≤ {GOAL_OVERHEAD} |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+        for r in &self.sched {
+            if let Some(e) = &r.error {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | – | – | – | failed: {} | | | |",
+                    r.config.graph,
+                    r.config.backends,
+                    r.nodes,
+                    e.replace('|', "/").replace('\n', " ")
+                );
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} |",
+                r.config.graph,
+                r.config.backends,
+                r.nodes,
+                r.splits[0],
+                r.splits[1],
+                spread_us(&r.cycle[0]),
+                spread_us(&r.cycle[1]),
+                ratio_cell(r.ratio()),
+                paired_cell(&r.cycle_paired),
+                ratio_cell(r.split_ratio()),
+                goal_cell(r.ratio().map(|x| x <= GOAL_OVERHEAD))
+            );
+        }
+
+        let _ = writeln!(
+            s,
+            "\n### Instructions per cycle (callgrind, timed section only)\n"
+        );
+        let _ = writeln!(
+            s,
+            "| graph | backends | A Ir | B Ir | B/A | goal B/A ≤ {GOAL_OVERHEAD} |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for r in &self.sched {
+            let ir = |k: usize| {
+                r.callgrind[k]
+                    .as_ref()
+                    .map_or("–".into(), |c| c.ir_per_cycle.to_string())
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                r.config.graph,
+                r.config.backends,
+                ir(0),
+                ir(1),
+                ratio_cell(r.ir_ratio()),
+                goal_cell(r.ir_ratio().map(|x| x <= GOAL_OVERHEAD))
+            );
+        }
+
+        let _ = writeln!(
+            s,
+            "\n### Compute buffers per backend (`ggml_backend_sched_get_buffer_size`)\n"
+        );
+        let _ = writeln!(
+            s,
+            "| graph | backends | backend | A bytes | B bytes | goal B ≤ A |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for r in &self.sched {
+            for buf in &r.buffers {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} |",
+                    r.config.graph,
+                    r.config.backends,
+                    buf.backend,
+                    buf.a,
+                    buf.b,
+                    goal_cell(Some(buf.b <= buf.a))
+                );
+            }
+        }
+
+        let _ = writeln!(
+            s,
+            "\n### Scheduler heap use (malloc family interposed in the C program)\n"
+        );
+        let _ = writeln!(
+            s,
+            "sched_new: bytes (allocations); first alloc_graph (reserves the buffers): bytes, \
+             allocations, peak live; steady cycle (reset + alloc_graph + compute): allocations, bytes, peak live.\n"
+        );
+        let _ = writeln!(s, "| graph | backends | arm | sched_new | first alloc: bytes / allocs / peak | per cycle: allocs / bytes / peak |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for r in &self.sched {
+            for (k, arm) in self.arms.iter().enumerate() {
+                if let Some(h) = &r.heap[k] {
+                    let _ = writeln!(
+                        s,
+                        "| {} | {} | {} | {} ({}) | {} / {} / {} | {} / {} / {} |",
+                        r.config.graph,
+                        r.config.backends,
+                        arm.key,
+                        mib(h.sched_new.bytes),
+                        h.sched_new.allocs,
+                        mib(h.first_alloc.bytes),
+                        h.first_alloc.allocs,
+                        mib(h.first_alloc.peak),
+                        h.cycle.allocs,
+                        mib(h.cycle.bytes),
+                        mib(h.cycle.peak)
+                    );
+                }
+            }
+        }
+
+        let _ = writeln!(
+            s,
+            "\n### End to end (llama-bench, SmolLM2-135M Q4_1, -t 2)\n"
+        );
+        let _ = writeln!(
+            s,
+            "{} rounds, one process per arm per round (A B A B), -r {} each; tokens/s median [min–max] over all repetitions.\n",
+            self.e2e_rounds, self.e2e_reps
+        );
+        let _ = writeln!(s, "| device | test | A t/s | B t/s | B/A | paired B/A [IQR] | goal B/A ≥ {GOAL_TOKENS:.2} |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+        for r in &self.e2e {
+            let ts = |x: &Option<Summary>| {
+                x.map_or("–".into(), |v| {
+                    format!("{:.1} [{:.1}–{:.1}]", v.median, v.min, v.max)
+                })
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                r.device,
+                r.test,
+                ts(&r.ts[0]),
+                ts(&r.ts[1]),
+                ratio_cell(r.ratio()),
+                paired_cell(&r.paired),
+                goal_cell(r.ratio().map(|x| x >= GOAL_TOKENS))
+            );
+        }
+        for e in &self.e2e_errors {
+            let _ = writeln!(s, "\n- not measured: {}", e.replace('\n', " "));
+        }
+
+        let _ = writeln!(s, "\n### Noise\n");
+        for r in &self.sched {
+            if let [Some(x), Some(y)] = &r.cycle {
+                let _ = writeln!(
+                    s,
+                    "- {}: half-IQR/median A {:.1}%, B {:.1}%",
+                    r.config.name(),
+                    100.0 * x.rel_iqr(),
+                    100.0 * y.rel_iqr()
+                );
+            }
+        }
+        for r in &self.e2e {
+            if let [Some(x), Some(y)] = &r.ts {
+                let _ = writeln!(
+                    s,
+                    "- {} {}: half-IQR/median A {:.1}%, B {:.1}%",
+                    r.device,
+                    r.test,
+                    100.0 * x.rel_iqr(),
+                    100.0 * y.rel_iqr()
+                );
+            }
+        }
+
+        if let Some(r) = self
+            .sched
+            .iter()
+            .filter(|r| r.callgrind[1].is_some())
+            .max_by_key(|r| r.nodes * r.config.backends)
+        {
+            for (k, arm) in self.arms.iter().enumerate() {
+                if let Some(c) = &r.callgrind[k] {
+                    let _ = writeln!(
+                        s,
+                        "\n### Where the instructions go: {} arm {} (callgrind self cost, `{}`)\n\n```",
+                        r.config.name(),
+                        arm.key,
+                        c.out_file.display()
+                    );
+                    for l in &c.top {
+                        let _ = writeln!(s, "{l}");
+                    }
+                    let _ = writeln!(s, "```");
+                }
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,298 @@
+//! Scheduler overhead: builds `cabi-tests/sched-bench` against the pinned headers and the
+//! stock `libggml-base`, runs it once per arm per round (the arm chosen by `LD_LIBRARY_PATH`),
+//! and runs it under callgrind for instruction counts.
+
+use crate::arms::Arm;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One graph configuration: which graph the C program builds and over how many backends.
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    /// `smollm2` or `deepseek` (the C program's `--graph`).
+    pub graph: String,
+    /// 2 (FAKE0 + FCPU) or 3 (FAKE0 + FAKE1 + FCPU).
+    pub backends: u32,
+}
+
+impl Config {
+    /// Short name used in file names and tables, e.g. `deepseek-3`.
+    pub fn name(&self) -> String {
+        format!("{}-{}", self.graph, self.backends)
+    }
+}
+
+/// A distribution of per-iteration times inside one process, nanoseconds.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+pub struct Dist {
+    pub median: i64,
+    pub min: i64,
+    pub max: i64,
+    pub p25: i64,
+    pub p75: i64,
+}
+
+/// Per-iteration times of the phases the C program measures.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+pub struct Phases {
+    /// reset + alloc_graph (split + allocation) + graph_compute (dispatch to no-op backends).
+    pub cycle: Dist,
+    /// reset + alloc_graph.
+    pub alloc_graph: Dist,
+    /// graph_compute alone.
+    pub compute: Dist,
+    /// reset + split_graph alone (a separate loop).
+    pub split_graph: Dist,
+}
+
+/// Heap traffic in one measured window (bytes are `malloc_usable_size` bytes).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+pub struct HeapWindow {
+    pub allocs: i64,
+    pub frees: i64,
+    pub bytes: i64,
+    /// Highest live-byte count above the window's start.
+    pub peak: i64,
+    /// Bytes still live when the window closed.
+    pub net: i64,
+}
+
+/// The heap windows: `sched_new`, the first `alloc_graph` (which reserves the buffers), one
+/// `split_graph` and one full cycle (the iteration with the highest peak).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+pub struct Heap {
+    pub sched_new: HeapWindow,
+    pub first_alloc: HeapWindow,
+    pub split_graph: HeapWindow,
+    pub cycle: HeapWindow,
+}
+
+/// A compute buffer size the scheduler reported for one backend.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+pub struct BufferSize {
+    pub backend: String,
+    pub bytes: u64,
+}
+
+/// What one run of the C program printed.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Run {
+    /// The libggml-base file the process actually mapped (resolved with `dladdr`).
+    pub lib: String,
+    pub graph: String,
+    pub backends: u32,
+    pub tokens: u32,
+    pub nodes: u32,
+    pub leafs: u32,
+    pub splits: u32,
+    pub copies: u32,
+    pub iters: u32,
+    pub callgrind_iters: u32,
+    pub buffer_sizes: Vec<BufferSize>,
+    pub ns: Phases,
+    pub heap: Heap,
+}
+
+/// Compiles the C program into `<out>/sched-bench` when the binary is missing or older than
+/// its source. Flags: `-O2 -std=c11 -Wall -Wextra -Wpedantic -Werror`; headers from the pinned
+/// tree (`ggml/include`, `ggml/src`); linked to `<stock_lib_dir>/libggml-base.so.0`.
+pub fn build_program(
+    ws: &Path,
+    upstream: &Path,
+    stock_lib_dir: &Path,
+    out: &Path,
+) -> Result<PathBuf> {
+    let src = ws.join("cabi-tests/sched-bench/sched_bench.c");
+    let bin = out.join("sched-bench");
+    let stale = match (fs::metadata(&src), fs::metadata(&bin)) {
+        (Ok(s), Ok(b)) => s.modified()? > b.modified()?,
+        (Ok(_), Err(_)) => true,
+        (Err(e), _) => bail!("{}: {e}", src.display()),
+    };
+    if !stale {
+        return Ok(bin);
+    }
+    fs::create_dir_all(out)?;
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args([
+            "-O2",
+            "-g",
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+        ])
+        .arg("-I")
+        .arg(upstream.join("ggml/include"))
+        .arg("-I")
+        .arg(upstream.join("ggml/src"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .arg("-L")
+        .arg(stock_lib_dir)
+        .args(["-l:libggml-base.so.0", "-lm", "-ldl"])
+        .status()
+        .with_context(|| format!("running {cc}"))?;
+    if !status.success() {
+        bail!("compiling {} failed ({status})", src.display());
+    }
+    Ok(bin)
+}
+
+/// Runs the program once for `arm` and checks that the arm's file is the one mapped.
+pub fn run(
+    program: &Path,
+    arm: &Arm,
+    stock_lib_dir: &Path,
+    cfg: &Config,
+    iters: u32,
+    warmup: u32,
+) -> Result<Run> {
+    let output = Command::new(program)
+        .env("LD_LIBRARY_PATH", arm.ld_library_path(stock_lib_dir))
+        .args([
+            "--graph",
+            &cfg.graph,
+            "--backends",
+            &cfg.backends.to_string(),
+        ])
+        .args([
+            "--iters",
+            &iters.to_string(),
+            "--warmup",
+            &warmup.to_string(),
+        ])
+        .output()
+        .with_context(|| format!("starting {}", program.display()))?;
+    let run = parse(&output, cfg, arm)?;
+    arm.check_mapped(&run.lib, "sched-bench")?;
+    Ok(run)
+}
+
+fn parse(output: &std::process::Output, cfg: &Config, arm: &Arm) -> Result<Run> {
+    if !output.status.success() {
+        bail!(
+            "sched-bench {} arm {} failed ({}): {}",
+            cfg.name(),
+            arm.key,
+            output.status,
+            tail(&String::from_utf8_lossy(&output.stderr), 1500)
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .with_context(|| {
+            format!(
+                "sched-bench {} printed no JSON: {}",
+                cfg.name(),
+                tail(&stdout, 500)
+            )
+        })?;
+    serde_json::from_str(line).with_context(|| format!("parsing sched-bench output: {line}"))
+}
+
+/// Instruction counts of the timed cycle under callgrind.
+#[derive(Debug, Clone, Serialize)]
+pub struct Callgrind {
+    /// Instructions executed per cycle (total Ir of the instrumented section / iterations).
+    pub ir_per_cycle: u64,
+    /// The callgrind output file.
+    pub out_file: PathBuf,
+    /// The top functions by self cost (from `callgrind_annotate`), as printed.
+    pub top: Vec<String>,
+}
+
+/// Runs the program under `valgrind --tool=callgrind --instr-atstart=no`; the program turns
+/// instrumentation on only around the timed cycle, so the total Ir is the cycle's alone.
+pub fn callgrind(
+    program: &Path,
+    arm: &Arm,
+    stock_lib_dir: &Path,
+    cfg: &Config,
+    iters: u32,
+    out_dir: &Path,
+) -> Result<Callgrind> {
+    fs::create_dir_all(out_dir)?;
+    let out_file = out_dir.join(format!(
+        "{}-{}.callgrind",
+        cfg.name(),
+        arm.key.to_lowercase()
+    ));
+    let output = Command::new("valgrind")
+        .env("LD_LIBRARY_PATH", arm.ld_library_path(stock_lib_dir))
+        .args(["--tool=callgrind", "--instr-atstart=no"])
+        .arg(format!("--callgrind-out-file={}", out_file.display()))
+        .arg(program)
+        .args([
+            "--graph",
+            &cfg.graph,
+            "--backends",
+            &cfg.backends.to_string(),
+        ])
+        .args([
+            "--iters",
+            &iters.to_string(),
+            "--warmup",
+            "1",
+            "--callgrind",
+        ])
+        .output()
+        .context("starting valgrind (is it installed?)")?;
+    let run = parse(&output, cfg, arm)?;
+    arm.check_mapped(&run.lib, "sched-bench under callgrind")?;
+    let text =
+        fs::read_to_string(&out_file).with_context(|| format!("reading {}", out_file.display()))?;
+    let total: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("totals:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("no totals line in {}", out_file.display()))?;
+    let top = annotate(&out_file).unwrap_or_default();
+    Ok(Callgrind {
+        ir_per_cycle: total / u64::from(run.callgrind_iters.max(1)),
+        out_file,
+        top,
+    })
+}
+
+/// The first lines of `callgrind_annotate`'s per-function table (self cost), also saved
+/// beside the callgrind file as `.annotate.txt`.
+fn annotate(out_file: &Path) -> Result<Vec<String>> {
+    let output = Command::new("callgrind_annotate")
+        .arg("--threshold=99")
+        .arg(out_file)
+        .output()?;
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    fs::write(out_file.with_extension("annotate.txt"), &text)?;
+    // The function table follows the line holding "file:function".
+    let mut lines = text.lines().skip_while(|l| !l.contains("file:function"));
+    lines.next();
+    Ok(lines
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("--"))
+        .take(12)
+        .map(|l| {
+            // "1,234 (5.6%)  file:function [object]": keep the count and the function.
+            let l = l.split(" [").next().unwrap_or(l);
+            l.replace("???:", "").trim().to_string()
+        })
+        .collect())
+}
+
+/// The last `n` bytes of `s` (on a char boundary), for error messages.
+pub fn tail(s: &str, n: usize) -> &str {
+    let mut start = s.len().saturating_sub(n);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}

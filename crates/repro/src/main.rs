@@ -1,0 +1,631 @@
+//! `repro`: the FILL + SET_ROWS in-place reproducer (issue 5, items 4, 5 and 8), run in three
+//! arms.
+//!
+//! ```text
+//! cargo run --release -p repro -- [--dev HRX0|CPU]... [--arms stock,patched,ours]
+//!     [--stock-dir DIR] [--ours-dir DIR] [--hrx FILE] [--patches DIR] [--no-probe] [--no-stop] [--timeout SECS]
+//! ```
+//!
+//! Each arm is one `libggml-base.so.0` swapped into the same stock `libggml.so.0` /
+//! `libggml-cpu.so.0` through `LD_LIBRARY_PATH`:
+//! - `stock`: the stock build's library (`target/llama-stock/bin`), the negative control;
+//! - `patched`: the pinned `ggml/` with `patches/*.patch` applied, built by this tool
+//!   (`target/patched/<sha16>/build/lib`, cached by the patch set's sha256);
+//! - `ours`: the Rust library (`target/ours/lib`).
+//!
+//! For each device (default `HRX0` then `CPU`) and arm, the C program
+//! `cabi-tests/inplace-repro/inplace_repro.c` (compiled here into `target/repro/`) runs in a
+//! child process: the 32 reproducer cases, then on a device other than the CPU also the
+//! placement-only pass (the price: splits and nodes off the device for all 32 cases, which
+//! the stock arm cannot reach by computing) and the two stop variants. Every run is named by
+//! the sha256 of the `libggml-base` the child really mapped (from the `ab-probe` when
+//! `target/release/libab_probe.so` exists, else from the `/proc/self/maps` line the program
+//! prints), which must equal the arm's file.
+//!
+//! Writes `target/repro/report.json` and prints tables. Exit status 0 only when: `patched`
+//! and `ours` pass 32/32 on each non-CPU device; `stock` does NOT pass there (the control
+//! bites); every arm passes 32/32 on the CPU; `ours` stops with the named message in both stop
+//! variants; and every run mapped its arm's library. Status 1 when a check fails, 2 when the
+//! tool itself cannot run.
+
+mod child;
+mod parse;
+mod patched;
+
+use anyhow::{bail, Context, Result};
+use child::{End, Finished};
+use serde_json::{json, Value};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+/// Number of reproducer cases the C program runs.
+const N_CASES: u32 = 32;
+
+/// Command-line options.
+struct Opts {
+    root: PathBuf,
+    devs: Vec<String>,
+    arms: Vec<String>,
+    stock_dir: Option<PathBuf>,
+    ours_dir: Option<PathBuf>,
+    hrx: Option<PathBuf>,
+    patches: Option<PathBuf>,
+    probe: bool,
+    stop: bool,
+    timeout: Duration,
+}
+
+fn usage() -> &'static str {
+    "usage: repro [--dev HRX0|CPU]... [--arms stock,patched,ours] [--root DIR] [--stock-dir DIR] \
+     [--ours-dir DIR] [--hrx FILE] [--patches DIR] [--no-probe] [--no-stop] [--timeout SECS]"
+}
+
+fn parse_opts() -> Result<Opts> {
+    let default_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut o = Opts {
+        root: default_root,
+        devs: Vec::new(),
+        arms: vec!["stock".into(), "patched".into(), "ours".into()],
+        stock_dir: None,
+        ours_dir: None,
+        hrx: None,
+        patches: None,
+        probe: true,
+        stop: true,
+        timeout: Duration::from_secs(300),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || {
+            args.next()
+                .with_context(|| format!("{a} needs a value\n{}", usage()))
+        };
+        match a.as_str() {
+            "--dev" => o.devs.push(val()?),
+            "--arms" => {
+                o.arms = val()?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }
+            "--root" => o.root = PathBuf::from(val()?),
+            "--stock-dir" => o.stock_dir = Some(PathBuf::from(val()?)),
+            "--ours-dir" => o.ours_dir = Some(PathBuf::from(val()?)),
+            "--hrx" => o.hrx = Some(PathBuf::from(val()?)),
+            "--patches" => o.patches = Some(PathBuf::from(val()?)),
+            "--timeout" => o.timeout = Duration::from_secs(val()?.parse()?),
+            "--no-probe" => o.probe = false,
+            "--no-stop" => o.stop = false,
+            "-h" | "--help" => {
+                println!("{}", usage());
+                std::process::exit(0);
+            }
+            _ => bail!("unknown argument {a}\n{}", usage()),
+        }
+    }
+    if o.devs.is_empty() {
+        o.devs = vec!["HRX0".into(), "CPU".into()];
+    }
+    for a in &o.arms {
+        if !["stock", "patched", "ours"].contains(&a.as_str()) {
+            bail!("unknown arm {a} (stock, patched, ours)");
+        }
+    }
+    o.root = o
+        .root
+        .canonicalize()
+        .with_context(|| format!("workspace root {}", o.root.display()))?;
+    Ok(o)
+}
+
+/// One arm: a directory whose `libggml-base.so.0` goes first on `LD_LIBRARY_PATH`.
+struct Arm {
+    name: String,
+    lib_dir: PathBuf,
+    /// Hex sha256 of the arm's `libggml-base.so.0` (after symlinks).
+    sha256: String,
+    /// Canonical path of that file.
+    real: PathBuf,
+    extra: Value,
+}
+
+fn arm_from_dir(name: &str, lib_dir: &Path, extra: Value) -> Result<Arm> {
+    let lib = lib_dir.join("libggml-base.so.0");
+    let real = lib
+        .canonicalize()
+        .with_context(|| format!("arm {name}: no {}", lib.display()))?;
+    let sha256 = pins::sha256_file(&real)?;
+    Ok(Arm {
+        name: name.to_owned(),
+        lib_dir: lib_dir.to_owned(),
+        sha256,
+        real,
+        extra,
+    })
+}
+
+/// Compiles the reproducer with the project's C flags against the pinned headers and the
+/// stock libraries.
+fn build_program(root: &Path, upstream: &Path, stock_bin: &Path, out: &Path) -> Result<()> {
+    let src = root.join("cabi-tests/inplace-repro/inplace_repro.c");
+    let mut cmd = Command::new("cc");
+    cmd.args([
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Wpedantic",
+        "-Werror",
+        "-O1",
+        "-g",
+    ])
+    .arg(format!("-I{}", upstream.join("ggml/include").display()))
+    .arg(&src)
+    .arg("-o")
+    .arg(out)
+    .arg(format!("-L{}", stock_bin.display()))
+    .args([
+        "-l:libggml-base.so.0",
+        "-l:libggml.so.0",
+        "-l:libggml-cpu.so.0",
+        "-lm",
+    ]);
+    eprintln!("[repro] compile the reproducer: {cmd:?}");
+    let st = cmd.status().context("starting cc")?;
+    if !st.success() {
+        bail!("compiling {} failed ({st})", src.display());
+    }
+    Ok(())
+}
+
+/// The settings shared by every child run.
+struct Ctx {
+    program: PathBuf,
+    stock_bin: PathBuf,
+    hrx: Option<PathBuf>,
+    probe: Option<PathBuf>,
+    logs: PathBuf,
+    timeout: Duration,
+}
+
+/// One child run of the program in one arm, with the library it mapped.
+struct Run {
+    fin: Finished,
+    out: parse::Output,
+    mapped_path: Option<String>,
+    mapped_sha256: Option<String>,
+    mapped_from: &'static str,
+}
+
+impl Run {
+    fn mapped_ok(&self, arm: &Arm) -> bool {
+        self.mapped_sha256.as_deref() == Some(arm.sha256.as_str())
+    }
+}
+
+fn probe_base(path: &Path, pid: u32) -> Option<(String, String)> {
+    let text = fs::read_to_string(path).ok()?;
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["pid"].as_u64() == Some(u64::from(pid)))
+        .find(|v| v["name"].as_str() == Some("libggml-base"))
+        .and_then(|v| {
+            Some((
+                v["path"].as_str()?.to_owned(),
+                v["sha256"].as_str()?.to_owned(),
+            ))
+        })
+}
+
+fn run_arm(ctx: &Ctx, arm: &Arm, dev: &str, mode: &str) -> Result<Run> {
+    let stem = ctx.logs.join(format!("{}-{}-{}", arm.name, dev, mode));
+    let mut cmd = Command::new(&ctx.program);
+    cmd.args(["--dev", dev, "--mode", mode]);
+    let ld = if arm.lib_dir == ctx.stock_bin {
+        ctx.stock_bin.display().to_string()
+    } else {
+        format!("{}:{}", arm.lib_dir.display(), ctx.stock_bin.display())
+    };
+    cmd.env("LD_LIBRARY_PATH", ld)
+        .env("GGML_NO_BACKTRACE", "1")
+        .env_remove("GGML_BACKEND_PATH")
+        .env_remove("LD_PRELOAD");
+    if dev != "CPU" {
+        if let Some(h) = &ctx.hrx {
+            cmd.env("GGML_BACKEND_PATH", h)
+                .env("GGML_HRX_EAGER_OPS", "+FILL,-SET_ROWS");
+        }
+    }
+    let probe_out = stem.with_extension("probe.jsonl");
+    if let Some(p) = &ctx.probe {
+        let _ = fs::remove_file(&probe_out);
+        cmd.env("LD_PRELOAD", p)
+            .env("GGML_AB_PROBE_OUT", &probe_out);
+    }
+    let fin = child::run_logged(cmd, &stem, ctx.timeout)?;
+    let out = parse::parse(&fin.stdout);
+    let (mapped_path, mapped_sha256, mapped_from) = match ctx
+        .probe
+        .as_ref()
+        .and_then(|_| probe_base(&probe_out, fin.pid))
+    {
+        Some((p, s)) => (Some(p), Some(s), "ab-probe"),
+        None => {
+            let p = out.mapped_base.clone().filter(|p| p != "unknown");
+            let s = p
+                .as_ref()
+                .and_then(|p| pins::sha256_file(Path::new(p)).ok());
+            (p, s, "/proc/self/maps")
+        }
+    };
+    Ok(Run {
+        fin,
+        out,
+        mapped_path,
+        mapped_sha256,
+        mapped_from,
+    })
+}
+
+fn passed_all(r: &Run) -> bool {
+    r.fin.end == End::Exit(0) && r.out.summary == Some((N_CASES, 0))
+}
+
+fn repro_result(r: &Run) -> String {
+    match (&r.fin.end, r.out.summary) {
+        (End::Exit(_), Some((p, _))) => format!("{p}/{N_CASES}"),
+        (end, _) => format!("{} after {} ok/{}", end.describe(), r.out.ok.len(), N_CASES),
+    }
+}
+
+fn run_json(r: &Run, arm: &Arm) -> Value {
+    json!({
+        "end": r.fin.end.describe(),
+        "pid": r.fin.pid,
+        "seconds": r.fin.seconds,
+        "mapped_libggml_base": r.mapped_path,
+        "mapped_sha256": r.mapped_sha256,
+        "mapped_from": r.mapped_from,
+        "mapped_is_arm": r.mapped_ok(arm),
+        "sched_backends": r.out.sched_backends,
+        "logs": [r.fin.logs.0.display().to_string(), r.fin.logs.1.display().to_string()],
+    })
+}
+
+/// Sum and maximum of splits, and off-device / total compute nodes over the placement lines.
+fn price(r: &Run) -> Value {
+    let p = &r.out.placements;
+    let splits: u32 = p.iter().map(|x| x.splits).sum();
+    let max_splits = p.iter().map(|x| x.splits).max().unwrap_or(0);
+    let off: u32 = p.iter().map(|x| x.off_device).sum();
+    let nodes: u32 = p.iter().map(|x| x.nodes).sum();
+    let fill_on: std::collections::BTreeSet<&str> = p.iter().map(|x| x.fill.as_str()).collect();
+    let set_on: std::collections::BTreeSet<&str> = p.iter().map(|x| x.set_rows.as_str()).collect();
+    let out_on: std::collections::BTreeSet<&str> = p.iter().map(|x| x.out.as_str()).collect();
+    json!({
+        "cases": p.len(),
+        "splits_total": splits,
+        "splits_max": max_splits,
+        "nodes_total": nodes,
+        "nodes_off_device": off,
+        "fill_on": fill_on,
+        "set_rows_on": set_on,
+        "consumer_on": out_on,
+    })
+}
+
+/// Judges a stop run: it must end without a memory fault, never finish the compute, and
+/// print one line naming the writer, its op, the buffer type and every scheduler backend.
+fn stop_verdict(r: &Run) -> (bool, Value) {
+    let buft = r
+        .out
+        .stop_lines
+        .iter()
+        .find_map(|l| {
+            let rest = l.split_once(" in buffer type ")?.1;
+            Some(rest.split_whitespace().next()?.to_owned())
+        })
+        .unwrap_or_default();
+    let mut words = vec!["store_write".to_owned(), "SET_ROWS".to_owned()];
+    if !buft.is_empty() {
+        words.push(buft.clone());
+    }
+    words.extend(r.out.sched_backends.iter().cloned());
+    let all = format!("{}\n{}", r.fin.stderr, r.fin.stdout);
+    let message = all
+        .lines()
+        .filter(|l| !l.starts_with("stop:"))
+        .find(|l| words.iter().all(|w| l.contains(w.as_str())))
+        .map(str::to_owned);
+    let missing: Vec<&String> = words
+        .iter()
+        .filter(|w| {
+            !all.lines()
+                .filter(|l| !l.starts_with("stop:"))
+                .any(|l| l.contains(w.as_str()))
+        })
+        .collect();
+    let completed = r
+        .out
+        .stop_lines
+        .iter()
+        .any(|l| l.contains("compute returned"));
+    let fault =
+        matches!(&r.fin.end, End::Signal(s, _) if *s == libc::SIGSEGV || *s == libc::SIGBUS);
+    let stopped = !completed && !fault && r.fin.end != End::Exit(0) && r.fin.end != End::Timeout;
+    let last_err: Vec<&str> = r.fin.stderr.lines().rev().take(4).collect();
+    let ok = stopped && message.is_some() && !buft.is_empty();
+    (
+        ok,
+        json!({
+            "end": r.fin.end.describe(),
+            "stopped": stopped,
+            "named": message.is_some(),
+            "message": message,
+            "words": words,
+            "words_missing_everywhere": missing,
+            "writer_scheduled": r.out.stop_lines.iter().find(|l| l.contains("scheduled writer")),
+            "stderr_tail": last_err.into_iter().rev().collect::<Vec<_>>(),
+        }),
+    )
+}
+
+fn short(s: &str) -> &str {
+    &s[..s.len().min(12)]
+}
+
+fn real_main() -> Result<bool> {
+    let o = parse_opts()?;
+    let target = o.root.join("target");
+    let out_dir = target.join("repro");
+    let logs = out_dir.join("logs");
+    fs::create_dir_all(&logs)?;
+
+    let pins = pins::Pins::load(&o.root)?;
+    let upstream = pins.ensure_upstream(&target)?;
+    let stock_build = target.join("llama-stock");
+    let stock_bin = o
+        .stock_dir
+        .clone()
+        .unwrap_or_else(|| stock_build.join("bin"));
+    for f in ["libggml-base.so.0", "libggml.so.0", "libggml-cpu.so.0"] {
+        if !stock_bin.join(f).exists() {
+            bail!("the stock build has no {}", stock_bin.join(f).display());
+        }
+    }
+    let program = out_dir.join("inplace_repro");
+    build_program(&o.root, &upstream, &stock_bin, &program)?;
+
+    let hrx = o
+        .hrx
+        .clone()
+        .unwrap_or_else(|| target.join("release/libggml_hrx.so"));
+    let hrx = hrx.exists().then_some(hrx);
+    let probe = target.join("release/libab_probe.so");
+    let probe = (o.probe && probe.exists()).then_some(probe);
+    let ctx = Ctx {
+        program,
+        stock_bin: stock_bin.clone(),
+        hrx: hrx.clone(),
+        probe: probe.clone(),
+        logs,
+        timeout: o.timeout,
+    };
+
+    let mut failures: Vec<String> = Vec::new();
+    let mut arms: Vec<Arm> = Vec::new();
+    let mut arm_errors = serde_json::Map::new();
+    for name in &o.arms {
+        let made = match name.as_str() {
+            "stock" => arm_from_dir("stock", &stock_bin, json!({})),
+            "patched" => patched::ensure_patched(
+                &target,
+                &o.patches.clone().unwrap_or_else(|| o.root.join("patches")),
+                &upstream,
+                &stock_build,
+            )
+            .and_then(|p| {
+                let extra = json!({
+                    "patch_set_sha256": p.patch_sha256,
+                    "patches": p.patches.iter().map(|x| x.display().to_string()).collect::<Vec<_>>(),
+                    "cached": p.cached,
+                    "defines_missing_vs_stock": p.define_diff.0,
+                    "defines_extra_vs_stock": p.define_diff.1,
+                });
+                if !p.define_diff.0.is_empty() || !p.define_diff.1.is_empty() {
+                    eprintln!(
+                        "[repro] warning: patched ggml-backend.cpp defines differ from stock: missing {:?}, extra {:?}",
+                        p.define_diff.0, p.define_diff.1
+                    );
+                }
+                arm_from_dir("patched", &p.lib_dir, extra)
+            }),
+            _ => arm_from_dir(
+                "ours",
+                &o.ours_dir
+                    .clone()
+                    .unwrap_or_else(|| target.join("ours/lib")),
+                json!({}),
+            ),
+        };
+        match made {
+            Ok(a) => arms.push(a),
+            Err(e) => {
+                failures.push(format!("arm {name} unavailable: {e:#}"));
+                arm_errors.insert(name.clone(), json!(format!("{e:#}")));
+            }
+        }
+    }
+
+    let mut results = Vec::new();
+    let mut table = Vec::new();
+    for dev in &o.devs {
+        let is_cpu = dev == "CPU";
+        if !is_cpu && hrx.is_none() && dev.starts_with("HRX") {
+            failures.push(format!(
+                "{dev}: no HRX library (target/release/libggml_hrx.so or --hrx)"
+            ));
+            continue;
+        }
+        for arm in &arms {
+            let r = run_arm(&ctx, arm, dev, "repro")?;
+            let mut entry = json!({
+                "arm": arm.name,
+                "dev": dev,
+                "arm_lib": arm.real.display().to_string(),
+                "arm_sha256": arm.sha256,
+                "arm_info": arm.extra,
+                "repro": run_json(&r, arm),
+                "cases_ok": r.out.ok,
+                "mismatches": r.out.mismatches.iter().map(|(c, t)| json!({"case": c, "line": t})).collect::<Vec<_>>(),
+                "summary": r.out.summary.map(|(p, f)| json!({"passed": p, "failed": f})),
+                "result": repro_result(&r),
+            });
+            if !r.mapped_ok(arm) {
+                failures.push(format!(
+                    "{} on {dev}: mapped {:?} (sha256 {:?}), not the arm's {}",
+                    arm.name,
+                    r.mapped_path,
+                    r.mapped_sha256,
+                    arm.real.display()
+                ));
+            }
+            let pass = passed_all(&r);
+            match (arm.name.as_str(), is_cpu) {
+                (_, true) if !pass => failures.push(format!(
+                    "{} on CPU: {} (every arm must pass on the CPU)",
+                    arm.name,
+                    repro_result(&r)
+                )),
+                ("stock", false) if pass => failures.push(format!(
+                    "stock on {dev} passed {}: the negative control did not bite",
+                    repro_result(&r)
+                )),
+                ("patched" | "ours", false) if !pass => failures.push(format!(
+                    "{} on {dev}: {}, expected {N_CASES}/{N_CASES}",
+                    arm.name,
+                    repro_result(&r)
+                )),
+                _ => {}
+            }
+            let mut price_v = price(&r);
+            let mut stops = Vec::new();
+            let mut chain_result = String::new();
+            if !is_cpu {
+                let c = run_arm(&ctx, arm, dev, "chain")?;
+                chain_result = repro_result(&c);
+                entry["chain"] = json!({
+                    "result": repro_result(&c),
+                    "passed_all": passed_all(&c),
+                    "run": run_json(&c, arm),
+                    "price": price(&c),
+                    "mismatches": c.out.mismatches.iter().map(|(n, t)| json!({"case": n, "line": t})).collect::<Vec<_>>(),
+                });
+                let p = run_arm(&ctx, arm, dev, "place")?;
+                price_v = price(&p);
+                entry["place"] = run_json(&p, arm);
+                if o.stop {
+                    for mode in ["stop", "stop-assigned"] {
+                        let s = run_arm(&ctx, arm, dev, mode)?;
+                        let (ok, mut v) = stop_verdict(&s);
+                        v["run"] = run_json(&s, arm);
+                        v["named_stop_ok"] = json!(ok);
+                        if arm.name == "ours" && !ok {
+                            failures.push(format!(
+                                "ours on {dev} ({mode}): no named stop ({}; missing words {})",
+                                s.fin.end.describe(),
+                                v["words_missing_everywhere"]
+                            ));
+                        }
+                        stops.push(format!(
+                            "{}{}",
+                            s.fin.end.describe(),
+                            if ok { " named" } else { "" }
+                        ));
+                        entry[if mode == "stop" {
+                            "stop_natural"
+                        } else {
+                            "stop_assigned"
+                        }] = v;
+                    }
+                }
+            }
+            entry["price"] = price_v.clone();
+            table.push((
+                arm.name.clone(),
+                short(&arm.sha256).to_owned(),
+                dev.clone(),
+                repro_result(&r),
+                format!("{}/{}", price_v["splits_total"], price_v["splits_max"]),
+                format!("{}/{}", price_v["nodes_off_device"], price_v["nodes_total"]),
+                price_v["fill_on"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str())
+                            .collect::<Vec<_>>()
+                            .join("+")
+                    })
+                    .unwrap_or_default(),
+                chain_result,
+                stops.join(" | "),
+            ));
+            results.push(entry);
+        }
+    }
+
+    let ok = failures.is_empty();
+    let report = json!({
+        "tool": "repro",
+        "cases": N_CASES,
+        "devices": o.devs,
+        "hrx_library": hrx.as_ref().map(|h| h.display().to_string()),
+        "hrx_sha256": hrx.as_ref().and_then(|h| pins::sha256_file(h).ok()),
+        "hrx_env": {"GGML_HRX_EAGER_OPS": "+FILL,-SET_ROWS"},
+        "probe": probe.as_ref().map(|p| p.display().to_string()),
+        "stock_bin": stock_bin.display().to_string(),
+        "arms_unavailable": arm_errors,
+        "runs": results,
+        "failures": failures,
+        "ok": ok,
+    });
+    let report_path = out_dir.join("report.json");
+    fs::write(&report_path, serde_json::to_string_pretty(&report)? + "\n")?;
+
+    println!(
+        "{:<8} {:<12} {:<5} {:<24} {:<12} {:<10} {:<9} {:<24} stop (natural | assigned)",
+        "arm",
+        "sha256",
+        "dev",
+        "reproducer",
+        "splits Σ/max",
+        "off-dev",
+        "FILL on",
+        "chain (2 writers)"
+    );
+    for (a, s, d, r, sp, off, fill, ch, st) in &table {
+        println!("{a:<8} {s:<12} {d:<5} {r:<24} {sp:<12} {off:<10} {fill:<9} {ch:<24} {st}");
+    }
+    for f in &failures {
+        println!("FAIL: {f}");
+    }
+    println!(
+        "{} (report: {})",
+        if ok { "OK" } else { "FAILED" },
+        report_path.display()
+    );
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("repro: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

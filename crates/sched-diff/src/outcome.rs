@@ -1,0 +1,275 @@
+//! What one seed produced in one arm, and how two arms' results for a seed compare.
+//!
+//! The C driver (`cabi-tests/sched-diff/sched_diff.c`) prints one block per seed:
+//! `SEED <s> BEGIN`, the records, `SEED <s> END`. A block without its `END` line belongs to
+//! a process that died inside that seed. The record grammar is in the driver's header
+//! comment and in `docs/sched-diff.md`.
+
+/// How a process died inside a seed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Crash {
+    /// Exit status in words: `signal 6 (SIGABRT)`, `exit code 3`, `timeout after 60 s`.
+    pub how: String,
+    /// The ggml abort message (the driver's `ABORT` record) with its `file:line: ` prefix
+    /// removed, when the process died through `ggml_abort`.
+    pub abort: Option<String>,
+    /// The last lines the process wrote to stderr (ggml's warnings and errors).
+    pub stderr_tail: String,
+}
+
+/// One seed's result in one arm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedRun {
+    /// The seed.
+    pub seed: u64,
+    /// The seed's records, without the `SEED` marker lines and without `ABORT` records.
+    pub lines: Vec<String>,
+    /// Set when the process died inside this seed.
+    pub crash: Option<Crash>,
+}
+
+/// A parsed `SEED` block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// The seed named by the `BEGIN` line.
+    pub seed: u64,
+    /// Records between the markers, `ABORT` records excluded.
+    pub lines: Vec<String>,
+    /// The abort message, prefix removed (see [`strip_location`]).
+    pub abort: Option<String>,
+    /// Whether the `END` line was seen.
+    pub complete: bool,
+}
+
+/// Splits a driver's stdout into seed blocks, in order. Lines outside blocks are ignored,
+/// except an `ABORT` record, which is attached to the block it follows.
+///
+/// Errors when a `BEGIN` line cannot be read or an `END` line names another seed than the
+/// open block: that is a broken driver, not a scheduler result.
+pub fn parse_blocks(stdout: &str) -> anyhow::Result<Vec<Block>> {
+    let mut blocks: Vec<Block> = Vec::new();
+    let mut open = false;
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix("SEED ") {
+            let mut it = rest.split(' ');
+            let seed: u64 = it
+                .next()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| anyhow::anyhow!("bad seed marker: {line}"))?;
+            match it.next() {
+                Some("BEGIN") => {
+                    blocks.push(Block {
+                        seed,
+                        lines: Vec::new(),
+                        abort: None,
+                        complete: false,
+                    });
+                    open = true;
+                }
+                Some("END") => {
+                    let b = blocks
+                        .last_mut()
+                        .filter(|b| open && b.seed == seed)
+                        .ok_or_else(|| anyhow::anyhow!("unmatched {line}"))?;
+                    b.complete = true;
+                    open = false;
+                }
+                _ => anyhow::bail!("bad seed marker: {line}"),
+            }
+        } else if let Some(msg) = line.strip_prefix("ABORT ") {
+            if let Some(b) = blocks.last_mut() {
+                b.abort = Some(strip_location(msg).to_string());
+            }
+        } else if open {
+            if let Some(b) = blocks.last_mut() {
+                b.lines.push(line.to_string());
+            }
+        }
+    }
+    Ok(blocks)
+}
+
+/// Removes a leading `path:line: ` from an abort message: the two libraries abort from
+/// different source files, so only the text after it is comparable.
+pub fn strip_location(msg: &str) -> &str {
+    let mut search = 0;
+    while let Some(pos) = msg[search..].find(": ") {
+        let head = &msg[..search + pos];
+        if let Some((_, digits)) = head.rsplit_once(':') {
+            if !digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit()) {
+                return &msg[search + pos + 2..];
+            }
+        }
+        search += pos + 2;
+    }
+    msg
+}
+
+/// Whether a seed's records show an in-place writer placed against the co-location rule
+/// (an `INPLACE ... rule=violated` record; see `docs/sched-diff.md`).
+pub fn has_inplace_conflict(lines: &[String]) -> bool {
+    lines
+        .iter()
+        .any(|l| l.starts_with("INPLACE ") && l.ends_with(" rule=violated"))
+}
+
+/// Whether a seed's records show an in-place writer on a backend that cannot use the
+/// buffer type of the storage it writes (`usable=no`): the write would go through a
+/// pointer that backend cannot use. Always also a rule violation.
+pub fn has_unusable_write(lines: &[String]) -> bool {
+    lines
+        .iter()
+        .any(|l| l.starts_with("INPLACE ") && l.contains(" usable=no "))
+}
+
+/// Whether an abort message reads as a refusal by the in-place co-location rule.
+pub fn is_inplace_refusal(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    m.contains("in-place") || m.contains("inplace")
+}
+
+/// How arm B's result for a seed relates to arm A's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Same records, neither process died.
+    Identical,
+    /// Both processes died in this seed after identical records (abort texts may differ).
+    IdenticalBothCrashed,
+    /// Records differ; A placed an in-place writer against the co-location rule, B placed
+    /// none so: the difference the in-place rule makes.
+    ExplainedMoved,
+    /// A had such a conflict and B stopped with an abort that names the in-place rule.
+    ExplainedRefused,
+    /// Any other difference.
+    Unexplained,
+}
+
+impl Verdict {
+    /// Whether this verdict counts as a difference between the arms.
+    pub fn differs(self) -> bool {
+        !matches!(self, Verdict::Identical | Verdict::IdenticalBothCrashed)
+    }
+}
+
+/// Compares one seed across the arms. Both runs must be for the same seed.
+pub fn classify(a: &SeedRun, b: &SeedRun) -> Verdict {
+    debug_assert_eq!(a.seed, b.seed);
+    let same_lines = a.lines == b.lines;
+    match (&a.crash, &b.crash) {
+        (None, None) if same_lines => return Verdict::Identical,
+        (Some(_), Some(_)) if same_lines => return Verdict::IdenticalBothCrashed,
+        _ => {}
+    }
+    if has_inplace_conflict(&a.lines) && !has_inplace_conflict(&b.lines) {
+        match &b.crash {
+            None => return Verdict::ExplainedMoved,
+            Some(c) if c.abort.as_deref().is_some_and(is_inplace_refusal) => {
+                return Verdict::ExplainedRefused
+            }
+            Some(_) => {}
+        }
+    }
+    Verdict::Unexplained
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(seed: u64, lines: &[&str], crash: Option<&str>) -> SeedRun {
+        SeedRun {
+            seed,
+            lines: lines.iter().map(|s| s.to_string()).collect(),
+            crash: crash.map(|m| Crash {
+                how: "signal 6 (SIGABRT)".into(),
+                abort: Some(m.to_string()),
+                stderr_tail: String::new(),
+            }),
+        }
+    }
+
+    #[test]
+    fn parses_complete_and_crashed_blocks() {
+        let out = "SEED 4 BEGIN\nNODE 0 t1 ADD T0\nSEED 4 END\nSEED 5 BEGIN\nNODE 0 t2 MUL TCPU\n\
+                   ABORT /x/ggml-backend.cpp:941: pre-allocated tensor (t3) in a buffer\n";
+        let b = parse_blocks(out).unwrap();
+        assert_eq!(b.len(), 2);
+        assert_eq!(b[0].seed, 4);
+        assert!(b[0].complete);
+        assert_eq!(b[0].lines, vec!["NODE 0 t1 ADD T0".to_string()]);
+        assert_eq!(b[1].seed, 5);
+        assert!(!b[1].complete);
+        assert_eq!(b[1].lines.len(), 1);
+        assert_eq!(
+            b[1].abort.as_deref(),
+            Some("pre-allocated tensor (t3) in a buffer")
+        );
+    }
+
+    #[test]
+    fn rejects_mismatched_end() {
+        assert!(parse_blocks("SEED 1 BEGIN\nSEED 2 END\n").is_err());
+        assert!(parse_blocks("SEED x BEGIN\n").is_err());
+    }
+
+    #[test]
+    fn strips_file_and_line_only() {
+        assert_eq!(
+            strip_location("a/b.c:12: GGML_ASSERT(x) failed"),
+            "GGML_ASSERT(x) failed"
+        );
+        assert_eq!(
+            strip_location("src/sched/mod.rs:7: in-place: no"),
+            "in-place: no"
+        );
+        assert_eq!(strip_location("no location: here"), "no location: here");
+    }
+
+    #[test]
+    fn classifies_identical_and_plain_differences() {
+        let a = run(1, &["NODE 0 t1 ADD T0"], None);
+        assert_eq!(classify(&a, &a.clone()), Verdict::Identical);
+        let b = run(1, &["NODE 0 t1 ADD TCPU"], None);
+        assert_eq!(classify(&a, &b), Verdict::Unexplained);
+        let ca = run(1, &["NODE 0 t1 ADD T0"], Some("x"));
+        let cb = run(1, &["NODE 0 t1 ADD T0"], Some("y"));
+        assert_eq!(classify(&ca, &cb), Verdict::IdenticalBothCrashed);
+        assert_eq!(classify(&a, &cb), Verdict::Unexplained);
+        assert!(!Verdict::IdenticalBothCrashed.differs());
+        assert!(Verdict::ExplainedMoved.differs());
+    }
+
+    #[test]
+    fn classifies_inplace_rule_differences() {
+        let conflict = "INPLACE 1 t2 SET_ROWS node=TCPU root=t1 root_backend=T0 root_buft=T0_BUF prealloc=0 usable=no rule=violated";
+        let fixed = "INPLACE 1 t2 SET_ROWS node=T0 root=t1 root_backend=T0 root_buft=T0_BUF prealloc=0 usable=yes rule=ok";
+        assert!(has_unusable_write(&[conflict.to_string()]));
+        assert!(!has_unusable_write(&[fixed.to_string()]));
+        let peer = "INPLACE 1 t2 SET node=T2 root=t1 root_backend=T0 root_buft=T0_BUF prealloc=0 usable=yes rule=violated";
+        assert!(has_inplace_conflict(&[peer.to_string()]));
+        assert!(!has_unusable_write(&[peer.to_string()]));
+        let a = run(3, &["NODE 1 t2 SET_ROWS TCPU", conflict], None);
+        let b = run(3, &["NODE 1 t2 SET_ROWS T0", fixed], None);
+        assert_eq!(classify(&a, &b), Verdict::ExplainedMoved);
+        // B still conflicts: not explained by the rule
+        let b2 = run(3, &["NODE 1 t2 SET_ROWS T1", conflict], None);
+        assert_eq!(classify(&a, &b2), Verdict::Unexplained);
+        // B refuses with a message naming the rule
+        let b3 = run(
+            3,
+            &["NODE 1 t2 SET_ROWS TCPU"],
+            Some("in-place write to t1 refused"),
+        );
+        assert_eq!(classify(&a, &b3), Verdict::ExplainedRefused);
+        // B dies for another reason
+        let b4 = run(
+            3,
+            &["NODE 1 t2 SET_ROWS TCPU"],
+            Some("GGML_ASSERT(x) failed"),
+        );
+        assert_eq!(classify(&a, &b4), Verdict::Unexplained);
+        // A without a conflict: any difference is unexplained
+        let a2 = run(3, &["NODE 1 t2 SET_ROWS TCPU"], None);
+        assert_eq!(classify(&a2, &b), Verdict::Unexplained);
+    }
+}

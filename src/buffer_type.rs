@@ -1,0 +1,265 @@
+//! Buffer types (`ggml_backend_buft_*`): thin dispatch over a backend's
+//! `ggml_backend_buffer_type_i` table, with stock's defaults for the optional callbacks.
+//!
+//! A buffer type is owned by the backend that defines it (usually a `static`); these functions
+//! never free one. A NULL buffer type aborts, as stock's `GGML_ASSERT(buft)` does.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use std::os::raw::c_char;
+
+use ggml_sys::{
+    ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_dev_t, ggml_tensor,
+};
+
+use crate::buffer::ggml_backend_buffer_init;
+use crate::ffi::{self, boundary, non_null};
+use crate::iface::required;
+use crate::tensor::op_is_empty;
+
+/// Borrows the buffer type behind `buft`, aborting naming `func` when it is NULL.
+///
+/// # Safety
+/// `buft` must be NULL or point to a live buffer type.
+pub(crate) unsafe fn buft_ref<'a>(
+    buft: ggml_backend_buffer_type_t,
+    func: &str,
+) -> &'a ggml_sys::ggml_backend_buffer_type {
+    // SAFETY: forwarded from the caller.
+    unsafe { non_null(buft, func, "buft") }
+}
+
+/// The buffer type's name (stock `ggml_backend_buft_name`). The string is owned by the buffer
+/// type. Aborts when `buft` is NULL.
+///
+/// # Safety
+/// `buft` must be NULL or point to a live buffer type.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
+    const F: &str = "ggml_backend_buft_name";
+    boundary(F, || {
+        // SAFETY: caller contract.
+        let b = unsafe { buft_ref(buft, F) };
+        // SAFETY: the backend's callback, called with its own buffer type.
+        unsafe { required(b.iface.get_name, F, "get_name")(buft) }
+    })
+}
+
+/// Allocates a buffer of `size` bytes of this type (stock `ggml_backend_buft_alloc_buffer`).
+/// A zero `size` returns a dummy buffer of size 0 with an empty interface, without asking the
+/// backend; otherwise the backend's `alloc_buffer` decides (NULL when it fails). The caller
+/// owns the result and frees it with `ggml_backend_buffer_free`. Aborts when `buft` is NULL.
+///
+/// # Safety
+/// `buft` must be NULL or point to a live buffer type.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_buft_alloc_buffer(
+    buft: ggml_backend_buffer_type_t,
+    size: usize,
+) -> ggml_backend_buffer_t {
+    const F: &str = "ggml_backend_buft_alloc_buffer";
+    boundary(F, || {
+        // SAFETY: caller contract.
+        let b = unsafe { buft_ref(buft, F) };
+        if size == 0 {
+            // SAFETY: an all-NULL interface is valid for a zero-sized buffer.
+            return unsafe {
+                ggml_backend_buffer_init(buft, Default::default(), std::ptr::null_mut(), 0)
+            };
+        }
+        // SAFETY: the backend's callback, called with its own buffer type.
+        unsafe { required(b.iface.alloc_buffer, F, "alloc_buffer")(buft, size) }
+    })
+}
+
+/// The alignment in bytes of tensor addresses in buffers of this type (stock
+/// `ggml_backend_buft_get_alignment`). Aborts when `buft` is NULL.
+///
+/// # Safety
+/// `buft` must be NULL or point to a live buffer type.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_buft_get_alignment(
+    buft: ggml_backend_buffer_type_t,
+) -> usize {
+    const F: &str = "ggml_backend_buft_get_alignment";
+    boundary(F, || {
+        // SAFETY: caller contract.
+        let b = unsafe { buft_ref(buft, F) };
+        // SAFETY: the backend's callback, called with its own buffer type.
+        unsafe { required(b.iface.get_alignment, F, "get_alignment")(buft) }
+    })
+}
+
+/// The largest buffer in bytes this type can allocate (stock `ggml_backend_buft_get_max_size`);
+/// `SIZE_MAX` when the backend does not say. Aborts when `buft` is NULL.
+///
+/// # Safety
+/// `buft` must be NULL or point to a live buffer type.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
+    const F: &str = "ggml_backend_buft_get_max_size";
+    boundary(F, || {
+        // SAFETY: caller contract.
+        let b = unsafe { buft_ref(buft, F) };
+        match b.iface.get_max_size {
+            // SAFETY: the backend's callback, called with its own buffer type.
+            Some(f) => unsafe { f(buft) },
+            None => usize::MAX,
+        }
+    })
+}
+
+/// Whether an allocation larger than `ggml_nbytes` is legitimate for the result of `op`, i.e.
+/// a backend may pad such tensors (stock `ggml_op_alloc_size_may_expand`).
+///
+/// # Safety
+/// None beyond the C ABI: any `op` value is accepted.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_op_alloc_size_may_expand(op: ggml_sys::ggml_op) -> bool {
+    boundary("ggml_op_alloc_size_may_expand", || {
+        op_alloc_size_may_expand(op)
+    })
+}
+
+/// The pure rule behind [`ggml_op_alloc_size_may_expand`].
+pub fn op_alloc_size_may_expand(op: ggml_sys::ggml_op) -> bool {
+    use ggml_sys::*;
+    matches!(
+        op,
+        GGML_OP_FLASH_ATTN_EXT
+            | GGML_OP_MUL_MAT
+            | GGML_OP_MUL_MAT_ID
+            | GGML_OP_CUMSUM
+            | GGML_OP_ARGSORT
+            | GGML_OP_TOP_K
+    )
+}
+
+/// Whether a backend's allocation size `size` for a tensor of `nbytes` bytes, type `ty` and op
+/// `op` is allowed: never more than `nbytes` unless the op makes no data of its own, the type
+/// is quantized (row padding), or [`op_alloc_size_may_expand`] says so.
+pub fn alloc_size_allowed(
+    size: usize,
+    nbytes: usize,
+    op: ggml_sys::ggml_op,
+    quantized: bool,
+) -> bool {
+    size <= nbytes || op_is_empty(op) || quantized || op_alloc_size_may_expand(op)
+}
+
+/// Bytes to allocate for `tensor` in a buffer of this type (stock
+/// `ggml_backend_buft_get_alloc_size`): the backend's answer, or `ggml_nbytes` when it has no
+/// `get_alloc_size`. Aborts when `buft` is NULL, and when the backend asks for more than
+/// `ggml_nbytes` for an op that may not expand (see [`alloc_size_allowed`]), as stock does.
+///
+/// # Safety
+/// `buft` must be NULL or point to a live buffer type; `tensor` must point to a live tensor.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_buft_get_alloc_size(
+    buft: ggml_backend_buffer_type_t,
+    tensor: *const ggml_tensor,
+) -> usize {
+    const F: &str = "ggml_backend_buft_get_alloc_size";
+    boundary(F, || {
+        // SAFETY: caller contract.
+        let b = unsafe { buft_ref(buft, F) };
+        // SAFETY: caller contract: `tensor` is a live tensor.
+        let nbytes = unsafe { ggml_sys::ggml_nbytes(tensor) };
+        let Some(f) = b.iface.get_alloc_size else {
+            return nbytes;
+        };
+        // SAFETY: the backend's callback, called with its own buffer type.
+        let size = unsafe { f(buft, tensor) };
+        // SAFETY: caller contract: `tensor` is a live tensor.
+        let t = unsafe { non_null(tensor, F, "tensor") };
+        // SAFETY: pure function of the type id.
+        let quantized = unsafe { ggml_sys::ggml_is_quantized(t.type_) };
+        if !alloc_size_allowed(size, nbytes, t.op, quantized) {
+            // SAFETY: ggml_op_name returns a static string for every op value.
+            let op = unsafe { std::ffi::CStr::from_ptr(ggml_sys::ggml_op_name(t.op)) };
+            ffi::fatal(
+                F,
+                &format!(
+                    "buffer type returned alloc size {size} > ggml_nbytes {nbytes} for op {} \
+                     (not allowed to expand: update ggml_op_alloc_size_may_expand)",
+                    op.to_string_lossy()
+                ),
+            );
+        }
+        size
+    })
+}
+
+/// Whether buffers of this type live in host memory, readable through `tensor->data` (stock
+/// `ggml_backend_buft_is_host`); `false` when the backend does not say. Aborts when `buft` is
+/// NULL.
+///
+/// # Safety
+/// `buft` must be NULL or point to a live buffer type.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
+    const F: &str = "ggml_backend_buft_is_host";
+    boundary(F, || {
+        // SAFETY: caller contract.
+        let b = unsafe { buft_ref(buft, F) };
+        match b.iface.is_host {
+            // SAFETY: the backend's callback, called with its own buffer type.
+            Some(f) => unsafe { f(buft) },
+            None => false,
+        }
+    })
+}
+
+/// The device that owns this buffer type, NULL for the plain CPU types (stock
+/// `ggml_backend_buft_get_device`). Aborts when `buft` is NULL.
+///
+/// # Safety
+/// `buft` must be NULL or point to a live buffer type.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_buft_get_device(
+    buft: ggml_backend_buffer_type_t,
+) -> ggml_backend_dev_t {
+    const F: &str = "ggml_backend_buft_get_device";
+    // SAFETY: caller contract.
+    boundary(F, || unsafe { buft_ref(buft, F) }.device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ggml_sys::*;
+
+    #[test]
+    fn expanding_ops_are_exactly_stocks_list() {
+        let expanding: Vec<ggml_op> = (0..GGML_OP_COUNT)
+            .filter(|&op| op_alloc_size_may_expand(op))
+            .collect();
+        assert_eq!(
+            expanding,
+            vec![
+                GGML_OP_MUL_MAT,
+                GGML_OP_MUL_MAT_ID,
+                GGML_OP_CUMSUM,
+                GGML_OP_ARGSORT,
+                GGML_OP_TOP_K,
+                GGML_OP_FLASH_ATTN_EXT
+            ]
+            .into_iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn alloc_size_rule() {
+        // Equal or smaller is always fine.
+        assert!(alloc_size_allowed(100, 100, GGML_OP_ADD, false));
+        assert!(alloc_size_allowed(50, 100, GGML_OP_ADD, false));
+        // Larger: only for empty ops, quantized types or expanding ops.
+        assert!(!alloc_size_allowed(101, 100, GGML_OP_ADD, false));
+        assert!(alloc_size_allowed(101, 100, GGML_OP_VIEW, false));
+        assert!(alloc_size_allowed(101, 100, GGML_OP_NONE, false));
+        assert!(alloc_size_allowed(101, 100, GGML_OP_ADD, true));
+        assert!(alloc_size_allowed(4096, 100, GGML_OP_MUL_MAT, false));
+    }
+}

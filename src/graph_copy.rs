@@ -1,0 +1,377 @@
+//! Copying a computed graph to another backend (`ggml_backend_graph_copy`,
+//! `ggml_backend_graph_copy_free`) and running one graph on two backends node by node
+//! (`ggml_backend_compare_graph_backend`), which `test-backend-ops` is built on.
+//!
+//! A copy duplicates every tensor reachable from the graph's nodes through `src` and
+//! `view_src`, keeping type, shape, strides, op, op params, flags and name. Tensors that own
+//! storage are placed in one new buffer of the target backend and get the source's data;
+//! views are re-created over their copied view source. The copy's contexts and buffer belong
+//! to the returned `ggml_backend_graph_copy` and are released by
+//! [`ggml_backend_graph_copy_free`].
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use std::collections::{HashMap, HashSet};
+use std::os::raw::c_void;
+
+use ggml_sys::{
+    ggml_backend_eval_callback, ggml_backend_graph_copy as GraphCopy, ggml_backend_t, ggml_cgraph,
+    ggml_context, ggml_init_params, ggml_tensor, GGML_STATUS_SUCCESS,
+};
+
+use crate::backend::ggml_backend_graph_compute;
+use crate::buffer::ggml_backend_buffer_free;
+use crate::ffi::{self, boundary, non_null};
+use crate::tensor::{ggml_backend_tensor_copy, ggml_backend_view_init};
+
+/// Whether `op` only reinterprets its source's storage (no computation of its own): the nodes
+/// whose results [`ggml_backend_compare_graph_backend`] does not hand to the callback.
+pub fn is_view_op(op: ggml_sys::ggml_op) -> bool {
+    use ggml_sys::*;
+    matches!(
+        op,
+        GGML_OP_VIEW | GGML_OP_RESHAPE | GGML_OP_PERMUTE | GGML_OP_TRANSPOSE
+    )
+}
+
+/// The state of one graph copy: originals mapped to their duplicates, and which originals
+/// already had their duplicate's data or view set up.
+struct Copier {
+    copies: HashMap<*mut ggml_tensor, *mut ggml_tensor>,
+    initialised: HashSet<*mut ggml_tensor>,
+    /// Context of the duplicates that own storage (allocated in the copy's buffer).
+    ctx_allocated: *mut ggml_context,
+    /// Context of the duplicated views.
+    ctx_unallocated: *mut ggml_context,
+}
+
+const COPY_FN: &str = "ggml_backend_graph_copy";
+
+impl Copier {
+    /// Returns the duplicate of `src`, making it (and, first, those of its view source and
+    /// sources) when it does not exist yet. Aborts when `src` has no data.
+    ///
+    /// # Safety
+    /// `src` and everything reachable from it are live tensors; the contexts are live and
+    /// have room for every duplicate.
+    unsafe fn dup(&mut self, src: *mut ggml_tensor) -> *mut ggml_tensor {
+        // SAFETY: caller contract.
+        let s = unsafe { non_null(src, COPY_FN, "src") };
+        if s.data.is_null() {
+            ffi::fatal(COPY_FN, "graph must be allocated (a tensor has no data)");
+        }
+        if let Some(&d) = self.copies.get(&src) {
+            return d;
+        }
+        let ctx = if s.view_src.is_null() {
+            self.ctx_allocated
+        } else {
+            self.ctx_unallocated
+        };
+        // SAFETY: live context with room (sized by the caller); `s` is live.
+        let dst = unsafe { ggml_sys::ggml_dup_tensor(ctx, s) };
+        if dst.is_null() {
+            ffi::fatal(COPY_FN, "ggml_dup_tensor failed");
+        }
+        // SAFETY: `dst` was just made and is not aliased.
+        let d = unsafe { &mut *dst };
+        d.nb = s.nb;
+        if !s.view_src.is_null() {
+            // SAFETY: caller contract covers the view source.
+            d.view_src = unsafe { self.dup(s.view_src) };
+            d.view_offs = s.view_offs;
+        }
+        d.op = s.op;
+        d.flags = s.flags;
+        d.op_params = s.op_params;
+        // SAFETY: `s.name` is a NUL-terminated array inside the tensor.
+        unsafe { ggml_sys::ggml_set_name(dst, s.name.as_ptr()) };
+        for (i, &sub) in s.src.iter().enumerate() {
+            if !sub.is_null() {
+                // SAFETY: caller contract covers the sources.
+                let c = unsafe { self.dup(sub) };
+                d.src[i] = c;
+            }
+        }
+        self.copies.insert(src, dst);
+        dst
+    }
+
+    /// Gives the duplicate of `src` its content: a view is initialised over its (initialised)
+    /// view source's copy, a tensor with storage gets `src`'s data. Then the same for its
+    /// sources. Once per tensor.
+    ///
+    /// # Safety
+    /// [`Copier::dup`] ran on `src`; the duplicates with storage are allocated.
+    unsafe fn init(&mut self, src: *mut ggml_tensor) {
+        if !self.initialised.insert(src) {
+            return;
+        }
+        let dst = self.copies[&src];
+        // SAFETY: caller contract: both are live.
+        let (s, d) = unsafe { (&*src, &*dst) };
+        if !d.view_src.is_null() {
+            // SAFETY: the view source was duplicated along with `src`.
+            unsafe { self.init(s.view_src) };
+            // SAFETY: live view whose source is allocated.
+            let status = unsafe { ggml_backend_view_init(dst) };
+            if status != GGML_STATUS_SUCCESS {
+                ffi::fatal(
+                    COPY_FN,
+                    &format!("ggml_backend_view_init failed with status {status}"),
+                );
+            }
+        } else {
+            // SAFETY: both live and allocated, same layout by construction.
+            unsafe { ggml_backend_tensor_copy(src, dst) };
+        }
+        for &sub in s.src.iter().filter(|p| !p.is_null()) {
+            // SAFETY: sources were duplicated along with `src`.
+            unsafe { self.init(sub) };
+        }
+    }
+}
+
+/// The nodes of a graph as a slice.
+///
+/// # Safety
+/// `g` is a live graph.
+unsafe fn nodes<'a>(g: &ggml_cgraph) -> &'a [*mut ggml_tensor] {
+    let n = usize::try_from(g.n_nodes).unwrap_or(0);
+    if n == 0 {
+        return &[];
+    }
+    // SAFETY: a live graph has `n_nodes` valid entries at `nodes`.
+    unsafe { std::slice::from_raw_parts(g.nodes, n) }
+}
+
+const FAILED_COPY: GraphCopy = GraphCopy {
+    buffer: std::ptr::null_mut(),
+    ctx_allocated: std::ptr::null_mut(),
+    ctx_unallocated: std::ptr::null_mut(),
+    graph: std::ptr::null_mut(),
+};
+
+/// Copies `graph` (allocated, computed or not) to `backend` (stock `ggml_backend_graph_copy`):
+/// every tensor reachable from its nodes is duplicated with the same layout, the ones with
+/// storage are allocated in one buffer of the backend's default type and filled with the
+/// source data, and a new graph lists the copies of the nodes in order. On failure (context or
+/// buffer allocation) it logs an error and returns all-NULL fields. The caller owns the result
+/// and frees it with [`ggml_backend_graph_copy_free`]. Aborts when `graph` is NULL or a tensor
+/// of it has no data.
+///
+/// # Safety
+/// `backend` a live backend; `graph` NULL or a live, allocated graph.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_graph_copy(
+    backend: ggml_backend_t,
+    graph: *mut ggml_cgraph,
+) -> GraphCopy {
+    boundary(COPY_FN, || {
+        // SAFETY: caller contract.
+        let g = unsafe { non_null(graph, COPY_FN, "graph") };
+        // SAFETY: pure size computations of ggml.
+        let mem_size = unsafe {
+            let n_tensors = ggml_sys::ggml_hash_size(g.visited_hash_set.size);
+            ggml_sys::ggml_tensor_overhead() * n_tensors
+                + ggml_sys::ggml_graph_overhead_custom(g.size as usize, false)
+        };
+        let params = ggml_init_params {
+            mem_size,
+            mem_buffer: std::ptr::null_mut(),
+            no_alloc: true,
+        };
+        // SAFETY: plain context creation.
+        let (ctx_allocated, ctx_unallocated) =
+            unsafe { (ggml_sys::ggml_init(params), ggml_sys::ggml_init(params)) };
+        let release = || {
+            // SAFETY: ggml_free accepts NULL and contexts made above.
+            unsafe {
+                ggml_sys::ggml_free(ctx_allocated);
+                ggml_sys::ggml_free(ctx_unallocated);
+            }
+        };
+        if ctx_allocated.is_null() || ctx_unallocated.is_null() {
+            ffi::log::error(&format!(
+                "{COPY_FN}: failed to allocate context for graph copy\n"
+            ));
+            release();
+            return FAILED_COPY;
+        }
+        let mut copier = Copier {
+            copies: HashMap::new(),
+            initialised: HashSet::new(),
+            ctx_allocated,
+            ctx_unallocated,
+        };
+        // SAFETY: live graph.
+        let originals = unsafe { nodes(g) };
+        for &node in originals {
+            // SAFETY: nodes of a live graph and everything they reach are live.
+            unsafe { copier.dup(node) };
+        }
+        // SAFETY: live context and backend.
+        let buffer = unsafe { ggml_sys::ggml_backend_alloc_ctx_tensors(ctx_allocated, backend) };
+        if buffer.is_null() {
+            ffi::log::error(&format!(
+                "{COPY_FN}: failed to allocate buffer for graph copy\n"
+            ));
+            release();
+            return FAILED_COPY;
+        }
+        for &node in originals {
+            // SAFETY: every node was duplicated; storage is allocated.
+            unsafe { copier.init(node) };
+        }
+        // SAFETY: live context sized for a graph of `g.size` nodes.
+        let copy =
+            unsafe { ggml_sys::ggml_new_graph_custom(ctx_allocated, g.size as usize, false) };
+        // SAFETY: the new graph has room for `g.size >= n_nodes` nodes.
+        unsafe {
+            let c = &mut *copy;
+            for (i, node) in originals.iter().enumerate() {
+                *c.nodes.add(i) = copier.copies[node];
+            }
+            c.n_nodes = g.n_nodes;
+        }
+        GraphCopy {
+            buffer,
+            ctx_allocated,
+            ctx_unallocated,
+            graph: copy,
+        }
+    })
+}
+
+/// Frees a graph copy: its buffer and both contexts (stock `ggml_backend_graph_copy_free`).
+/// All-NULL fields (a failed copy) are fine.
+///
+/// # Safety
+/// `copy` came from [`ggml_backend_graph_copy`] and is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_graph_copy_free(copy: GraphCopy) {
+    boundary("ggml_backend_graph_copy_free", || {
+        // SAFETY: caller contract; all three accept NULL.
+        unsafe {
+            ggml_backend_buffer_free(copy.buffer);
+            ggml_sys::ggml_free(copy.ctx_allocated);
+            ggml_sys::ggml_free(copy.ctx_unallocated);
+        }
+    })
+}
+
+/// Runs `graph` on `backend1` and a copy of it on `backend2`, handing pairs of corresponding
+/// nodes to `callback(index, node1, node2, user_data)` (stock
+/// `ggml_backend_compare_graph_backend`). Returns false only when the copy fails.
+///
+/// - `num_test_nodes == 0`: node by node, each a one-node graph view computed on both
+///   backends; view ops (VIEW, RESHAPE, PERMUTE, TRANSPOSE) are computed but not compared; a
+///   callback returning false stops the walk.
+/// - otherwise: both whole graphs are computed once and the callback sees every node that is
+///   one of `test_nodes` (its return value is ignored); aborts when `test_nodes` is NULL or
+///   none of them is a node of `graph`.
+///
+/// Aborts when `callback` is NULL and would be called.
+///
+/// # Safety
+/// Live backends; `graph` a live, allocated graph usable by `backend1`; `test_nodes` NULL or
+/// `num_test_nodes` tensor pointers.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_compare_graph_backend(
+    backend1: ggml_backend_t,
+    backend2: ggml_backend_t,
+    graph: *mut ggml_cgraph,
+    callback: ggml_backend_eval_callback,
+    user_data: *mut c_void,
+    test_nodes: *const *const ggml_tensor,
+    num_test_nodes: usize,
+) -> bool {
+    const F: &str = "ggml_backend_compare_graph_backend";
+    boundary(F, || {
+        // SAFETY: caller contract.
+        let copy = unsafe { ggml_backend_graph_copy(backend2, graph) };
+        if copy.buffer.is_null() {
+            return false;
+        }
+        // SAFETY: `graph` is live (the copy succeeded), the copy's graph too.
+        let (g1, g2) = unsafe { (&mut *graph, &mut *copy.graph) };
+        // SAFETY: live graphs.
+        let (n1, n2) = unsafe { (nodes(g1), nodes(g2)) };
+        let cb = || match callback {
+            Some(f) => f,
+            None => ffi::fatal(F, "callback is NULL"),
+        };
+        if num_test_nodes != 0 {
+            if test_nodes.is_null() {
+                ffi::fatal(
+                    F,
+                    "GGML_ASSERT(test_nodes) failed: num_test_nodes != 0 but test_nodes is NULL",
+                );
+            }
+            // SAFETY: caller contract: `num_test_nodes` entries.
+            let wanted = unsafe { std::slice::from_raw_parts(test_nodes, num_test_nodes) };
+            // SAFETY: live backends and graphs.
+            unsafe {
+                ggml_backend_graph_compute(backend1, g1);
+                ggml_backend_graph_compute(backend2, g2);
+            }
+            let mut verified = false;
+            for (i, (&t1, &t2)) in n1.iter().zip(n2).enumerate() {
+                for &w in wanted {
+                    if std::ptr::eq(t1.cast_const(), w) {
+                        // SAFETY: the caller's callback with live tensors.
+                        unsafe { cb()(i as i32, t1, t2, user_data) };
+                        verified = true;
+                    }
+                }
+            }
+            if !verified {
+                ffi::fatal(
+                    F,
+                    "GGML_ASSERT(verified) failed: none of test_nodes is a node of the graph",
+                );
+            }
+        } else {
+            for (i, (&t1, &t2)) in n1.iter().zip(n2).enumerate() {
+                let i = i as i32;
+                // SAFETY: views of live graphs, one node each; computed on their backends.
+                unsafe {
+                    let mut v1 = ggml_sys::ggml_graph_view(g1, i, i + 1);
+                    let mut v2 = ggml_sys::ggml_graph_view(g2, i, i + 1);
+                    ggml_backend_graph_compute(backend1, &mut v1);
+                    ggml_backend_graph_compute(backend2, &mut v2);
+                }
+                // SAFETY: a live node.
+                if is_view_op(unsafe { (*t1).op }) {
+                    continue;
+                }
+                // SAFETY: the caller's callback with live tensors.
+                if !unsafe { cb()(i, t1, t2, user_data) } {
+                    break;
+                }
+            }
+        }
+        // SAFETY: made above, not used afterwards.
+        unsafe { ggml_backend_graph_copy_free(copy) };
+        true
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_ops() {
+        use ggml_sys::*;
+        let views: Vec<ggml_op> = (0..GGML_OP_COUNT).filter(|&op| is_view_op(op)).collect();
+        assert_eq!(
+            views,
+            vec![
+                GGML_OP_RESHAPE,
+                GGML_OP_VIEW,
+                GGML_OP_PERMUTE,
+                GGML_OP_TRANSPOSE
+            ]
+        );
+    }
+}

@@ -1,0 +1,278 @@
+//! Running the passes in order, then building the graph that gallocr allocates (each split's
+//! input sources and copies first, the split's nodes, the backends' allocation dependencies,
+//! and with pipeline copies every copy as a leaf), and allocating it. Matches the second
+//! half of stock's `ggml_backend_sched_split_graph` and `ggml_backend_sched_alloc_splits`.
+
+use std::collections::HashMap;
+use std::os::raw::{c_int, c_void};
+
+use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
+
+use super::caps::{self, Live};
+use super::split::{self, SplitCtx};
+use super::{assign, expand, fill, inplace, upgrade, Sched};
+
+/// Tensors a backend asked to keep allocated until a node (the key) has run.
+type AllocDeps = HashMap<*mut ggml_tensor, Vec<*mut ggml_tensor>>;
+
+/// The `add_alloc_dep` callback given to backends' `graph_optimize`.
+unsafe extern "C" fn add_alloc_dep(
+    user_data: *mut c_void,
+    tensor: *mut ggml_tensor,
+    until: *mut ggml_tensor,
+) {
+    crate::ffi::boundary("ggml_backend_sched add_alloc_dep", || {
+        // SAFETY: user_data is the AllocDeps that split() passes with this callback, alive
+        // for the duration of the graph_optimize call.
+        let deps = unsafe { &mut *(user_data as *mut AllocDeps) };
+        let keep = deps.entry(until).or_default();
+        if !keep.contains(&tensor) {
+            keep.push(tensor);
+        }
+    })
+}
+
+/// Writes `v` at `i`, growing `ids` with zeros (stock's arrays start zeroed).
+fn put(ids: &mut Vec<c_int>, i: usize, v: c_int) {
+    if ids.len() <= i {
+        ids.resize(i + 1, 0);
+    }
+    ids[i] = v;
+}
+
+impl Sched {
+    /// The buffer type of a backend id as stored in the id arrays (NULL for -1).
+    fn buft_of(&self, id: c_int) -> ggml_backend_buffer_type_t {
+        if id >= 0 && (id as usize) < self.bufts.len() {
+            self.bufts[id as usize]
+        } else {
+            std::ptr::null_mut()
+        }
+    }
+
+    /// Places, splits and builds the allocation graph for `graph` (stock
+    /// `ggml_backend_sched_split_graph`).
+    ///
+    /// # Safety
+    /// `graph` must be a live graph of live tensors.
+    pub(crate) unsafe fn split(&mut self, graph: *mut ggml_cgraph) {
+        self.is_reset = false;
+        self.pool.reset();
+        (*graph).uid = ggml_sys::ggml_graph_next_uid();
+        let g = &*graph;
+        let live = Live {
+            backends: &self.backends,
+            bufts: &self.bufts,
+        };
+
+        assign::assign_current(&live, &mut self.table, g, self.op_offload);
+        expand::expand(&live, &mut self.table, g);
+        upgrade::upgrade(&live, &mut self.table, g);
+        if self.inplace_rule {
+            inplace::colocate(&live, &mut self.table, g);
+        }
+        fill::fill(&live, &mut self.table, g);
+
+        let mut sc = SplitCtx {
+            caps: &live,
+            pool: &mut self.pool,
+            n_copies: self.n_copies,
+            cur_copy: self.cur_copy,
+        };
+        self.splits = split::split_graph(&mut sc, &mut self.table, g, self.first_split_backend);
+        self.first_split_backend = self.splits[0].backend;
+        if self.debug > 0 {
+            self.print_assignments(g);
+        }
+        let mut sc = SplitCtx {
+            caps: &live,
+            pool: &mut self.pool,
+            n_copies: self.n_copies,
+            cur_copy: self.cur_copy,
+        };
+        self.graph_inputs = split::graph_inputs(&mut sc, &mut self.table, g);
+
+        std::mem::swap(&mut self.node_ids, &mut self.prev_node_ids);
+        std::mem::swap(&mut self.leaf_ids, &mut self.prev_leaf_ids);
+
+        // Let each backend reorder its split and name tensors to keep alive longer.
+        let mut deps: AllocDeps = HashMap::new();
+        let mut params = ggml_sys::ggml_backend_graph_optimize_params {
+            add_alloc_dep: Some(add_alloc_dep),
+            user_data: &mut deps as *mut AllocDeps as *mut c_void,
+        };
+        for s in &self.splits {
+            *s.graph.get() = ggml_sys::ggml_graph_view(graph, s.i_start as c_int, s.i_end as c_int);
+            let backend = self.backends[s.backend];
+            if let Some(opt) = (*backend).iface.graph_optimize {
+                opt(backend, s.graph.get(), &mut params);
+            }
+        }
+        let max_src = ggml_sys::GGML_MAX_SRC as usize;
+        let n_dep_nodes: usize = deps.values().map(|v| v.len().div_ceil(max_src)).sum();
+        let total_inputs =
+            self.graph_inputs.len() + self.splits.iter().map(|s| s.inputs.len()).sum::<usize>();
+        let graph_size = (g.n_nodes.max(g.n_leafs).max(0) as usize)
+            + total_inputs * 2 * self.n_copies
+            + n_dep_nodes;
+        self.debug_prev_graph_size = self.debug_graph_size;
+        self.debug_graph_size = graph_size;
+
+        self.graph_nodes.clear();
+        self.graph_leafs.clear();
+        let nodes = caps::nodes(g);
+        let mut n_dep_added = 0usize;
+        for s in &self.splits {
+            for &input in &s.inputs {
+                let cpy = self
+                    .table
+                    .copy(input, s.backend, self.cur_copy)
+                    .unwrap_or(input);
+                // Keeps the source alive until the copy is made.
+                let dep = ggml_sys::ggml_view_tensor(self.pool.ctx(1), input);
+                (*dep).src[0] = input;
+                put(
+                    &mut self.node_ids,
+                    self.graph_nodes.len(),
+                    self.table.backend_i32(input),
+                );
+                self.graph_nodes.push(dep);
+                // Makes the copy allocated at the start of the split.
+                put(
+                    &mut self.node_ids,
+                    self.graph_nodes.len(),
+                    s.backend as c_int,
+                );
+                self.graph_nodes.push(cpy);
+            }
+            for &node in &nodes[s.i_start..s.i_end] {
+                put(
+                    &mut self.node_ids,
+                    self.graph_nodes.len(),
+                    self.table.backend_i32(node),
+                );
+                self.graph_nodes.push(node);
+                if deps.is_empty() {
+                    continue;
+                }
+                if let Some(keep) = deps.get(&node) {
+                    for chunk in keep.chunks(max_src) {
+                        let dep = ggml_sys::ggml_view_tensor(self.pool.ctx(1), chunk[0]);
+                        for (k, &t) in chunk.iter().enumerate() {
+                            (*dep).src[k] = t;
+                        }
+                        put(
+                            &mut self.node_ids,
+                            self.graph_nodes.len(),
+                            s.backend as c_int,
+                        );
+                        self.graph_nodes.push(dep);
+                        n_dep_added += 1;
+                    }
+                }
+            }
+        }
+        crate::ggml_assert!(
+            "ggml_backend_sched_split_graph",
+            n_dep_added == n_dep_nodes,
+            "GGML_ASSERT(n_dep_nodes_added == n_dep_nodes) failed: a backend added an allocation dependency on a tensor that is not a node of its split"
+        );
+
+        if self.n_copies > 1 {
+            for &input in &self.graph_inputs {
+                let b = self.table.backend(input).unwrap_or(0);
+                for c in 0..self.n_copies {
+                    put(&mut self.leaf_ids, self.graph_leafs.len(), b as c_int);
+                    self.graph_leafs
+                        .push(self.table.copy(input, b, c).unwrap_or(input));
+                }
+            }
+            for s in &self.splits {
+                for &input in &s.inputs {
+                    for c in 0..self.n_copies {
+                        put(
+                            &mut self.leaf_ids,
+                            self.graph_leafs.len(),
+                            s.backend as c_int,
+                        );
+                        self.graph_leafs
+                            .push(self.table.copy(input, s.backend, c).unwrap_or(input));
+                    }
+                }
+            }
+        }
+        for &leaf in caps::leafs(g) {
+            put(
+                &mut self.leaf_ids,
+                self.graph_leafs.len(),
+                self.table.backend_i32(leaf),
+            );
+            self.graph_leafs.push(leaf);
+        }
+
+        let gc = &mut *self.graph.get();
+        gc.size = gc.size.max(graph_size as c_int);
+        gc.n_nodes = self.graph_nodes.len() as c_int;
+        gc.n_leafs = self.graph_leafs.len() as c_int;
+        gc.nodes = self.graph_nodes.as_mut_ptr();
+        gc.leafs = self.graph_leafs.as_mut_ptr();
+
+        for s in &self.splits {
+            (*s.graph.get()).uid = ggml_sys::ggml_graph_next_uid();
+        }
+    }
+
+    /// Allocates the split graph, reserving again first when a node or leaf moved to a
+    /// backend of another buffer type or the allocation does not fit (stock
+    /// `ggml_backend_sched_alloc_splits`). False when reserving or allocating fails.
+    pub(crate) unsafe fn alloc_splits(&mut self) -> bool {
+        let prev = |v: &Vec<c_int>, i: usize| v.get(i).copied().unwrap_or(0);
+        let gc = self.graph.get();
+        let n_nodes = (*gc).n_nodes as usize;
+        let n_leafs = (*gc).n_leafs as usize;
+        let moved = |cur: &Vec<c_int>, old: &Vec<c_int>, n: usize| {
+            (0..n).any(|i| {
+                cur[i] != prev(old, i) && self.buft_of(cur[i]) != self.buft_of(prev(old, i))
+            })
+        };
+        let changed = moved(&self.node_ids, &self.prev_node_ids, n_nodes)
+            || moved(&self.leaf_ids, &self.prev_leaf_ids, n_leafs);
+
+        if changed || !ggml_sys::ggml_gallocr_alloc_graph(self.galloc, gc) {
+            if self.debug_realloc > 0 {
+                let unexpected = !changed && self.debug_prev_graph_size == self.debug_graph_size;
+                if unexpected || self.debug_realloc > 1 {
+                    crate::ffi::fatal(
+                        "ggml_backend_sched_alloc_splits",
+                        &format!(
+                            "unexpected graph reallocation (graph size = {}, nodes = {}, leafs = {}), debug_realloc = {}",
+                            self.debug_graph_size, n_nodes, n_leafs, self.debug_realloc
+                        ),
+                    );
+                }
+            }
+            // Inputs may move: wait for every backend (without touching the copy index).
+            for &b in &self.backends {
+                ggml_sys::ggml_backend_synchronize(b);
+            }
+            if !ggml_sys::ggml_gallocr_reserve_n(
+                self.galloc,
+                gc,
+                self.node_ids.as_ptr(),
+                self.leaf_ids.as_ptr(),
+            ) {
+                crate::ffi::log::error(
+                    "ggml_backend_sched_alloc_splits: failed to reserve graph buffers\n",
+                );
+                return false;
+            }
+            if !ggml_sys::ggml_gallocr_alloc_graph(self.galloc, gc) {
+                crate::ffi::log::error(
+                    "ggml_backend_sched_alloc_splits: failed to allocate graph\n",
+                );
+                return false;
+            }
+        }
+        true
+    }
+}

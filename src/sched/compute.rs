@@ -1,0 +1,232 @@
+//! Running the splits in order: wait as needed, copy each split's inputs to its backend
+//! (user inputs at once; other inputs asynchronously where the backend can, and only the
+//! used experts of host MoE weights), compute (whole split, or in runs cut at the nodes the
+//! eval callback wants), record the split's event. Matches stock's
+//! `ggml_backend_sched_compute_splits`.
+
+use std::ptr;
+
+use ggml_sys::{ggml_backend_t, ggml_status, ggml_tensor};
+
+use super::Sched;
+
+impl Sched {
+    /// Waits on `event` when it exists, else on the whole `backend`.
+    unsafe fn wait_host(&self, backend: ggml_backend_t, event: ggml_sys::ggml_backend_event_t) {
+        if event.is_null() {
+            ggml_sys::ggml_backend_synchronize(backend);
+        } else {
+            ggml_sys::ggml_backend_event_synchronize(event);
+        }
+    }
+
+    /// Copies only the experts of the host MoE weight `input` that the ids of the split's
+    /// first node (a MUL_MAT_ID reading the copy) select. `ids_cache` keeps the ids tensor
+    /// read last and its expert bitmap, as consecutive splits often share it.
+    unsafe fn copy_used_experts(
+        &self,
+        split: &super::split::Split,
+        input_idx: usize,
+        node: &ggml_tensor,
+        input_backend: ggml_backend_t,
+        cache: &mut (*mut ggml_tensor, Vec<i32>, Vec<bool>),
+    ) {
+        let input = &*split.inputs[input_idx];
+        let sb = split.backend;
+        let backend = self.backends[sb];
+        let cpy = node.src[0];
+        let n_expert = input.ne[2];
+        let expert_size = input.nb[2];
+        ggml_sys::ggml_backend_synchronize(input_backend);
+
+        let mut ids_tensor = node.src[2];
+        let mut ids_backend = backend;
+        if ggml_sys::ggml_nelements(ids_tensor) == 0 {
+            return;
+        }
+        // The ids may themselves be a later input of this split, not copied yet: read the
+        // original then.
+        for &later in &split.inputs[input_idx + 1..] {
+            if self.table.copy(later, sb, self.cur_copy) == Some(ids_tensor) {
+                ids_tensor = later;
+                ids_backend = self.tensor_backend(later);
+                break;
+            }
+        }
+        if ids_tensor != cache.0 {
+            let nbytes = ggml_sys::ggml_nbytes(ids_tensor);
+            cache.1.resize(nbytes / 4, 0);
+            ggml_sys::ggml_backend_tensor_get_async(
+                ids_backend,
+                ids_tensor,
+                cache.1.as_mut_ptr().cast(),
+                0,
+                nbytes,
+            );
+            ggml_sys::ggml_backend_synchronize(ids_backend);
+            cache.2.clear();
+            cache.2.resize(n_expert.max(0) as usize, false);
+            let it = &*ids_tensor;
+            for i1 in 0..it.ne[1] {
+                for i0 in 0..it.ne[0] {
+                    let k = i1 as usize * it.nb[1] / 4 + i0 as usize * it.nb[0] / 4;
+                    let id = cache.1[k];
+                    crate::ggml_assert!(
+                        "ggml_backend_sched_compute_splits",
+                        id >= 0 && (id as i64) < n_expert
+                    );
+                    cache.2[id as usize] = true;
+                }
+            }
+            cache.0 = ids_tensor;
+        }
+        let copy = |first: usize, last: usize| {
+            let offset = first * expert_size;
+            let size = (last - first + 1) * expert_size;
+            let padding = expert_size.min(512);
+            // A little extra after a run that is not the last expert keeps the padding of the
+            // copied experts free of NaNs (some device kernels read it).
+            let padding_end = if (last as i64) < n_expert - 1 {
+                padding
+            } else {
+                0
+            };
+            ggml_sys::ggml_backend_tensor_set_async(
+                backend,
+                cpy,
+                (input.data as *const u8).add(offset).cast(),
+                offset,
+                size + padding_end,
+            );
+        };
+        let used = &cache.2;
+        let Some(mut first) = used.iter().position(|&u| u) else {
+            return;
+        };
+        let mut last = first;
+        for id in first + 1..used.len() {
+            if !used[id] {
+                continue;
+            }
+            if id == last + 1 {
+                last = id;
+                continue;
+            }
+            copy(first, last);
+            first = id;
+            last = id;
+        }
+        copy(first, last);
+    }
+
+    /// Computes the splits of the allocated graph (stock `ggml_backend_sched_compute_splits`).
+    /// Returns the first failing backend status, else `GGML_STATUS_SUCCESS`.
+    ///
+    /// # Safety
+    /// The graph split last must be allocated and alive.
+    pub(crate) unsafe fn compute_splits(&self) -> ggml_status {
+        let mut cache: (*mut ggml_tensor, Vec<i32>, Vec<bool>) =
+            (ptr::null_mut(), Vec::new(), Vec::new());
+        let mut prev_backend: Option<usize> = None;
+        let cc = self.cur_copy;
+
+        for split in &self.splits {
+            let sb = split.backend;
+            let backend = self.backends[sb];
+            let event = self.event(sb, cc);
+
+            // The allocator may have reused memory across splits: let the previous backend
+            // finish before a split without inputs starts.
+            if let Some(p) = prev_backend {
+                if split.inputs.is_empty() && p != sb {
+                    self.wait_host(self.backends[p], self.event(p, cc));
+                }
+            }
+
+            for (k, &input) in split.inputs.iter().enumerate() {
+                let input_backend = self.tensor_backend(input);
+                let cpy = self.table.copy(input, sb, cc).unwrap_or(ptr::null_mut());
+                if (*input).flags & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 != 0 {
+                    // The user may overwrite an input right after: copy it now.
+                    self.wait_host(backend, event);
+                    ggml_sys::ggml_backend_tensor_copy(input, cpy);
+                    continue;
+                }
+                // Wait until the split's backend no longer reads the previous contents.
+                if event.is_null() {
+                    ggml_sys::ggml_backend_synchronize(backend);
+                } else {
+                    ggml_sys::ggml_backend_event_wait(backend, event);
+                }
+                let g = &*split.graph.get();
+                let first = if g.n_nodes > 0 {
+                    *g.nodes
+                } else {
+                    ptr::null_mut()
+                };
+                let buf = (*input).buffer;
+                let moe = !first.is_null()
+                    && ggml_sys::ggml_backend_buffer_get_usage(buf)
+                        == ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+                    && ggml_sys::ggml_backend_buffer_is_host(buf)
+                    && (*first).src[0] == cpy
+                    && (*first).op == ggml_sys::GGML_OP_MUL_MAT_ID;
+                if moe {
+                    self.copy_used_experts(split, k, &*first, input_backend, &mut cache);
+                    continue;
+                }
+                let copied = match (*backend).iface.cpy_tensor_async {
+                    Some(f) => f(input_backend, backend, input, cpy),
+                    None => false,
+                };
+                if !copied {
+                    ggml_sys::ggml_backend_synchronize(input_backend);
+                    self.wait_host(backend, event);
+                    ggml_sys::ggml_backend_tensor_copy(input, cpy);
+                }
+            }
+
+            match self.callback_eval {
+                None => {
+                    let ec = ggml_sys::ggml_backend_graph_compute_async(backend, split.graph.get());
+                    if ec != ggml_sys::GGML_STATUS_SUCCESS {
+                        return ec;
+                    }
+                }
+                Some(cb) => {
+                    let ud = self.callback_eval_user_data;
+                    let sg = split.graph.get();
+                    let n = (*sg).n_nodes.max(0) as usize;
+                    let nodes = (*sg).nodes;
+                    let mut j0 = 0usize;
+                    while j0 < n {
+                        let mut t = *nodes.add(j0);
+                        let mut need = cb(t, true, ud);
+                        let mut j1 = j0;
+                        while !need && j1 + 1 < n {
+                            j1 += 1;
+                            t = *nodes.add(j1);
+                            need = cb(t, true, ud);
+                        }
+                        let mut gv = ggml_sys::ggml_graph_view(sg, j0 as i32, (j1 + 1) as i32);
+                        let ec = ggml_sys::ggml_backend_graph_compute_async(backend, &mut gv);
+                        if ec != ggml_sys::GGML_STATUS_SUCCESS {
+                            return ec;
+                        }
+                        ggml_sys::ggml_backend_synchronize(backend);
+                        if need && !cb(t, false, ud) {
+                            break;
+                        }
+                        j0 = j1 + 1;
+                    }
+                }
+            }
+
+            if !event.is_null() {
+                ggml_sys::ggml_backend_event_record(event, backend);
+            }
+            prev_backend = Some(sb);
+        }
+        ggml_sys::GGML_STATUS_SUCCESS
+    }
+}

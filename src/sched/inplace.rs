@@ -1,0 +1,269 @@
+//! The in-place rule (issue 5; not in stock): a node whose result is a view of storage it
+//! writes (an "in-place writer": it has a `view_src` and its op is not a pure view op, e.g.
+//! SET_ROWS, SET, CPY into a view, ACC, the `*_inplace` ops, in-place FILL) runs on a backend
+//! that can use that storage. Runs after the upgrade pass and before sources are filled in.
+//!
+//! - Allocated storage: the writer stays if its backend can use the storage's buffer type,
+//!   else it moves to the highest-priority backend that can use it and runs its op; with
+//!   none, the scheduler stops with a message naming the node, op, buffer type and backends.
+//! - Storage produced in this graph (the view root has no buffer yet): the root and all its
+//!   writers go to one backend that runs every one of their ops (a user's assignment first,
+//!   else the highest priority), unless the root's backend allocates in a host-addressable
+//!   buffer type that every writer's backend can use (then nothing moves). With none, stop.
+//!
+//! Every move is recorded with [`Cause::InPlaceColocation`]. Off with
+//! `GGML_SCHED_INPLACE_RULE=0`.
+
+use std::collections::HashMap;
+
+use ggml_sys::{ggml_cgraph, ggml_tensor};
+
+use super::caps::{self, Caps};
+use super::table::{Cause, Table};
+
+/// Whether `t` writes into storage it does not own: it is a view (`view_src` set) made by an
+/// op that computes something (not NONE, not VIEW/RESHAPE/PERMUTE/TRANSPOSE).
+pub fn is_inplace_writer(t: &ggml_tensor) -> bool {
+    !t.view_src.is_null() && t.op != ggml_sys::GGML_OP_NONE && !caps::is_view_op(t.op)
+}
+
+/// One line per backend for the stop message: name, whether it can use `buft`, whether it
+/// runs `op`.
+fn backends_report(
+    caps: &dyn Caps,
+    buft: ggml_sys::ggml_backend_buffer_type_t,
+    ops: &[*mut ggml_tensor],
+) -> String {
+    (0..caps.n_backends())
+        .map(|b| {
+            let uses = !buft.is_null() && caps.supports_buft(b, buft);
+            let runs = ops.iter().all(|&o| caps.supports_op(b, o));
+            format!(
+                "{} (uses buffer: {}, runs op: {})",
+                caps.backend_name(b),
+                if uses { "yes" } else { "no" },
+                if runs { "yes" } else { "no" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Stops the process: no backend can both use the storage and run the writer.
+///
+/// # Safety
+/// `w` must be a live tensor.
+unsafe fn stop(
+    caps: &dyn Caps,
+    w: *mut ggml_tensor,
+    buft: ggml_sys::ggml_backend_buffer_type_t,
+    ops: &[*mut ggml_tensor],
+) -> ! {
+    let buft_name = if buft.is_null() {
+        "(not allocated)".to_string()
+    } else {
+        caps.buft_name(buft)
+    };
+    crate::ffi::fatal(
+        "ggml_backend_sched_split_graph",
+        &format!(
+            "in-place node '{}' (op {}) writes storage of '{}' in buffer type {}, and no backend can both use that buffer type and run the op; backends: {}",
+            caps::name(&*w),
+            caps::cstr(ggml_sys::ggml_op_desc(w)),
+            caps::name(&*(*w).view_src),
+            buft_name,
+            backends_report(caps, buft, ops)
+        ),
+    )
+}
+
+/// Applies the rule to every in-place writer of `graph`.
+///
+/// # Safety
+/// `graph` must be a live graph of live tensors.
+pub unsafe fn colocate(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph) {
+    // Writers of storage produced in this graph, grouped by view root in first-seen order.
+    let mut groups: Vec<(*mut ggml_tensor, Vec<*mut ggml_tensor>)> = Vec::new();
+    let mut group_of: HashMap<*mut ggml_tensor, usize> = HashMap::new();
+
+    for &n in caps::nodes(graph) {
+        let node = &*n;
+        if !is_inplace_writer(node) {
+            continue;
+        }
+        let root = node.view_src;
+        let buf = (*root).buffer;
+        if !buf.is_null() {
+            let buft = (*buf).buft;
+            let Some(cur) = table.backend(n) else {
+                continue;
+            };
+            if caps.supports_buft(cur, buft) {
+                continue;
+            }
+            match (0..caps.n_backends())
+                .find(|&b| caps.supports_buft(b, buft) && caps.supports_op(b, n))
+            {
+                Some(b) => table.set(n, b, Cause::InPlaceColocation),
+                None => stop(caps, n, buft, &[n]),
+            }
+        } else {
+            let g = *group_of.entry(root).or_insert_with(|| {
+                groups.push((root, Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push(n);
+        }
+    }
+
+    for (root, writers) in groups {
+        let root_is_node = (*root).op != ggml_sys::GGML_OP_NONE;
+        let placed_root = table.get(root);
+        // Members whose placement matters: the root (when placed or computed here) and writers.
+        let mut members: Vec<*mut ggml_tensor> = Vec::with_capacity(writers.len() + 1);
+        if root_is_node || placed_root.is_some() {
+            members.push(root);
+        }
+        members.extend(writers.iter().copied());
+
+        let backs: Vec<Option<usize>> = members.iter().map(|&m| table.backend(m)).collect();
+        let first = backs.iter().flatten().next().copied();
+        let all_same = backs.iter().all(|b| b.is_none() || *b == first);
+        if all_same && backs.iter().all(|b| b.is_some()) {
+            continue;
+        }
+        // Host-addressable storage that every writer's backend can use: nothing to do.
+        if let Some(p) = table.backend(root) {
+            let buft = caps.buft(p);
+            if caps.buft_is_host(buft)
+                && writers.iter().all(|&w| {
+                    table
+                        .backend(w)
+                        .is_some_and(|wb| caps.supports_buft(wb, buft))
+                })
+            {
+                continue;
+            }
+        }
+        let runs_all = |b: usize| members.iter().all(|&m| caps.supports_op(b, m));
+        let user = members
+            .iter()
+            .filter_map(|&m| table.get(m))
+            .find(|p| p.cause == Cause::UserAssigned && runs_all(p.backend))
+            .map(|p| p.backend);
+        let target = user.or_else(|| {
+            // A single placed backend that runs everything keeps the group where it is.
+            if all_same {
+                first.filter(|&b| runs_all(b))
+            } else {
+                None
+            }
+        });
+        let target = target.or_else(|| (0..caps.n_backends()).find(|&b| runs_all(b)));
+        let Some(t) = target else {
+            let w = writers[0];
+            stop(caps, w, std::ptr::null_mut(), &members)
+        };
+        for &m in &members {
+            if table.backend(m) != Some(t) {
+                table.set(m, t, Cause::InPlaceColocation);
+            }
+        }
+        if !members.contains(&root) {
+            // An unplaced leaf root without storage: allocate it where it is written.
+            table.set(root, t, Cause::InPlaceColocation);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::caps::mock::{graph, Arena, Mock};
+    use ggml_sys::*;
+
+    /// The reproducer's shape: the device claims FILL but not SET_ROWS.
+    #[test]
+    fn produced_storage_moves_to_one_backend() {
+        let mut caps = Mock::new(&[
+            &[GGML_OP_FILL, GGML_OP_ADD],
+            &[GGML_OP_FILL, GGML_OP_SET_ROWS, GGML_OP_ADD],
+        ]);
+        // The device cannot use host memory (as HRX device-local compute buffers).
+        caps.backends[0].bufts.remove(&0x200);
+        let mut a = Arena::default();
+        let x = a.input("x");
+        let idx = a.input("idx");
+        let f = a.tensor("fill", GGML_OP_FILL, &[x]);
+        let sr = a.view_node("set_rows", GGML_OP_SET_ROWS, f, &[f, x, idx]);
+        let out = a.tensor("out", GGML_OP_ADD, &[sr, sr]);
+        let mut nodes = vec![f, sr, out];
+        let mut leafs = vec![x, idx];
+        let g = graph(&mut nodes, &mut leafs);
+        let mut t = Table::default();
+        t.set(f, 0, Cause::ExpandDeviceDown);
+        t.set(sr, 1, Cause::BestInputs);
+        t.set(out, 0, Cause::ExpandDeviceDown);
+        // SAFETY: tensors live in the arena.
+        unsafe { colocate(&caps, &mut t, &g) };
+        let got = |n| t.get(n).map(|p| (p.backend, p.cause));
+        // Only the CPU runs both FILL and SET_ROWS.
+        assert_eq!(got(f), Some((1, Cause::InPlaceColocation)));
+        assert_eq!(got(sr), Some((1, Cause::BestInputs)));
+        assert_eq!(got(out), Some((0, Cause::ExpandDeviceDown)));
+
+        // When the device runs SET_ROWS too, the higher-priority device takes both.
+        caps.backends[0].ops.insert(GGML_OP_SET_ROWS);
+        let mut t = Table::default();
+        t.set(f, 0, Cause::ExpandDeviceDown);
+        t.set(sr, 1, Cause::BestInputs);
+        // SAFETY: as above.
+        unsafe { colocate(&caps, &mut t, &g) };
+        assert_eq!(got2(&t, f), Some((0, Cause::ExpandDeviceDown)));
+        assert_eq!(got2(&t, sr), Some((0, Cause::InPlaceColocation)));
+    }
+
+    fn got2(t: &Table, n: *mut ggml_tensor) -> Option<(usize, Cause)> {
+        t.get(n).map(|p| (p.backend, p.cause))
+    }
+
+    #[test]
+    fn host_storage_needs_nothing() {
+        // The device can use the CPU's host buffer type: a CPU FILL written by the device is fine.
+        let caps = Mock::new(&[&[GGML_OP_SET_ROWS], &[GGML_OP_FILL, GGML_OP_SET_ROWS]]);
+        let mut a = Arena::default();
+        let x = a.input("x");
+        let f = a.tensor("fill", GGML_OP_FILL, &[x]);
+        let sr = a.view_node("set_rows", GGML_OP_SET_ROWS, f, &[f, x]);
+        let mut nodes = vec![f, sr];
+        let mut leafs = vec![x];
+        let g = graph(&mut nodes, &mut leafs);
+        let mut t = Table::default();
+        t.set(f, 1, Cause::BestInputs);
+        t.set(sr, 0, Cause::BestInputs);
+        // SAFETY: tensors live in the arena.
+        unsafe { colocate(&caps, &mut t, &g) };
+        assert_eq!(got2(&t, f), Some((1, Cause::BestInputs)));
+        assert_eq!(got2(&t, sr), Some((0, Cause::BestInputs)));
+    }
+
+    #[test]
+    fn allocated_storage_pulls_the_writer() {
+        let caps = Mock::new(&[&[GGML_OP_SET_ROWS], &[GGML_OP_SET_ROWS]]);
+        let mut a = Arena::default();
+        let dev = a.buffer(0x100, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let cache = a.leaf("cache", dev);
+        let x = a.input("x");
+        let sr = a.view_node("set_rows", GGML_OP_SET_ROWS, cache, &[cache, x]);
+        let mut nodes = vec![sr];
+        let mut leafs = vec![cache, x];
+        let g = graph(&mut nodes, &mut leafs);
+        let mut t = Table::default();
+        t.set(sr, 1, Cause::UserAssigned); // the CPU cannot use the device buffer
+                                           // SAFETY: tensors live in the arena.
+        unsafe { colocate(&caps, &mut t, &g) };
+        assert_eq!(got2(&t, sr), Some((0, Cause::InPlaceColocation)));
+        assert!(is_inplace_writer(unsafe { &*sr }));
+        assert!(!is_inplace_writer(unsafe { &*cache }));
+    }
+}

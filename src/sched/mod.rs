@@ -1,0 +1,649 @@
+//! The backend scheduler, `ggml_backend_sched_*`: places the nodes of a graph on a list of
+//! backends (by priority, the CPU last), cuts the graph into per-backend splits with copies
+//! of the inputs each split needs, allocates everything through `ggml_gallocr` and computes
+//! the splits in order, with pipeline copies and events when asked.
+//!
+//! The observable behaviour (placements, splits, split inputs, copy names, compute and copy
+//! order, compute buffer sizes, eval-callback protocol) is that of the stock scheduler in the
+//! pinned `ggml/src/ggml-backend.cpp`. The design is ours: every pass is a function over a
+//! placement table ([`table::Table`]) that records the backend AND the cause of each
+//! placement, and nothing has a fixed size (backends, splits, split inputs, graph inputs and
+//! tensor headers all grow). See `docs/sched.md`.
+//!
+//! Environment: `GGML_SCHED_DEBUG` (1: splits and their inputs; 2: also every node with its
+//! backend and cause), `GGML_SCHED_DEBUG_REALLOC` (as stock), `GGML_SCHED_MAX_COPIES`
+//! (pipeline copies when `parallel`, default 4), `GGML_SCHED_INPLACE_RULE` (0 turns the
+//! in-place co-location rule off; default on).
+
+pub mod alloc;
+pub mod assign;
+pub mod caps;
+pub mod compute;
+pub mod ctx;
+pub mod dump;
+pub mod expand;
+pub mod fill;
+pub mod inplace;
+pub mod split;
+pub mod table;
+pub mod upgrade;
+
+use std::cell::UnsafeCell;
+use std::os::raw::{c_int, c_void};
+use std::ptr;
+
+use ggml_sys::{
+    ggml_backend_buffer_type_t, ggml_backend_event_t, ggml_backend_sched_eval_callback,
+    ggml_backend_sched_t, ggml_backend_t, ggml_cgraph, ggml_gallocr_t, ggml_status, ggml_tensor,
+};
+
+use crate::ffi::{boundary, fatal, non_null, non_null_mut};
+use ctx::CtxPool;
+use split::Split;
+use table::{Cause, Table};
+
+/// Stock's number of pipeline copies (`GGML_SCHED_MAX_COPIES`), our default.
+pub const DEFAULT_COPIES: usize = 4;
+
+/// The scheduler behind the opaque `ggml_backend_sched_t`. Created by
+/// [`ggml_backend_sched_new`], freed by [`ggml_backend_sched_free`]; owns its gallocr,
+/// events and tensor-header contexts, borrows the backends (the caller keeps them alive).
+pub struct Sched {
+    pub(crate) backends: Vec<ggml_backend_t>,
+    pub(crate) bufts: Vec<ggml_backend_buffer_type_t>,
+    pub(crate) galloc: ggml_gallocr_t,
+    pub(crate) table: Table,
+    /// Backend id per node / leaf of `graph`, and the previous split's (kept, never
+    /// truncated, so that comparisons see the same stale entries as stock's arrays).
+    pub(crate) node_ids: Vec<c_int>,
+    pub(crate) leaf_ids: Vec<c_int>,
+    pub(crate) prev_node_ids: Vec<c_int>,
+    pub(crate) prev_leaf_ids: Vec<c_int>,
+    /// The graph given to gallocr: the nodes with the split inputs and their copies.
+    pub(crate) graph: UnsafeCell<ggml_cgraph>,
+    pub(crate) graph_nodes: Vec<*mut ggml_tensor>,
+    pub(crate) graph_leafs: Vec<*mut ggml_tensor>,
+    pub(crate) splits: Vec<Split>,
+    pub(crate) first_split_backend: usize,
+    pub(crate) n_copies: usize,
+    pub(crate) cur_copy: usize,
+    pub(crate) next_copy: usize,
+    /// `[backend][copy]`, NULL where a device has no events or without pipeline copies.
+    pub(crate) events: Vec<Vec<ggml_backend_event_t>>,
+    pub(crate) graph_inputs: Vec<*mut ggml_tensor>,
+    pub(crate) pool: CtxPool,
+    pub(crate) callback_eval: ggml_backend_sched_eval_callback,
+    pub(crate) callback_eval_user_data: *mut c_void,
+    pub(crate) op_offload: bool,
+    pub(crate) debug: i32,
+    pub(crate) debug_realloc: i32,
+    pub(crate) debug_graph_size: usize,
+    pub(crate) debug_prev_graph_size: usize,
+    pub(crate) inplace_rule: bool,
+    pub(crate) is_reset: bool,
+    pub(crate) is_alloc: bool,
+}
+
+/// C's `atoi` on an environment variable: leading blanks, a sign, digits; 0 otherwise.
+/// `None` when the variable is not set.
+pub fn env_int(name: &str) -> Option<i32> {
+    let v = std::env::var_os(name)?;
+    let s = v.to_string_lossy();
+    let s = s.trim_start();
+    let (neg, rest) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let n = digits.parse::<i64>().unwrap_or(0).min(i32::MAX as i64) as i32;
+    Some(if neg { -n } else { n })
+}
+
+impl Sched {
+    /// The index of `backend` in the list (its priority), if it is one of ours.
+    pub(crate) fn backend_index(&self, backend: ggml_backend_t) -> Option<usize> {
+        self.backends.iter().position(|&b| b == backend)
+    }
+
+    /// The backend index of `backend` or abort (stock asserts the index is valid).
+    fn backend_index_or_abort(&self, backend: ggml_backend_t, func: &str) -> usize {
+        match self.backend_index(backend) {
+            Some(i) => i,
+            None => fatal(
+                func,
+                "GGML_ASSERT(backend_index >= 0 && backend_index < sched->n_backends) failed",
+            ),
+        }
+    }
+
+    /// The event of `backend` for pipeline copy `copy` (NULL when none).
+    pub(crate) fn event(&self, backend: usize, copy: usize) -> ggml_backend_event_t {
+        self.events
+            .get(backend)
+            .and_then(|e| e.get(copy))
+            .copied()
+            .unwrap_or(ptr::null_mut())
+    }
+
+    /// The backend a tensor is placed on (NULL when none): stock's
+    /// `ggml_backend_sched_get_tensor_backend`.
+    pub(crate) fn tensor_backend(&self, t: *const ggml_tensor) -> ggml_backend_t {
+        self.table
+            .backend(t)
+            .map_or(ptr::null_mut(), |b| self.backends[b])
+    }
+
+    /// Forgets placements and copies unless already reset; always clears `is_alloc`.
+    pub(crate) fn reset(&mut self) {
+        if !self.is_reset {
+            self.table.clear();
+            self.is_reset = true;
+        }
+        self.is_alloc = false;
+    }
+
+    /// Waits for every backend; without an allocated graph, the next graph uses copy 0.
+    pub(crate) fn synchronize(&mut self) {
+        for &b in &self.backends {
+            // SAFETY: the backends outlive the scheduler (caller's contract).
+            unsafe { ggml_sys::ggml_backend_synchronize(b) };
+        }
+        if !self.is_alloc {
+            self.next_copy = 0;
+        }
+    }
+
+    /// Splits and allocates `graph` with the next pipeline copy.
+    ///
+    /// # Safety
+    /// `graph` must be a live graph of live tensors.
+    pub(crate) unsafe fn alloc_graph(&mut self, graph: *mut ggml_cgraph) -> bool {
+        if self.is_alloc {
+            fatal(
+                "ggml_backend_sched_alloc_graph",
+                "GGML_ASSERT(!sched->is_alloc) failed",
+            );
+        }
+        self.cur_copy = self.next_copy;
+        self.next_copy = (self.next_copy + 1) % self.n_copies;
+        self.split(graph);
+        if !self.alloc_splits() {
+            return false;
+        }
+        self.is_alloc = true;
+        true
+    }
+}
+
+impl Drop for Sched {
+    fn drop(&mut self) {
+        for row in &self.events {
+            for &e in row {
+                if !e.is_null() {
+                    // SAFETY: the event was made by ggml_backend_event_new for this scheduler.
+                    unsafe { ggml_sys::ggml_backend_event_free(e) };
+                }
+            }
+        }
+        if !self.galloc.is_null() {
+            // SAFETY: made by ggml_gallocr_new_n, freed once.
+            unsafe { ggml_sys::ggml_gallocr_free(self.galloc) };
+        }
+        // The tensor-header contexts are freed by the pool's own Drop.
+    }
+}
+
+/// # Safety
+/// `p` must be NULL or a scheduler made by [`ggml_backend_sched_new`] and not freed.
+unsafe fn sched_ref<'a>(p: ggml_backend_sched_t, func: &str) -> &'a Sched {
+    non_null(p as *const Sched, func, "sched")
+}
+
+/// # Safety
+/// As [`sched_ref`], and no other borrow of the scheduler is live.
+unsafe fn sched_mut<'a>(p: ggml_backend_sched_t, func: &str) -> &'a mut Sched {
+    non_null_mut(p as *mut Sched, func, "sched")
+}
+
+/// Creates a scheduler over `n_backends` backends, in priority order, the last of which must
+/// be a CPU device (aborts otherwise, as stock). `bufts` (may be NULL) gives each backend's
+/// compute buffer type, else its default one; each must be supported by its backend (abort).
+/// `graph_size` is a sizing hint (stock's hard limit on graph size; ours grows past it).
+/// With `parallel`, inputs get `GGML_SCHED_MAX_COPIES` pipeline copies (default 4) and each
+/// backend one event per copy. `op_offload` lets a higher-priority backend take ops on host
+/// weights it asks for. Matches stock `ggml_backend_sched_new`. Free with
+/// [`ggml_backend_sched_free`]. Stock's limit of 16 backends does not apply.
+///
+/// # Safety
+/// `backends` must point to `n_backends` live backends, `bufts` to as many buffer types or
+/// be NULL; the backends must outlive the scheduler.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_new(
+    backends: *mut ggml_backend_t,
+    bufts: *mut ggml_backend_buffer_type_t,
+    n_backends: c_int,
+    graph_size: usize,
+    parallel: bool,
+    op_offload: bool,
+) -> ggml_backend_sched_t {
+    const F: &str = "ggml_backend_sched_new";
+    boundary(F, || {
+        crate::ggml_assert!(F, n_backends > 0);
+        crate::ggml_assert!(F, !backends.is_null());
+        let list = std::slice::from_raw_parts(backends, n_backends as usize).to_vec();
+        let last = list[list.len() - 1];
+        let ty = ggml_sys::ggml_backend_dev_type(ggml_sys::ggml_backend_get_device(last));
+        crate::ggml_assert!(F, ty == ggml_sys::GGML_BACKEND_DEVICE_TYPE_CPU, "GGML_ASSERT(ggml_backend_dev_type(ggml_backend_get_device(backends[n_backends - 1])) == GGML_BACKEND_DEVICE_TYPE_CPU) failed");
+
+        let n_copies = if parallel {
+            env_int("GGML_SCHED_MAX_COPIES").map_or(DEFAULT_COPIES, |n| n.max(1) as usize)
+        } else {
+            1
+        };
+        let mut buft_list = Vec::with_capacity(list.len());
+        let mut events = Vec::with_capacity(list.len());
+        for (b, &backend) in list.iter().enumerate() {
+            let buft = if bufts.is_null() {
+                ggml_sys::ggml_backend_get_default_buffer_type(backend)
+            } else {
+                *bufts.add(b)
+            };
+            crate::ggml_assert!(
+                F,
+                ggml_sys::ggml_backend_supports_buft(backend, buft),
+                "GGML_ASSERT(ggml_backend_supports_buft(backends[b], sched->bufts[b])) failed"
+            );
+            buft_list.push(buft);
+            let mut row = Vec::new();
+            if n_copies > 1 {
+                for _ in 0..n_copies {
+                    row.push(ggml_sys::ggml_backend_event_new((*backend).device));
+                }
+            }
+            events.push(row);
+        }
+        let galloc = ggml_sys::ggml_gallocr_new_n(buft_list.as_mut_ptr(), n_backends);
+        let mut s = Box::new(Sched {
+            backends: list,
+            bufts: buft_list,
+            galloc,
+            table: Table::default(),
+            node_ids: Vec::new(),
+            leaf_ids: Vec::new(),
+            prev_node_ids: Vec::new(),
+            prev_leaf_ids: Vec::new(),
+            graph: UnsafeCell::new(ggml_cgraph::default()),
+            graph_nodes: Vec::new(),
+            graph_leafs: Vec::new(),
+            splits: Vec::new(),
+            first_split_backend: 0,
+            n_copies,
+            cur_copy: 0,
+            next_copy: 0,
+            events,
+            graph_inputs: Vec::new(),
+            pool: CtxPool::new(graph_size.saturating_mul(2)),
+            callback_eval: None,
+            callback_eval_user_data: ptr::null_mut(),
+            op_offload,
+            debug: env_int("GGML_SCHED_DEBUG").unwrap_or(0),
+            debug_realloc: env_int("GGML_SCHED_DEBUG_REALLOC").unwrap_or(0),
+            debug_graph_size: 0,
+            debug_prev_graph_size: 0,
+            inplace_rule: env_int("GGML_SCHED_INPLACE_RULE").map_or(true, |v| v != 0),
+            is_reset: false,
+            is_alloc: false,
+        });
+        s.reset();
+        Box::into_raw(s) as ggml_backend_sched_t
+    })
+}
+
+/// Frees a scheduler: its events, gallocr (and so its compute buffers) and tensor headers.
+/// NULL is ignored. Matches stock `ggml_backend_sched_free`.
+///
+/// # Safety
+/// `sched` must be NULL or from [`ggml_backend_sched_new`], not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_free(sched: ggml_backend_sched_t) {
+    boundary("ggml_backend_sched_free", || {
+        if !sched.is_null() {
+            drop(Box::from_raw(sched as *mut Sched));
+        }
+    })
+}
+
+/// Resets the scheduler for a new graph: forgets placements (including user assignments)
+/// and copies, and marks the graph unallocated. Matches stock `ggml_backend_sched_reset`.
+///
+/// # Safety
+/// `sched` must be a live scheduler (NULL aborts).
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_reset(sched: ggml_backend_sched_t) {
+    const F: &str = "ggml_backend_sched_reset";
+    boundary(F, || sched_mut(sched, F).reset())
+}
+
+/// Writes into `sizes[b]` the compute buffer size backend `b` would need for
+/// `measure_graph`, without allocating. Resets, synchronizes and splits first. Matches stock
+/// `ggml_backend_sched_reserve_size`.
+///
+/// # Safety
+/// `sched` live; `measure_graph` a live graph; `sizes` room for one `size_t` per backend.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_reserve_size(
+    sched: ggml_backend_sched_t,
+    measure_graph: *mut ggml_cgraph,
+    sizes: *mut usize,
+) {
+    const F: &str = "ggml_backend_sched_reserve_size";
+    boundary(F, || {
+        let s = sched_mut(sched, F);
+        crate::ggml_assert!(F, !measure_graph.is_null());
+        crate::ggml_assert!(F, !sizes.is_null());
+        s.reset();
+        s.synchronize();
+        s.split(measure_graph);
+        ggml_sys::ggml_gallocr_reserve_n_size(
+            s.galloc,
+            s.graph.get(),
+            s.node_ids.as_ptr(),
+            s.leaf_ids.as_ptr(),
+            sizes,
+        );
+    })
+}
+
+/// Splits `measure_graph` and reserves compute buffers large enough for it, then resets.
+/// Returns false when a buffer cannot be allocated. Matches stock `ggml_backend_sched_reserve`.
+///
+/// # Safety
+/// `sched` live; `measure_graph` a live graph.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_reserve(
+    sched: ggml_backend_sched_t,
+    measure_graph: *mut ggml_cgraph,
+) -> bool {
+    const F: &str = "ggml_backend_sched_reserve";
+    boundary(F, || {
+        let s = sched_mut(sched, F);
+        crate::ggml_assert!(F, !measure_graph.is_null());
+        s.synchronize();
+        s.split(measure_graph);
+        if !ggml_sys::ggml_gallocr_reserve_n(
+            s.galloc,
+            s.graph.get(),
+            s.node_ids.as_ptr(),
+            s.leaf_ids.as_ptr(),
+        ) {
+            return false;
+        }
+        s.reset();
+        true
+    })
+}
+
+/// Number of backends. Matches stock `ggml_backend_sched_get_n_backends`.
+///
+/// # Safety
+/// `sched` must be a live scheduler.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_get_n_backends(sched: ggml_backend_sched_t) -> c_int {
+    const F: &str = "ggml_backend_sched_get_n_backends";
+    boundary(F, || sched_ref(sched, F).backends.len() as c_int)
+}
+
+/// Backend number `i` (0 = highest priority); aborts when out of range. Matches stock
+/// `ggml_backend_sched_get_backend`.
+///
+/// # Safety
+/// `sched` must be a live scheduler.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_get_backend(
+    sched: ggml_backend_sched_t,
+    i: c_int,
+) -> ggml_backend_t {
+    const F: &str = "ggml_backend_sched_get_backend";
+    boundary(F, || {
+        let s = sched_ref(sched, F);
+        crate::ggml_assert!(F, i >= 0 && (i as usize) < s.backends.len());
+        s.backends[i as usize]
+    })
+}
+
+/// Number of splits of the last split graph (0 before any). Matches stock
+/// `ggml_backend_sched_get_n_splits`.
+///
+/// # Safety
+/// `sched` must be a live scheduler.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_get_n_splits(sched: ggml_backend_sched_t) -> c_int {
+    const F: &str = "ggml_backend_sched_get_n_splits";
+    boundary(F, || sched_ref(sched, F).splits.len() as c_int)
+}
+
+/// Number of pipeline copies (1 unless created with `parallel`). Matches stock
+/// `ggml_backend_sched_get_n_copies`.
+///
+/// # Safety
+/// `sched` must be a live scheduler.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_get_n_copies(sched: ggml_backend_sched_t) -> c_int {
+    const F: &str = "ggml_backend_sched_get_n_copies";
+    boundary(F, || sched_ref(sched, F).n_copies as c_int)
+}
+
+/// The compute buffer type of `backend`; aborts when it is not one of the scheduler's.
+/// Matches stock `ggml_backend_sched_get_buffer_type`.
+///
+/// # Safety
+/// `sched` must be a live scheduler.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_get_buffer_type(
+    sched: ggml_backend_sched_t,
+    backend: ggml_backend_t,
+) -> ggml_backend_buffer_type_t {
+    const F: &str = "ggml_backend_sched_get_buffer_type";
+    boundary(F, || {
+        let s = sched_ref(sched, F);
+        s.bufts[s.backend_index_or_abort(backend, F)]
+    })
+}
+
+/// The size in bytes of `backend`'s compute buffer (0 before any reservation); aborts when
+/// `backend` is not one of the scheduler's. Matches stock `ggml_backend_sched_get_buffer_size`.
+///
+/// # Safety
+/// `sched` must be a live scheduler.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_get_buffer_size(
+    sched: ggml_backend_sched_t,
+    backend: ggml_backend_t,
+) -> usize {
+    const F: &str = "ggml_backend_sched_get_buffer_size";
+    boundary(F, || {
+        let s = sched_ref(sched, F);
+        let i = s.backend_index_or_abort(backend, F);
+        ggml_sys::ggml_gallocr_get_buffer_size(s.galloc, i as c_int)
+    })
+}
+
+/// Places `node` on `backend` until the next reset (the passes keep it); aborts when
+/// `backend` is not one of the scheduler's. Matches stock
+/// `ggml_backend_sched_set_tensor_backend`.
+///
+/// # Safety
+/// `sched` must be a live scheduler; `node` a tensor that lives until the next reset.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_set_tensor_backend(
+    sched: ggml_backend_sched_t,
+    node: *mut ggml_tensor,
+    backend: ggml_backend_t,
+) {
+    const F: &str = "ggml_backend_sched_set_tensor_backend";
+    boundary(F, || {
+        let s = sched_mut(sched, F);
+        let i = s.backend_index_or_abort(backend, F);
+        s.table.set(node, i, Cause::UserAssigned);
+        s.is_reset = false;
+    })
+}
+
+/// The backend `node` is placed on, NULL when it has none. Matches stock
+/// `ggml_backend_sched_get_tensor_backend`.
+///
+/// # Safety
+/// `sched` must be a live scheduler.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_get_tensor_backend(
+    sched: ggml_backend_sched_t,
+    node: *mut ggml_tensor,
+) -> ggml_backend_t {
+    const F: &str = "ggml_backend_sched_get_tensor_backend";
+    boundary(F, || sched_ref(sched, F).tensor_backend(node))
+}
+
+/// Places every node of `graph` and cuts it into splits with their input copies, without
+/// allocating. Edits `graph`: sources read across backends are replaced by their copies.
+/// Matches stock `ggml_backend_sched_split_graph`.
+///
+/// # Safety
+/// `sched` live; `graph` a live graph of live tensors.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_split_graph(
+    sched: ggml_backend_sched_t,
+    graph: *mut ggml_cgraph,
+) {
+    const F: &str = "ggml_backend_sched_split_graph";
+    boundary(F, || {
+        let s = sched_mut(sched, F);
+        crate::ggml_assert!(F, !graph.is_null());
+        s.split(graph);
+    })
+}
+
+/// Splits `graph` and allocates its tensors in the compute buffers (reserving again when
+/// placements changed buffer types or the graph does not fit). Returns false when allocation
+/// fails; aborts when a graph is already allocated (call reset first). Matches stock
+/// `ggml_backend_sched_alloc_graph`.
+///
+/// # Safety
+/// `sched` live; `graph` a live graph of live tensors.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_alloc_graph(
+    sched: ggml_backend_sched_t,
+    graph: *mut ggml_cgraph,
+) -> bool {
+    const F: &str = "ggml_backend_sched_alloc_graph";
+    boundary(F, || {
+        let s = sched_mut(sched, F);
+        crate::ggml_assert!(F, !graph.is_null());
+        s.alloc_graph(graph)
+    })
+}
+
+/// Computes `graph` (allocating it first when needed) and waits for all backends. Matches
+/// stock `ggml_backend_sched_graph_compute`.
+///
+/// # Safety
+/// As [`ggml_backend_sched_graph_compute_async`].
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_graph_compute(
+    sched: ggml_backend_sched_t,
+    graph: *mut ggml_cgraph,
+) -> ggml_status {
+    const F: &str = "ggml_backend_sched_graph_compute";
+    boundary(F, || {
+        let err = compute_async(sched, graph, F);
+        sched_mut(sched, F).synchronize();
+        err
+    })
+}
+
+/// Computes `graph` split by split without waiting at the end: resets first when a previous
+/// graph was split but not allocated, allocates when not allocated
+/// (`GGML_STATUS_ALLOC_FAILED` on failure), then copies each split's inputs and runs it on
+/// its backend, honouring the eval callback. Matches stock
+/// `ggml_backend_sched_graph_compute_async`.
+///
+/// # Safety
+/// `sched` live; `graph` a live graph of live tensors (the one allocated, if allocated).
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_graph_compute_async(
+    sched: ggml_backend_sched_t,
+    graph: *mut ggml_cgraph,
+) -> ggml_status {
+    const F: &str = "ggml_backend_sched_graph_compute_async";
+    boundary(F, || compute_async(sched, graph, F))
+}
+
+/// The body of the compute entry points. The scheduler is borrowed mutably only to
+/// allocate; computing borrows it shared, so the eval callback may query it.
+unsafe fn compute_async(
+    sched: ggml_backend_sched_t,
+    graph: *mut ggml_cgraph,
+    f: &str,
+) -> ggml_status {
+    {
+        let s = sched_mut(sched, f);
+        if !s.is_reset && !s.is_alloc {
+            s.reset();
+        }
+        if !s.is_alloc {
+            crate::ggml_assert!(f, !graph.is_null());
+            if !s.alloc_graph(graph) {
+                return ggml_sys::GGML_STATUS_ALLOC_FAILED;
+            }
+        }
+    }
+    sched_ref(sched, f).compute_splits()
+}
+
+/// Waits for every backend; when no graph is allocated, the next one uses pipeline copy 0.
+/// Matches stock `ggml_backend_sched_synchronize`.
+///
+/// # Safety
+/// `sched` must be a live scheduler.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_synchronize(sched: ggml_backend_sched_t) {
+    const F: &str = "ggml_backend_sched_synchronize";
+    boundary(F, || sched_mut(sched, F).synchronize())
+}
+
+/// Sets the eval callback: asked (`ask` true) about each node whether the caller wants its
+/// result; nodes up to a wanted one are computed together, then the callback observes it
+/// (`ask` false) and returning false stops the current split. Matches stock
+/// `ggml_backend_sched_set_eval_callback`.
+///
+/// # Safety
+/// `sched` must be a live scheduler; `user_data` is passed back as is.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_backend_sched_set_eval_callback(
+    sched: ggml_backend_sched_t,
+    callback: ggml_backend_sched_eval_callback,
+    user_data: *mut c_void,
+) {
+    const F: &str = "ggml_backend_sched_set_eval_callback";
+    boundary(F, || {
+        let s = sched_mut(sched, F);
+        s.callback_eval = callback;
+        s.callback_eval_user_data = user_data;
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_int_is_atoi() {
+        std::env::set_var("GGML_SCHED_TEST_ENV_A", "  12abc");
+        std::env::set_var("GGML_SCHED_TEST_ENV_B", "-3");
+        std::env::set_var("GGML_SCHED_TEST_ENV_C", "x");
+        assert_eq!(env_int("GGML_SCHED_TEST_ENV_A"), Some(12));
+        assert_eq!(env_int("GGML_SCHED_TEST_ENV_B"), Some(-3));
+        assert_eq!(env_int("GGML_SCHED_TEST_ENV_C"), Some(0));
+        assert_eq!(env_int("GGML_SCHED_TEST_ENV_UNSET"), None);
+    }
+}

@@ -1,0 +1,214 @@
+//! Pass 5: cut the node list into splits, one backend each, and give every split a copy of
+//! each source that its backend cannot use where it is; pass 6: with pipeline copies, give
+//! every graph input one copy per pipeline copy. Matches passes 5 and 6 of stock's
+//! `ggml_backend_sched_split_graph`.
+
+use std::cell::UnsafeCell;
+
+use ggml_sys::{ggml_cgraph, ggml_tensor};
+
+use super::caps::{self, Caps};
+use super::ctx::CtxPool;
+use super::table::Table;
+use super::upgrade::buffer_supported;
+
+/// A run of consecutive nodes `[i_start, i_end)` of the user's graph computed by one backend.
+pub struct Split {
+    /// Backend index.
+    pub backend: usize,
+    /// First node (index in the user's graph).
+    pub i_start: usize,
+    /// One past the last node.
+    pub i_end: usize,
+    /// Tensors of other backends that this split reads through a copy, in first-use order.
+    pub inputs: Vec<*mut ggml_tensor>,
+    /// The view of the user's graph over `[i_start, i_end)` given to the backend (set after
+    /// splitting). In a cell because backends receive it as `*mut` from shared borrows.
+    pub graph: UnsafeCell<ggml_cgraph>,
+}
+
+impl Split {
+    fn new(backend: usize, i_start: usize) -> Split {
+        Split {
+            backend,
+            i_start,
+            i_end: i_start,
+            inputs: Vec::new(),
+            graph: UnsafeCell::new(ggml_cgraph::default()),
+        }
+    }
+}
+
+/// What a split pass needs besides the table.
+pub struct SplitCtx<'a> {
+    /// Backends' answers.
+    pub caps: &'a dyn Caps,
+    /// Where copies' headers are made.
+    pub pool: &'a mut CtxPool,
+    /// Pipeline copies per input (1 without pipeline parallelism).
+    pub n_copies: usize,
+    /// The copy the current graph uses.
+    pub cur_copy: usize,
+}
+
+/// A new tensor with `src`'s type, shape and strides (stock's `ggml_dup_tensor_layout`),
+/// named `"{backend}#{src name}#{copy}"`, in the pool.
+///
+/// # Safety
+/// `src` must be a live tensor.
+unsafe fn dup_named(
+    pool: &mut CtxPool,
+    src: *mut ggml_tensor,
+    backend_name: &str,
+    copy: usize,
+) -> *mut ggml_tensor {
+    let ctx = pool.ctx(1);
+    let t = ggml_sys::ggml_dup_tensor(ctx, src);
+    (*t).nb = (*src).nb;
+    let mut name = Vec::with_capacity(80);
+    name.extend_from_slice(backend_name.as_bytes());
+    name.push(b'#');
+    name.extend_from_slice(std::ffi::CStr::from_ptr((*src).name.as_ptr()).to_bytes());
+    name.extend_from_slice(format!("#{copy}").as_bytes());
+    name.retain(|&c| c != 0);
+    let c = std::ffi::CString::new(name).unwrap_or_default();
+    ggml_sys::ggml_set_name(t, c.as_ptr());
+    t
+}
+
+/// Pass 5 over `graph`: returns the splits. Sources that need a copy are replaced in the
+/// nodes by the copy for `cur_copy` (as stock does, this edits the user's graph).
+/// `first_fallback` is the backend of the first split when every node is a view op (stock
+/// keeps its previous first split's backend then).
+///
+/// # Safety
+/// `graph` must be a live graph of live tensors, every node placed.
+pub unsafe fn split_graph(
+    sc: &mut SplitCtx,
+    table: &mut Table,
+    graph: &ggml_cgraph,
+    first_fallback: usize,
+) -> Vec<Split> {
+    let caps = sc.caps;
+    let nodes = caps::nodes(graph);
+    let start = nodes.iter().position(|&n| !caps::is_view_op((*n).op));
+    let first = start
+        .and_then(|i| table.backend(nodes[i]))
+        .unwrap_or(first_fallback);
+    let mut splits = vec![Split::new(first, 0)];
+    let mut cur = first;
+    for (i, &np) in nodes.iter().enumerate().skip(start.unwrap_or(nodes.len())) {
+        let node = &mut *np;
+        if caps::is_view_op(node.op) {
+            continue;
+        }
+        let Some(nb) = table.backend(np) else {
+            crate::ffi::fatal(
+                "ggml_backend_sched_split_graph",
+                "GGML_ASSERT(node_backend_id != -1) failed: all nodes should be assigned by now",
+            );
+        };
+        let mut need_new = false;
+        if nb == cur && !splits.last().map_or(true, |s| s.inputs.is_empty()) {
+            // A weight of another, incompatible backend: a new split lets the copies of the
+            // previous weights be reused.
+            need_new = caps::sources(node).any(|(_, s)| {
+                let sr = &*s;
+                !sr.buffer.is_null()
+                    && (*sr.buffer).usage == ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+                    && table.backend(s) != Some(cur)
+                    && !buffer_supported(caps, table, s, cur)
+            });
+        }
+        if nb != cur || need_new {
+            if let Some(last) = splits.last_mut() {
+                last.i_end = i;
+            }
+            splits.push(Split::new(nb, i));
+            cur = nb;
+        }
+        for j in 0..node.src.len() {
+            let s = node.src[j];
+            if s.is_null() {
+                continue;
+            }
+            let Some(sb) = table.backend(s) else {
+                crate::ffi::fatal(
+                    "ggml_backend_sched_split_graph",
+                    "GGML_ASSERT(src_backend_id != -1) failed: all inputs should be assigned by now",
+                );
+            };
+            if sb == cur || buffer_supported(caps, table, s, cur) {
+                continue;
+            }
+            if !table.has_copies(s, cur) {
+                let bname = caps.backend_name(cur);
+                let copies: Vec<_> = (0..sc.n_copies)
+                    .map(|c| {
+                        let t = dup_named(sc.pool, s, &bname, c);
+                        if sc.n_copies > 1 {
+                            ggml_sys::ggml_set_input(t);
+                            ggml_sys::ggml_set_output(t);
+                        }
+                        t
+                    })
+                    .collect();
+                table.set_copies(s, cur, copies);
+                if let Some(last) = splits.last_mut() {
+                    last.inputs.push(s);
+                }
+            }
+            node.src[j] = table.copy(s, cur, sc.cur_copy).unwrap_or(s);
+        }
+    }
+    if let Some(last) = splits.last_mut() {
+        last.i_end = nodes.len();
+    }
+    splits
+}
+
+/// Pass 6 (only with more than one pipeline copy): every graph input leaf gets one tensor per
+/// copy on its own backend, the current copy being the leaf itself, all flagged input and
+/// output so the allocator never reuses them. Returns the graph inputs in leaf order.
+///
+/// # Safety
+/// `graph` must be a live graph of live tensors, every input leaf placed.
+pub unsafe fn graph_inputs(
+    sc: &mut SplitCtx,
+    table: &mut Table,
+    graph: &ggml_cgraph,
+) -> Vec<*mut ggml_tensor> {
+    let mut inputs = Vec::new();
+    if sc.n_copies <= 1 {
+        return inputs;
+    }
+    for &leaf in caps::leafs(graph) {
+        if (*leaf).flags & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 == 0 {
+            continue;
+        }
+        let Some(lb) = table.backend(leaf) else {
+            crate::ffi::fatal(
+                "ggml_backend_sched_split_graph",
+                "GGML_ASSERT(leaf_backend_id != -1) failed: all leafs should be assigned by now",
+            );
+        };
+        if !table.has_copies(leaf, lb) {
+            let bname = sc.caps.backend_name(lb);
+            let copies: Vec<_> = (0..sc.n_copies)
+                .map(|c| {
+                    let t = if c == sc.cur_copy {
+                        leaf
+                    } else {
+                        dup_named(sc.pool, leaf, &bname, c)
+                    };
+                    ggml_sys::ggml_set_input(t);
+                    ggml_sys::ggml_set_output(t);
+                    t
+                })
+                .collect();
+            table.set_copies(leaf, lb, copies);
+        }
+        inputs.push(leaf);
+    }
+    inputs
+}

@@ -1,0 +1,214 @@
+//! The placement table: one [`Placement`] per tensor the scheduler has seen, indexed by a
+//! dense id that a hash map gives each tensor address, plus the per-backend copies made for
+//! split inputs.
+//!
+//! The table lives from one [`Table::clear`] (the scheduler's reset) to the next, across
+//! graph splits, exactly as stock's hash set of backend ids does: assignments made by the user
+//! or by a previous split survive until the reset.
+
+use std::collections::HashMap;
+
+use ggml_sys::ggml_tensor;
+
+/// Why a tensor was placed on its backend. Every placement records one; `GGML_SCHED_DEBUG=2`
+/// prints it next to each node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Cause {
+    /// Set through `ggml_backend_sched_set_tensor_backend`.
+    UserAssigned,
+    /// The tensor's own storage is allocated; the highest-priority backend able to use that
+    /// buffer type and run the op.
+    PreAllocated,
+    /// The storage of the tensor's view source is allocated (a view of pre-allocated data).
+    PreAllocatedView,
+    /// A graph input (`GGML_TENSOR_FLAG_INPUT`) without storage: the last (CPU) backend.
+    Input,
+    /// The op reads a weight: the backend that holds that weight.
+    Weight,
+    /// The op reads a host weight, and a higher-priority backend asked to run it (`offload_op`).
+    Offload,
+    /// Pass 2, first sweep: expansion of a non-CPU backend down the graph.
+    ExpandDeviceDown,
+    /// Pass 2, second sweep: expansion of a non-CPU backend up the graph.
+    ExpandDeviceUp,
+    /// Pass 2, third sweep: expansion of any backend down the graph.
+    ExpandDown,
+    /// Pass 2, fourth sweep: expansion of any backend up the graph.
+    ExpandUp,
+    /// Pass 3: moved to a higher-priority backend with the same buffer type.
+    Upgrade,
+    /// Pass 3: an unassigned node, put on the supporting backend that can use most inputs.
+    BestInputs,
+    /// Pass 4: a view, on the backend of its view source.
+    ViewSource,
+    /// Pass 4: a source without a backend, on the backend of the node that reads it.
+    FromDestination,
+    /// Pass 4: still unassigned; the first backend that supports the op.
+    FirstSupported,
+    /// The in-place rule (issue 5): a writer and the storage it writes, on one backend.
+    InPlaceColocation,
+}
+
+impl Cause {
+    /// A short label (at most 8 characters) for the schedule dump.
+    pub fn label(self) -> &'static str {
+        match self {
+            Cause::UserAssigned => "user",
+            Cause::PreAllocated => "prealloc",
+            Cause::PreAllocatedView => "pre-view",
+            Cause::Input => "input",
+            Cause::Weight => "weight",
+            Cause::Offload => "offload",
+            Cause::ExpandDeviceDown => "expd-dn",
+            Cause::ExpandDeviceUp => "expd-up",
+            Cause::ExpandDown => "exp-dn",
+            Cause::ExpandUp => "exp-up",
+            Cause::Upgrade => "upgrade",
+            Cause::BestInputs => "best-in",
+            Cause::ViewSource => "view-src",
+            Cause::FromDestination => "from-dst",
+            Cause::FirstSupported => "first-ok",
+            Cause::InPlaceColocation => "inplace",
+        }
+    }
+}
+
+/// Where one tensor runs (or lives) and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Index of the backend in the scheduler's list (0 = highest priority).
+    pub backend: usize,
+    /// Why it is there.
+    pub cause: Cause,
+}
+
+/// Placements and split-input copies, keyed by tensor address.
+#[derive(Default)]
+pub struct Table {
+    ids: HashMap<*const ggml_tensor, usize>,
+    slots: Vec<Option<Placement>>,
+    /// `(tensor id, backend)` -> one copy per pipeline copy.
+    copies: HashMap<(usize, usize), Vec<*mut ggml_tensor>>,
+}
+
+impl Table {
+    /// Forgets every placement and copy (stock's reset of its hash set).
+    pub fn clear(&mut self) {
+        self.ids.clear();
+        self.slots.clear();
+        self.copies.clear();
+    }
+
+    /// The dense id of `t`, giving it one when it has none.
+    pub fn id(&mut self, t: *const ggml_tensor) -> usize {
+        let next = self.slots.len();
+        let id = *self.ids.entry(t).or_insert(next);
+        if id == next {
+            self.slots.push(None);
+        }
+        id
+    }
+
+    /// The placement of `t`, if it has one. NULL has none.
+    pub fn get(&self, t: *const ggml_tensor) -> Option<Placement> {
+        self.ids.get(&t).and_then(|&id| self.slots[id])
+    }
+
+    /// The backend of `t`, if it has one.
+    pub fn backend(&self, t: *const ggml_tensor) -> Option<usize> {
+        self.get(t).map(|p| p.backend)
+    }
+
+    /// The backend of `t` as stock's `int` (-1 when none).
+    pub fn backend_i32(&self, t: *const ggml_tensor) -> i32 {
+        self.backend(t).map_or(-1, |b| b as i32)
+    }
+
+    /// Places `t` on `backend` for `cause`, replacing any placement it had.
+    pub fn set(&mut self, t: *const ggml_tensor, backend: usize, cause: Cause) {
+        let id = self.id(t);
+        self.slots[id] = Some(Placement { backend, cause });
+    }
+
+    /// Places `t` when `p` is `Some`; leaves it untouched otherwise.
+    pub fn set_opt(&mut self, t: *const ggml_tensor, p: Option<(usize, Cause)>) {
+        if let Some((b, c)) = p {
+            self.set(t, b, c);
+        }
+    }
+
+    /// The copy number `copy` of `t` made for `backend`, if any.
+    pub fn copy(
+        &self,
+        t: *const ggml_tensor,
+        backend: usize,
+        copy: usize,
+    ) -> Option<*mut ggml_tensor> {
+        let id = *self.ids.get(&t)?;
+        self.copies
+            .get(&(id, backend))
+            .and_then(|v| v.get(copy).copied())
+    }
+
+    /// Whether copies of `t` exist for `backend`.
+    pub fn has_copies(&self, t: *const ggml_tensor, backend: usize) -> bool {
+        self.copy(t, backend, 0).is_some()
+    }
+
+    /// Records the copies of `t` for `backend` (one per pipeline copy).
+    pub fn set_copies(
+        &mut self,
+        t: *const ggml_tensor,
+        backend: usize,
+        copies: Vec<*mut ggml_tensor>,
+    ) {
+        let id = self.id(t);
+        self.copies.insert((id, backend), copies);
+    }
+
+    /// Number of tensors the table knows (placed or not).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether the table knows no tensor.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_get_clear() {
+        let a = 0x1000 as *const ggml_tensor;
+        let b = 0x2000 as *const ggml_tensor;
+        let mut t = Table::default();
+        assert_eq!(t.backend(a), None);
+        assert_eq!(t.backend_i32(std::ptr::null()), -1);
+        t.set(a, 2, Cause::Weight);
+        assert_eq!(
+            t.get(a),
+            Some(Placement {
+                backend: 2,
+                cause: Cause::Weight
+            })
+        );
+        assert_eq!(t.id(a), 0);
+        assert_eq!(t.id(b), 1);
+        assert_eq!(t.backend(b), None);
+        t.set(a, 0, Cause::Upgrade);
+        assert_eq!(t.backend_i32(a), 0);
+        t.set_copies(a, 1, vec![0x3000 as *mut _, 0x4000 as *mut _]);
+        assert_eq!(t.copy(a, 1, 1), Some(0x4000 as *mut _));
+        assert_eq!(t.copy(a, 0, 0), None);
+        assert!(t.has_copies(a, 1));
+        assert_eq!(t.len(), 2);
+        t.clear();
+        assert!(t.is_empty());
+        assert_eq!(t.backend(a), None);
+        assert_eq!(t.copy(a, 1, 0), None);
+    }
+}
