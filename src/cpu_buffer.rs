@@ -240,7 +240,7 @@ pub unsafe extern "C" fn ggml_backend_cpu_buffer_from_ptr(
 ) -> ggml_backend_buffer_t {
     const F: &str = "ggml_backend_cpu_buffer_from_ptr";
     boundary(F, || {
-        if (ptr as usize) % TENSOR_ALIGNMENT != 0 {
+        if (ptr as usize) & (TENSOR_ALIGNMENT - 1) != 0 {
             ffi::fatal(
                 F,
                 &format!("buffer pointer must be aligned to {TENSOR_ALIGNMENT} bytes: {ptr:p}"),

@@ -15,14 +15,13 @@ fn target_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target")
 }
 
-/// Our library of the profile this test was built with (cargo builds the cdylib alongside).
+/// Our library as built for this test run: cargo compiles the lib target's cdylib next to
+/// the test executable, in `target/<profile>/deps/`.
 fn our_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    profile_dir.join("libggml_base.so")
+    exe.parent()
+        .expect("target/<profile>/deps/<test>")
+        .join("libggml_base.so")
 }
 
 /// Defined dynamic symbols of `lib`: name -> nm type letter.

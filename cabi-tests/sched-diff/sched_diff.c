@@ -27,8 +27,8 @@
 //   ALLOC ok|fail                       result of ggml_backend_sched_alloc_graph
 //   LEAF <i> <name> <backend> <buft>    graph leaves in first-use order
 //   NODE <i> <name> <op> <backend> s<j>=<src>@<backend>[-><current src name>] ...
-//   INPLACE <i> <name> <op> node=<b> root=<name> root_backend=<b> root_buft=<t> prealloc=0|1
-//           usable=yes|no rule=ok|violated
+//   INPLACE <i> <name> <op> node=<b> root=<name> root_backend=<b> root_buft=<t>
+//           root_alloc=pre|sched|reused|none usable=yes|no|unknown rule=ok|violated|unknown
 //   SPLITS <n> COPIES <n>
 //   BUFSIZE <backend> <bytes>
 //   ASK <name> / SEE <name>             eval callback calls, in order
@@ -40,11 +40,16 @@
 //
 // The INPLACE marker: one line per node that writes into storage it does not own (its
 // result is a view, view_src != NULL, and its op is not a pure view op). usable=no means
-// the backend that runs the node cannot use the buffer type its view root lives in (the
-// write would go through a pointer the backend cannot use). rule=violated means the
-// placement breaks the in-place co-location rule of our scheduler (docs/sched-diff.md):
-// every usable=no is a violation; a writer of graph-produced, device-local storage on
-// another backend than the producer's is one too, even when it could use the buffer.
+// the backend that runs the node cannot use the buffer type its view root actually lives
+// in (the write would go through a pointer the backend cannot use). rule=violated means
+// the scheduler's placement breaks the in-place co-location rule of our scheduler
+// (docs/sched-diff.md), judged with the buffer type the scheduler gave the root's backend:
+// a writer that cannot use it, or a writer of graph-produced storage on another backend
+// than the producer's unless that buffer type is host-addressable and usable by it.
+// root_alloc tells where the root's memory came from: pre-allocated (pre), the
+// scheduler's buffer for the root's backend (sched), or ggml-alloc's in-place reuse of a
+// parent's memory in another backend's buffer (reused) - the one case where usable and
+// rule can disagree.
 
 #include "ggml-alloc.h"
 #include "ggml-backend-impl.h"
@@ -504,6 +509,10 @@ struct gen {
     int                   npre;
 
     bool inplace; // in-place writers into graph-produced storage allowed in this seed
+
+    struct ggml_tensor * user_node[2]; // user backend assignments, part of the graph
+    int                  user_dev[2];
+    int                  nuser;
 };
 
 static void mark_used(struct gen * g, const struct ggml_tensor * t) {
@@ -644,8 +653,10 @@ static struct ggml_tensor * gen_weight(struct gen * g, int64_t ne0, int64_t ne1)
         }
     }
     int64_t ne[4] = { ne0, ne1 ? ne1 : pick_ne0(&g->r), 1, 1 };
-    return new_pre(g, rng_pct(&g->r, 30) ? GGML_TYPE_F16 : GGML_TYPE_F32, ne, rng_int(&g->r, 0, g_ndev - 1),
-                   GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    // one draw per statement: argument evaluation order is unspecified in C
+    enum ggml_type type = rng_pct(&g->r, 30) ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    int            dev  = rng_int(&g->r, 0, g_ndev - 1);
+    return new_pre(g, type, ne, dev, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
 }
 
 static struct ggml_tensor * op_unary(struct gen * g, struct ggml_tensor * a) {
@@ -729,11 +740,10 @@ static struct ggml_tensor * op_mul_mat(struct gen * g, struct ggml_tensor * b) {
     return ggml_mul_mat(g->ctx, a, b);
 }
 
-static struct ggml_tensor * new_index(struct gen * g, int64_t n, int64_t rows, enum ggml_type type) {
-    int64_t              ne[4] = { n, 1, 1, 1 };
-    struct ggml_tensor * t     = new_leaf(g, type, ne, true);
-    (void) rows;
-    return t;
+// an index input (GET_ROWS, SET_ROWS) of n entries
+static struct ggml_tensor * new_index(struct gen * g, int64_t n, enum ggml_type type) {
+    int64_t ne[4] = { n, 1, 1, 1 };
+    return new_leaf(g, type, ne, true);
 }
 
 static struct ggml_tensor * op_get_rows(struct gen * g) {
@@ -745,14 +755,16 @@ static struct ggml_tensor * op_get_rows(struct gen * g) {
         }
     }
     if (a == NULL) {
-        int64_t ne[4] = { pick_ne0(&g->r), rng_int(&g->r, 4, 32), 1, 1 };
-        a             = new_pre(g, rng_pct(&g->r, 30) ? GGML_TYPE_F16 : GGML_TYPE_F32, ne,
-                                rng_int(&g->r, 0, g_ndev - 1), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        int64_t ne[4] = { pick_ne0(&g->r), 0, 1, 1 };
+        ne[1]         = rng_int(&g->r, 4, 32);
+        enum ggml_type type = rng_pct(&g->r, 30) ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        int            dev  = rng_int(&g->r, 0, g_ndev - 1);
+        a                   = new_pre(g, type, ne, dev, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         if (a == NULL) {
             return NULL;
         }
     }
-    struct ggml_tensor * idx = new_index(g, rng_int(&g->r, 1, 8), a->ne[1], GGML_TYPE_I32);
+    struct ggml_tensor * idx = new_index(g, rng_int(&g->r, 1, 8), GGML_TYPE_I32);
     return ggml_get_rows(g->ctx, a, idx);
 }
 
@@ -880,7 +892,7 @@ static struct ggml_tensor * op_set_rows(struct gen * g, struct ggml_tensor * b) 
             dst = base;
         }
     }
-    struct ggml_tensor * idx = new_index(g, b->ne[1], rows, rng_pct(&g->r, 50) ? GGML_TYPE_I64 : GGML_TYPE_I32);
+    struct ggml_tensor * idx = new_index(g, b->ne[1], rng_pct(&g->r, 50) ? GGML_TYPE_I64 : GGML_TYPE_I32);
     return ggml_set_rows(g->ctx, dst, b, idx);
 }
 
@@ -911,7 +923,8 @@ static struct ggml_tensor * op_acc_set(struct gen * g, struct ggml_tensor * a) {
         }
     }
     if (b == NULL) {
-        int64_t ne[4] = { rng_int(&g->r, 1, (int) a->ne[0]), rng_int(&g->r, 1, (int) a->ne[1]), 1, 1 };
+        int64_t ne[4] = { rng_int(&g->r, 1, (int) a->ne[0]), 0, 1, 1 };
+        ne[1]         = rng_int(&g->r, 1, (int) a->ne[1]);
         b             = new_leaf(g, GGML_TYPE_F32, ne, true);
     }
     size_t offset = 0;
@@ -1050,7 +1063,9 @@ static struct gen * build_graph(uint64_t seed, int variant, struct ggml_cgraph *
 
     // first values: an activation input and maybe an embedding lookup
     {
-        int64_t ne[4] = { pick_ne0(&g->r), rng_int(&g->r, 1, 8), rng_pct(&g->r, 20) ? 2 : 1, 1 };
+        int64_t ne[4] = { pick_ne0(&g->r), 0, 0, 1 };
+        ne[1]         = rng_int(&g->r, 1, 8);
+        ne[2]         = rng_pct(&g->r, 20) ? 2 : 1;
         add_val(g, new_leaf(g, GGML_TYPE_F32, ne, true));
         if (rng_pct(&g->r, 50)) {
             struct ggml_tensor * t = op_get_rows(g);
@@ -1078,8 +1093,30 @@ static struct gen * build_graph(uint64_t seed, int variant, struct ggml_cgraph *
             ggml_build_forward_expand(gf, g->made[i]);
         }
     }
+
+    // user assignments (like llama.cpp's per-graph calls): a node that is not
+    // pre-allocated, onto a backend that supports its op; applied wherever the graph is
+    int n_nodes = ggml_graph_n_nodes(gf);
+    int n_user  = rng_pct(&g->r, 20) ? rng_int(&g->r, 1, 2) : 0;
+    for (int u = 0; u < n_user && n_nodes > 0; u++) {
+        struct ggml_tensor * node = ggml_graph_node(gf, rng_int(&g->r, 0, n_nodes - 1));
+        int                  b    = rng_int(&g->r, 0, g_ndev - 1);
+        if (node->buffer || (node->view_src && node->view_src->buffer) || !tdev_supports_op_impl(&g_devs[b], node)) {
+            continue;
+        }
+        g->user_node[g->nuser] = node;
+        g->user_dev[g->nuser++] = b;
+        printf("USER %s %s\n", node->name, g_devs[b].name);
+    }
+
     *out = gf;
     return g;
+}
+
+static void apply_user(struct gen * g, ggml_backend_sched_t sched) {
+    for (int u = 0; u < g->nuser; u++) {
+        ggml_backend_sched_set_tensor_backend(sched, g->user_node[u], &g_devs[g->user_dev[u]].backend);
+    }
 }
 
 static void free_graph(struct gen * g) {
@@ -1105,19 +1142,7 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
     struct gen *         g       = build_graph(seed, variant, &gf);
     int                  n_nodes = ggml_graph_n_nodes(gf);
 
-    // user assignments: a node (not pre-allocated) onto a backend that supports its op
-    int n_user = rng_pct(&g->r, 20) ? rng_int(&g->r, 1, 2) : 0;
-    for (int u = 0; u < n_user && n_nodes > 0; u++) {
-        struct ggml_tensor * node = ggml_graph_node(gf, rng_int(&g->r, 0, n_nodes - 1));
-        if (node->buffer || (node->view_src && node->view_src->buffer)) {
-            continue;
-        }
-        int b = rng_int(&g->r, 0, n_backends - 1);
-        if (tdev_supports_op_impl(&g_devs[b], node)) {
-            ggml_backend_sched_set_tensor_backend(sched, node, backends[b]);
-            printf("USER %s %s\n", node->name, g_devs[b].name);
-        }
-    }
+    apply_user(g, sched);
 
     // self-test perturbation: one silent user assignment drawn from a separate stream, so
     // that everything printed differs only where the scheduler's decisions change
@@ -1191,20 +1216,29 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
         ggml_backend_t       rb     = ggml_backend_sched_get_tensor_backend(sched, root);
         const char *         usable = "unknown";
         const char *         rule   = "unknown";
-        bool                 pre    = false;
+        const char *         alloc  = "none";
         if (nb != NULL && root->buffer != NULL) {
             bool can = tdev_supports_buft_impl((const struct tdev *) nb->context, root->buffer->buft);
-            pre      = ggml_backend_buffer_get_usage(root->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE;
-            usable   = can ? "yes" : "no";
-            // the co-location rule: pre-allocated storage needs a writer that can use its
-            // buffer type; storage produced in the graph needs the writer on the producer's
-            // backend, unless the buffer type is host-addressable and the writer can use it
-            bool ok = pre ? can : (nb == rb || (can && ggml_backend_buft_is_host(root->buffer->buft)));
-            rule    = ok ? "ok" : "violated";
+            bool pre = ggml_backend_buffer_get_usage(root->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE;
+            // ggml-alloc may place a node over a parent's memory in another backend's buffer
+            bool reused = !pre && rb != NULL && root->buffer->buft != ggml_backend_sched_get_buffer_type(sched, rb);
+            alloc       = pre ? "pre" : reused ? "reused" : "sched";
+            usable      = can ? "yes" : "no";
+            // the co-location rule, judged on the scheduler's own buffer types: pre-allocated
+            // storage needs a writer that can use its buffer type; storage produced in the
+            // graph needs the writer on the producer's backend, unless the producer's buffer
+            // type is host-addressable and the writer can use it
+            ggml_backend_buffer_type_t sbuft =
+                pre ? root->buffer->buft : rb ? ggml_backend_sched_get_buffer_type(sched, rb) : NULL;
+            if (sbuft != NULL) {
+                bool scan = tdev_supports_buft_impl((const struct tdev *) nb->context, sbuft);
+                bool ok   = pre ? scan : (nb == rb || (scan && ggml_backend_buft_is_host(sbuft)));
+                rule      = ok ? "ok" : "violated";
+            }
         }
-        printf("INPLACE %d %s %s node=%s root=%s root_backend=%s root_buft=%s prealloc=%d usable=%s rule=%s\n", i,
+        printf("INPLACE %d %s %s node=%s root=%s root_backend=%s root_buft=%s root_alloc=%s usable=%s rule=%s\n", i,
                node->name, ggml_op_desc(node), backend_name_or_dash(nb), root->name, backend_name_or_dash(rb),
-               buf_name(root->buffer), pre, usable, rule);
+               buf_name(root->buffer), alloc, usable, rule);
     }
 
     print_sched_sizes(sched, backends, n_backends);
@@ -1253,8 +1287,9 @@ static void run_seed(uint64_t seed, uint64_t perturb, const char * crash_seed) {
     // like llama.cpp: reserve with a measure graph first, then allocate real graphs
     if (reserve) {
         struct ggml_cgraph * gm;
-        struct gen *         g  = build_graph(seed, 0, &gm);
-        bool                 ok = ggml_backend_sched_reserve(sched, gm);
+        struct gen *         g = build_graph(seed, 0, &gm);
+        apply_user(g, sched);
+        bool ok = ggml_backend_sched_reserve(sched, gm);
         printf("RESERVE %s\n", ok ? "ok" : "fail");
         print_sched_sizes(sched, backends, n_backends);
         free_graph(g);

@@ -12,19 +12,37 @@ pub trait Caps {
     /// The buffer type the scheduler allocates compute tensors of backend `b` in.
     fn buft(&self, b: usize) -> ggml_backend_buffer_type_t;
     /// `ggml_backend_supports_op(backends[b], op)`.
-    fn supports_op(&self, b: usize, op: *const ggml_tensor) -> bool;
+    ///
+    /// # Safety
+    /// The pointer argument must be live for the call.
+    unsafe fn supports_op(&self, b: usize, op: *const ggml_tensor) -> bool;
     /// `ggml_backend_supports_buft(backends[b], buft)`.
-    fn supports_buft(&self, b: usize, buft: ggml_backend_buffer_type_t) -> bool;
+    ///
+    /// # Safety
+    /// The pointer argument must be live for the call.
+    unsafe fn supports_buft(&self, b: usize, buft: ggml_backend_buffer_type_t) -> bool;
     /// `ggml_backend_offload_op(backends[b], op)`.
-    fn offload_op(&self, b: usize, op: *const ggml_tensor) -> bool;
+    ///
+    /// # Safety
+    /// The pointer argument must be live for the call.
+    unsafe fn offload_op(&self, b: usize, op: *const ggml_tensor) -> bool;
     /// `ggml_backend_buffer_is_host(buf)`.
-    fn buffer_is_host(&self, buf: ggml_backend_buffer_t) -> bool;
+    ///
+    /// # Safety
+    /// The pointer argument must be live for the call.
+    unsafe fn buffer_is_host(&self, buf: ggml_backend_buffer_t) -> bool;
     /// `ggml_backend_buft_is_host(buft)`.
-    fn buft_is_host(&self, buft: ggml_backend_buffer_type_t) -> bool;
+    ///
+    /// # Safety
+    /// The pointer argument must be live for the call.
+    unsafe fn buft_is_host(&self, buft: ggml_backend_buffer_type_t) -> bool;
     /// A name for backend `b`, for messages.
     fn backend_name(&self, b: usize) -> String;
     /// A name for a buffer type, for messages.
-    fn buft_name(&self, buft: ggml_backend_buffer_type_t) -> String;
+    ///
+    /// # Safety
+    /// The pointer argument must be live for the call.
+    unsafe fn buft_name(&self, buft: ggml_backend_buffer_type_t) -> String;
 
     /// The last backend, assumed to be the CPU (stock asserts it at creation).
     fn cpu(&self) -> usize {
@@ -41,14 +59,14 @@ pub struct Live<'a> {
 }
 
 /// A C string as an owned Rust string ("" for NULL).
-pub fn cstr(p: *const std::os::raw::c_char) -> String {
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string live for the call.
+pub unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
     if p.is_null() {
         return String::new();
     }
-    // SAFETY: ggml names are NUL-terminated strings that outlive this call.
-    unsafe { std::ffi::CStr::from_ptr(p) }
-        .to_string_lossy()
-        .into_owned()
+    std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
 }
 
 impl Caps for Live<'_> {
@@ -58,33 +76,33 @@ impl Caps for Live<'_> {
     fn buft(&self, b: usize) -> ggml_backend_buffer_type_t {
         self.bufts[b]
     }
-    fn supports_op(&self, b: usize, op: *const ggml_tensor) -> bool {
+    unsafe fn supports_op(&self, b: usize, op: *const ggml_tensor) -> bool {
         // SAFETY: the backend is live for the scheduler's lifetime; op is a graph tensor.
         unsafe { ggml_sys::ggml_backend_supports_op(self.backends[b], op) }
     }
-    fn supports_buft(&self, b: usize, buft: ggml_backend_buffer_type_t) -> bool {
+    unsafe fn supports_buft(&self, b: usize, buft: ggml_backend_buffer_type_t) -> bool {
         // SAFETY: as above; buft comes from a live buffer or the scheduler's list.
         unsafe { ggml_sys::ggml_backend_supports_buft(self.backends[b], buft) }
     }
-    fn offload_op(&self, b: usize, op: *const ggml_tensor) -> bool {
+    unsafe fn offload_op(&self, b: usize, op: *const ggml_tensor) -> bool {
         // SAFETY: as above.
         unsafe { ggml_sys::ggml_backend_offload_op(self.backends[b], op) }
     }
-    fn buffer_is_host(&self, buf: ggml_backend_buffer_t) -> bool {
+    unsafe fn buffer_is_host(&self, buf: ggml_backend_buffer_t) -> bool {
         // SAFETY: buf is a live buffer of a graph tensor.
         unsafe { ggml_sys::ggml_backend_buffer_is_host(buf) }
     }
-    fn buft_is_host(&self, buft: ggml_backend_buffer_type_t) -> bool {
+    unsafe fn buft_is_host(&self, buft: ggml_backend_buffer_type_t) -> bool {
         // SAFETY: buft is a live buffer type.
         unsafe { ggml_sys::ggml_backend_buft_is_host(buft) }
     }
     fn backend_name(&self, b: usize) -> String {
         // SAFETY: the backend is live.
-        cstr(unsafe { ggml_sys::ggml_backend_name(self.backends[b]) })
+        unsafe { cstr(ggml_sys::ggml_backend_name(self.backends[b])) }
     }
-    fn buft_name(&self, buft: ggml_backend_buffer_type_t) -> String {
+    unsafe fn buft_name(&self, buft: ggml_backend_buffer_type_t) -> String {
         // SAFETY: buft is a live buffer type.
-        cstr(unsafe { ggml_sys::ggml_backend_buft_name(buft) })
+        unsafe { cstr(ggml_sys::ggml_backend_buft_name(buft)) }
     }
 }
 
@@ -155,11 +173,12 @@ pub unsafe fn leafs<'a>(g: &ggml_sys::ggml_cgraph) -> &'a [*mut ggml_tensor] {
 
 /// A tensor's name (lossy UTF-8).
 pub fn name(t: &ggml_tensor) -> String {
-    cstr(t.name.as_ptr())
+    // SAFETY: ggml keeps `name` NUL-terminated (its setters truncate to 63 bytes).
+    unsafe { cstr(t.name.as_ptr()) }
 }
 
 #[cfg(test)]
-pub mod mock {
+pub(crate) mod mock {
     //! A pure-Rust stand-in for backends, buffers and tensors, for the passes' unit tests.
 
     use super::*;
@@ -226,35 +245,37 @@ pub mod mock {
         fn buft(&self, b: usize) -> ggml_backend_buffer_type_t {
             self.own_buft[b] as ggml_backend_buffer_type_t
         }
-        fn supports_op(&self, b: usize, op: *const ggml_tensor) -> bool {
+        unsafe fn supports_op(&self, b: usize, op: *const ggml_tensor) -> bool {
             // SAFETY: tests pass live boxed tensors.
             let t = unsafe { &*op };
             self.backends[b].ops.contains(&t.op)
                 && !self.backends[b].refuse.contains(&(op as usize))
         }
-        fn supports_buft(&self, b: usize, buft: ggml_backend_buffer_type_t) -> bool {
+        unsafe fn supports_buft(&self, b: usize, buft: ggml_backend_buffer_type_t) -> bool {
             self.backends[b].bufts.contains(&(buft as usize))
         }
-        fn offload_op(&self, b: usize, op: *const ggml_tensor) -> bool {
+        unsafe fn offload_op(&self, b: usize, op: *const ggml_tensor) -> bool {
             // SAFETY: as above.
             self.backends[b].offload.contains(&unsafe { &*op }.op)
         }
-        fn buffer_is_host(&self, buf: ggml_backend_buffer_t) -> bool {
+        unsafe fn buffer_is_host(&self, buf: ggml_backend_buffer_t) -> bool {
             // SAFETY: tests pass live boxed buffers.
             self.host_bufts.contains(&(unsafe { &*buf }.buft as usize))
         }
-        fn buft_is_host(&self, buft: ggml_backend_buffer_type_t) -> bool {
+        unsafe fn buft_is_host(&self, buft: ggml_backend_buffer_type_t) -> bool {
             self.host_bufts.contains(&(buft as usize))
         }
         fn backend_name(&self, b: usize) -> String {
             self.backends[b].name.clone()
         }
-        fn buft_name(&self, buft: ggml_backend_buffer_type_t) -> String {
+        unsafe fn buft_name(&self, buft: ggml_backend_buffer_type_t) -> String {
             format!("buft{:#x}", buft as usize)
         }
     }
 
     /// Owns fake tensors and buffers; pointers stay valid while it lives.
+    // Boxes keep every tensor's address stable while the vectors grow.
+    #[allow(clippy::vec_box)]
     #[derive(Default)]
     pub struct Arena {
         tensors: Vec<Box<ggml_tensor>>,
@@ -316,6 +337,7 @@ pub mod mock {
         }
 
         /// A node whose result is a view of `of` (in-place when `op` is not a view op).
+        /// `of` must be a tensor of this arena.
         pub fn view_node(
             &mut self,
             name: &str,

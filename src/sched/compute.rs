@@ -104,8 +104,8 @@ impl Sched {
             return;
         };
         let mut last = first;
-        for id in first + 1..used.len() {
-            if !used[id] {
+        for (id, &u) in used.iter().enumerate().skip(first + 1) {
+            if !u {
                 continue;
             }
             if id == last + 1 {

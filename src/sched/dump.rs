@@ -30,7 +30,7 @@ unsafe fn use_count(g: &ggml_cgraph, t: *const ggml_tensor) -> i32 {
     let used = |i: usize| (*hs.used.add(i >> 5) >> (i & 31)) & 1 == 1;
     let h = (t as usize >> 4) % hs.size;
     let mut i = h;
-    while used(i) && *hs.keys.add(i) as *const ggml_tensor != t {
+    while used(i) && !std::ptr::eq(*hs.keys.add(i), t) {
         i = (i + 1) % hs.size;
         if i == h {
             return 0;
@@ -44,7 +44,7 @@ impl Sched {
         match self.table.get(t) {
             // SAFETY: our backends are live.
             Some(p) => (
-                cstr(unsafe { ggml_sys::ggml_backend_name(self.backends[p.backend]) }),
+                unsafe { cstr(ggml_sys::ggml_backend_name(self.backends[p.backend])) },
                 p.cause.label(),
             ),
             None => ("NULL".to_string(), ""),

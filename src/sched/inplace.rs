@@ -29,7 +29,10 @@ pub fn is_inplace_writer(t: &ggml_tensor) -> bool {
 
 /// One line per backend for the stop message: name, whether it can use `buft`, whether it
 /// runs `op`.
-fn backends_report(
+///
+/// # Safety
+/// `buft` and `ops` must be live.
+unsafe fn backends_report(
     caps: &dyn Caps,
     buft: ggml_sys::ggml_backend_buffer_type_t,
     ops: &[*mut ggml_tensor],

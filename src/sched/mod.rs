@@ -291,7 +291,7 @@ pub unsafe extern "C" fn ggml_backend_sched_new(
             debug_realloc: env_int("GGML_SCHED_DEBUG_REALLOC").unwrap_or(0),
             debug_graph_size: 0,
             debug_prev_graph_size: 0,
-            inplace_rule: env_int("GGML_SCHED_INPLACE_RULE").map_or(true, |v| v != 0),
+            inplace_rule: env_int("GGML_SCHED_INPLACE_RULE") != Some(0),
             is_reset: false,
             is_alloc: false,
         });

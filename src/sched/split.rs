@@ -109,7 +109,7 @@ pub unsafe fn split_graph(
             );
         };
         let mut need_new = false;
-        if nb == cur && !splits.last().map_or(true, |s| s.inputs.is_empty()) {
+        if nb == cur && !splits.last().is_none_or(|s| s.inputs.is_empty()) {
             // A weight of another, incompatible backend: a new split lets the copies of the
             // previous weights be reused.
             need_new = caps::sources(node).any(|(_, s)| {

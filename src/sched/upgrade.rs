@@ -64,7 +64,7 @@ pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph) {
                                 && buffer_supported(caps, table, s, b)
                         })
                         .count();
-                    if best.map_or(true, |(c, _)| count > c) {
+                    if best.is_none_or(|(c, _)| count > c) {
                         best = Some((count, b));
                     }
                 }

@@ -105,21 +105,39 @@ pub fn strip_location(msg: &str) -> &str {
     msg
 }
 
-/// Whether a seed's records show an in-place writer placed against the co-location rule
-/// (an `INPLACE ... rule=violated` record; see `docs/sched-diff.md`).
-pub fn has_inplace_conflict(lines: &[String]) -> bool {
-    lines
-        .iter()
-        .any(|l| l.starts_with("INPLACE ") && l.ends_with(" rule=violated"))
+fn inplace_lines(lines: &[String]) -> impl Iterator<Item = &String> {
+    lines.iter().filter(|l| l.starts_with("INPLACE "))
 }
 
-/// Whether a seed's records show an in-place writer on a backend that cannot use the
-/// buffer type of the storage it writes (`usable=no`): the write would go through a
-/// pointer that backend cannot use. Always also a rule violation.
+fn breaks_rule(l: &str) -> bool {
+    l.ends_with(" rule=violated")
+}
+
+fn unusable(l: &str) -> bool {
+    l.contains(" usable=no ")
+}
+
+/// Whether a seed's records show an in-place hazard: a writer placed against the
+/// co-location rule (`rule=violated`) or a writer on a backend that cannot use the
+/// buffer type of the memory it writes (`usable=no`). See `docs/sched-diff.md`.
+pub fn has_inplace_conflict(lines: &[String]) -> bool {
+    inplace_lines(lines).any(|l| breaks_rule(l) || unusable(l))
+}
+
+/// Whether a seed's records show a writer on a backend that cannot use the buffer type
+/// of the memory it writes (`usable=no`): on a device without host mapping, a fault.
 pub fn has_unusable_write(lines: &[String]) -> bool {
-    lines
-        .iter()
-        .any(|l| l.starts_with("INPLACE ") && l.contains(" usable=no "))
+    inplace_lines(lines).any(|l| unusable(l))
+}
+
+/// Whether a seed's hazards all come from ggml-alloc placing the written storage over a
+/// parent's memory in another backend's buffer (`root_alloc=reused`, `usable=no`) while
+/// the scheduler's own placement keeps the rule. False when there is no hazard.
+pub fn hazards_only_via_reuse(lines: &[String]) -> bool {
+    let mut v = inplace_lines(lines)
+        .filter(|l| breaks_rule(l) || unusable(l))
+        .peekable();
+    v.peek().is_some() && v.all(|l| !breaks_rule(l) && l.contains(" root_alloc=reused "))
 }
 
 /// Whether an abort message reads as a refusal by the in-place co-location rule.
@@ -241,13 +259,28 @@ mod tests {
 
     #[test]
     fn classifies_inplace_rule_differences() {
-        let conflict = "INPLACE 1 t2 SET_ROWS node=TCPU root=t1 root_backend=T0 root_buft=T0_BUF prealloc=0 usable=no rule=violated";
-        let fixed = "INPLACE 1 t2 SET_ROWS node=T0 root=t1 root_backend=T0 root_buft=T0_BUF prealloc=0 usable=yes rule=ok";
+        let conflict = "INPLACE 1 t2 SET_ROWS node=TCPU root=t1 root_backend=T0 root_buft=T0_BUF root_alloc=sched usable=no rule=violated";
+        let fixed = "INPLACE 1 t2 SET_ROWS node=T0 root=t1 root_backend=T0 root_buft=T0_BUF root_alloc=sched usable=yes rule=ok";
         assert!(has_unusable_write(&[conflict.to_string()]));
         assert!(!has_unusable_write(&[fixed.to_string()]));
-        let peer = "INPLACE 1 t2 SET node=T2 root=t1 root_backend=T0 root_buft=T0_BUF prealloc=0 usable=yes rule=violated";
+        assert!(!has_inplace_conflict(&[fixed.to_string()]));
+        // a peer-usable but device-local producer buffer: the rule wants co-location
+        let peer = "INPLACE 1 t2 SET node=T2 root=t1 root_backend=T0 root_buft=T0_BUF root_alloc=sched usable=yes rule=violated";
         assert!(has_inplace_conflict(&[peer.to_string()]));
         assert!(!has_unusable_write(&[peer.to_string()]));
+        assert!(!hazards_only_via_reuse(&[peer.to_string()]));
+        // ggml-alloc put the root into another buffer the writer cannot use
+        let reused = "INPLACE 2 t7 SET node=T1 root=t4 root_backend=T0 root_buft=TCPU_BUF root_alloc=reused usable=no rule=ok";
+        assert!(has_inplace_conflict(&[reused.to_string()]));
+        assert!(hazards_only_via_reuse(&[
+            reused.to_string(),
+            fixed.to_string()
+        ]));
+        assert!(!hazards_only_via_reuse(&[
+            reused.to_string(),
+            peer.to_string()
+        ]));
+        assert!(!hazards_only_via_reuse(&[fixed.to_string()]));
         let a = run(3, &["NODE 1 t2 SET_ROWS TCPU", conflict], None);
         let b = run(3, &["NODE 1 t2 SET_ROWS T0", fixed], None);
         assert_eq!(classify(&a, &b), Verdict::ExplainedMoved);
