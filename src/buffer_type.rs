@@ -162,15 +162,15 @@ pub unsafe extern "C" fn ggml_backend_buft_get_alloc_size(
     boundary(F, || {
         // SAFETY: caller contract.
         let b = unsafe { buft_ref(buft, F) };
-        // SAFETY: caller contract: `tensor` is a live tensor.
-        let nbytes = unsafe { ggml_sys::ggml_nbytes(tensor) };
+        // SAFETY: caller contract: `tensor` is NULL or a live tensor.
+        let t = unsafe { non_null(tensor, F, "tensor") };
+        // SAFETY: `t` is a live tensor.
+        let nbytes = unsafe { ggml_sys::ggml_nbytes(t) };
         let Some(f) = b.iface.get_alloc_size else {
             return nbytes;
         };
         // SAFETY: the backend's callback, called with its own buffer type.
         let size = unsafe { f(buft, tensor) };
-        // SAFETY: caller contract: `tensor` is a live tensor.
-        let t = unsafe { non_null(tensor, F, "tensor") };
         // SAFETY: pure function of the type id.
         let quantized = unsafe { ggml_sys::ggml_is_quantized(t.type_) };
         if !alloc_size_allowed(size, nbytes, t.op, quantized) {

@@ -9,7 +9,7 @@
 //
 // Usage: sched_diff START COUNT
 // Environment: SCHED_DIFF_PERTURB=K perturbs every seed divisible by K (self-test of the
-// detector: a user backend assignment is added that the normal run does not make);
+// detector: an unprinted user backend assignment the normal run does not make);
 // SCHED_DIFF_MAPS=1 first prints `MAPPED <path>` for each mapped file named *ggml*;
 // SCHED_DIFF_CRASH_SEED=S raises SIGSEGV inside seed S (self-test of crash isolation).
 //
@@ -33,7 +33,7 @@
 //   BUFSIZE <backend> <bytes>
 //   ASK <name> / SEE <name>             eval callback calls, in order
 //   RUN <backend> <n>: <names>          a test backend's graph_compute call
-//   SET|GET|CPY|MEMSET ...              tensor data traffic through test buffers
+//   SET|GET|CPY|MEMSET|CLEAR ...        tensor data traffic through test buffers
 //   STATUS <n>                          result of ggml_backend_sched_graph_compute
 //   SEED <s> END
 //   ABORT <message>                     ggml_abort was called (the process then dies)
@@ -396,7 +396,7 @@ static const enum ggml_op k_gen_ops[] = {
     GGML_OP_ADD,      GGML_OP_SUB,     GGML_OP_MUL,      GGML_OP_DIV,      GGML_OP_MUL_MAT, GGML_OP_GET_ROWS,
     GGML_OP_RMS_NORM, GGML_OP_NORM,    GGML_OP_SOFT_MAX, GGML_OP_SCALE,    GGML_OP_CPY,     GGML_OP_CONT,
     GGML_OP_SET_ROWS, GGML_OP_FILL,    GGML_OP_ACC,      GGML_OP_SET,      GGML_OP_CONCAT,  GGML_OP_GLU,
-    GGML_OP_UNARY,    GGML_OP_DUP,
+    GGML_OP_UNARY,    GGML_OP_DUP,     GGML_OP_MUL_MAT_ID,
 };
 
 static void setup_devices(rng_t * r, int n) {
@@ -438,7 +438,8 @@ static void setup_devices(rng_t * r, int n) {
             d->has_offload = rng_pct(r, 40);
             if (d->has_offload) {
                 for (size_t k = 0; k < sizeof(k_gen_ops) / sizeof(k_gen_ops[0]); k++) {
-                    d->offload[k_gen_ops[k]] = rng_pct(r, k_gen_ops[k] == GGML_OP_MUL_MAT ? 80 : 15);
+                    bool mm                  = k_gen_ops[k] == GGML_OP_MUL_MAT || k_gen_ops[k] == GGML_OP_MUL_MAT_ID;
+                    d->offload[k_gen_ops[k]] = rng_pct(r, mm ? 80 : 15);
                 }
                 d->offload_min_rows = rng_int(r, 1, 6);
             }
@@ -509,6 +510,10 @@ struct gen {
     int                   npre;
 
     bool inplace; // in-place writers into graph-produced storage allowed in this seed
+
+    struct ggml_tensor * ids[MAX_T]; // MUL_MAT_ID expert lists, filled after allocation
+    int                  ids_experts[MAX_T];
+    int                  nids;
 
     struct ggml_tensor * user_node[2]; // user backend assignments, part of the graph
     int                  user_dev[2];
@@ -940,6 +945,49 @@ static struct ggml_tensor * op_acc_set(struct gen * g, struct ggml_tensor * a) {
                      ggml_set(g->ctx, a, b, a->nb[1], a->nb[2], a->nb[3], offset);
 }
 
+// MoE: `a` [K, b1, T] picks n_used = b1*m of E expert matrices per token; the experts
+// often live in host memory, which exercises the scheduler's partial expert upload
+static struct ggml_tensor * op_mul_mat_id(struct gen * g, struct ggml_tensor * a) {
+    if (a->ne[3] != 1 || g->nids >= MAX_T) {
+        return NULL;
+    }
+    int64_t n_used  = a->ne[1] * rng_int(&g->r, 1, 2);
+    int     experts = rng_int(&g->r, 2, 8);
+    int64_t ne[4]   = { a->ne[0], pick_ne0(&g->r), experts, 1 };
+    int     dev     = rng_pct(&g->r, 50) ? g_ndev - 1 : rng_int(&g->r, 0, g_ndev - 1);
+    enum ggml_type       type = rng_pct(&g->r, 30) ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    struct ggml_tensor * as   = new_pre(g, type, ne, dev, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    if (as == NULL) {
+        return NULL;
+    }
+    int64_t              ine[4] = { n_used, a->ne[2], 1, 1 };
+    struct ggml_tensor * ids    = new_leaf(g, GGML_TYPE_I32, ine, true);
+    g->ids[g->nids]             = ids;
+    g->ids_experts[g->nids++]   = experts;
+    return ggml_mul_mat_id(g->ctx, as, a, ids);
+}
+
+// writes valid expert lists into the allocated ids inputs (the scheduler reads them)
+static void fill_ids(struct gen * g, uint64_t seed, int variant) {
+    rng_t r = { seed * 31 + (uint64_t) variant * 7 + 0x1d5 };
+    for (int k = 0; k < g->nids; k++) {
+        struct ggml_tensor * ids = g->ids[k];
+        if (ids->buffer == NULL) {
+            continue;
+        }
+        int64_t   n = ggml_nelements(ids);
+        int32_t * v = (int32_t *) malloc((size_t) n * sizeof(int32_t));
+        if (v == NULL) {
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            v[i] = rng_int(&r, 0, g->ids_experts[k] - 1);
+        }
+        ggml_backend_tensor_set(ids, v, 0, ggml_nbytes(ids));
+        free(v);
+    }
+}
+
 static struct ggml_tensor * op_soft_max_mask(struct gen * g, struct ggml_tensor * a) {
     if (!ggml_is_contiguous(a)) {
         return NULL;
@@ -967,6 +1015,7 @@ static bool gen_op(struct gen * g) {
         4,  // concat
         5,  // glu
         4,  // soft_max with mask
+        4,  // mul_mat_id
     };
     int total = 0;
     for (size_t k = 0; k < sizeof(weights) / sizeof(weights[0]); k++) {
@@ -1002,7 +1051,8 @@ static bool gen_op(struct gen * g) {
         case 11: t = op_acc_set(g, a); break;
         case 12: t = op_concat(g, a); break;
         case 13: t = op_glu(g, a); break;
-        default: t = op_soft_max_mask(g, a); break;
+        case 14: t = op_soft_max_mask(g, a); break;
+        default: t = op_mul_mat_id(g, a); break;
     }
     if (t == NULL) {
         return false;
@@ -1244,6 +1294,7 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
     print_sched_sizes(sched, backends, n_backends);
 
     if (ok) {
+        fill_ids(g, seed, variant);
         printf("COMPUTE\n");
         enum ggml_status st = ggml_backend_sched_graph_compute(sched, gf);
         printf("STATUS %d\n", (int) st);

@@ -69,9 +69,12 @@ impl Sched {
         expand::expand(&live, &mut self.table, g);
         upgrade::upgrade(&live, &mut self.table, g);
         if self.inplace_rule {
-            inplace::colocate(&live, &mut self.table, g);
+            inplace::colocate(&live, &mut self.table, g, false);
         }
         fill::fill(&live, &mut self.table, g);
+        if self.inplace_rule {
+            inplace::colocate(&live, &mut self.table, g, true);
+        }
 
         let mut sc = SplitCtx {
             caps: &live,

@@ -44,6 +44,13 @@ pub trait Caps {
     /// The pointer argument must be live for the call.
     unsafe fn buft_name(&self, buft: ggml_backend_buffer_type_t) -> String;
 
+    /// Whether ggml-alloc may give a node of `op` the memory of one of its sources
+    /// (`ggml_op_can_inplace`).
+    fn op_can_inplace(&self, op: ggml_sys::ggml_op) -> bool {
+        // SAFETY: a pure function of the op code.
+        unsafe { ggml_sys::ggml_op_can_inplace(op) }
+    }
+
     /// The last backend, assumed to be the CPU (stock asserts it at creation).
     fn cpu(&self) -> usize {
         self.n_backends() - 1

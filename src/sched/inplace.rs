@@ -20,6 +20,7 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Caps};
 use super::table::{Cause, Table};
+use super::upgrade::buffer_supported;
 
 /// Whether `t` writes into storage it does not own: it is a view (`view_src` set) made by an
 /// op that computes something (not NONE, not VIEW/RESHAPE/PERMUTE/TRANSPOSE).
@@ -80,11 +81,61 @@ unsafe fn stop(
     )
 }
 
-/// Applies the rule to every in-place writer of `graph`.
+/// Collects the buffer types that the storage of `t` (not allocated yet) may end up in: the
+/// compute buffer type of its backend, and, because ggml-alloc lets a node of an
+/// "inplace-able" op take over the memory of a source with the same layout that it reads
+/// directly, whatever that source's storage may end up in, recursively.
+///
+/// # Safety
+/// `t` must be a live tensor whose sources are live.
+unsafe fn storage_bufts(
+    caps: &dyn Caps,
+    table: &Table,
+    t: *mut ggml_tensor,
+    out: &mut Vec<ggml_sys::ggml_backend_buffer_type_t>,
+    depth: usize,
+) {
+    let tr = &*t;
+    if depth > 64 {
+        return;
+    }
+    if !tr.view_src.is_null() {
+        return storage_bufts(caps, table, tr.view_src, out, depth + 1);
+    }
+    if !tr.buffer.is_null() {
+        out.push((*tr.buffer).buft);
+        return;
+    }
+    let Some(tb) = table.backend(t) else { return };
+    let own = caps.buft(tb);
+    if !out.contains(&own) {
+        out.push(own);
+    }
+    if !caps.op_can_inplace(tr.op) {
+        return;
+    }
+    let output = ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32;
+    for (_, s) in caps::sources(tr) {
+        let sr = &*s;
+        let same_layout = sr.type_ == tr.type_ && sr.ne == tr.ne && sr.nb == tr.nb;
+        let external = !caps::storage_buffer(sr).is_null();
+        let is_output = sr.flags & output != 0
+            || (!sr.view_src.is_null() && (*sr.view_src).flags & output != 0);
+        // A source read through a copy gives up nothing: the copy lives in `own`.
+        let direct = table.backend(s) == Some(tb) || buffer_supported(caps, table, s, tb);
+        if same_layout && !external && !is_output && direct {
+            storage_bufts(caps, table, s, out, depth + 1);
+        }
+    }
+}
+
+/// Applies the rule to every in-place writer of `graph`. Called twice: before the fill
+/// pass (`after_fill` false), where groups whose root has no placement yet are left for
+/// later, and after it (`after_fill` true), which settles those and re-checks the rest.
 ///
 /// # Safety
 /// `graph` must be a live graph of live tensors.
-pub unsafe fn colocate(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph) {
+pub unsafe fn colocate(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, after_fill: bool) {
     // Writers of storage produced in this graph, grouped by view root in first-seen order.
     let mut groups: Vec<(*mut ggml_tensor, Vec<*mut ggml_tensor>)> = Vec::new();
     let mut group_of: HashMap<*mut ggml_tensor, usize> = HashMap::new();
@@ -120,61 +171,45 @@ pub unsafe fn colocate(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph) 
     }
 
     for (root, writers) in groups {
-        let root_is_node = (*root).op != ggml_sys::GGML_OP_NONE;
-        let placed_root = table.get(root);
-        // Members whose placement matters: the root (when placed or computed here) and writers.
-        let mut members: Vec<*mut ggml_tensor> = Vec::with_capacity(writers.len() + 1);
-        if root_is_node || placed_root.is_some() {
-            members.push(root);
-        }
-        members.extend(writers.iter().copied());
-
-        let backs: Vec<Option<usize>> = members.iter().map(|&m| table.backend(m)).collect();
-        let first = backs.iter().flatten().next().copied();
-        let all_same = backs.iter().all(|b| b.is_none() || *b == first);
-        if all_same && backs.iter().all(|b| b.is_some()) {
+        // A root without a place yet (a leaf without storage) gets one from its readers in
+        // the fill pass; decide after it.
+        let rb = table.backend(root);
+        if rb.is_none() && !after_fill {
             continue;
         }
-        // Host-addressable storage that every writer's backend can use: nothing to do.
-        if let Some(p) = table.backend(root) {
-            let buft = caps.buft(p);
-            if caps.buft_is_host(buft)
-                && writers.iter().all(|&w| {
-                    table
-                        .backend(w)
-                        .is_some_and(|wb| caps.supports_buft(wb, buft))
-                })
-            {
-                continue;
+        let mut bufts = Vec::new();
+        storage_bufts(caps, table, root, &mut bufts, 0);
+        let writer_ok = |w: *mut ggml_tensor| match (table.backend(w), rb) {
+            // An unplaced writer follows its view root in the fill pass.
+            (None, _) => true,
+            (Some(wb), Some(r)) => {
+                wb == r
+                    || bufts
+                        .iter()
+                        .all(|&b| caps.buft_is_host(b) && caps.supports_buft(wb, b))
             }
+            (Some(_), None) => false,
+        };
+        if writers.iter().all(|&w| writer_ok(w)) {
+            continue;
         }
+        let members: Vec<*mut ggml_tensor> = std::iter::once(root)
+            .chain(writers.iter().copied())
+            .collect();
         let runs_all = |b: usize| members.iter().all(|&m| caps.supports_op(b, m));
         let user = members
             .iter()
             .filter_map(|&m| table.get(m))
             .find(|p| p.cause == Cause::UserAssigned && runs_all(p.backend))
             .map(|p| p.backend);
-        let target = user.or_else(|| {
-            // A single placed backend that runs everything keeps the group where it is.
-            if all_same {
-                first.filter(|&b| runs_all(b))
-            } else {
-                None
-            }
-        });
-        let target = target.or_else(|| (0..caps.n_backends()).find(|&b| runs_all(b)));
+        let target = user.or_else(|| (0..caps.n_backends()).find(|&b| runs_all(b)));
         let Some(t) = target else {
-            let w = writers[0];
-            stop(caps, w, std::ptr::null_mut(), &members)
+            stop(caps, writers[0], std::ptr::null_mut(), &members)
         };
         for &m in &members {
             if table.backend(m) != Some(t) {
                 table.set(m, t, Cause::InPlaceColocation);
             }
-        }
-        if !members.contains(&root) {
-            // An unplaced leaf root without storage: allocate it where it is written.
-            table.set(root, t, Cause::InPlaceColocation);
         }
     }
 }
@@ -208,7 +243,7 @@ mod tests {
         t.set(sr, 1, Cause::BestInputs);
         t.set(out, 0, Cause::ExpandDeviceDown);
         // SAFETY: tensors live in the arena.
-        unsafe { colocate(&caps, &mut t, &g) };
+        unsafe { colocate(&caps, &mut t, &g, false) };
         let got = |n| t.get(n).map(|p| (p.backend, p.cause));
         // Only the CPU runs both FILL and SET_ROWS.
         assert_eq!(got(f), Some((1, Cause::InPlaceColocation)));
@@ -221,7 +256,7 @@ mod tests {
         t.set(f, 0, Cause::ExpandDeviceDown);
         t.set(sr, 1, Cause::BestInputs);
         // SAFETY: as above.
-        unsafe { colocate(&caps, &mut t, &g) };
+        unsafe { colocate(&caps, &mut t, &g, false) };
         assert_eq!(got2(&t, f), Some((0, Cause::ExpandDeviceDown)));
         assert_eq!(got2(&t, sr), Some((0, Cause::InPlaceColocation)));
     }
@@ -245,7 +280,7 @@ mod tests {
         t.set(f, 1, Cause::BestInputs);
         t.set(sr, 0, Cause::BestInputs);
         // SAFETY: tensors live in the arena.
-        unsafe { colocate(&caps, &mut t, &g) };
+        unsafe { colocate(&caps, &mut t, &g, false) };
         assert_eq!(got2(&t, f), Some((1, Cause::BestInputs)));
         assert_eq!(got2(&t, sr), Some((0, Cause::BestInputs)));
     }
@@ -264,7 +299,7 @@ mod tests {
         let mut t = Table::default();
         t.set(sr, 1, Cause::UserAssigned); // the CPU cannot use the device buffer
                                            // SAFETY: tensors live in the arena.
-        unsafe { colocate(&caps, &mut t, &g) };
+        unsafe { colocate(&caps, &mut t, &g, false) };
         assert_eq!(got2(&t, sr), Some((0, Cause::InPlaceColocation)));
         assert!(is_inplace_writer(unsafe { &*sr }));
         assert!(!is_inplace_writer(unsafe { &*cache }));

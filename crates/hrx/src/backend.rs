@@ -5,15 +5,21 @@
 //! no work; every other node must be claimed (else the compute fails with
 //! `GGML_STATUS_FAILED` and a message naming the node, its op and shapes). For each claimed
 //! node it resolves where the node and its sources live (device memory, host-visible
-//! memory, or a host weight materialized by the arena) and queues the node on the device.
-//! An `RMS_NORM` whose only consumer is the next node, a `MUL` (the `RMS_NORM+MUL` pattern),
-//! is queued together with it as one fused unit.
+//! memory, or a host weight materialized by the arena). The claimed nodes of a split are
+//! queued as one job, run in order by the device; a source produced by an earlier node of
+//! the job is linked to that node, and each node carries its use count from the original
+//! graph, so fusions such as `RMS_NORM+MUL` happen exactly where they would on the CPU.
+//! When the arena needs room that the current job's weights pin, the job is submitted
+//! first and a new one starts (evictions are queued after it, so nothing it reads is
+//! overwritten).
 
 use std::ffi::{c_char, c_void};
 
 use ggml_sys::*;
 
-use crate::arena::WeightKey;
+use std::collections::HashMap;
+
+use crate::arena::{ArenaError, WeightKey};
 use crate::buffer;
 use crate::claims::{self, Claim};
 use crate::device::{cpu_kernels_support, event_of, Device};
@@ -199,6 +205,15 @@ fn is_empty(t: &ggml_tensor) -> bool {
     t.ne.iter().any(|&n| n == 0)
 }
 
+/// Why a node could not be prepared.
+enum PrepError {
+    /// The arena has no room while the current job pins its weights: submit the job and
+    /// retry with an empty pin list.
+    NoRoom,
+    /// A real failure, with its message.
+    Fatal(String),
+}
+
 fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
     let n = g.n_nodes.max(0) as usize;
     let nodes: &[*mut ggml_tensor] = if n == 0 || g.nodes.is_null() {
@@ -207,20 +222,22 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
         // SAFETY: a graph's node array has n_nodes entries.
         unsafe { std::slice::from_raw_parts(g.nodes, n) }
     };
+    let label = |first: usize| format!("{} split starting at node {first}", dev.name.to_string_lossy());
     let mut ran: Vec<*const ggml_tensor> = Vec::with_capacity(n);
-    let mut i = 0;
-    while i < n {
-        let np = nodes[i];
+    let mut job = ExecJob { nodes: Vec::new(), label: label(0) };
+    // original node -> index in job.nodes
+    let mut in_job: HashMap<usize, usize> = HashMap::new();
+    // host weights the current job reads through the arena
+    let mut pinned: Vec<WeightKey> = Vec::new();
+    for (i, &np) in nodes.iter().enumerate() {
         // SAFETY: graph nodes are live tensors.
         let node = unsafe { &*np };
-        i += 1;
+        ran.push(np);
         if claims::is_view_op(node.op) || is_empty(node) || node.flags & GGML_TENSOR_FLAG_COMPUTE as i32 == 0 {
-            ran.push(np);
             continue;
         }
-        let claim = claims::claim(node, &cpu_kernels_support);
-        if let Claim::No(why) = &claim {
-            // SAFETY: live tensor.
+        if let Claim::No(why) = claims::claim(node, &cpu_kernels_support) {
+            // SAFETY: live tensors.
             let desc = unsafe { crate::ggml::describe(node) };
             let srcs: Vec<String> = node
                 .src
@@ -229,39 +246,45 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
                 // SAFETY: live sources.
                 .map(|&p| unsafe { crate::ggml::describe(p) })
                 .collect();
+            // what was queued before the bad node still runs, as ggml expects of a backend
+            // that stops at a failing node
+            flush(dev, &mut job, &mut in_job, &mut pinned, label(i));
             return Err(format!(
-                "node {} {desc} is not claimed by {} ({why}); sources: [{}]",
-                i - 1,
+                "node {i} {desc} is not claimed by {} ({why}); sources: [{}]",
                 dev.name.to_string_lossy(),
                 srcs.join(", ")
             ));
         }
-        let mut job = ExecJob { nodes: vec![prepare(dev, node)?], label: String::new() };
-        // fuse RMS_NORM + MUL when the MUL is the norm's only consumer and comes next
-        if node.op == GGML_OP_RMS_NORM && i < n {
-            // SAFETY: live tensor.
-            let next = unsafe { &*nodes[i] };
-            // SAFETY: `g` is a live graph view.
-            let single_use = unsafe { crate::graph::use_count(g, np) } == Some(1);
-            let uses = next.src[0] == np || next.src[1] == np;
-            if single_use && uses && next.op == GGML_OP_MUL && claims::claim(next, &cpu_kernels_support).accepted() {
-                job.nodes[0].use_count = Some(1);
-                let mut nj = prepare_linked(dev, next, np)?;
-                nj.use_count = None;
-                job.nodes.push(nj);
-                ran.push(nodes[i]);
-                i += 1;
+        // SAFETY: `g` is a live graph (view).
+        let uses = unsafe { crate::graph::use_count(g, np) };
+        let nj = match prepare(dev, node, &in_job, &mut pinned) {
+            Ok(nj) => nj,
+            Err(PrepError::NoRoom) => {
+                // make room: run what is queued, then only this node pins its weights
+                flush(dev, &mut job, &mut in_job, &mut pinned, label(i));
+                match prepare(dev, node, &in_job, &mut pinned) {
+                    Ok(nj) => nj,
+                    Err(PrepError::NoRoom) => {
+                        return Err(format!(
+                            "node {i} {}: its host weights together exceed the host-weight budget (GGML_HRX_HOST_WEIGHT_LIMIT_MB)",
+                            // SAFETY: live tensor.
+                            unsafe { crate::ggml::describe(node) }
+                        ))
+                    }
+                    Err(PrepError::Fatal(e)) => return Err(e),
+                }
             }
-        }
-        job.label = format!(
-            "{} node {}",
-            dev.name.to_string_lossy(),
-            // SAFETY: live tensor.
-            unsafe { crate::ggml::describe(node) }
-        );
-        dev.rt.execute(job);
-        ran.push(np);
+            Err(PrepError::Fatal(e)) => {
+                flush(dev, &mut job, &mut in_job, &mut pinned, label(i));
+                return Err(e);
+            }
+        };
+        let mut nj = nj;
+        nj.use_count = uses;
+        in_job.insert(np as usize, job.nodes.len());
+        job.nodes.push(nj);
     }
+    flush(dev, &mut job, &mut in_job, &mut pinned, label(n));
     if dev.reporter.lock().enabled() {
         let stats = dev.arena.lock().stats();
         dev.reporter.lock().on_compute(g, &ran, &stats);
@@ -269,28 +292,31 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
     Ok(())
 }
 
-fn prepare(dev: &'static Device, node: &ggml_tensor) -> Result<NodeJob, String> {
-    prepare_inner(dev, node, std::ptr::null())
+/// Submits the job built so far (if any) and starts a new one labelled `next`.
+fn flush(dev: &Device, job: &mut ExecJob, in_job: &mut HashMap<usize, usize>, pinned: &mut Vec<WeightKey>, next: String) {
+    let done = std::mem::replace(job, ExecJob { nodes: Vec::new(), label: next });
+    in_job.clear();
+    pinned.clear();
+    if !done.nodes.is_empty() {
+        dev.rt.execute(done);
+    }
 }
 
-fn prepare_linked(dev: &'static Device, node: &ggml_tensor, producer: *const ggml_tensor) -> Result<NodeJob, String> {
-    prepare_inner(dev, node, producer)
-}
-
-/// Builds the shadow copies of `node` and its sources; a source equal to `producer` is
-/// linked to the previous node of the job instead of copied.
-fn prepare_inner(dev: &'static Device, node: &ggml_tensor, producer: *const ggml_tensor) -> Result<NodeJob, String> {
+/// Builds the shadow copies of `node` and its sources. A source that is a node of the
+/// current job is linked to that node's shadow instead of copied (so the kernels see the
+/// producer itself, as in the original graph: what lets the CPU kernels fuse
+/// `RMS_NORM+MUL` exactly as they do in a CPU-only run).
+fn prepare(dev: &'static Device, node: &ggml_tensor, in_job: &HashMap<usize, usize>, pinned: &mut Vec<WeightKey>) -> Result<NodeJob, PrepError> {
     let mut job = NodeJob { tensors: vec![*node], locs: Vec::new(), sizes: Vec::new(), srcs: Vec::new(), node_srcs: Vec::new(), use_count: None };
-    let mut pinned: Vec<WeightKey> = Vec::new();
     // SAFETY: live tensor.
     job.sizes.push(unsafe { crate::ggml::nbytes(node) });
-    job.locs.push(locate(dev, node, true, &mut pinned)?);
+    job.locs.push(locate(dev, node, true, pinned)?);
     for (slot, &sp) in node.src.iter().enumerate() {
         if sp.is_null() {
             continue;
         }
-        if sp as *const _ == producer {
-            job.node_srcs.push((slot, 0));
+        if let Some(&j) = in_job.get(&(sp as usize)) {
+            job.node_srcs.push((slot, j));
             continue;
         }
         // SAFETY: live source.
@@ -299,13 +325,13 @@ fn prepare_inner(dev: &'static Device, node: &ggml_tensor, producer: *const ggml
         job.tensors.push(*s);
         // SAFETY: live tensor.
         job.sizes.push(unsafe { crate::ggml::nbytes(s) });
-        job.locs.push(locate(dev, s, false, &mut pinned)?);
+        job.locs.push(locate(dev, s, false, pinned)?);
     }
     Ok(job)
 }
 
 /// Where the bytes of `t` are for the device.
-fn locate(dev: &'static Device, t: &ggml_tensor, is_dst: bool, pinned: &mut Vec<WeightKey>) -> Result<Loc, String> {
+fn locate(dev: &'static Device, t: &ggml_tensor, is_dst: bool, pinned: &mut Vec<WeightKey>) -> Result<Loc, PrepError> {
     let root: &ggml_tensor = if t.view_src.is_null() {
         t
     } else {
@@ -315,18 +341,19 @@ fn locate(dev: &'static Device, t: &ggml_tensor, is_dst: bool, pinned: &mut Vec<
     let buf = if t.buffer.is_null() { root.buffer } else { t.buffer };
     // SAFETY: live tensor.
     let desc = || unsafe { crate::ggml::describe(t) };
+    let fatal = |m: String| Err(PrepError::Fatal(m));
     if t.data.is_null() {
-        return Err(format!("tensor {} has no data", desc()));
+        return fatal(format!("tensor {} has no data", desc()));
     }
     if buf.is_null() {
-        return Err(format!("tensor {} is in no buffer", desc()));
+        return fatal(format!("tensor {} is in no buffer", desc()));
     }
     // SAFETY: live buffer.
     if unsafe { buffer::is_device_buffer_of(buf, dev) } {
         // SAFETY: live tensor.
         let n = unsafe { crate::ggml::nbytes(t) };
         if !dev.rt.contains(t.data as usize, n) {
-            return Err(format!("tensor {} lies outside the device allocations", desc()));
+            return fatal(format!("tensor {} lies outside the device allocations", desc()));
         }
         return Ok(Loc::Device(t.data as usize));
     }
@@ -334,7 +361,7 @@ fn locate(dev: &'static Device, t: &ggml_tensor, is_dst: bool, pinned: &mut Vec<
     let buft = unsafe { (*buf).buft };
     // SAFETY: live buffer type.
     if !unsafe { buffer::buft_is_host(buft) } {
-        return Err(format!("tensor {} is in a buffer type {} cannot access", desc(), dev.name.to_string_lossy()));
+        return fatal(format!("tensor {} is in a buffer type {} cannot access", desc(), dev.name.to_string_lossy()));
     }
     // SAFETY: live buffer.
     let usage = unsafe { (*buf).usage };
@@ -347,12 +374,16 @@ fn locate(dev: &'static Device, t: &ggml_tensor, is_dst: bool, pinned: &mut Vec<
     let key = WeightKey { ptr: root.data as usize, size };
     // SAFETY: live buffer.
     let generation = unsafe { buffer::host_generation(buf, dev) };
-    let addr = dev
-        .arena
-        .lock()
-        .acquire(&*dev.rt, key, generation, pinned)
+    let got = dev.arena.lock().acquire(&*dev.rt, key, generation, pinned);
+    match got {
+        Ok(addr) => {
+            if !pinned.contains(&key) {
+                pinned.push(key);
+            }
+            Ok(Loc::Device(addr + (t.data as usize - root.data as usize)))
+        }
+        Err(ArenaError::NoRoom { .. }) if !pinned.is_empty() => Err(PrepError::NoRoom),
         // SAFETY: live tensor.
-        .map_err(|e| format!("host weight {} refused by the arena: {e}", unsafe { crate::ggml::describe(root) }))?;
-    pinned.push(key);
-    Ok(Loc::Device(addr + (t.data as usize - root.data as usize)))
+        Err(e) => fatal(format!("host weight {} refused by the arena: {e}", unsafe { crate::ggml::describe(root) })),
+    }
 }

@@ -208,7 +208,7 @@ fn describe_arm(prog: &Program, arm: &Arm) -> Result<String> {
 
 fn print_pair(p: &Pair) {
     println!(
-        "---- seed {} ({:?}); rerun: LD_LIBRARY_PATH=<arm dir> target/sched-diff/sched_diff {} 1",
+        "---- seed {} ({:?}); rerun alone: sched-diff --a A --b B --start {} --seeds 1",
         p.a.seed, p.verdict, p.a.seed
     );
     for (label, run) in [("A", &p.a), ("B", &p.b)] {
@@ -243,6 +243,15 @@ fn print_pair(p: &Pair) {
     }
 }
 
+/// Removes a directory tree when dropped (best effort).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn real_main() -> Result<bool> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -258,8 +267,11 @@ fn real_main() -> Result<bool> {
     if !llama.join("ggml/include/ggml.h").exists() {
         llama = pins.ensure_upstream(&cache)?;
     }
-    let mut arm_a = Arm::new("A", &o.a, &work)?;
-    let mut arm_b = Arm::new("B", &o.b, &work)?;
+    // per-process arm directories: concurrent runs must not swap each other's libraries
+    let arms = work.join(format!("run-{}", std::process::id()));
+    let _cleanup = RemoveOnDrop(arms.clone());
+    let mut arm_a = Arm::new("A", &o.a, &arms)?;
+    let mut arm_b = Arm::new("B", &o.b, &arms)?;
     arm_a.env.clear();
     // the self-test also kills arm B inside one perturbed seed, to show crash isolation
     let crash_seed = (o.start + 1..o.start + o.seeds).find(|s| s % PERTURB_EVERY == 0);

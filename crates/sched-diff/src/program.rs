@@ -34,8 +34,8 @@ pub struct Arm {
 }
 
 impl Arm {
-    /// Prepares `<work>/arm-<label>/libggml-base.so.0` -> `lib`. Errors when `lib` does not
-    /// exist.
+    /// Prepares `<work>/arm-<label>/libggml-base.so.0` -> `lib` (`work` is private to this
+    /// process). Errors when `lib` does not exist.
     pub fn new(label: &'static str, lib: &Path, work: &Path) -> Result<Arm> {
         let lib = lib
             .canonicalize()

@@ -87,7 +87,7 @@ impl Executor {
         for (j, nj) in job.nodes.iter().enumerate() {
             for &(i, other) in &nj.node_srcs {
                 if other >= j {
-                    return Err(format!("{}: bad fused source link", job.label));
+                    return Err(format!("{}: bad source link", job.label));
                 }
                 // SAFETY: both indices are in range; the node shadows live in `job`.
                 unsafe { (*node_ptrs[j]).src[i] = node_ptrs[other] };
