@@ -72,16 +72,25 @@ bool ggml_backend_hrx_eager_ops_contains(int op);
 // edits the set; a list with unsigned names (`ADD,MUL`) replaces it; `DEFAULT` and `ALL`
 // stand for the default set and every op. On `GGML_HRX_ERR_PARSE` the set is unchanged
 // and the unknown name is logged.
+//
+// # Safety
+// `spec` is NULL or a NUL-terminated string.
 enum ggml_hrx_result ggml_backend_hrx_eager_ops_apply(const char *spec);
 
 // Writes the host-weight arena statistics of device `device` to `*out` (written only on
 // success).
+//
+// # Safety
+// `out` is NULL or points to a writable `ggml_hrx_arena_stats`.
 enum ggml_hrx_result ggml_backend_hrx_arena_stats_get(size_t device,
                                                       struct ggml_hrx_arena_stats *out);
 
 // Writes the start and length in bytes of device `device`'s fake address range (reserved
 // with no access rights: any host access inside it faults) to `*base` and `*size`
 // (written only on success).
+//
+// # Safety
+// `base` and `size` are NULL or writable.
 enum ggml_hrx_result ggml_backend_hrx_device_address_range(size_t device,
                                                            size_t *base,
                                                            size_t *size);

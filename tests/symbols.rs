@@ -113,6 +113,12 @@ fn every_stock_symbol_is_exported() {
         ours_lib.display(),
         missing_api.join("\n  ")
     );
+    // Nothing beyond stock's set is exported either (no Rust internals leak out).
+    let extra: Vec<&String> = ours.keys().filter(|n| !stock.contains_key(*n)).collect();
+    assert!(
+        extra.is_empty(),
+        "exported by ours but not by stock: {extra:?}"
+    );
     // None of the 103 names of src/exports.txt may be among the allowed differences.
     let exports =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/exports.txt"))

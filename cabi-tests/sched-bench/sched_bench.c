@@ -12,7 +12,11 @@
 // traffic of the scheduler (counted by interposing malloc and friends in this executable).
 //
 // Usage: sched-bench --graph smollm2|deepseek [--backends 2|3] [--iters N] [--warmup N]
-//                    [--tokens N] [--layers N] [--callgrind]
+//                    [--tokens N] [--layers N] [--callgrind | --callgrind-reserve]
+//
+// --callgrind turns callgrind instrumentation on only around the timed cycles (phase B),
+// --callgrind-reserve only around the timed reserves (phase C); run the program under
+// `valgrind --tool=callgrind --instr-atstart=no` for the total Ir of that section alone.
 
 #define _GNU_SOURCE
 #include "ggml-alloc.h"
@@ -800,19 +804,20 @@ static void print_heap(const char * key, struct heap_stats h) {
 
 static void usage(void) {
     fprintf(stderr, "usage: sched-bench --graph smollm2|deepseek [--backends 2|3] [--iters N] [--warmup N] "
-                    "[--tokens N] [--layers N] [--callgrind]\n");
+                    "[--tokens N] [--layers N] [--callgrind | --callgrind-reserve]\n");
     exit(2);
 }
 
 int main(int argc, char ** argv) {
     struct bench b;
     memset(&b, 0, sizeof(b));
-    int n_backends = 2, iters = 50, warmup = 5, layers = -1, callgrind = 0;
+    int n_backends = 2, iters = 50, warmup = 5, layers = -1, callgrind = 0, callgrind_reserve = 0;
     const char * graph = NULL;
     for (int i = 1; i < argc; i++) {
         const char * a = argv[i];
         const char * v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--callgrind")) { callgrind = 1; continue; }
+        if (!strcmp(a, "--callgrind-reserve")) { callgrind_reserve = 1; continue; }
         if (!v) usage();
         if (!strcmp(a, "--graph")) graph = v;
         else if (!strcmp(a, "--backends")) n_backends = atoi(v);
@@ -895,6 +900,7 @@ int main(int argc, char ** argv) {
     long long * t_total = __libc_calloc((size_t) iters, sizeof(long long));
     long long * t_alloc = __libc_calloc((size_t) iters, sizeof(long long));
     long long * t_comp  = __libc_calloc((size_t) iters, sizeof(long long));
+    long long * t_res   = __libc_calloc((size_t) iters, sizeof(long long));
     struct heap_stats h_split = { 0, 0, 0, 0, 0 }, h_cycle = { 0, 0, 0, 0, 0 };
 
     // Phase A: reset + split_graph alone.
@@ -944,6 +950,33 @@ int main(int argc, char ** argv) {
         }
     }
 
+    // Phase C: ggml_backend_sched_reserve on a fresh graph (what llama.cpp does when it sizes
+    // the compute buffers at context creation); the buffers already fit, so none grows.
+    struct heap_stats h_res = { 0, 0, 0, 0, 0 };
+    for (int i = 0; i < iters; i++) {
+        gf = rebuild(&b);
+        if (callgrind_reserve) {
+            CALLGRIND_START_INSTRUMENTATION;
+        }
+        heap_open();
+        const int64_t t0 = now_ns();
+        const bool ok = ggml_backend_sched_reserve(sched, gf);
+        const int64_t t1 = now_ns();
+        struct heap_stats h = heap_close();
+        if (callgrind_reserve) {
+            CALLGRIND_STOP_INSTRUMENTATION;
+            ir_iters++;
+        }
+        if (!ok) {
+            fprintf(stderr, "sched-bench: reserve %d failed\n", i);
+            return 1;
+        }
+        t_res[i] = t1 - t0;
+        if (h.peak > h_res.peak || i == 0) {
+            h_res = h;
+        }
+    }
+
     printf("{\"lib\":\"%s\",\"graph\":\"%s\",\"backends\":%d,\"tokens\":%d,\"nodes\":%d,\"leafs\":%d,\"graph_size\":%zu,"
            "\"splits\":%d,\"copies\":%d,\"iters\":%d,\"warmup\":%d,\"callgrind_iters\":%lld,\"computed_nodes_per_iter\":%lld,",
            libpath, graph, n_backends, b.tokens, n_nodes, n_leafs, b.graph_size, n_splits, n_copies, iters, warmup, ir_iters,
@@ -960,6 +993,8 @@ int main(int argc, char ** argv) {
     print_summary("compute", summarize(t_comp, iters));
     printf(",");
     print_summary("split_graph", summarize(t_split, iters));
+    printf(",");
+    print_summary("reserve", summarize(t_res, iters));
     printf("},\"heap\":{");
     print_heap("sched_new", h_new);
     printf(",");
@@ -968,6 +1003,8 @@ int main(int argc, char ** argv) {
     print_heap("split_graph", h_split);
     printf(",");
     print_heap("cycle", h_cycle);
+    printf(",");
+    print_heap("reserve", h_res);
     printf("}}\n");
 
     ggml_backend_sched_free(sched);

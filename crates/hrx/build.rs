@@ -12,8 +12,8 @@ fn main() {
     let header = PathBuf::from(&root).join("ggml/include/ggml.h");
     println!("cargo:rerun-if-changed={}", header.display());
     println!("cargo:rerun-if-changed=build.rs");
-    let text = fs::read_to_string(&header)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", header.display()));
+    let text =
+        fs::read_to_string(&header).unwrap_or_else(|e| panic!("reading {}: {e}", header.display()));
     let start = text
         .find("enum ggml_op {")
         .expect("enum ggml_op not found in ggml.h");

@@ -65,15 +65,22 @@ impl Sched {
             bufts: &self.bufts,
         };
 
-        assign::assign_current(&live, &mut self.table, g, self.op_offload);
+        assign::assign_current(
+            &live,
+            &mut self.table,
+            g,
+            self.op_offload,
+            self.inplace_rule,
+        );
         expand::expand(&live, &mut self.table, g);
         upgrade::upgrade(&live, &mut self.table, g);
+        let mut reuse = inplace::Reuse::new(g, self.n_copies > 1);
         if self.inplace_rule {
-            inplace::colocate(&live, &mut self.table, g, false);
+            inplace::colocate(&live, &mut self.table, g, false, &mut reuse);
         }
         fill::fill(&live, &mut self.table, g);
         if self.inplace_rule {
-            inplace::colocate(&live, &mut self.table, g, true);
+            inplace::colocate(&live, &mut self.table, g, true, &mut reuse);
         }
 
         let mut sc = SplitCtx {

@@ -29,7 +29,8 @@ pub unsafe fn backend_from_buffer(
 
 /// The backend a tensor gets from its current state, with the cause; `None` when nothing
 /// decides yet. Aborts, as stock does, when the tensor's storage is allocated in a buffer
-/// that no backend able to run its op can use.
+/// that no backend able to run its op can use; with `named_stop` (the in-place rule on)
+/// and an in-place writer, the message is the rule's, naming buffer type and backends.
 ///
 /// # Safety
 /// `tp` must be a live graph tensor whose sources and view source are live.
@@ -37,6 +38,7 @@ pub unsafe fn from_current(
     caps: &dyn Caps,
     tp: *mut ggml_tensor,
     op_offload: bool,
+    named_stop: bool,
 ) -> Option<(usize, Cause)> {
     let t = &*tp;
     if let Some(b) = backend_from_buffer(caps, t, tp) {
@@ -48,6 +50,10 @@ pub unsafe fn from_current(
         }
     }
     let buffer = caps::storage_buffer(t);
+    if !buffer.is_null() && named_stop && super::inplace::is_inplace_writer(t) {
+        // The in-place rule's stop: name the buffer type and every backend.
+        super::inplace::stop(caps, tp, (*buffer).buft, &[tp]);
+    }
     if !buffer.is_null() {
         crate::ffi::fatal(
             "ggml_backend_sched_split_graph",
@@ -95,10 +101,11 @@ pub unsafe fn assign_current(
     table: &mut Table,
     graph: &ggml_cgraph,
     op_offload: bool,
+    named_stop: bool,
 ) {
     for &t in caps::leafs(graph).iter().chain(caps::nodes(graph)) {
         if table.backend(t).is_none() {
-            table.set_opt(t, from_current(caps, t, op_offload));
+            table.set_opt(t, from_current(caps, t, op_offload, named_stop));
         }
     }
 }
@@ -130,7 +137,7 @@ mod tests {
         let g = graph(&mut nodes, &mut leafs);
         let mut t = Table::default();
         // SAFETY: all tensors live in the arena.
-        unsafe { assign_current(&caps, &mut t, &g, true) };
+        unsafe { assign_current(&caps, &mut t, &g, true, true) };
         // w0 can be used by backend 0 (it is its buffer type), w1 (host) by backend 0 as well.
         assert_eq!(
             t.get(w0).map(|p| (p.backend, p.cause)),
@@ -159,7 +166,7 @@ mod tests {
         caps.backends[0].bufts.remove(&0x200);
         let mut t = Table::default();
         // SAFETY: as above.
-        unsafe { assign_current(&caps, &mut t, &g, true) };
+        unsafe { assign_current(&caps, &mut t, &g, true, true) };
         assert_eq!(
             t.get(w1).map(|p| (p.backend, p.cause)),
             Some((1, Cause::PreAllocated))
@@ -171,14 +178,14 @@ mod tests {
         caps.backends[0].offload.insert(GGML_OP_MUL_MAT);
         let mut t = Table::default();
         // SAFETY: as above.
-        unsafe { assign_current(&caps, &mut t, &g, true) };
+        unsafe { assign_current(&caps, &mut t, &g, true, true) };
         assert_eq!(
             t.get(m1).map(|p| (p.backend, p.cause)),
             Some((0, Cause::Offload))
         );
         let mut t = Table::default();
         // SAFETY: as above.
-        unsafe { assign_current(&caps, &mut t, &g, false) };
+        unsafe { assign_current(&caps, &mut t, &g, false, true) };
         assert_eq!(
             t.get(m1).map(|p| (p.backend, p.cause)),
             Some((1, Cause::Weight))
@@ -188,7 +195,7 @@ mod tests {
         let mut t = Table::default();
         t.set(m0, 1, Cause::UserAssigned);
         // SAFETY: as above.
-        unsafe { assign_current(&caps, &mut t, &g, true) };
+        unsafe { assign_current(&caps, &mut t, &g, true, true) };
         assert_eq!(
             t.get(m0).map(|p| (p.backend, p.cause)),
             Some((1, Cause::UserAssigned))

@@ -14,12 +14,12 @@
 //! Every move is recorded with [`Cause::InPlaceColocation`]. Off with
 //! `GGML_SCHED_INPLACE_RULE=0`.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Caps};
-use super::table::{Cause, Table};
+use super::table::{Cause, PtrIndex, Table};
 use super::upgrade::buffer_supported;
 
 /// Whether `t` writes into storage it does not own: it is a view (`view_src` set) made by an
@@ -57,88 +57,353 @@ unsafe fn backends_report(
 ///
 /// # Safety
 /// `w` must be a live tensor.
-unsafe fn stop(
+pub(crate) unsafe fn stop(
     caps: &dyn Caps,
     w: *mut ggml_tensor,
     buft: ggml_sys::ggml_backend_buffer_type_t,
     ops: &[*mut ggml_tensor],
 ) -> ! {
-    let buft_name = if buft.is_null() {
-        "(not allocated)".to_string()
+    let what = if buft.is_null() {
+        "is produced in this graph, and no backend runs both its producer and its writers"
+            .to_string()
     } else {
-        caps.buft_name(buft)
+        format!(
+            "is in buffer type {}, and no backend can both use that buffer type and run the op",
+            caps.buft_name(buft)
+        )
     };
     crate::ffi::fatal(
         "ggml_backend_sched_split_graph",
         &format!(
-            "in-place node '{}' (op {}) writes storage of '{}' in buffer type {}, and no backend can both use that buffer type and run the op; backends: {}",
+            "in-place node '{}' (op {}) writes the storage of '{}', which {}; backends: {}",
             caps::name(&*w),
             caps::cstr(ggml_sys::ggml_op_desc(w)),
             caps::name(&*(*w).view_src),
-            buft_name,
+            what,
             backends_report(caps, buft, ops)
         ),
     )
 }
 
-/// Collects the buffer types that the storage of `t` (not allocated yet) may end up in: the
-/// compute buffer type of its backend, and, because ggml-alloc lets a node of an
-/// "inplace-able" op take over the memory of a source with the same layout that it reads
-/// directly, whatever that source's storage may end up in, recursively.
+/// For each node that ggml-alloc may give the memory of one of its sources (an
+/// "inplace-able" op, a source of the same layout that is gallocr's own, not an output, and
+/// whose last reader it is, with no live view), that source. A structural replay of
+/// `ggml_gallocr_alloc_graph`'s counting over the user's graph, before input copies exist:
+/// a prediction, used only to judge where produced storage will really live.
+///
+/// # Safety
+/// `graph` must be a live graph of live tensors.
+unsafe fn reuse_candidates(
+    caps: &dyn Caps,
+    graph: &ggml_cgraph,
+    pipeline: bool,
+) -> HashMap<*mut ggml_tensor, *mut ggml_tensor> {
+    let nodes = caps::nodes(graph);
+    // (children, live views) per tensor, as ggml-alloc counts them.
+    let mut ix = PtrIndex::default();
+    let mut counts: Vec<(i32, i32)> = Vec::with_capacity(nodes.len() * 2);
+    let mut slot = |t: *mut ggml_tensor, counts: &mut Vec<(i32, i32)>| {
+        ix.get_or_insert(t as usize, || {
+            counts.push((0, 0));
+            counts.len() - 1
+        })
+    };
+    for &n in nodes {
+        let node = &*n;
+        if !node.view_src.is_null() && node.op != ggml_sys::GGML_OP_NONE {
+            let i = slot(node.view_src, &mut counts);
+            counts[i].1 += 1;
+        }
+        for (_, s) in caps::sources(node) {
+            let i = slot(s, &mut counts);
+            counts[i].0 += 1;
+        }
+    }
+    let output = ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32;
+    // With pipeline copies, the scheduler flags every graph input as an output too.
+    let input = ggml_sys::GGML_TENSOR_FLAG_INPUT as i32;
+    let mut cand = HashMap::default();
+    for &n in nodes {
+        let t = &*n;
+        if t.view_src.is_null() && t.buffer.is_null() && caps.op_can_inplace(t.op) {
+            for (_, p) in caps::sources(t) {
+                let pr = &*p;
+                let own = caps::storage_buffer(pr).is_null();
+                let is_output = pr.flags & output != 0
+                    || (pipeline && pr.flags & input != 0)
+                    || (!pr.view_src.is_null() && (*pr.view_src).flags & output != 0);
+                let same_layout = pr.type_ == t.type_ && pr.ne == t.ne && pr.nb == t.nb;
+                if !own || is_output || !same_layout {
+                    continue;
+                }
+                let pi = slot(p, &mut counts);
+                if counts[pi] == (1, 0) {
+                    if pr.view_src.is_null() {
+                        cand.insert(n, p);
+                        break;
+                    }
+                    let vs = pr.view_src;
+                    let vi = slot(vs, &mut counts);
+                    if counts[vi] == (0, 1) && pr.view_offs == 0 {
+                        cand.insert(n, vs);
+                        break;
+                    }
+                }
+            }
+        }
+        for (_, p) in caps::sources(t) {
+            let i = slot(p, &mut counts);
+            counts[i].0 -= 1;
+            if counts[i] == (0, 0) && !(*p).view_src.is_null() {
+                let v = slot((*p).view_src, &mut counts);
+                counts[v].1 -= 1;
+            }
+        }
+    }
+    cand
+}
+
+/// The reuse prediction of one graph, computed on first need and shared by both calls of
+/// [`colocate`] for that graph.
+pub struct Reuse<'g> {
+    graph: &'g ggml_cgraph,
+    pipeline: bool,
+    map: Option<HashMap<*mut ggml_tensor, *mut ggml_tensor>>,
+    /// Memo of [`memory_buft`] under the current placements (cleared after every move).
+    memo: HashMap<*mut ggml_tensor, Option<ggml_sys::ggml_backend_buffer_type_t>>,
+    /// Memo of [`possible_backends`] (cleared with `memo`).
+    masks: HashMap<*mut ggml_tensor, u64>,
+}
+
+impl<'g> Reuse<'g> {
+    /// A prediction for `graph`; `pipeline`: the scheduler has more than one pipeline copy
+    /// (graph inputs are then flagged as outputs).
+    pub fn new(graph: &'g ggml_cgraph, pipeline: bool) -> Reuse<'g> {
+        Reuse {
+            graph,
+            pipeline,
+            map: None,
+            memo: HashMap::default(),
+            masks: HashMap::default(),
+        }
+    }
+
+    /// The source whose memory `t` may take over, if any.
+    ///
+    /// # Safety
+    /// The graph and `t` must be live.
+    unsafe fn source_of(
+        &mut self,
+        caps: &dyn Caps,
+        t: *mut ggml_tensor,
+    ) -> Option<*mut ggml_tensor> {
+        if !caps.op_can_inplace((*t).op) {
+            return None;
+        }
+        let (graph, pipeline) = (self.graph, self.pipeline);
+        self.map
+            .get_or_insert_with(|| reuse_candidates(caps, graph, pipeline))
+            .get(&t)
+            .copied()
+    }
+}
+
+/// Whether ggml-alloc could give `t` (on backend `tb`) the memory of its source `p`, by
+/// everything but the use counts: `p` is gallocr's own (no storage yet), not an output,
+/// of the same layout, and read directly (same backend, or a buffer type `tb` can use).
+///
+/// # Safety
+/// The tensors must be live.
+unsafe fn may_take(
+    caps: &dyn Caps,
+    table: &Table,
+    t: &ggml_tensor,
+    tb: usize,
+    p: *mut ggml_tensor,
+    pipeline: bool,
+) -> bool {
+    let pr = &*p;
+    let output = ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32;
+    let input = ggml_sys::GGML_TENSOR_FLAG_INPUT as i32;
+    caps::storage_buffer(pr).is_null()
+        && pr.flags & output == 0
+        && !(pipeline && pr.flags & input != 0)
+        && (pr.view_src.is_null() || (*pr.view_src).flags & output == 0)
+        && pr.type_ == t.type_
+        && pr.ne == t.ne
+        && pr.nb == t.nb
+        && (table.backend(p) == Some(tb) || buffer_supported(caps, table, p, tb))
+}
+
+/// A cheap upper bound of where the memory of `t` can end up: the set (bit per backend
+/// index, at most 64 backends) of backends whose compute buffer may hold it, following
+/// every source ggml-alloc could hand it ([`may_take`]), without the use counts that decide
+/// which one it really takes. Allocated storage contributes nothing (it is never reused).
+///
+/// # Safety
+/// `t` and its sources must be live.
+unsafe fn possible_backends(
+    caps: &dyn Caps,
+    table: &Table,
+    reuse: &mut Reuse,
+    t: *mut ggml_tensor,
+    depth: usize,
+) -> u64 {
+    if let Some(&m) = reuse.masks.get(&t) {
+        return m;
+    }
+    let tr = &*t;
+    let m = if !tr.view_src.is_null() {
+        if depth < 256 {
+            possible_backends(caps, table, reuse, tr.view_src, depth + 1)
+        } else {
+            u64::MAX
+        }
+    } else if !tr.buffer.is_null() {
+        0
+    } else {
+        match table.backend(t) {
+            None => 0,
+            Some(tb) => {
+                let mut m = 1u64 << tb;
+                if caps.op_can_inplace(tr.op) {
+                    for (_, p) in caps::sources(tr) {
+                        if may_take(caps, table, tr, tb, p, reuse.pipeline) {
+                            m |= if depth < 256 {
+                                possible_backends(caps, table, reuse, p, depth + 1)
+                            } else {
+                                u64::MAX
+                            };
+                        }
+                    }
+                }
+                m
+            }
+        }
+    };
+    reuse.masks.insert(t, m);
+    m
+}
+
+/// The buffer type the memory of `t` will most likely be in: its own buffer's when
+/// allocated, else (following ggml-alloc's reuse of a source read directly, see
+/// [`reuse_candidates`]) the compute buffer type of the backend whose allocation it ends up
+/// with. `None` when `t` has no placement.
 ///
 /// # Safety
 /// `t` must be a live tensor whose sources are live.
-unsafe fn storage_bufts(
+unsafe fn memory_buft(
     caps: &dyn Caps,
     table: &Table,
+    cand: &mut Reuse,
     t: *mut ggml_tensor,
-    out: &mut Vec<ggml_sys::ggml_backend_buffer_type_t>,
     depth: usize,
-) {
-    let tr = &*t;
-    if depth > 64 {
-        return;
+) -> Option<ggml_sys::ggml_backend_buffer_type_t> {
+    if let Some(&m) = cand.memo.get(&t) {
+        return m;
     }
-    if !tr.view_src.is_null() {
-        return storage_bufts(caps, table, tr.view_src, out, depth + 1);
+    let m = memory_buft_uncached(caps, table, cand, t, depth);
+    cand.memo.insert(t, m);
+    m
+}
+
+/// [`memory_buft`] without the memo.
+///
+/// # Safety
+/// As [`memory_buft`].
+unsafe fn memory_buft_uncached(
+    caps: &dyn Caps,
+    table: &Table,
+    cand: &mut Reuse,
+    t: *mut ggml_tensor,
+    depth: usize,
+) -> Option<ggml_sys::ggml_backend_buffer_type_t> {
+    let tr = &*t;
+    if !tr.view_src.is_null() && depth < 256 {
+        return memory_buft(caps, table, cand, tr.view_src, depth + 1);
     }
     if !tr.buffer.is_null() {
-        out.push((*tr.buffer).buft);
-        return;
+        return Some((*tr.buffer).buft);
     }
-    let Some(tb) = table.backend(t) else { return };
-    let own = caps.buft(tb);
-    if !out.contains(&own) {
-        out.push(own);
-    }
-    if !caps.op_can_inplace(tr.op) {
-        return;
-    }
-    let output = ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32;
-    for (_, s) in caps::sources(tr) {
-        let sr = &*s;
-        let same_layout = sr.type_ == tr.type_ && sr.ne == tr.ne && sr.nb == tr.nb;
-        let external = !caps::storage_buffer(sr).is_null();
-        let is_output = sr.flags & output != 0
-            || (!sr.view_src.is_null() && (*sr.view_src).flags & output != 0);
-        // A source read through a copy gives up nothing: the copy lives in `own`.
-        let direct = table.backend(s) == Some(tb) || buffer_supported(caps, table, s, tb);
-        if same_layout && !external && !is_output && direct {
-            storage_bufts(caps, table, s, out, depth + 1);
+    let tb = table.backend(t)?;
+    if let Some(p) = cand.source_of(caps, t) {
+        // A source read through a copy gives up nothing: the copy lives in tb's buffer.
+        let direct = table.backend(p) == Some(tb) || buffer_supported(caps, table, p, tb);
+        if direct && depth < 256 {
+            if let Some(b) = memory_buft(caps, table, cand, p, depth + 1) {
+                return Some(b);
+            }
         }
+    }
+    Some(caps.buft(tb))
+}
+
+/// Whether every writer of the group can write the root's storage where it is placed now:
+/// on the root's backend, or able to use that backend's host-addressable buffer type; and
+/// in any case able to use the buffer type the memory will most likely be in. Unplaced
+/// writers follow the root in the fill pass.
+///
+/// # Safety
+/// The tensors must be live.
+unsafe fn group_ok(
+    caps: &dyn Caps,
+    table: &Table,
+    cand: &mut Reuse,
+    root: *mut ggml_tensor,
+    writers: &[*mut ggml_tensor],
+) -> bool {
+    let Some(r) = table.backend(root) else {
+        // Only unplaced writers are fine next to an unplaced root.
+        return writers.iter().all(|&w| table.backend(w).is_none());
+    };
+    // Where the scheduler means the storage to be (the root's backend's buffer type)...
+    let sched_buft = caps.buft(r);
+    let host = caps.buft_is_host(sched_buft);
+    let placed_ok = |wb: usize| wb == r || (host && caps.supports_buft(wb, sched_buft));
+    let placed: Vec<usize> = writers.iter().filter_map(|&w| table.backend(w)).collect();
+    if !placed.iter().all(|&wb| placed_ok(wb)) {
+        return false;
+    }
+    // ...and where ggml-alloc will most likely put it must both be usable. First the cheap
+    // bound: when every backend the memory could come from is usable, no need to replay
+    // ggml-alloc's counts.
+    let n = caps.n_backends();
+    if n <= 64 && (*root).buffer.is_null() {
+        let mask = possible_backends(caps, table, cand, root, 0);
+        if mask != u64::MAX
+            && (0..n).filter(|&b| mask & (1u64 << b) != 0).all(|b| {
+                placed
+                    .iter()
+                    .all(|&wb| caps.supports_buft(wb, caps.buft(b)))
+            })
+        {
+            return true;
+        }
+    }
+    match memory_buft(caps, table, cand, root, 0) {
+        Some(b) if b == sched_buft => true,
+        Some(b) => placed.iter().all(|&wb| caps.supports_buft(wb, b)),
+        None => false,
     }
 }
 
 /// Applies the rule to every in-place writer of `graph`. Called twice: before the fill
 /// pass (`after_fill` false), where groups whose root has no placement yet are left for
 /// later, and after it (`after_fill` true), which settles those and re-checks the rest.
+/// `reuse` is the graph's memory-reuse prediction, shared by both calls.
 ///
 /// # Safety
 /// `graph` must be a live graph of live tensors.
-pub unsafe fn colocate(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, after_fill: bool) {
+pub unsafe fn colocate(
+    caps: &dyn Caps,
+    table: &mut Table,
+    graph: &ggml_cgraph,
+    after_fill: bool,
+    reuse: &mut Reuse,
+) {
     // Writers of storage produced in this graph, grouped by view root in first-seen order.
     let mut groups: Vec<(*mut ggml_tensor, Vec<*mut ggml_tensor>)> = Vec::new();
-    let mut group_of: HashMap<*mut ggml_tensor, usize> = HashMap::new();
+    let mut group_of: HashMap<*mut ggml_tensor, usize> = HashMap::default();
 
     for &n in caps::nodes(graph) {
         let node = &*n;
@@ -173,24 +438,10 @@ pub unsafe fn colocate(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, 
     for (root, writers) in groups {
         // A root without a place yet (a leaf without storage) gets one from its readers in
         // the fill pass; decide after it.
-        let rb = table.backend(root);
-        if rb.is_none() && !after_fill {
+        if table.backend(root).is_none() && !after_fill {
             continue;
         }
-        let mut bufts = Vec::new();
-        storage_bufts(caps, table, root, &mut bufts, 0);
-        let writer_ok = |w: *mut ggml_tensor| match (table.backend(w), rb) {
-            // An unplaced writer follows its view root in the fill pass.
-            (None, _) => true,
-            (Some(wb), Some(r)) => {
-                wb == r
-                    || bufts
-                        .iter()
-                        .all(|&b| caps.buft_is_host(b) && caps.supports_buft(wb, b))
-            }
-            (Some(_), None) => false,
-        };
-        if writers.iter().all(|&w| writer_ok(w)) {
+        if group_ok(caps, table, reuse, root, &writers) {
             continue;
         }
         let members: Vec<*mut ggml_tensor> = std::iter::once(root)
@@ -202,13 +453,38 @@ pub unsafe fn colocate(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, 
             .filter_map(|&m| table.get(m))
             .find(|p| p.cause == Cause::UserAssigned && runs_all(p.backend))
             .map(|p| p.backend);
-        let target = user.or_else(|| (0..caps.n_backends()).find(|&b| runs_all(b)));
-        let Some(t) = target else {
+        // Candidates: a user's choice, then by priority; the first under which the group is
+        // sound wins, else the first that runs everything.
+        let order: Vec<usize> = user
+            .into_iter()
+            .chain((0..caps.n_backends()).filter(|&b| runs_all(b)))
+            .collect();
+        let Some(&fallback) = order.first() else {
             stop(caps, writers[0], std::ptr::null_mut(), &members)
         };
-        for &m in &members {
-            if table.backend(m) != Some(t) {
-                table.set(m, t, Cause::InPlaceColocation);
+        let before: Vec<_> = members.iter().map(|&m| table.get(m)).collect();
+        let mut chosen = fallback;
+        for &b in &order {
+            for &m in &members {
+                table.set(m, b, Cause::InPlaceColocation);
+                // The prediction of a member depends on its own placement and its sources'
+                // (never on later nodes), so forgetting the members is enough here.
+                reuse.memo.remove(&m);
+                reuse.masks.remove(&m);
+            }
+            if group_ok(caps, table, reuse, root, &writers) {
+                chosen = b;
+                break;
+            }
+        }
+        // Later nodes whose memory may come from a moved member: forget all predictions.
+        reuse.memo.clear();
+        reuse.masks.clear();
+        // Members already on the chosen backend keep their original cause.
+        for (&m, old) in members.iter().zip(before) {
+            match old {
+                Some(p) if p.backend == chosen => table.set(m, p.backend, p.cause),
+                _ => table.set(m, chosen, Cause::InPlaceColocation),
             }
         }
     }
@@ -243,7 +519,7 @@ mod tests {
         t.set(sr, 1, Cause::BestInputs);
         t.set(out, 0, Cause::ExpandDeviceDown);
         // SAFETY: tensors live in the arena.
-        unsafe { colocate(&caps, &mut t, &g, false) };
+        unsafe { colocate(&caps, &mut t, &g, false, &mut Reuse::new(&g, false)) };
         let got = |n| t.get(n).map(|p| (p.backend, p.cause));
         // Only the CPU runs both FILL and SET_ROWS.
         assert_eq!(got(f), Some((1, Cause::InPlaceColocation)));
@@ -256,7 +532,7 @@ mod tests {
         t.set(f, 0, Cause::ExpandDeviceDown);
         t.set(sr, 1, Cause::BestInputs);
         // SAFETY: as above.
-        unsafe { colocate(&caps, &mut t, &g, false) };
+        unsafe { colocate(&caps, &mut t, &g, false, &mut Reuse::new(&g, false)) };
         assert_eq!(got2(&t, f), Some((0, Cause::ExpandDeviceDown)));
         assert_eq!(got2(&t, sr), Some((0, Cause::InPlaceColocation)));
     }
@@ -280,7 +556,7 @@ mod tests {
         t.set(f, 1, Cause::BestInputs);
         t.set(sr, 0, Cause::BestInputs);
         // SAFETY: tensors live in the arena.
-        unsafe { colocate(&caps, &mut t, &g, false) };
+        unsafe { colocate(&caps, &mut t, &g, false, &mut Reuse::new(&g, false)) };
         assert_eq!(got2(&t, f), Some((1, Cause::BestInputs)));
         assert_eq!(got2(&t, sr), Some((0, Cause::BestInputs)));
     }
@@ -299,9 +575,55 @@ mod tests {
         let mut t = Table::default();
         t.set(sr, 1, Cause::UserAssigned); // the CPU cannot use the device buffer
                                            // SAFETY: tensors live in the arena.
-        unsafe { colocate(&caps, &mut t, &g, false) };
+        unsafe { colocate(&caps, &mut t, &g, false, &mut Reuse::new(&g, false)) };
         assert_eq!(got2(&t, sr), Some((0, Cause::InPlaceColocation)));
         assert!(is_inplace_writer(unsafe { &*sr }));
         assert!(!is_inplace_writer(unsafe { &*cache }));
+    }
+
+    /// ggml-alloc may hand the root the memory of a source it reads directly (here a CPU
+    /// tensor read by a host accelerator): a writer that can use the accelerator's host
+    /// buffer type but not the CPU's must then move; when that source has another reader
+    /// later, no reuse happens and nothing moves.
+    #[test]
+    fn predicted_memory_reuse_is_respected() {
+        let mut caps = Mock::new(&[
+            &[GGML_OP_FILL],
+            &[GGML_OP_SQR, GGML_OP_FILL],
+            &[GGML_OP_SCALE, GGML_OP_SQR, GGML_OP_FILL],
+        ]);
+        caps.backends[0].bufts.remove(&0x300);
+        caps.backends[0].bufts.insert(0x200);
+        caps.host_bufts.insert(0x200);
+        let build = |a: &mut Arena, second_reader: bool| {
+            let x = a.input("x");
+            let p = a.tensor("p", GGML_OP_SCALE, &[x]);
+            let r = a.tensor("r", GGML_OP_SQR, &[p]);
+            let w = a.view_node("w", GGML_OP_FILL, r, &[r]);
+            let mut nodes = vec![p, r, w];
+            if second_reader {
+                nodes.push(a.tensor("q", GGML_OP_SCALE, &[p]));
+            }
+            (x, p, r, w, nodes)
+        };
+        for second_reader in [false, true] {
+            let mut a = Arena::default();
+            let (x, p, r, w, mut nodes) = build(&mut a, second_reader);
+            let mut leafs = vec![x];
+            let g = graph(&mut nodes, &mut leafs);
+            let mut t = Table::default();
+            t.set(x, 2, Cause::Input);
+            t.set(p, 2, Cause::BestInputs);
+            t.set(r, 1, Cause::BestInputs);
+            t.set(w, 0, Cause::BestInputs);
+            // SAFETY: tensors live in the arena.
+            unsafe { colocate(&caps, &mut t, &g, true, &mut Reuse::new(&g, false)) };
+            if second_reader {
+                assert_eq!(got2(&t, w), Some((0, Cause::BestInputs)));
+            } else {
+                assert_eq!(got2(&t, w), Some((1, Cause::InPlaceColocation)));
+                assert_eq!(got2(&t, r), Some((1, Cause::BestInputs)));
+            }
+        }
     }
 }

@@ -212,3 +212,93 @@ pub unsafe fn graph_inputs(
     }
     inputs
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::caps::mock::{graph, Arena, Mock};
+    use crate::sched::table::Cause;
+    use ggml_sys::*;
+
+    fn name_of(t: *mut ggml_tensor) -> String {
+        // SAFETY: tensors of the test are live.
+        caps::name(unsafe { &*t })
+    }
+
+    #[test]
+    fn splits_inputs_and_copies() {
+        let mut caps = Mock::new(&[&[GGML_OP_ADD], &[GGML_OP_ADD, GGML_OP_MUL]]);
+        caps.backends[0].bufts.remove(&0x200); // the device cannot read host memory
+        let mut a = Arena::default();
+        let x = a.input("x");
+        let n0 = a.tensor("n0", GGML_OP_ADD, &[x, x]);
+        let n1 = a.tensor("n1", GGML_OP_MUL, &[n0, n0]);
+        let n2 = a.tensor("n2", GGML_OP_ADD, &[n0, n1]);
+        let mut nodes = vec![n0, n1, n2];
+        let mut leafs = vec![x];
+        let g = graph(&mut nodes, &mut leafs);
+        let mut t = Table::default();
+        t.set(x, 1, Cause::Input);
+        t.set(n0, 0, Cause::UserAssigned);
+        t.set(n1, 1, Cause::UserAssigned);
+        t.set(n2, 0, Cause::UserAssigned);
+        let mut pool = CtxPool::new(4);
+        let mut sc = SplitCtx {
+            caps: &caps,
+            pool: &mut pool,
+            n_copies: 2,
+            cur_copy: 1,
+        };
+        // SAFETY: tensors live in the arena; the copies in the pool.
+        let splits = unsafe { split_graph(&mut sc, &mut t, &g, 0) };
+        let shape: Vec<_> = splits
+            .iter()
+            .map(|s| {
+                (
+                    s.backend,
+                    s.i_start,
+                    s.i_end,
+                    s.inputs.iter().map(|&i| name_of(i)).collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (0, 0, 1, vec!["x".to_string()]),
+                (1, 1, 2, vec!["n0".to_string()]),
+                (0, 2, 3, vec!["n1".to_string()]),
+            ]
+        );
+        // The nodes now read the copies for copy 1; n2 reads n0 directly (same backend).
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(name_of((*n0).src[0]), "B0#x#1");
+            assert_eq!((*n0).src[0], (*n0).src[1]);
+            assert_eq!(name_of((*n1).src[0]), "B1#n0#1");
+            assert_eq!((*n2).src[0], n0);
+            assert_eq!(name_of((*n2).src[1]), "B0#n1#1");
+            let c0 = t.copy(x, 0, 0).unwrap();
+            assert_eq!(name_of(c0), "B0#x#0");
+            assert_eq!(
+                (*c0).flags & (GGML_TENSOR_FLAG_INPUT | GGML_TENSOR_FLAG_OUTPUT) as i32,
+                3
+            );
+            assert_eq!((*c0).ne, (*x).ne);
+        }
+        // Pass 6: the graph input gets one tensor per copy on its own backend; the current
+        // copy is the input itself.
+        let mut sc = SplitCtx {
+            caps: &caps,
+            pool: &mut pool,
+            n_copies: 2,
+            cur_copy: 1,
+        };
+        // SAFETY: as above.
+        let inputs = unsafe { graph_inputs(&mut sc, &mut t, &g) };
+        assert_eq!(inputs, vec![x]);
+        assert_eq!(t.copy(x, 1, 1), Some(x));
+        assert_eq!(name_of(t.copy(x, 1, 0).unwrap()), "B1#x#0");
+        pool.reset();
+    }
+}

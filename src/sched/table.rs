@@ -6,7 +6,7 @@
 //! graph splits, exactly as stock's hash set of backend ids does: assignments made by the user
 //! or by a previous split survive until the reset.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use ggml_sys::ggml_tensor;
 
@@ -85,10 +85,100 @@ pub struct Placement {
 /// Placements and split-input copies, keyed by tensor address.
 #[derive(Default)]
 pub struct Table {
-    ids: HashMap<*const ggml_tensor, usize>,
+    /// Tensor address -> dense id. Lookups dominate the scheduler's time, hence a map made
+    /// for exactly this key.
+    ids: PtrIndex,
     slots: Vec<Option<Placement>>,
     /// `(tensor id, backend)` -> one copy per pipeline copy.
-    copies: HashMap<(usize, usize), Vec<*mut ggml_tensor>>,
+    copies: FxHashMap<(usize, usize), Vec<*mut ggml_tensor>>,
+}
+
+/// An open-addressing map from non-NULL addresses to dense ids: linear probing over a
+/// power-of-two array, multiplicative hashing of the address without its always-zero low
+/// bits. Grows at half load; never shrinks (cleared per scheduler reset).
+#[derive(Default)]
+pub(crate) struct PtrIndex {
+    /// 0 marks an empty slot (NULL is never a key).
+    keys: Vec<usize>,
+    vals: Vec<u32>,
+    len: usize,
+    /// log2 of the capacity.
+    bits: u32,
+}
+
+impl PtrIndex {
+    #[inline]
+    fn slot(&self, key: usize) -> usize {
+        ((key >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - self.bits)) as usize
+    }
+
+    #[inline]
+    fn get(&self, key: usize) -> Option<usize> {
+        if self.len == 0 || key == 0 {
+            return None;
+        }
+        let mask = self.keys.len() - 1;
+        let mut i = self.slot(key);
+        loop {
+            let k = self.keys[i];
+            if k == key {
+                return Some(self.vals[i] as usize);
+            }
+            if k == 0 {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Inserts `key` -> `val` (the key must not be present).
+    fn insert(&mut self, key: usize, val: usize) {
+        if (self.len + 1) * 2 > self.keys.len() {
+            self.grow();
+        }
+        let mask = self.keys.len() - 1;
+        let mut i = self.slot(key);
+        while self.keys[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.keys[i] = key;
+        self.vals[i] = val as u32;
+        self.len += 1;
+    }
+
+    fn grow(&mut self) {
+        let old_keys = std::mem::take(&mut self.keys);
+        let old_vals = std::mem::take(&mut self.vals);
+        self.bits = (self.bits + 1).max(10);
+        self.keys = vec![0; 1 << self.bits];
+        self.vals = vec![0; 1 << self.bits];
+        self.len = 0;
+        for (k, v) in old_keys.into_iter().zip(old_vals) {
+            if k != 0 {
+                self.insert(k, v as usize);
+            }
+        }
+    }
+
+    /// The value of `key`, inserting `next()` when absent.
+    #[inline]
+    pub(crate) fn get_or_insert(&mut self, key: usize, next: impl FnOnce() -> usize) -> usize {
+        match self.get(key) {
+            Some(v) => v,
+            None => {
+                let v = next();
+                self.insert(key, v);
+                v
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        if self.len > 0 {
+            self.keys.fill(0);
+            self.len = 0;
+        }
+    }
 }
 
 impl Table {
@@ -99,19 +189,24 @@ impl Table {
         self.copies.clear();
     }
 
-    /// The dense id of `t`, giving it one when it has none.
+    /// The dense id of `t`, giving it one when it has none. Panics on NULL (a caller bug).
     pub fn id(&mut self, t: *const ggml_tensor) -> usize {
-        let next = self.slots.len();
-        let id = *self.ids.entry(t).or_insert(next);
-        if id == next {
-            self.slots.push(None);
+        assert!(!t.is_null(), "the placement table has no entry for NULL");
+        match self.ids.get(t as usize) {
+            Some(id) => id,
+            None => {
+                let id = self.slots.len();
+                self.ids.insert(t as usize, id);
+                self.slots.push(None);
+                id
+            }
         }
-        id
     }
 
     /// The placement of `t`, if it has one. NULL has none.
+    #[inline]
     pub fn get(&self, t: *const ggml_tensor) -> Option<Placement> {
-        self.ids.get(&t).and_then(|&id| self.slots[id])
+        self.ids.get(t as usize).and_then(|id| self.slots[id])
     }
 
     /// The backend of `t`, if it has one.
@@ -144,7 +239,7 @@ impl Table {
         backend: usize,
         copy: usize,
     ) -> Option<*mut ggml_tensor> {
-        let id = *self.ids.get(&t)?;
+        let id = self.ids.get(t as usize)?;
         self.copies
             .get(&(id, backend))
             .and_then(|v| v.get(copy).copied())
@@ -210,5 +305,26 @@ mod tests {
         assert!(t.is_empty());
         assert_eq!(t.backend(a), None);
         assert_eq!(t.copy(a, 1, 0), None);
+    }
+
+    #[test]
+    fn index_grows_and_clears() {
+        let mut t = Table::default();
+        let ptrs: Vec<*const ggml_tensor> = (1..5000usize)
+            .map(|i| (i * 336) as *const ggml_tensor)
+            .collect();
+        for (i, &p) in ptrs.iter().enumerate() {
+            t.set(p, i % 3, Cause::Weight);
+        }
+        for (i, &p) in ptrs.iter().enumerate() {
+            assert_eq!(t.backend(p), Some(i % 3));
+            assert_eq!(t.id(p), i);
+        }
+        assert_eq!(t.backend(std::ptr::null()), None);
+        assert_eq!(t.backend(7 as *const ggml_tensor), None);
+        t.clear();
+        assert!(ptrs.iter().all(|&p| t.backend(p).is_none()));
+        t.set(ptrs[10], 1, Cause::Input);
+        assert_eq!(t.id(ptrs[10]), 0);
     }
 }

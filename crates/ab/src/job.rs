@@ -82,6 +82,19 @@ pub struct AbOptions {
     pub only: Option<String>,
 }
 
+/// `test-backend-ops -j`: `AB_BACKEND_OPS_JOBS`, else the number of CPUs.
+fn backend_ops_jobs() -> usize {
+    std::env::var("AB_BACKEND_OPS_JOBS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+}
+
 fn timeout_override() -> Option<Duration> {
     std::env::var("AB_TIMEOUT_S")
         .ok()
@@ -129,32 +142,6 @@ pub fn works(
             timeout: t(600),
         });
     }
-    let ops: Vec<Option<&str>> = if full {
-        vec![None]
-    } else {
-        DEFAULT_OPS.iter().map(|o| Some(*o)).collect()
-    };
-    for op in ops {
-        let name = match op {
-            Some(o) => format!("backend-ops {o}"),
-            None => "backend-ops all".to_string(),
-        };
-        if !selected(&name) {
-            continue;
-        }
-        let mut args: Vec<OsString> = vec!["test".into(), "-b".into(), "CPU".into()];
-        if let Some(o) = op {
-            args.push("-o".into());
-            args.push(o.into());
-        }
-        out.push(Work {
-            name,
-            kind: Kind::BackendOps,
-            program: paths::program(llama_build, "test-backend-ops")?,
-            args,
-            timeout: t(if op.is_some() { 1800 } else { 4 * 3600 }),
-        });
-    }
     if selected("ctest") {
         let exclude = format!("^({})$", NETWORK_TESTS.join("|"));
         let jobs = std::env::var("AB_CTEST_JOBS").unwrap_or_else(|_| "1".into());
@@ -175,6 +162,34 @@ pub fn works(
                 jobs.into(),
             ],
             timeout: t(3 * 3600),
+        });
+    }
+    let ops: Vec<Option<&str>> = if full {
+        vec![None]
+    } else {
+        DEFAULT_OPS.iter().map(|o| Some(*o)).collect()
+    };
+    for op in ops {
+        let name = match op {
+            Some(o) => format!("backend-ops {o}"),
+            None => "backend-ops all".to_string(),
+        };
+        if !selected(&name) {
+            continue;
+        }
+        let mut args: Vec<OsString> = vec!["test".into(), "-b".into(), "CPU".into()];
+        args.push("-j".into());
+        args.push(backend_ops_jobs().to_string().into());
+        if let Some(o) = op {
+            args.push("-o".into());
+            args.push(o.into());
+        }
+        out.push(Work {
+            name,
+            kind: Kind::BackendOps,
+            program: paths::program(llama_build, "test-backend-ops")?,
+            args,
+            timeout: t(if op.is_some() { 1800 } else { 4 * 3600 }),
         });
     }
     if out.is_empty() {
@@ -290,6 +305,9 @@ pub struct Comparison {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub version: u32,
+    /// False while the job runs (the report is rewritten after every run) or when it was cut
+    /// short.
+    pub complete: bool,
     pub llama_build: String,
     pub probe: String,
     pub started_unix: u64,
@@ -535,6 +553,25 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     }
     let works = works(paths, &build, opts.full, opts.only.as_deref())?;
     let total = works.len() * arms.len();
+    let path = ab_dir.join("report.json");
+    let make = |runs: &[Vec<RunReport>], complete: bool| {
+        let arm_reports: Vec<ArmReport> = arms
+            .iter()
+            .zip(runs)
+            .map(|(a, r)| arm_report(a, r.clone()))
+            .collect();
+        let comparison = compare(&arm_reports[0], &arm_reports[1]);
+        Report {
+            version: 1,
+            complete,
+            llama_build: build.display().to_string(),
+            probe: paths.probe().display().to_string(),
+            started_unix,
+            seconds: started.elapsed().as_secs_f64(),
+            arms: arm_reports,
+            comparison,
+        }
+    };
     let mut runs: Vec<Vec<RunReport>> = vec![Vec::new(), Vec::new()];
     let mut k = 0;
     for w in &works {
@@ -552,26 +589,12 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
                 say(&format!("  PROOF FAILED: {e}"));
             }
             runs[i].push(r);
+            // Written after every run: an interrupted job leaves a partial report.
+            write_report(&path, &make(&runs, false))?;
         }
     }
-    let mut it = runs.into_iter();
-    let arm_reports: Vec<ArmReport> = arms
-        .iter()
-        .map(|a| arm_report(a, it.next().unwrap_or_default()))
-        .collect();
-    let comparison = compare(&arm_reports[0], &arm_reports[1]);
-    let report = Report {
-        version: 1,
-        llama_build: build.display().to_string(),
-        probe: paths.probe().display().to_string(),
-        started_unix,
-        seconds: started.elapsed().as_secs_f64(),
-        arms: arm_reports,
-        comparison,
-    };
-    let path = ab_dir.join("report.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    let report = make(&runs, true);
+    write_report(&path, &report)?;
     print_table(&report);
     say(&format!(
         "report: {} ({} total)",
@@ -579,6 +602,13 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
         fmt_secs(report.seconds)
     ));
     Ok(report)
+}
+
+fn write_report(path: &Path, r: &Report) -> Result<()> {
+    let tmp = path.with_extension("json.part");
+    std::fs::write(&tmp, serde_json::to_string_pretty(r)?)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
 fn short(sha: &str) -> &str {
@@ -705,5 +735,107 @@ pub fn print_table(r: &Report) {
                 proof::summary(&run.proof)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(
+        name: &str,
+        kind: Kind,
+        passed: Option<u64>,
+        text: Option<&str>,
+        sig: Option<&str>,
+    ) -> RunReport {
+        RunReport {
+            name: name.into(),
+            kind,
+            command: vec![],
+            exit_code: if sig.is_some() { None } else { Some(0) },
+            signal: sig.map(String::from),
+            timed_out: false,
+            passed,
+            failed: passed.map(|_| 0),
+            not_supported: None,
+            failed_tests: vec![],
+            output_text: text.map(String::from),
+            output_sha256: String::new(),
+            seconds: 1.0,
+            proof: Proof {
+                ok: true,
+                processes: 1,
+                base_processes: 1,
+                errors: vec![],
+                notes: vec![],
+                libraries: vec![],
+            },
+            log: String::new(),
+            probe_records: String::new(),
+        }
+    }
+
+    fn arm(name: &str, sha: &str, runs: Vec<RunReport>) -> ArmReport {
+        ArmReport {
+            name: name.into(),
+            intended: Intended {
+                source: "x".into(),
+                path: "x".into(),
+                sha256: sha.into(),
+            },
+            swap_copy: String::new(),
+            backend: None,
+            libraries: vec![],
+            proof_ok: true,
+            runs,
+        }
+    }
+
+    #[test]
+    fn equal_arms_compare_equal() {
+        let mk = || {
+            vec![
+                run("llama-simple", Kind::Generation, None, Some("Paris"), None),
+                run("ctest", Kind::Ctest, Some(49), None, None),
+            ]
+        };
+        let c = compare(&arm("a", "s", mk()), &arm("b", "s", mk()));
+        assert!(c.same_file && c.all_equal && c.all_outputs_equal && c.all_counts_equal);
+        assert_eq!(c.runs.len(), 2);
+    }
+
+    #[test]
+    fn differences_are_named() {
+        let a = arm(
+            "a",
+            "s1",
+            vec![
+                run("llama-simple", Kind::Generation, None, Some("Paris"), None),
+                run("backend-ops ADD", Kind::BackendOps, Some(154), None, None),
+                run("ctest", Kind::Ctest, Some(49), None, None),
+            ],
+        );
+        let b = arm(
+            "b",
+            "s2",
+            vec![
+                run("llama-simple", Kind::Generation, None, Some("Lyon"), None),
+                run(
+                    "backend-ops ADD",
+                    Kind::BackendOps,
+                    None,
+                    None,
+                    Some("SIGSEGV"),
+                ),
+                run("ctest", Kind::Ctest, Some(48), None, None),
+            ],
+        );
+        let c = compare(&a, &b);
+        assert!(!c.same_file && !c.all_equal);
+        assert_eq!(c.runs[0].outputs_equal, Some(false));
+        assert!(!c.runs[1].same_end);
+        assert_eq!(c.runs[2].counts_equal, Some(false));
+        assert!(b.runs[1].cell().contains("SIGSEGV"));
     }
 }

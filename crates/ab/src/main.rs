@@ -63,7 +63,7 @@ enum Cmd {
     /// Self-test of the swap: the stock file and a modified copy are each proven mapped.
     SwapCheck(BuildArg),
     /// Any other name runs a tool of the workspace: `ab NAME ARGS` builds the workspace
-    /// package `NAME` (or `ab-NAME`) and runs its binary with ARGS.
+    /// binary `NAME` (or `ab-NAME`, or the package of that name) and runs it with ARGS.
     #[command(external_subcommand)]
     External(Vec<OsString>),
 }
@@ -218,8 +218,9 @@ fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
     Ok(o.finished.shell_code().clamp(0, 255) as u8)
 }
 
-/// Runs a workspace tool as a subcommand (like cargo's external subcommands): the package
-/// `NAME` or `ab-NAME` is built with `cargo build --release -q -p PKG`, then its binary runs
+/// Runs a workspace tool as a subcommand (like cargo's external subcommands): the workspace
+/// binary named `NAME` or `ab-NAME` (else the first binary of the package of that name) is
+/// built with `cargo build --release -q -p PKG --bin BIN`, then it runs
 /// with the remaining arguments and the harness's locations in `AB_WORKSPACE`,
 /// `AB_STOCK_BUILD` and `AB_PROBE`. Unknown names fail with exit code 2.
 fn external(paths: &Paths, args: Vec<OsString>) -> Result<u8> {
@@ -228,13 +229,21 @@ fn external(paths: &Paths, args: Vec<OsString>) -> Result<u8> {
         .map(|a| a.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tools = ours::workspace_binaries(paths)?;
-    let found = [name.clone(), format!("ab-{name}")]
-        .into_iter()
-        .find_map(|pkg| tools.iter().find(|(p, _)| *p == pkg).cloned());
+    let wanted = [name.clone(), format!("ab-{name}")];
+    // A binary of that name in any workspace package, else a package of that name.
+    let found = wanted
+        .iter()
+        .find_map(|w| tools.iter().find(|(_, b)| b == w))
+        .or_else(|| {
+            wanted
+                .iter()
+                .find_map(|w| tools.iter().find(|(p, _)| p == w))
+        })
+        .cloned();
     let Some((pkg, bin)) = found else {
         say(&format!(
-            "error: unknown subcommand `{name}`: not built into ab, and no workspace package \
-             `{name}` or `ab-{name}` with a binary provides it (see `ab --help`)"
+            "error: unknown subcommand `{name}`: not built into ab, and no workspace binary or \
+             package named `{name}` or `ab-{name}` provides it (see `ab --help`)"
         ));
         return Ok(2);
     };

@@ -71,8 +71,24 @@ pub fn backend_ops(stdout: &str) -> Counts {
     let mut c = Counts::default();
     let (mut line_ok, mut line_fail) = (0u64, 0u64);
     let (mut sum_pass, mut sum_total) = (0u64, 0u64);
+    // The "Failing tests:" block at the end of a backend's run: one indented name a line.
+    // Preferred over case lines, which parallel workers (`-j`) may interleave.
+    let mut listed: Vec<String> = Vec::new();
+    let mut in_list = false;
     for raw in stdout.lines() {
         let line = strip_ansi(raw);
+        if line.trim() == "Failing tests:" {
+            in_list = true;
+            continue;
+        }
+        if in_list {
+            if line.starts_with("  ") && !line.trim().is_empty() && !line.starts_with("  Backend ")
+            {
+                listed.push(line.trim().to_string());
+                continue;
+            }
+            in_list = false;
+        }
         if let Some(rest) = line.trim().strip_suffix(" tests passed") {
             if let Some((p, t)) = rest.split_once('/') {
                 if let (Ok(p), Ok(t)) = (p.trim().parse::<u64>(), t.trim().parse::<u64>()) {
@@ -95,6 +111,11 @@ pub fn backend_ops(stdout: &str) -> Counts {
             None => {}
         }
     }
+    if !listed.is_empty() {
+        c.failed_names = listed;
+    }
+    // With `-j` the cases finish in any order.
+    c.failed_names.sort();
     if c.summary_seen {
         c.passed = sum_pass;
         c.failed = sum_total.saturating_sub(sum_pass);
@@ -187,7 +208,7 @@ pub fn ctest(stdout: &str) -> Counts {
 mod tests {
     use super::*;
 
-    const BACKEND_OPS: &str = "Testing 1 devices\n\nBackend 1/1: CPU\n  Device description: x\n\n  ADD(type=f32,ne=[1,1,1,1]): \u{1b}[1;32mOK\u{1b}[0m\n  ADD(type=f16,ne=[2,1,1,1]): \u{1b}[1;31mFAIL\u{1b}[0m\n  ADD(type=q4_0,ne=[1,1,1,1]): not supported [CPU] \n  2/3 tests passed\n  Backend CPU: \u{1b}[1;31mFAIL\u{1b}[0m\n1/1 backends passed\n\u{1b}[1;32mOK\u{1b}[0m\n";
+    const BACKEND_OPS: &str = "Testing 1 devices\n\nBackend 1/1: CPU\n  Device description: x\n\n  ADD(type=f32,ne=[1,1,1,1]): \u{1b}[1;32mOK\u{1b}[0m\n  ADD(type=f16,ne=[2,1,1,1]): \u{1b}[1;31mFAIL\u{1b}[0m\n  ADD(type=q4_0,ne=[1,1,1,1]): not supported [CPU] \n  2/3 tests passed\n\nFailing tests:\n  ADD(type=f16,ne=[2,1,1,1])\n  Backend CPU: \u{1b}[1;31mFAIL\u{1b}[0m\n1/1 backends passed\n\u{1b}[1;32mOK\u{1b}[0m\n";
 
     #[test]
     fn backend_ops_summary() {

@@ -1,6 +1,7 @@
 //! End to end: the stock `llama-bench` with one arm's `libggml-base.so.0` swapped in.
 
 use crate::arms::Arm;
+use crate::probe::{self, ProbeStats};
 use crate::sched::tail;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -20,6 +21,10 @@ pub struct Setup {
     pub threads: u32,
     /// Repetitions inside one process (`-r`).
     pub reps: u32,
+    /// The scheduler probe, preloaded into every run.
+    pub probe: PathBuf,
+    /// Where the probe writes (one file, read and removed after each run).
+    pub probe_out: PathBuf,
 }
 
 /// A device to run on: the CPU (no extra flags) or HRX (`GGML_BACKEND_PATH` + `-dev HRX0`).
@@ -46,13 +51,24 @@ struct BenchJson {
     samples_ts: Vec<f64>,
 }
 
+/// One llama-bench process: its tests and the scheduler time the probe saw.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRun {
+    pub tests: Vec<TestResult>,
+    pub probe: ProbeStats,
+}
+
 /// Runs llama-bench once for `arm` on `dev` (pp512 + tg128) and checks from the dynamic
 /// loader's own log (`LD_DEBUG=libs`, "calling init:" lines) that the arm's file, and the HRX
-/// library when one is used, were the ones mapped.
-pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<Vec<TestResult>> {
+/// library when one is used, were the ones mapped (and, from the probe, that the scheduler
+/// calls went to the arm's file).
+pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<BenchRun> {
+    let _ = std::fs::remove_file(&setup.probe_out);
     let mut cmd = Command::new(&setup.llama_bench);
     cmd.env("LD_LIBRARY_PATH", arm.ld_library_path(&setup.stock_lib_dir))
         .env("LD_DEBUG", "libs")
+        .env("LD_PRELOAD", &setup.probe)
+        .env("SCHED_PROBE_OUT", &setup.probe_out)
         .arg("-m")
         .arg(&setup.model)
         .args(["-p", "512", "-n", "128", "-t", &setup.threads.to_string()])
@@ -110,7 +126,9 @@ pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<Vec<TestResult>> {
         .context("llama-bench printed no JSON array")?;
     let parsed: Vec<BenchJson> =
         serde_json::from_str(&stdout[start..]).context("parsing llama-bench JSON")?;
-    Ok(parsed
+    let probe = probe::take(&setup.probe_out)?;
+    arm.check_mapped(&probe.lib, "llama-bench scheduler calls")?;
+    let tests = parsed
         .into_iter()
         .map(|r| TestResult {
             test: if r.n_gen > 0 {
@@ -120,7 +138,8 @@ pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<Vec<TestResult>> {
             },
             samples_ts: r.samples_ts,
         })
-        .collect())
+        .collect();
+    Ok(BenchRun { tests, probe })
 }
 
 fn is_ld_debug(line: &str) -> bool {

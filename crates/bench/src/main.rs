@@ -3,25 +3,35 @@
 //! ```text
 //! cargo run --release -p bench -- [--a LIB] [--b LIB] [--rounds 20] [--iters 100]
 //!     [--e2e-rounds 8] [--e2e-reps 2] [--hrx LIB | --no-hrx] [--no-e2e] [--no-callgrind]
-//!     [--graphs smollm2,deepseek] [--out DIR]
+//!     [--archs-rounds 3] [--archs-filter REGEX] [--no-build] [--graphs smollm2,deepseek]
+//!     [--out DIR]
 //! ```
 //!
+//! From a fresh clone it builds what is missing first: the stock llama.cpp
+//! (`ab build-stock`) and ours (`ab build-ours`), unless `--no-build`.
+//!
 //! Arm A is the baseline (default: the stock `target/llama-stock/bin/libggml-base.so.0`), arm
-//! B the candidate (default: `target/ours/lib/libggml-base.so.0`, else
-//! `target/release/libggml_base.so`, else stock again, labelled so). Every ratio is B/A.
+//! B the candidate (default: the newer of `target/ours/lib/libggml-base.so.0` and
+//! `target/release/libggml_base.so`; with `--no-build` and neither present, stock again,
+//! labelled so). Every ratio is B/A. HRX: the newer of `target/ours/lib/libggml-hrx.so` and
+//! `target/release/libggml_hrx.so`, or `--hrx`.
 //!
 //! 1. Scheduler overhead: `cabi-tests/sched-bench` per graph and backend count, one process
 //!    per arm per round, A B A B; per-process medians summarized per arm.
 //! 2. Instruction counts: one callgrind run per arm and configuration, timed section only.
 //! 3. Memory: compute buffer sizes per backend, scheduler heap traffic, both arms.
-//! 4. End to end: `llama-bench -p 512 -n 128 -t 2` on SmolLM2, arms alternating, on the CPU
-//!    and on HRX0 when the HRX library exists and loads.
+//! 4. Real graphs: `test-llama-archs` (every architecture) per arm, alternating, with an
+//!    LD_PRELOAD probe timing `ggml_backend_sched_alloc_graph`/`reserve` inside the process.
+//! 5. End to end: `llama-bench -p 512 -n 128 -t 2` on SmolLM2, arms alternating, on the CPU
+//!    and on HRX0 when the HRX library exists and loads (the probe preloaded there too).
 //!
 //! The table is printed and written to `<out>/report.md` and `<out>/report.json`
 //! (`<out>` defaults to `target/bench`).
 
+mod archs;
 mod arms;
 mod e2e;
+mod probe;
 mod report;
 mod sched;
 mod stats;
@@ -43,6 +53,9 @@ struct Options {
     no_hrx: bool,
     no_e2e: bool,
     no_callgrind: bool,
+    archs_rounds: u32,
+    archs_filter: Option<String>,
+    no_build: bool,
     graphs: Vec<String>,
     out: Option<PathBuf>,
 }
@@ -59,6 +72,9 @@ fn parse_args(args: &[String]) -> Result<Options> {
         no_hrx: false,
         no_e2e: false,
         no_callgrind: false,
+        archs_rounds: 3,
+        archs_filter: None,
+        no_build: false,
         graphs: vec!["smollm2".into(), "deepseek".into()],
         out: None,
     };
@@ -76,12 +92,16 @@ fn parse_args(args: &[String]) -> Result<Options> {
             "--no-hrx" => o.no_hrx = true,
             "--no-e2e" => o.no_e2e = true,
             "--no-callgrind" => o.no_callgrind = true,
+            "--archs-rounds" => o.archs_rounds = value()?.parse()?,
+            "--archs-filter" => o.archs_filter = Some(value()?.clone()),
+            "--no-build" => o.no_build = true,
             "--graphs" => o.graphs = value()?.split(',').map(str::to_string).collect(),
             "--out" => o.out = Some(PathBuf::from(value()?)),
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--a LIB] [--b LIB] [--rounds N] [--iters N] [--e2e-rounds N] \
                      [--e2e-reps N] [--hrx LIB | --no-hrx] [--no-e2e] [--no-callgrind] \
+                     [--archs-rounds N] [--archs-filter REGEX] [--no-build] \
                      [--graphs smollm2,deepseek] [--out DIR]"
                 );
                 std::process::exit(0);
@@ -127,13 +147,22 @@ fn real_main(args: &[String]) -> Result<()> {
     let target = ws.join("target");
     let out = opts.out.clone().unwrap_or_else(|| target.join("bench"));
     std::fs::create_dir_all(&out)?;
-    let stock_dir = target.join("llama-stock/bin");
+    // The stock build: `AB_STOCK_BUILD` when run as `ab bench`, else target/llama-stock;
+    // built with `ab build-stock` when missing (a fresh clone).
+    let stock_build = std::env::var_os("AB_STOCK_BUILD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target.join("llama-stock"));
+    let stock_dir = stock_build.join("bin");
     let stock_lib = stock_dir.join("libggml-base.so.0");
-    if !stock_lib.exists() {
-        bail!(
-            "{} is missing: build the stock llama.cpp first (target/llama-stock, see README)",
-            stock_lib.display()
-        );
+    let needed = ["libggml-base.so.0", "llama-bench", "test-llama-archs"];
+    if needed.iter().any(|f| !stock_dir.join(f).exists()) {
+        if opts.no_build {
+            bail!(
+                "{} lacks one of {needed:?}: build it with `cargo run --release -p ab -- build-stock`",
+                stock_dir.display()
+            );
+        }
+        ab(&ws, &["build-stock"])?;
     }
     let pins = pins::Pins::load(&ws).map_err(|e| anyhow::anyhow!("{e}"))?;
     let upstream = pins
@@ -150,8 +179,12 @@ fn real_main(args: &[String]) -> Result<()> {
                 target.join("ours/lib/libggml-base.so.0"),
                 target.join("release/libggml_base.so"),
             ];
-            match ours.iter().find(|p| p.exists()) {
+            match newest(&ours) {
                 Some(p) => (p.clone(), "ours".to_string()),
+                None if !opts.no_build => {
+                    ab(&ws, &["build-ours"])?;
+                    (ours[0].clone(), "ours".to_string())
+                }
                 None => {
                     progress("no Rust libggml-base found: comparing stock against stock");
                     (stock_lib.clone(), "stock (as B)".to_string())
@@ -199,9 +232,41 @@ fn real_main(args: &[String]) -> Result<()> {
         &out.join("callgrind"),
     );
 
-    // 4: end to end.
+    // 4: real graphs in test-llama-archs.
+    let probe_lib = probe::build(&ws, &upstream, &out)?;
+    let probe_out = out.join("probe.jsonl");
+    let mut archs_runs: [Vec<archs::ArchsRun>; 2] = [vec![], vec![]];
+    let mut archs_error = None;
+    'rounds: for round in 0..opts.archs_rounds {
+        progress(&format!(
+            "test-llama-archs round {}/{}",
+            round + 1,
+            opts.archs_rounds
+        ));
+        for (k, arm) in [&arm_a, &arm_b].iter().enumerate() {
+            match archs::run(
+                &stock_dir.join("test-llama-archs"),
+                &stock_dir,
+                &probe_lib,
+                &probe_out,
+                arm,
+                opts.archs_filter.as_deref(),
+            ) {
+                Ok(r) => archs_runs[k].push(r),
+                Err(e) => {
+                    progress(&format!("test-llama-archs: {e:#}"));
+                    archs_error = Some(format!("{e:#}"));
+                    break 'rounds;
+                }
+            }
+        }
+    }
+
+    // 5: end to end.
     let mut e2e_rows = Vec::new();
+    let mut e2e_probe = Vec::new();
     let mut e2e_errors = Vec::new();
+    let mut e2e_devices = Vec::new();
     if !opts.no_e2e {
         let model = target.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
         let model = if model.exists() {
@@ -216,15 +281,20 @@ fn real_main(args: &[String]) -> Result<()> {
             model,
             threads: 2,
             reps: opts.e2e_reps,
+            probe: probe_lib.clone(),
+            probe_out: probe_out.clone(),
         };
         let mut devices = vec![e2e::Device {
             name: "CPU".into(),
             backend_path: None,
         }];
-        let hrx = opts
-            .hrx
-            .clone()
-            .unwrap_or_else(|| target.join("release/libggml_hrx.so"));
+        let hrx = opts.hrx.clone().unwrap_or_else(|| {
+            newest(&[
+                target.join("ours/lib/libggml-hrx.so"),
+                target.join("release/libggml_hrx.so"),
+            ])
+            .unwrap_or_else(|| target.join("ours/lib/libggml-hrx.so"))
+        });
         if !opts.no_hrx && hrx.exists() {
             devices.push(e2e::Device {
                 name: "HRX0".into(),
@@ -233,9 +303,16 @@ fn real_main(args: &[String]) -> Result<()> {
         } else if !opts.no_hrx {
             e2e_errors.push(format!("HRX0: {} not found, not run", hrx.display()));
         }
+        e2e_devices = devices.clone();
         for dev in &devices {
             match report::run_e2e(&setup, [&arm_a, &arm_b], dev, opts.e2e_rounds) {
-                Ok(mut rows) => e2e_rows.append(&mut rows),
+                Ok((mut rows, probes)) => {
+                    e2e_rows.append(&mut rows);
+                    e2e_probe.push(report::E2eProbe {
+                        device: dev.name.clone(),
+                        runs: probes,
+                    });
+                }
                 Err(e) => {
                     progress(&format!("end to end on {}: {e:#}", dev.name));
                     e2e_errors.push(format!("{}: {e:#}", dev.name));
@@ -258,8 +335,14 @@ fn real_main(args: &[String]) -> Result<()> {
         e2e_rounds: opts.e2e_rounds,
         e2e_reps: opts.e2e_reps,
         sched: sched_rows,
+        archs_rounds: opts.archs_rounds,
+        archs_filter: opts.archs_filter.clone(),
+        archs: archs_runs,
+        archs_error,
         e2e: e2e_rows,
+        e2e_probe,
         e2e_errors,
+        e2e_devices,
     };
     let md = rep.markdown();
     std::fs::write(out.join("report.md"), &md)?;
@@ -270,6 +353,30 @@ fn real_main(args: &[String]) -> Result<()> {
         out.join("report.md").display(),
         out.join("report.json").display()
     ));
+    Ok(())
+}
+
+/// The most recently modified of `paths` that exists.
+fn newest(paths: &[PathBuf]) -> Option<PathBuf> {
+    paths
+        .iter()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p.clone())
+}
+
+/// Runs the harness: `cargo run --release -q -p ab -- ARGS` in the workspace.
+fn ab(ws: &Path, args: &[&str]) -> Result<()> {
+    progress(&format!("running `ab {}`", args.join(" ")));
+    let status = std::process::Command::new("cargo")
+        .args(["run", "--release", "-q", "-p", "ab", "--"])
+        .args(args)
+        .current_dir(ws)
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("`ab {}` failed ({status})", args.join(" "));
+    }
     Ok(())
 }
 

@@ -1,7 +1,9 @@
 //! Drives the rounds and turns the measurements into the report (markdown and JSON).
 
+use crate::archs::ArchsRun;
 use crate::arms::{Arm, Machine};
 use crate::e2e;
+use crate::probe::ProbeStats;
 use crate::sched::{self, BufferSize, Callgrind, Config, Heap};
 use crate::stats::{paired_ratios, Summary};
 use crate::{progress, Options};
@@ -39,9 +41,15 @@ pub struct SchedRow {
     pub cycle_paired: Option<Summary>,
     pub split_runs: [Vec<f64>; 2],
     pub split: [Option<Summary>; 2],
+    /// Per-process medians of `ggml_backend_sched_reserve`, ns, `[A, B]`.
+    pub reserve_runs: [Vec<f64>; 2],
+    pub reserve: [Option<Summary>; 2],
     pub buffers: Vec<BufferRow>,
     pub heap: [Option<Heap>; 2],
+    /// Instruction counts of the cycle, `[A, B]`.
     pub callgrind: [Option<Callgrind>; 2],
+    /// Instruction counts of `reserve`, `[A, B]`.
+    pub callgrind_reserve: [Option<Callgrind>; 2],
 }
 
 impl SchedRow {
@@ -60,13 +68,25 @@ impl SchedRow {
         }
     }
 
-    fn ir_ratio(&self) -> Option<f64> {
-        match &self.callgrind {
-            [Some(a), Some(b)] if a.ir_per_cycle > 0 => {
-                Some(b.ir_per_cycle as f64 / a.ir_per_cycle as f64)
-            }
+    fn reserve_ratio(&self) -> Option<f64> {
+        match &self.reserve {
+            [Some(a), Some(b)] if a.median > 0.0 => Some(b.median / a.median),
             _ => None,
         }
+    }
+
+    fn ir_ratio(&self) -> Option<f64> {
+        ir_ratio(&self.callgrind)
+    }
+}
+
+/// B/A of the instruction counts, when both arms have one.
+fn ir_ratio(c: &[Option<Callgrind>; 2]) -> Option<f64> {
+    match c {
+        [Some(a), Some(b)] if a.ir_per_cycle > 0 => {
+            Some(b.ir_per_cycle as f64 / a.ir_per_cycle as f64)
+        }
+        _ => None,
     }
 }
 
@@ -92,6 +112,13 @@ impl E2eRow {
     }
 }
 
+/// The scheduler time the probe saw inside llama-bench on one device, per process, `[A, B]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct E2eProbe {
+    pub device: String,
+    pub runs: [Vec<ProbeStats>; 2],
+}
+
 /// The whole report, as written to `report.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -108,8 +135,16 @@ pub struct Report {
     pub e2e_rounds: u32,
     pub e2e_reps: u32,
     pub sched: Vec<SchedRow>,
+    pub archs_rounds: u32,
+    pub archs_filter: Option<String>,
+    /// test-llama-archs processes, `[A, B]`.
+    pub archs: [Vec<ArchsRun>; 2],
+    pub archs_error: Option<String>,
     pub e2e: Vec<E2eRow>,
+    pub e2e_probe: Vec<E2eProbe>,
     pub e2e_errors: Vec<String>,
+    /// The devices llama-bench ran on (with the HRX library's path).
+    pub e2e_devices: Vec<e2e::Device>,
 }
 
 /// Runs every configuration for `opts.rounds` rounds, A then B each round, then callgrind
@@ -135,9 +170,12 @@ pub fn run_sched(
             cycle_paired: None,
             split_runs: [vec![], vec![]],
             split: [None, None],
+            reserve_runs: [vec![], vec![]],
+            reserve: [None, None],
             buffers: vec![],
             heap: [None, None],
             callgrind: [None, None],
+            callgrind_reserve: [None, None],
         })
         .collect();
     let mut first: Vec<[Option<sched::Run>; 2]> = vec![[None, None]; configs.len()];
@@ -152,6 +190,7 @@ pub fn run_sched(
                     Ok(run) => {
                         rows[ci].cycle_runs[k].push(run.ns.cycle.median as f64);
                         rows[ci].split_runs[k].push(run.ns.split_graph.median as f64);
+                        rows[ci].reserve_runs[k].push(run.ns.reserve.median as f64);
                         if first[ci][k].is_none() {
                             first[ci][k] = Some(run);
                         }
@@ -182,6 +221,7 @@ pub fn run_sched(
         for k in 0..2 {
             row.cycle[k] = Summary::of(&row.cycle_runs[k]);
             row.split[k] = Summary::of(&row.split_runs[k]);
+            row.reserve[k] = Summary::of(&row.reserve_runs[k]);
         }
         row.cycle_paired = Summary::of(&paired_ratios(&row.cycle_runs[0], &row.cycle_runs[1]));
     }
@@ -192,9 +232,25 @@ pub fn run_sched(
             }
             for (k, arm) in arms.iter().enumerate() {
                 progress(&format!("callgrind {} arm {}", row.config.name(), arm.key));
-                match sched::callgrind(program, arm, stock_dir, &row.config, 5, callgrind_dir) {
-                    Ok(c) => row.callgrind[k] = Some(c),
-                    Err(e) => progress(&format!("callgrind {}: {e:#}", row.config.name())),
+                for section in [sched::Section::Cycle, sched::Section::Reserve] {
+                    let iters = if section == sched::Section::Cycle {
+                        5
+                    } else {
+                        2
+                    };
+                    match sched::callgrind(
+                        program,
+                        arm,
+                        stock_dir,
+                        &row.config,
+                        iters,
+                        section,
+                        callgrind_dir,
+                    ) {
+                        Ok(c) if section == sched::Section::Cycle => row.callgrind[k] = Some(c),
+                        Ok(c) => row.callgrind_reserve[k] = Some(c),
+                        Err(e) => progress(&format!("callgrind {}: {e:#}", row.config.name())),
+                    }
                 }
             }
         }
@@ -214,14 +270,16 @@ fn merge_buffers(a: &[BufferSize], b: &[BufferSize]) -> Vec<BufferRow> {
         .collect()
 }
 
-/// Runs llama-bench `rounds` times per arm on `dev`, A then B each round.
+/// Runs llama-bench `rounds` times per arm on `dev`, A then B each round. Returns the rows
+/// per test and the probe's figures per process, `[A, B]`.
 pub fn run_e2e(
     setup: &e2e::Setup,
     arms: [&Arm; 2],
     dev: &e2e::Device,
     rounds: u32,
-) -> Result<Vec<E2eRow>> {
+) -> Result<(Vec<E2eRow>, [Vec<ProbeStats>; 2])> {
     let mut rows: Vec<E2eRow> = Vec::new();
+    let mut probes: [Vec<ProbeStats>; 2] = [vec![], vec![]];
     // Per test: per arm, the mean tokens/s of each process (for paired ratios).
     let mut means: Vec<[Vec<f64>; 2]> = Vec::new();
     for round in 0..rounds {
@@ -232,7 +290,9 @@ pub fn run_e2e(
             rounds
         ));
         for (k, arm) in arms.iter().enumerate() {
-            for t in e2e::run(setup, arm, dev)? {
+            let run = e2e::run(setup, arm, dev)?;
+            probes[k].push(run.probe);
+            for t in run.tests {
                 let i = match rows.iter().position(|r| r.test == t.test) {
                     Some(i) => i,
                     None => {
@@ -260,7 +320,19 @@ pub fn run_e2e(
         row.ts = [Summary::of(&row.samples[0]), Summary::of(&row.samples[1])];
         row.paired = Summary::of(&paired_ratios(&m[0], &m[1]));
     }
-    Ok(rows)
+    Ok((rows, probes))
+}
+
+/// Median over processes of `f`, `None` when there are none.
+fn median_of<T>(runs: &[T], f: impl Fn(&T) -> f64) -> Option<Summary> {
+    Summary::of(&runs.iter().map(f).collect::<Vec<_>>())
+}
+
+fn ratio_of(a: &Option<Summary>, b: &Option<Summary>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if a.median > 0.0 => Some(b.median / a.median),
+        _ => None,
+    }
 }
 
 fn us(ns: f64) -> String {
@@ -390,28 +462,48 @@ impl Report {
 
         let _ = writeln!(
             s,
-            "\n### Instructions per cycle (callgrind, timed section only)\n"
+            "\n`ggml_backend_sched_reserve` on a fresh graph (llama.cpp calls it when it sizes the compute buffers), µs:\n"
+        );
+        let _ = writeln!(s, "| graph | backends | A µs | B µs | B/A |");
+        let _ = writeln!(s, "|---|---|---|---|---|");
+        for r in self.sched.iter().filter(|r| r.error.is_none()) {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} |",
+                r.config.graph,
+                r.config.backends,
+                spread_us(&r.reserve[0]),
+                spread_us(&r.reserve[1]),
+                ratio_cell(r.reserve_ratio())
+            );
+        }
+
+        let _ = writeln!(
+            s,
+            "\n### Instructions per iteration (callgrind, timed section only)\n"
         );
         let _ = writeln!(
             s,
-            "| graph | backends | A Ir | B Ir | B/A | goal B/A ≤ {GOAL_OVERHEAD} |"
+            "| graph | backends | cycle A Ir | cycle B Ir | cycle B/A | goal B/A ≤ {GOAL_OVERHEAD} | reserve A Ir | reserve B Ir | reserve B/A |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
         for r in &self.sched {
-            let ir = |k: usize| {
-                r.callgrind[k]
-                    .as_ref()
+            let ir = |c: &[Option<Callgrind>; 2], k: usize| {
+                c[k].as_ref()
                     .map_or("–".into(), |c| c.ir_per_cycle.to_string())
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.config.graph,
                 r.config.backends,
-                ir(0),
-                ir(1),
+                ir(&r.callgrind, 0),
+                ir(&r.callgrind, 1),
                 ratio_cell(r.ir_ratio()),
-                goal_cell(r.ir_ratio().map(|x| x <= GOAL_OVERHEAD))
+                goal_cell(r.ir_ratio().map(|x| x <= GOAL_OVERHEAD)),
+                ir(&r.callgrind_reserve, 0),
+                ir(&r.callgrind_reserve, 1),
+                ratio_cell(ir_ratio(&r.callgrind_reserve))
             );
         }
 
@@ -474,6 +566,61 @@ impl Report {
 
         let _ = writeln!(
             s,
+            "\n### Real graphs: scheduler time inside test-llama-archs (probe: alloc_graph and reserve calls)\n"
+        );
+        let _ = writeln!(
+            s,
+            "{} rounds, one process per arm per round (A B A B){}; median [min–max] over processes of the \
+             total time the process spent inside each function, ms.\n",
+            self.archs_rounds,
+            self.archs_filter
+                .as_ref()
+                .map_or(String::new(), |f| format!(", architectures matching `{f}`"))
+        );
+        let _ = writeln!(s, "| arm | processes | passed | alloc_graph calls | alloc_graph ms | reserve calls | reserve ms | process s |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let ms = |x: Option<Summary>| {
+            x.map_or("–".into(), |v| {
+                format!(
+                    "{:.2} [{:.2}–{:.2}]",
+                    v.median / 1e6,
+                    v.min / 1e6,
+                    v.max / 1e6
+                )
+            })
+        };
+        let mut archs_cells: Vec<[Option<Summary>; 2]> = Vec::new();
+        for (k, arm) in self.arms.iter().enumerate() {
+            let runs = &self.archs[k];
+            let alloc = median_of(runs, |r| r.probe.alloc_graph.ns as f64);
+            let reserve = median_of(runs, |r| r.probe.reserve.ns as f64);
+            let wall = median_of(runs, |r| r.wall_s);
+            archs_cells.push([alloc, reserve]);
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                arm.key,
+                runs.len(),
+                runs.iter().filter(|r| r.passed).count(),
+                runs.first().map_or(0, |r| r.probe.alloc_graph.calls),
+                ms(alloc),
+                runs.first().map_or(0, |r| r.probe.reserve.calls),
+                ms(reserve),
+                wall.map_or("–".into(), |w| format!("{:.1}", w.median))
+            );
+        }
+        let _ = writeln!(
+            s,
+            "| B/A | | | | {} | | {} | |",
+            ratio_cell(ratio_of(&archs_cells[0][0], &archs_cells[1][0])),
+            ratio_cell(ratio_of(&archs_cells[0][1], &archs_cells[1][1]))
+        );
+        if let Some(e) = &self.archs_error {
+            let _ = writeln!(s, "\n- stopped: {}", e.replace('\n', " "));
+        }
+
+        let _ = writeln!(
+            s,
             "\n### End to end (llama-bench, SmolLM2-135M Q4_1, -t 2)\n"
         );
         let _ = writeln!(
@@ -500,6 +647,51 @@ impl Report {
                 paired_cell(&r.paired),
                 goal_cell(r.ratio().map(|x| x >= GOAL_TOKENS))
             );
+        }
+        if !self.e2e_probe.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nScheduler time inside those llama-bench processes (probe), median [min–max] over processes, µs per call:\n"
+            );
+            let _ = writeln!(s, "| device | arm | alloc_graph calls | alloc_graph µs/call | reserve calls | reserve µs/call |");
+            let _ = writeln!(s, "|---|---|---|---|---|---|");
+            for p in &self.e2e_probe {
+                let mut cells: Vec<[Option<Summary>; 2]> = Vec::new();
+                for (k, arm) in self.arms.iter().enumerate() {
+                    let runs = &p.runs[k];
+                    let alloc = median_of(runs, |r| r.alloc_graph.per_call_ns());
+                    let reserve = median_of(runs, |r| r.reserve.per_call_ns());
+                    let _ = writeln!(
+                        s,
+                        "| {} | {} | {} | {} | {} | {} |",
+                        p.device,
+                        arm.key,
+                        runs.first().map_or(0, |r| r.alloc_graph.calls),
+                        spread_us(&alloc),
+                        runs.first().map_or(0, |r| r.reserve.calls),
+                        spread_us(&reserve)
+                    );
+                    cells.push([alloc, reserve]);
+                }
+                let _ = writeln!(
+                    s,
+                    "| {} | B/A | | {} | | {} |",
+                    p.device,
+                    ratio_cell(ratio_of(&cells[0][0], &cells[1][0])),
+                    ratio_cell(ratio_of(&cells[0][1], &cells[1][1]))
+                );
+            }
+        }
+        for d in &self.e2e_devices {
+            if let Some(p) = &d.backend_path {
+                let _ = writeln!(
+                    s,
+                    "\n- {}: `GGML_BACKEND_PATH={}`, `-dev {}`",
+                    d.name,
+                    p.display(),
+                    d.name
+                );
+            }
         }
         for e in &self.e2e_errors {
             let _ = writeln!(s, "\n- not measured: {}", e.replace('\n', " "));
@@ -536,11 +728,15 @@ impl Report {
             .filter(|r| r.callgrind[1].is_some())
             .max_by_key(|r| r.nodes * r.config.backends)
         {
-            for (k, arm) in self.arms.iter().enumerate() {
-                if let Some(c) = &r.callgrind[k] {
+            let sections = [("cycle", &r.callgrind), ("reserve", &r.callgrind_reserve)];
+            for ((what, cg), (k, arm)) in sections
+                .iter()
+                .flat_map(|sec| self.arms.iter().enumerate().map(move |a| (*sec, a)))
+            {
+                if let Some(c) = &cg[k] {
                     let _ = writeln!(
                         s,
-                        "\n### Where the instructions go: {} arm {} (callgrind self cost, `{}`)\n\n```",
+                        "\n### Where the instructions go: {} {what}, arm {} (callgrind self cost, `{}`)\n\n```",
                         r.config.name(),
                         arm.key,
                         c.out_file.display()

@@ -46,6 +46,8 @@ pub struct Phases {
     pub compute: Dist,
     /// reset + split_graph alone (a separate loop).
     pub split_graph: Dist,
+    /// ggml_backend_sched_reserve on a fresh graph (a third loop).
+    pub reserve: Dist,
 }
 
 /// Heap traffic in one measured window (bytes are `malloc_usable_size` bytes).
@@ -61,13 +63,14 @@ pub struct HeapWindow {
 }
 
 /// The heap windows: `sched_new`, the first `alloc_graph` (which reserves the buffers), one
-/// `split_graph` and one full cycle (the iteration with the highest peak).
+/// `split_graph`, one full cycle and one `reserve` (each the iteration with the highest peak).
 #[derive(Debug, Clone, Copy, Deserialize, Serialize)]
 pub struct Heap {
     pub sched_new: HeapWindow,
     pub first_alloc: HeapWindow,
     pub split_graph: HeapWindow,
     pub cycle: HeapWindow,
+    pub reserve: HeapWindow,
 }
 
 /// A compute buffer size the scheduler reported for one backend.
@@ -211,19 +214,34 @@ pub struct Callgrind {
     pub top: Vec<String>,
 }
 
+/// Which timed section callgrind instruments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// reset + alloc_graph + graph_compute (`--callgrind`).
+    Cycle,
+    /// ggml_backend_sched_reserve (`--callgrind-reserve`).
+    Reserve,
+}
+
 /// Runs the program under `valgrind --tool=callgrind --instr-atstart=no`; the program turns
-/// instrumentation on only around the timed cycle, so the total Ir is the cycle's alone.
+/// instrumentation on only around the chosen timed section, so the total Ir is that
+/// section's alone (divided by the iterations).
 pub fn callgrind(
     program: &Path,
     arm: &Arm,
     stock_lib_dir: &Path,
     cfg: &Config,
     iters: u32,
+    section: Section,
     out_dir: &Path,
 ) -> Result<Callgrind> {
     fs::create_dir_all(out_dir)?;
+    let (tag, flag) = match section {
+        Section::Cycle => ("cycle", "--callgrind"),
+        Section::Reserve => ("reserve", "--callgrind-reserve"),
+    };
     let out_file = out_dir.join(format!(
-        "{}-{}.callgrind",
+        "{}-{tag}-{}.callgrind",
         cfg.name(),
         arm.key.to_lowercase()
     ));
@@ -238,13 +256,7 @@ pub fn callgrind(
             "--backends",
             &cfg.backends.to_string(),
         ])
-        .args([
-            "--iters",
-            &iters.to_string(),
-            "--warmup",
-            "1",
-            "--callgrind",
-        ])
+        .args(["--iters", &iters.to_string(), "--warmup", "1", flag])
         .output()
         .context("starting valgrind (is it installed?)")?;
     let run = parse(&output, cfg, arm)?;

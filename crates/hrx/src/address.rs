@@ -38,7 +38,14 @@ impl Reservation {
             // SAFETY: a fresh PROT_NONE anonymous mapping; MAP_FIXED_NOREPLACE never
             // replaces an existing mapping.
             let p = unsafe {
-                libc::mmap(h as *mut _, len, libc::PROT_NONE, flags | libc::MAP_FIXED_NOREPLACE, -1, 0)
+                libc::mmap(
+                    h as *mut _,
+                    len,
+                    libc::PROT_NONE,
+                    flags | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
             };
             if p != libc::MAP_FAILED && p as usize == h {
                 return Some(Reservation { base: h, len });
@@ -56,7 +63,10 @@ impl Reservation {
         if p == libc::MAP_FAILED {
             return None;
         }
-        Some(Reservation { base: p as usize, len })
+        Some(Reservation {
+            base: p as usize,
+            len,
+        })
     }
 
     /// First address of the range.
@@ -76,7 +86,10 @@ impl Reservation {
 
     /// Whether `[addr, addr + len)` lies inside the range.
     pub fn contains(&self, addr: usize, len: usize) -> bool {
-        addr >= self.base && addr.checked_add(len).is_some_and(|e| e <= self.base + self.len)
+        addr >= self.base
+            && addr
+                .checked_add(len)
+                .is_some_and(|e| e <= self.base + self.len)
     }
 }
 
@@ -105,7 +118,12 @@ impl RangeAllocator {
         if capacity > 0 {
             free.insert(0, capacity);
         }
-        RangeAllocator { capacity, free, live: BTreeMap::new(), used: 0 }
+        RangeAllocator {
+            capacity,
+            free,
+            live: BTreeMap::new(),
+            used: 0,
+        }
     }
 
     /// Allocates `size` bytes (rounded up to [`ALIGNMENT`], at least one unit) and returns

@@ -114,7 +114,10 @@ impl Arena {
             entries: HashMap::new(),
             evicted: HashSet::new(),
             tick: 0,
-            stats: ggml_hrx_arena_stats { limit_bytes: limit as u64, ..Default::default() },
+            stats: ggml_hrx_arena_stats {
+                limit_bytes: limit as u64,
+                ..Default::default()
+            },
         }
     }
 
@@ -127,7 +130,13 @@ impl Arena {
     /// (queued on `rt`) when needed. `pinned` are the weights the same node already holds:
     /// they are never evicted for this one. The host bytes must stay unchanged until the
     /// queued upload has run (weights do).
-    pub fn acquire(&mut self, rt: &dyn Runtime, key: WeightKey, generation: u64, pinned: &[WeightKey]) -> Result<DevAddr, ArenaError> {
+    pub fn acquire(
+        &mut self,
+        rt: &dyn Runtime,
+        key: WeightKey,
+        generation: u64,
+        pinned: &[WeightKey],
+    ) -> Result<DevAddr, ArenaError> {
         self.tick += 1;
         let tick = self.tick;
         if let Some(e) = self.entries.get_mut(&key) {
@@ -137,21 +146,34 @@ impl Arena {
             } else {
                 self.stats.misses += 1;
                 e.generation = generation;
-                rt.upload(e.addr, HostSrc::Borrowed(SendPtr(key.ptr as *mut _), key.size));
+                rt.upload(
+                    e.addr,
+                    HostSrc::Borrowed(SendPtr(key.ptr as *mut _), key.size),
+                );
             }
             return Ok(e.addr);
         }
         self.stats.misses += 1;
         if key.size > self.limit {
             self.stats.refusals += 1;
-            return Err(ArenaError::TooLarge { size: key.size, limit: self.limit });
+            return Err(ArenaError::TooLarge {
+                size: key.size,
+                limit: self.limit,
+            });
         }
         let resident = |a: &Arena| a.stats.resident_bytes as usize;
         while resident(self) + key.size > self.limit {
             if !self.evict_one(rt, pinned) {
-                self.stats.refusals += 1;
-                let pinned_bytes = pinned.iter().filter(|k| self.entries.contains_key(k)).map(|k| k.size).sum();
-                return Err(ArenaError::NoRoom { size: key.size, limit: self.limit, pinned: pinned_bytes });
+                let pinned_bytes = pinned
+                    .iter()
+                    .filter(|k| self.entries.contains_key(k))
+                    .map(|k| k.size)
+                    .sum();
+                return Err(ArenaError::NoRoom {
+                    size: key.size,
+                    limit: self.limit,
+                    pinned: pinned_bytes,
+                });
             }
         }
         let addr = loop {
@@ -163,11 +185,21 @@ impl Arena {
                 return Err(ArenaError::DeviceFull { size: key.size });
             }
         };
-        rt.upload(addr, HostSrc::Borrowed(SendPtr(key.ptr as *mut _), key.size));
+        rt.upload(
+            addr,
+            HostSrc::Borrowed(SendPtr(key.ptr as *mut _), key.size),
+        );
         if self.evicted.remove(&key) {
             self.stats.refills += 1;
         }
-        self.entries.insert(key, Entry { addr, generation, last_use: tick });
+        self.entries.insert(
+            key,
+            Entry {
+                addr,
+                generation,
+                last_use: tick,
+            },
+        );
         self.stats.resident_bytes += key.size as u64;
         Ok(addr)
     }
@@ -197,10 +229,21 @@ impl Arena {
         }
     }
 
+    /// Counts a refusal the caller could not resolve (a [`ArenaError::NoRoom`] is not
+    /// counted by [`Arena::acquire`], since the caller may make room and retry).
+    pub fn note_refusal(&mut self) {
+        self.stats.refusals += 1;
+    }
+
     /// Drops every copy of a weight inside host range `[base, base + len)` (its buffer is
     /// being freed).
     pub fn forget_range(&mut self, rt: &dyn Runtime, base: usize, len: usize) {
-        let keys: Vec<WeightKey> = self.entries.keys().filter(|k| k.ptr >= base && k.ptr < base + len).copied().collect();
+        let keys: Vec<WeightKey> = self
+            .entries
+            .keys()
+            .filter(|k| k.ptr >= base && k.ptr < base + len)
+            .copied()
+            .collect();
         for k in keys {
             self.remove(rt, k);
             self.evicted.remove(&k);
@@ -222,7 +265,10 @@ mod tests {
     use crate::runtime::sim::SimDevice;
 
     fn key(v: &[u8]) -> WeightKey {
-        WeightKey { ptr: v.as_ptr() as usize, size: v.len() }
+        WeightKey {
+            ptr: v.as_ptr() as usize,
+            size: v.len(),
+        }
     }
 
     fn read(rt: &SimDevice, addr: DevAddr, n: usize) -> Vec<u8> {
@@ -250,7 +296,11 @@ mod tests {
         // w1 comes back: w0 is now the oldest and goes
         let a1 = a.acquire(&rt, key(&w[1]), 0, &[]).unwrap();
         assert_eq!(read(&rt, a1, 1000), w[1]);
-        assert_eq!(read(&rt, a2, 1000), w[2], "the other resident copy is intact");
+        assert_eq!(
+            read(&rt, a2, 1000),
+            w[2],
+            "the other resident copy is intact"
+        );
         let s = a.stats();
         assert_eq!((s.misses, s.evictions, s.refills), (4, 2, 1));
     }
@@ -278,11 +328,18 @@ mod tests {
         let mut a = Arena::new(1024);
         let s_addr = a.acquire(&rt, key(&small), 0, &[]).unwrap();
         let e = a.acquire(&rt, key(&big), 0, &[]).unwrap_err();
-        assert_eq!(e, ArenaError::TooLarge { size: 5000, limit: 1024 });
+        assert_eq!(
+            e,
+            ArenaError::TooLarge {
+                size: 5000,
+                limit: 1024
+            }
+        );
         assert!(e.to_string().contains("GGML_HRX_HOST_WEIGHT_LIMIT_MB"));
         // `small` is pinned by the same node: no room for `other`
         let e = a.acquire(&rt, key(&other), 0, &[key(&small)]).unwrap_err();
         assert!(matches!(e, ArenaError::NoRoom { .. }), "{e:?}");
+        a.note_refusal();
         assert_eq!(read(&rt, s_addr, 600), small);
         let s = a.stats();
         assert_eq!((s.refusals, s.resident_bytes, s.evictions), (2, 600, 0));

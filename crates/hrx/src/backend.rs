@@ -34,7 +34,12 @@ struct Stream {
 pub fn new_backend(dev: &'static Device) -> ggml_backend_t {
     let guid = Box::leak(Box::new(guid()));
     let ctx = Box::into_raw(Box::new(Stream { dev })) as *mut c_void;
-    Box::into_raw(Box::new(ggml_backend { guid, iface: backend_iface(), device: dev.dev(), context: ctx }))
+    Box::into_raw(Box::new(ggml_backend {
+        guid,
+        iface: backend_iface(),
+        device: dev.dev(),
+        context: ctx,
+    }))
 }
 
 /// The HRX backend GUID.
@@ -76,12 +81,14 @@ fn backend_iface() -> ggml_backend_i {
 /// `b` is one of this library's backends.
 unsafe fn stream<'a>(b: ggml_backend_t) -> &'a Stream {
     // SAFETY: our backends' context is a Stream.
-    unsafe { &*((*non_null(b, "backend")).context as *const Stream) }
+    unsafe { &*(non_null(b, "backend").context as *const Stream) }
 }
 
 unsafe extern "C" fn be_get_name(b: ggml_backend_t) -> *const c_char {
     // SAFETY: ggml passes one of our backends.
-    guard("ggml_backend_hrx_get_name", || unsafe { stream(b) }.dev.name.as_ptr())
+    guard("ggml_backend_hrx_get_name", || {
+        unsafe { stream(b) }.dev.name.as_ptr()
+    })
 }
 
 unsafe extern "C" fn be_free(b: ggml_backend_t) {
@@ -106,7 +113,13 @@ fn root_buffer(t: &ggml_tensor) -> ggml_backend_buffer_t {
     }
 }
 
-unsafe extern "C" fn be_set_tensor_async(b: ggml_backend_t, t: *mut ggml_tensor, data: *const c_void, offset: usize, size: usize) {
+unsafe extern "C" fn be_set_tensor_async(
+    b: ggml_backend_t,
+    t: *mut ggml_tensor,
+    data: *const c_void,
+    offset: usize,
+    size: usize,
+) {
     guard("ggml_backend_hrx_set_tensor_async", || {
         // SAFETY: ggml passes our backend, a live tensor and `size` readable bytes.
         let (s, tr) = unsafe { (stream(b), non_null(t, "tensor")) };
@@ -115,7 +128,9 @@ unsafe extern "C" fn be_set_tensor_async(b: ggml_backend_t, t: *mut ggml_tensor,
         if unsafe { buffer::is_device_buffer_of(buf, s.dev) } {
             // SAFETY: `size` readable bytes; copied now, so the caller may reuse them.
             let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, size) }.to_vec();
-            s.dev.rt.upload(tr.data as usize + offset, HostSrc::Owned(bytes));
+            s.dev
+                .rt
+                .upload(tr.data as usize + offset, HostSrc::Owned(bytes));
         } else {
             // not ours: finish queued work, then the buffer's own synchronous path
             let _ = s.dev.rt.synchronize();
@@ -125,7 +140,13 @@ unsafe extern "C" fn be_set_tensor_async(b: ggml_backend_t, t: *mut ggml_tensor,
     })
 }
 
-unsafe extern "C" fn be_get_tensor_async(b: ggml_backend_t, t: *const ggml_tensor, data: *mut c_void, offset: usize, size: usize) {
+unsafe extern "C" fn be_get_tensor_async(
+    b: ggml_backend_t,
+    t: *const ggml_tensor,
+    data: *mut c_void,
+    offset: usize,
+    size: usize,
+) {
     guard("ggml_backend_hrx_get_tensor_async", || {
         // SAFETY: ggml passes our backend, a live tensor and `size` writable bytes kept
         // valid until synchronize.
@@ -133,7 +154,9 @@ unsafe extern "C" fn be_get_tensor_async(b: ggml_backend_t, t: *const ggml_tenso
         let buf = root_buffer(tr);
         // SAFETY: live buffer.
         if unsafe { buffer::is_device_buffer_of(buf, s.dev) } {
-            s.dev.rt.download(tr.data as usize + offset, SendPtr(data), size);
+            s.dev
+                .rt
+                .download(tr.data as usize + offset, SendPtr(data), size);
         } else {
             let _ = s.dev.rt.synchronize();
             // SAFETY: a live buffer's interface.
@@ -142,7 +165,12 @@ unsafe extern "C" fn be_get_tensor_async(b: ggml_backend_t, t: *const ggml_tenso
     })
 }
 
-unsafe extern "C" fn be_cpy_tensor_async(_src_b: ggml_backend_t, dst_b: ggml_backend_t, src: *const ggml_tensor, dst: *mut ggml_tensor) -> bool {
+unsafe extern "C" fn be_cpy_tensor_async(
+    _src_b: ggml_backend_t,
+    dst_b: ggml_backend_t,
+    src: *const ggml_tensor,
+    dst: *mut ggml_tensor,
+) -> bool {
     guard("ggml_backend_hrx_cpy_tensor_async", || {
         // SAFETY: ggml passes live tensors; dst_b is ours (this is its interface).
         unsafe {
@@ -164,7 +192,10 @@ unsafe extern "C" fn be_synchronize(b: ggml_backend_t) {
         // SAFETY: ggml passes one of our backends.
         let s = unsafe { stream(b) };
         if let Err(e) = s.dev.rt.synchronize() {
-            crate::log::error(&format!("HRX: {}: queued work failed: {e}\n", s.dev.name.to_string_lossy()));
+            crate::log::error(&format!(
+                "HRX: {}: queued work failed: {e}\n",
+                s.dev.name.to_string_lossy()
+            ));
         }
     })
 }
@@ -194,7 +225,10 @@ unsafe extern "C" fn be_graph_compute(b: ggml_backend_t, g: *mut ggml_cgraph) ->
         match compute(s.dev, g) {
             Ok(()) => GGML_STATUS_SUCCESS,
             Err(e) => {
-                crate::log::error(&format!("HRX: {}: graph_compute failed: {e}\n", s.dev.name.to_string_lossy()));
+                crate::log::error(&format!(
+                    "HRX: {}: graph_compute failed: {e}\n",
+                    s.dev.name.to_string_lossy()
+                ));
                 GGML_STATUS_FAILED
             }
         }
@@ -202,7 +236,7 @@ unsafe extern "C" fn be_graph_compute(b: ggml_backend_t, g: *mut ggml_cgraph) ->
 }
 
 fn is_empty(t: &ggml_tensor) -> bool {
-    t.ne.iter().any(|&n| n == 0)
+    t.ne.contains(&0)
 }
 
 /// Why a node could not be prepared.
@@ -222,9 +256,17 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
         // SAFETY: a graph's node array has n_nodes entries.
         unsafe { std::slice::from_raw_parts(g.nodes, n) }
     };
-    let label = |first: usize| format!("{} split starting at node {first}", dev.name.to_string_lossy());
+    let label = |first: usize| {
+        format!(
+            "{} split starting at node {first}",
+            dev.name.to_string_lossy()
+        )
+    };
     let mut ran: Vec<*const ggml_tensor> = Vec::with_capacity(n);
-    let mut job = ExecJob { nodes: Vec::new(), label: label(0) };
+    let mut job = ExecJob {
+        nodes: Vec::new(),
+        label: label(0),
+    };
     // original node -> index in job.nodes
     let mut in_job: HashMap<usize, usize> = HashMap::new();
     // host weights the current job reads through the arena
@@ -233,7 +275,10 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
         // SAFETY: graph nodes are live tensors.
         let node = unsafe { &*np };
         ran.push(np);
-        if claims::is_view_op(node.op) || is_empty(node) || node.flags & GGML_TENSOR_FLAG_COMPUTE as i32 == 0 {
+        if claims::is_view_op(node.op)
+            || is_empty(node)
+            || node.flags & GGML_TENSOR_FLAG_COMPUTE as i32 == 0
+        {
             continue;
         }
         if let Claim::No(why) = claims::claim(node, &cpu_kernels_support) {
@@ -265,11 +310,12 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
                 match prepare(dev, node, &in_job, &mut pinned) {
                     Ok(nj) => nj,
                     Err(PrepError::NoRoom) => {
+                        dev.arena.lock().note_refusal();
                         return Err(format!(
                             "node {i} {}: its host weights together exceed the host-weight budget (GGML_HRX_HOST_WEIGHT_LIMIT_MB)",
                             // SAFETY: live tensor.
                             unsafe { crate::ggml::describe(node) }
-                        ))
+                        ));
                     }
                     Err(PrepError::Fatal(e)) => return Err(e),
                 }
@@ -293,8 +339,20 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
 }
 
 /// Submits the job built so far (if any) and starts a new one labelled `next`.
-fn flush(dev: &Device, job: &mut ExecJob, in_job: &mut HashMap<usize, usize>, pinned: &mut Vec<WeightKey>, next: String) {
-    let done = std::mem::replace(job, ExecJob { nodes: Vec::new(), label: next });
+fn flush(
+    dev: &Device,
+    job: &mut ExecJob,
+    in_job: &mut HashMap<usize, usize>,
+    pinned: &mut Vec<WeightKey>,
+    next: String,
+) {
+    let done = std::mem::replace(
+        job,
+        ExecJob {
+            nodes: Vec::new(),
+            label: next,
+        },
+    );
     in_job.clear();
     pinned.clear();
     if !done.nodes.is_empty() {
@@ -306,8 +364,20 @@ fn flush(dev: &Device, job: &mut ExecJob, in_job: &mut HashMap<usize, usize>, pi
 /// current job is linked to that node's shadow instead of copied (so the kernels see the
 /// producer itself, as in the original graph: what lets the CPU kernels fuse
 /// `RMS_NORM+MUL` exactly as they do in a CPU-only run).
-fn prepare(dev: &'static Device, node: &ggml_tensor, in_job: &HashMap<usize, usize>, pinned: &mut Vec<WeightKey>) -> Result<NodeJob, PrepError> {
-    let mut job = NodeJob { tensors: vec![*node], locs: Vec::new(), sizes: Vec::new(), srcs: Vec::new(), node_srcs: Vec::new(), use_count: None };
+fn prepare(
+    dev: &'static Device,
+    node: &ggml_tensor,
+    in_job: &HashMap<usize, usize>,
+    pinned: &mut Vec<WeightKey>,
+) -> Result<NodeJob, PrepError> {
+    let mut job = NodeJob {
+        tensors: vec![*node],
+        locs: Vec::new(),
+        sizes: Vec::new(),
+        srcs: Vec::new(),
+        node_srcs: Vec::new(),
+        use_count: None,
+    };
     // SAFETY: live tensor.
     job.sizes.push(unsafe { crate::ggml::nbytes(node) });
     job.locs.push(locate(dev, node, true, pinned)?);
@@ -331,14 +401,23 @@ fn prepare(dev: &'static Device, node: &ggml_tensor, in_job: &HashMap<usize, usi
 }
 
 /// Where the bytes of `t` are for the device.
-fn locate(dev: &'static Device, t: &ggml_tensor, is_dst: bool, pinned: &mut Vec<WeightKey>) -> Result<Loc, PrepError> {
+fn locate(
+    dev: &'static Device,
+    t: &ggml_tensor,
+    is_dst: bool,
+    pinned: &mut Vec<WeightKey>,
+) -> Result<Loc, PrepError> {
     let root: &ggml_tensor = if t.view_src.is_null() {
         t
     } else {
         // SAFETY: view_src of a live tensor is live.
         unsafe { &*t.view_src }
     };
-    let buf = if t.buffer.is_null() { root.buffer } else { t.buffer };
+    let buf = if t.buffer.is_null() {
+        root.buffer
+    } else {
+        t.buffer
+    };
     // SAFETY: live tensor.
     let desc = || unsafe { crate::ggml::describe(t) };
     let fatal = |m: String| Err(PrepError::Fatal(m));
@@ -353,7 +432,10 @@ fn locate(dev: &'static Device, t: &ggml_tensor, is_dst: bool, pinned: &mut Vec<
         // SAFETY: live tensor.
         let n = unsafe { crate::ggml::nbytes(t) };
         if !dev.rt.contains(t.data as usize, n) {
-            return fatal(format!("tensor {} lies outside the device allocations", desc()));
+            return fatal(format!(
+                "tensor {} lies outside the device allocations",
+                desc()
+            ));
         }
         return Ok(Loc::Device(t.data as usize));
     }
@@ -361,7 +443,11 @@ fn locate(dev: &'static Device, t: &ggml_tensor, is_dst: bool, pinned: &mut Vec<
     let buft = unsafe { (*buf).buft };
     // SAFETY: live buffer type.
     if !unsafe { buffer::buft_is_host(buft) } {
-        return fatal(format!("tensor {} is in a buffer type {} cannot access", desc(), dev.name.to_string_lossy()));
+        return fatal(format!(
+            "tensor {} is in a buffer type {} cannot access",
+            desc(),
+            dev.name.to_string_lossy()
+        ));
     }
     // SAFETY: live buffer.
     let usage = unsafe { (*buf).usage };
@@ -371,7 +457,10 @@ fn locate(dev: &'static Device, t: &ggml_tensor, is_dst: bool, pinned: &mut Vec<
     // a host weight read by a device op: materialize it through the arena
     // SAFETY: live tensor.
     let size = unsafe { crate::ggml::nbytes(root) };
-    let key = WeightKey { ptr: root.data as usize, size };
+    let key = WeightKey {
+        ptr: root.data as usize,
+        size,
+    };
     // SAFETY: live buffer.
     let generation = unsafe { buffer::host_generation(buf, dev) };
     let got = dev.arena.lock().acquire(&*dev.rt, key, generation, pinned);
@@ -384,6 +473,9 @@ fn locate(dev: &'static Device, t: &ggml_tensor, is_dst: bool, pinned: &mut Vec<
         }
         Err(ArenaError::NoRoom { .. }) if !pinned.is_empty() => Err(PrepError::NoRoom),
         // SAFETY: live tensor.
-        Err(e) => fatal(format!("host weight {} refused by the arena: {e}", unsafe { crate::ggml::describe(root) })),
+        Err(e) => fatal(format!(
+            "host weight {} refused by the arena: {e}",
+            unsafe { crate::ggml::describe(root) }
+        )),
     }
 }

@@ -67,7 +67,9 @@ unsafe fn buft_device(buft: ggml_backend_buffer_type_t) -> &'static Device {
     unsafe { &*((*buft).context as *const Device) }
 }
 
-unsafe extern "C" fn buft_get_name(buft: ggml_backend_buffer_type_t) -> *const std::os::raw::c_char {
+unsafe extern "C" fn buft_get_name(
+    buft: ggml_backend_buffer_type_t,
+) -> *const std::os::raw::c_char {
     guard("buft_get_name", || {
         // SAFETY: ggml passes one of our buffer types.
         let dev = unsafe { buft_device(buft) };
@@ -85,7 +87,9 @@ unsafe extern "C" fn buft_get_alignment(_buft: ggml_backend_buffer_type_t) -> us
 
 unsafe extern "C" fn buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
     // SAFETY: ggml passes one of our buffer types.
-    guard("buft_get_max_size", || unsafe { buft_device(buft) }.rt.capacity())
+    guard("buft_get_max_size", || {
+        unsafe { buft_device(buft) }.rt.capacity()
+    })
 }
 
 unsafe extern "C" fn dev_buft_is_host(_buft: ggml_backend_buffer_type_t) -> bool {
@@ -96,7 +100,10 @@ unsafe extern "C" fn host_buft_is_host(_buft: ggml_backend_buffer_type_t) -> boo
     true
 }
 
-unsafe extern "C" fn dev_buft_alloc(buft: ggml_backend_buffer_type_t, size: usize) -> ggml_backend_buffer_t {
+unsafe extern "C" fn dev_buft_alloc(
+    buft: ggml_backend_buffer_type_t,
+    size: usize,
+) -> ggml_backend_buffer_t {
     guard("ggml_backend_hrx_buffer_type_alloc_buffer", || {
         // SAFETY: ggml passes one of our buffer types.
         let dev = unsafe { buft_device(buft) };
@@ -113,7 +120,9 @@ unsafe extern "C" fn dev_buft_alloc(buft: ggml_backend_buffer_type_t, size: usiz
         let ctx = Box::into_raw(Box::new(DevBuffer { dev, addr, size }));
         // SAFETY: buffer_init copies the interface and keeps the context pointer; the
         // context is freed by free_buffer.
-        let b = unsafe { (crate::ggml::need_base().buffer_init)(buft, dev_buffer_iface(), ctx.cast(), size) };
+        let b = unsafe {
+            (crate::ggml::need_base().buffer_init)(buft, dev_buffer_iface(), ctx.cast(), size)
+        };
         if b.is_null() {
             // SAFETY: ctx came from Box::into_raw above and was not handed out.
             drop(unsafe { Box::from_raw(ctx) });
@@ -123,7 +132,10 @@ unsafe extern "C" fn dev_buft_alloc(buft: ggml_backend_buffer_type_t, size: usiz
     })
 }
 
-unsafe extern "C" fn host_buft_alloc(buft: ggml_backend_buffer_type_t, size: usize) -> ggml_backend_buffer_t {
+unsafe extern "C" fn host_buft_alloc(
+    buft: ggml_backend_buffer_type_t,
+    size: usize,
+) -> ggml_backend_buffer_t {
     guard("ggml_backend_hrx_host_buffer_type_alloc_buffer", || {
         // SAFETY: ggml passes one of our buffer types.
         let dev = unsafe { buft_device(buft) };
@@ -133,12 +145,21 @@ unsafe extern "C" fn host_buft_alloc(buft: ggml_backend_buffer_type_t, size: usi
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
-            crate::log::error(&format!("HRX: cannot allocate {size} bytes of host memory\n"));
+            crate::log::error(&format!(
+                "HRX: cannot allocate {size} bytes of host memory\n"
+            ));
             return std::ptr::null_mut();
         }
-        let ctx = Box::into_raw(Box::new(HostBuffer { dev, ptr, layout, generation: AtomicU64::new(1) }));
+        let ctx = Box::into_raw(Box::new(HostBuffer {
+            dev,
+            ptr,
+            layout,
+            generation: AtomicU64::new(1),
+        }));
         // SAFETY: as for the device buffer.
-        let b = unsafe { (crate::ggml::need_base().buffer_init)(buft, host_buffer_iface(), ctx.cast(), size) };
+        let b = unsafe {
+            (crate::ggml::need_base().buffer_init)(buft, host_buffer_iface(), ctx.cast(), size)
+        };
         if b.is_null() {
             // SAFETY: ctx and ptr were created above and not handed out.
             unsafe {
@@ -248,10 +269,19 @@ unsafe extern "C" fn dev_free_buffer(b: ggml_backend_buffer_t) {
 
 unsafe extern "C" fn dev_get_base(b: ggml_backend_buffer_t) -> *mut c_void {
     // SAFETY: ggml passes one of our device buffers.
-    guard("ggml_backend_hrx_buffer_get_base", || unsafe { dev_ctx(b) }.addr as *mut c_void)
+    guard(
+        "ggml_backend_hrx_buffer_get_base",
+        || unsafe { dev_ctx(b) }.addr as *mut c_void,
+    )
 }
 
-unsafe extern "C" fn dev_memset_tensor(b: ggml_backend_buffer_t, t: *mut ggml_tensor, value: u8, offset: usize, size: usize) {
+unsafe extern "C" fn dev_memset_tensor(
+    b: ggml_backend_buffer_t,
+    t: *mut ggml_tensor,
+    value: u8,
+    offset: usize,
+    size: usize,
+) {
     guard("ggml_backend_hrx_buffer_memset_tensor", || {
         // SAFETY: ggml passes our buffer and a live tensor in it.
         let (ctx, t) = unsafe { (dev_ctx(b), non_null(t, "tensor")) };
@@ -261,17 +291,31 @@ unsafe extern "C" fn dev_memset_tensor(b: ggml_backend_buffer_t, t: *mut ggml_te
     })
 }
 
-unsafe extern "C" fn dev_set_tensor(b: ggml_backend_buffer_t, t: *mut ggml_tensor, data: *const c_void, offset: usize, size: usize) {
+unsafe extern "C" fn dev_set_tensor(
+    b: ggml_backend_buffer_t,
+    t: *mut ggml_tensor,
+    data: *const c_void,
+    offset: usize,
+    size: usize,
+) {
     guard("ggml_backend_hrx_buffer_set_tensor", || {
         // SAFETY: ggml passes our buffer, a live tensor in it and `size` readable bytes.
         let (ctx, t) = unsafe { (dev_ctx(b), non_null(t, "tensor")) };
         let a = dev_range(ctx, t, offset, size);
-        ctx.dev.rt.upload(a, HostSrc::Borrowed(SendPtr(data as *mut _), size));
+        ctx.dev
+            .rt
+            .upload(a, HostSrc::Borrowed(SendPtr(data as *mut _), size));
         sync(ctx.dev);
     })
 }
 
-unsafe extern "C" fn dev_get_tensor(b: ggml_backend_buffer_t, t: *const ggml_tensor, data: *mut c_void, offset: usize, size: usize) {
+unsafe extern "C" fn dev_get_tensor(
+    b: ggml_backend_buffer_t,
+    t: *const ggml_tensor,
+    data: *mut c_void,
+    offset: usize,
+    size: usize,
+) {
     guard("ggml_backend_hrx_buffer_get_tensor", || {
         // SAFETY: ggml passes our buffer, a live tensor in it and `size` writable bytes.
         let (ctx, t) = unsafe { (dev_ctx(b), non_null(t, "tensor")) };
@@ -287,7 +331,12 @@ unsafe extern "C" fn dev_get_tensor(b: ggml_backend_buffer_t, t: *const ggml_ten
 ///
 /// # Safety
 /// Both tensors are live and allocated.
-pub unsafe fn copy_into_device(dev: &Device, src: &ggml_tensor, dst: &ggml_tensor, queue_only: bool) -> bool {
+pub unsafe fn copy_into_device(
+    dev: &Device,
+    src: &ggml_tensor,
+    dst: &ggml_tensor,
+    queue_only: bool,
+) -> bool {
     // SAFETY: forwarded.
     let n = unsafe { crate::ggml::nbytes(src) };
     // SAFETY: forwarded.
@@ -333,10 +382,21 @@ pub unsafe fn buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
     !buft.is_null() && unsafe { (*buft).iface.is_host.is_some_and(|f| f(buft)) }
 }
 
-unsafe extern "C" fn dev_cpy_tensor(b: ggml_backend_buffer_t, src: *const ggml_tensor, dst: *mut ggml_tensor) -> bool {
+unsafe extern "C" fn dev_cpy_tensor(
+    b: ggml_backend_buffer_t,
+    src: *const ggml_tensor,
+    dst: *mut ggml_tensor,
+) -> bool {
     guard("ggml_backend_hrx_buffer_cpy_tensor", || {
         // SAFETY: ggml passes our buffer and two live tensors, dst in our buffer.
-        unsafe { copy_into_device(dev_ctx(b).dev, non_null(src, "src"), non_null(dst, "dst"), false) }
+        unsafe {
+            copy_into_device(
+                dev_ctx(b).dev,
+                non_null(src, "src"),
+                non_null(dst, "dst"),
+                false,
+            )
+        }
     })
 }
 
@@ -353,7 +413,10 @@ unsafe extern "C" fn host_free_buffer(b: ggml_backend_buffer_t) {
     guard("ggml_backend_hrx_host_buffer_free_buffer", || {
         // SAFETY: ggml frees each of our buffers once; the context came from Box::into_raw.
         let ctx = unsafe { Box::from_raw((*b).context as *mut HostBuffer) };
-        ctx.dev.arena.lock().forget_range(&*ctx.dev.rt, ctx.ptr as usize, ctx.layout.size());
+        ctx.dev
+            .arena
+            .lock()
+            .forget_range(&*ctx.dev.rt, ctx.ptr as usize, ctx.layout.size());
         // queued work may still read or write this memory
         sync(ctx.dev);
         // SAFETY: ptr/layout are the allocation made in host_buft_alloc.
@@ -363,7 +426,9 @@ unsafe extern "C" fn host_free_buffer(b: ggml_backend_buffer_t) {
 
 unsafe extern "C" fn host_get_base(b: ggml_backend_buffer_t) -> *mut c_void {
     // SAFETY: ggml passes one of our host buffers.
-    guard("ggml_backend_hrx_host_buffer_get_base", || unsafe { host_ctx(b) }.ptr.cast())
+    guard("ggml_backend_hrx_host_buffer_get_base", || {
+        unsafe { host_ctx(b) }.ptr.cast()
+    })
 }
 
 fn host_write(b: ggml_backend_buffer_t) -> &'static HostBuffer {
@@ -375,7 +440,13 @@ fn host_write(b: ggml_backend_buffer_t) -> &'static HostBuffer {
     ctx
 }
 
-unsafe extern "C" fn host_memset_tensor(b: ggml_backend_buffer_t, t: *mut ggml_tensor, value: u8, offset: usize, size: usize) {
+unsafe extern "C" fn host_memset_tensor(
+    b: ggml_backend_buffer_t,
+    t: *mut ggml_tensor,
+    value: u8,
+    offset: usize,
+    size: usize,
+) {
     guard("ggml_backend_hrx_host_buffer_memset_tensor", || {
         host_write(b);
         // SAFETY: ggml passes a live tensor whose [offset, offset+size) is in the buffer.
@@ -383,24 +454,52 @@ unsafe extern "C" fn host_memset_tensor(b: ggml_backend_buffer_t, t: *mut ggml_t
     })
 }
 
-unsafe extern "C" fn host_set_tensor(b: ggml_backend_buffer_t, t: *mut ggml_tensor, data: *const c_void, offset: usize, size: usize) {
+unsafe extern "C" fn host_set_tensor(
+    b: ggml_backend_buffer_t,
+    t: *mut ggml_tensor,
+    data: *const c_void,
+    offset: usize,
+    size: usize,
+) {
     guard("ggml_backend_hrx_host_buffer_set_tensor", || {
         host_write(b);
         // SAFETY: as above, plus `size` readable bytes at `data`.
-        unsafe { std::ptr::copy_nonoverlapping(data as *const u8, ((*t).data as *mut u8).add(offset), size) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data as *const u8,
+                ((*t).data as *mut u8).add(offset),
+                size,
+            )
+        };
     })
 }
 
-unsafe extern "C" fn host_get_tensor(b: ggml_backend_buffer_t, t: *const ggml_tensor, data: *mut c_void, offset: usize, size: usize) {
+unsafe extern "C" fn host_get_tensor(
+    b: ggml_backend_buffer_t,
+    t: *const ggml_tensor,
+    data: *mut c_void,
+    offset: usize,
+    size: usize,
+) {
     guard("ggml_backend_hrx_host_buffer_get_tensor", || {
         // SAFETY: ggml passes one of our host buffers.
         sync(unsafe { host_ctx(b) }.dev);
         // SAFETY: as above, plus `size` writable bytes at `data`.
-        unsafe { std::ptr::copy_nonoverlapping(((*t).data as *const u8).add(offset), data as *mut u8, size) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                ((*t).data as *const u8).add(offset),
+                data as *mut u8,
+                size,
+            )
+        };
     })
 }
 
-unsafe extern "C" fn host_cpy_tensor(b: ggml_backend_buffer_t, src: *const ggml_tensor, dst: *mut ggml_tensor) -> bool {
+unsafe extern "C" fn host_cpy_tensor(
+    b: ggml_backend_buffer_t,
+    src: *const ggml_tensor,
+    dst: *mut ggml_tensor,
+) -> bool {
     guard("ggml_backend_hrx_host_buffer_cpy_tensor", || {
         // SAFETY: ggml passes live tensors; dst is in our host buffer.
         let (src, dst) = unsafe { (non_null(src, "src"), non_null(dst, "dst")) };

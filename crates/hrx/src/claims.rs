@@ -45,7 +45,13 @@ pub const WEIGHT_TYPES: &[ggml_type] = &[
 ];
 
 /// Types every other tensor of a claimed node may have.
-const PLAIN_TYPES: &[ggml_type] = &[GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I32, GGML_TYPE_I64];
+const PLAIN_TYPES: &[ggml_type] = &[
+    GGML_TYPE_F32,
+    GGML_TYPE_F16,
+    GGML_TYPE_BF16,
+    GGML_TYPE_I32,
+    GGML_TYPE_I64,
+];
 
 /// The name of `op` as ggml spells it (`"MUL_MAT"`), `"?"` when out of range.
 pub fn op_name(op: ggml_op) -> &'static str {
@@ -54,7 +60,10 @@ pub fn op_name(op: ggml_op) -> &'static str {
 
 /// The op called `name` (case-insensitive).
 pub fn op_by_name(name: &str) -> Option<ggml_op> {
-    OP_NAMES.iter().position(|n| n.eq_ignore_ascii_case(name)).map(|i| i as ggml_op)
+    OP_NAMES
+        .iter()
+        .position(|n| n.eq_ignore_ascii_case(name))
+        .map(|i| i as ggml_op)
 }
 
 fn table() -> &'static Vec<AtomicBool> {
@@ -67,9 +76,9 @@ fn table() -> &'static Vec<AtomicBool> {
         if let Ok(spec) = std::env::var("GGML_HRX_EAGER_OPS") {
             match parse_spec(&spec, &set) {
                 Ok(s) => set = s,
-                Err(e) => crate::log::error(&format!(
-                    "HRX: GGML_HRX_EAGER_OPS='{spec}' ignored: {e}\n"
-                )),
+                Err(e) => {
+                    crate::log::error(&format!("HRX: GGML_HRX_EAGER_OPS='{spec}' ignored: {e}\n"))
+                }
             }
         }
         set.into_iter().map(AtomicBool::new).collect()
@@ -78,7 +87,9 @@ fn table() -> &'static Vec<AtomicBool> {
 
 /// Whether `op` is in the eager set.
 pub fn is_eager(op: ggml_op) -> bool {
-    table().get(op as usize).is_some_and(|b| b.load(Ordering::Relaxed))
+    table()
+        .get(op as usize)
+        .is_some_and(|b| b.load(Ordering::Relaxed))
 }
 
 /// Adds or removes `op`; `false` for an op out of range or `GGML_OP_NONE` (always accepted,
@@ -108,7 +119,10 @@ pub fn apply_spec(spec: &str) -> Result<(), String> {
 
 /// The current eager ops, by name.
 pub fn eager_names() -> Vec<&'static str> {
-    (0..OP_NAMES.len()).filter(|&i| is_eager(i as ggml_op)).map(|i| OP_NAMES[i]).collect()
+    (0..OP_NAMES.len())
+        .filter(|&i| is_eager(i as ggml_op))
+        .map(|i| OP_NAMES[i])
+        .collect()
 }
 
 /// Parses an eager-op spec against `current` (indexed by op) and returns the new set.
@@ -119,9 +133,17 @@ pub fn eager_names() -> Vec<&'static str> {
 /// stands for the default set, `ALL` for every op. Names are case-insensitive; an unknown
 /// name is an error naming it.
 pub fn parse_spec(spec: &str, current: &[bool]) -> Result<Vec<bool>, String> {
-    let items: Vec<&str> = spec.split([',', ' ', '\t', '\n']).map(str::trim).filter(|s| !s.is_empty()).collect();
+    let items: Vec<&str> = spec
+        .split([',', ' ', '\t', '\n'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
     let full = items.iter().any(|s| !s.starts_with(['+', '-']));
-    let mut set = if full { vec![false; current.len()] } else { current.to_vec() };
+    let mut set = if full {
+        vec![false; current.len()]
+    } else {
+        current.to_vec()
+    };
     let mut edits = Vec::new();
     for item in &items {
         let (sign, name) = match item.as_bytes()[0] {
@@ -170,14 +192,21 @@ impl Claim {
 
 /// Whether `op` only re-describes existing storage.
 pub fn is_view_op(op: ggml_op) -> bool {
-    matches!(op, GGML_OP_NONE | GGML_OP_VIEW | GGML_OP_RESHAPE | GGML_OP_PERMUTE | GGML_OP_TRANSPOSE)
+    matches!(
+        op,
+        GGML_OP_NONE | GGML_OP_VIEW | GGML_OP_RESHAPE | GGML_OP_PERMUTE | GGML_OP_TRANSPOSE
+    )
 }
 
 /// Follows view ops (`VIEW`, `RESHAPE`, `PERMUTE`, `TRANSPOSE`) back to the node that
 /// produced the data.
 pub fn through_views(mut t: &ggml_tensor) -> &ggml_tensor {
     let mut guard = 0;
-    while matches!(t.op, GGML_OP_VIEW | GGML_OP_RESHAPE | GGML_OP_PERMUTE | GGML_OP_TRANSPOSE) && guard < 64 {
+    while matches!(
+        t.op,
+        GGML_OP_VIEW | GGML_OP_RESHAPE | GGML_OP_PERMUTE | GGML_OP_TRANSPOSE
+    ) && guard < 64
+    {
         // SAFETY: src[0] of a view op is NULL or a live tensor of the same graph.
         match unsafe { t.src[0].as_ref() } {
             Some(s) => t = s,
@@ -195,13 +224,21 @@ fn srcs(t: &ggml_tensor) -> impl Iterator<Item = &ggml_tensor> {
 
 fn types_ok(node: &ggml_tensor) -> Result<(), String> {
     let weight_src0 = matches!(node.op, GGML_OP_MUL_MAT | GGML_OP_GET_ROWS);
-    let quant_any = matches!(node.op, GGML_OP_CPY | GGML_OP_DUP | GGML_OP_SET_ROWS | GGML_OP_CONT);
+    let quant_any = matches!(
+        node.op,
+        GGML_OP_CPY | GGML_OP_DUP | GGML_OP_SET_ROWS | GGML_OP_CONT
+    );
     let check = |t: &ggml_tensor, weight: bool| {
-        let ok = PLAIN_TYPES.contains(&t.type_) || ((weight || quant_any) && WEIGHT_TYPES.contains(&t.type_));
+        let ok = PLAIN_TYPES.contains(&t.type_)
+            || ((weight || quant_any) && WEIGHT_TYPES.contains(&t.type_));
         if ok {
             Ok(())
         } else {
-            Err(format!("type {} not claimed for {}", t.type_, op_name(node.op)))
+            Err(format!(
+                "type {} not claimed for {}",
+                t.type_,
+                op_name(node.op)
+            ))
         }
     };
     check(node, false)?;
@@ -258,7 +295,9 @@ pub fn batch_size(node: &ggml_tensor) -> i64 {
 /// `offload_op`: worth moving to the device although its weight lives in host memory:
 /// claimed, not `GET_ROWS`, and a batch of at least 32 (the rule GPU backends use).
 pub fn offload(node: &ggml_tensor, kernels_support: &dyn Fn(&ggml_tensor) -> bool) -> bool {
-    node.op != GGML_OP_GET_ROWS && batch_size(node) >= 32 && matches!(claim(node, kernels_support), Claim::Eager | Claim::Fused(_))
+    node.op != GGML_OP_GET_ROWS
+        && batch_size(node) >= 32
+        && matches!(claim(node, kernels_support), Claim::Eager | Claim::Fused(_))
 }
 
 #[cfg(test)]
@@ -266,7 +305,12 @@ mod tests {
     use super::*;
 
     fn t(op: ggml_op, ty: ggml_type) -> ggml_tensor {
-        ggml_tensor { op, type_: ty, ne: [4, 4, 1, 1], ..Default::default() }
+        ggml_tensor {
+            op,
+            type_: ty,
+            ne: [4, 4, 1, 1],
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -283,7 +327,9 @@ mod tests {
         cur[GGML_OP_ADD as usize] = true;
         cur[GGML_OP_SET_ROWS as usize] = true;
         let s = parse_spec("+FILL,-SET_ROWS", &cur).unwrap();
-        assert!(s[GGML_OP_ADD as usize] && s[GGML_OP_FILL as usize] && !s[GGML_OP_SET_ROWS as usize]);
+        assert!(
+            s[GGML_OP_ADD as usize] && s[GGML_OP_FILL as usize] && !s[GGML_OP_SET_ROWS as usize]
+        );
         let s = parse_spec("mul, scale", &cur).unwrap();
         assert_eq!(s.iter().filter(|&&b| b).count(), 2);
         assert!(s[GGML_OP_MUL as usize] && s[GGML_OP_SCALE as usize]);
@@ -299,7 +345,13 @@ mod tests {
     #[test]
     fn views_and_none_are_always_accepted() {
         let yes = |_: &ggml_tensor| true;
-        for op in [GGML_OP_NONE, GGML_OP_VIEW, GGML_OP_RESHAPE, GGML_OP_PERMUTE, GGML_OP_TRANSPOSE] {
+        for op in [
+            GGML_OP_NONE,
+            GGML_OP_VIEW,
+            GGML_OP_RESHAPE,
+            GGML_OP_PERMUTE,
+            GGML_OP_TRANSPOSE,
+        ] {
             assert_eq!(claim(&t(op, GGML_TYPE_F32), &yes), Claim::Passive);
         }
     }
@@ -322,17 +374,27 @@ mod tests {
         let mut f16 = mul;
         f16.type_ = GGML_TYPE_F16;
         assert_eq!(fused_pattern(&f16), None);
-        // the pattern claims MUL even when MUL is withdrawn from the eager set; this test
-        // uses a local copy of the rule, so the global set is left alone
+        // with MUL withdrawn from the eager set, only the pattern claims it (no other test
+        // uses MUL, so flipping the process-wide set here is race-free)
         let yes = |_: &ggml_tensor| true;
-        assert!(claim(&mul, &yes).accepted());
+        assert!(set_eager(GGML_OP_MUL, false));
+        assert_eq!(claim(&mul, &yes), Claim::Fused("RMS_NORM+MUL"));
+        assert!(!claim(&plain, &yes).accepted());
+        assert!(set_eager(GGML_OP_MUL, true));
+        assert_eq!(claim(&mul, &yes), Claim::Eager);
     }
 
     #[test]
     fn mul_mat_weight_types() {
         let yes = |_: &ggml_tensor| true;
         let mut x = t(GGML_OP_NONE, GGML_TYPE_F32);
-        for (ty, ok) in [(GGML_TYPE_Q4_0, true), (GGML_TYPE_Q4_1, true), (GGML_TYPE_Q8_0, true), (GGML_TYPE_F16, true), (GGML_TYPE_Q6_K, false)] {
+        for (ty, ok) in [
+            (GGML_TYPE_Q4_0, true),
+            (GGML_TYPE_Q4_1, true),
+            (GGML_TYPE_Q8_0, true),
+            (GGML_TYPE_F16, true),
+            (GGML_TYPE_Q6_K, false),
+        ] {
             let mut w = t(GGML_OP_NONE, ty);
             let mut mm = t(GGML_OP_MUL_MAT, GGML_TYPE_F32);
             mm.src[0] = &mut w;

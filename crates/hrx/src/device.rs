@@ -45,7 +45,12 @@ unsafe impl Send for Device {}
 impl Device {
     /// Creates device `index` over `rt` and its ggml structs (leaked: devices live for the
     /// process, as ggml expects of registered devices).
-    pub fn create(index: usize, rt: Box<dyn Runtime>, reg: ggml_backend_reg_t, arena_limit: usize) -> &'static Device {
+    pub fn create(
+        index: usize,
+        rt: Box<dyn Runtime>,
+        reg: ggml_backend_reg_t,
+        arena_limit: usize,
+    ) -> &'static Device {
         let d: &'static Device = Box::leak(Box::new(Device {
             index,
             name: CString::new(format!("HRX{index}")).unwrap(),
@@ -59,9 +64,21 @@ impl Device {
             dev: OnceLock::new(),
         }));
         let ctx = d as *const Device as *mut c_void;
-        let dev = Box::leak(Box::new(ggml_backend_device { iface: device_iface(), reg, context: ctx }));
-        let buft = Box::leak(Box::new(ggml_backend_buffer_type { iface: buffer::device_buft_iface(), device: dev, context: ctx }));
-        let host = Box::leak(Box::new(ggml_backend_buffer_type { iface: buffer::host_buft_iface(), device: dev, context: ctx }));
+        let dev = Box::leak(Box::new(ggml_backend_device {
+            iface: device_iface(),
+            reg,
+            context: ctx,
+        }));
+        let buft = Box::leak(Box::new(ggml_backend_buffer_type {
+            iface: buffer::device_buft_iface(),
+            device: dev,
+            context: ctx,
+        }));
+        let host = Box::leak(Box::new(ggml_backend_buffer_type {
+            iface: buffer::host_buft_iface(),
+            device: dev,
+            context: ctx,
+        }));
         let _ = d.dev.set(dev as *mut _ as usize);
         let _ = d.buft.set(buft as *mut _ as usize);
         let _ = d.host_buft.set(host as *mut _ as usize);
@@ -99,7 +116,7 @@ impl Device {
 /// `dev` is one of this library's devices.
 pub unsafe fn from_dev(dev: ggml_backend_dev_t) -> &'static Device {
     // SAFETY: our devices' context is the leaked Device.
-    unsafe { &*((*non_null(dev, "device")).context as *const Device) }
+    unsafe { &*(non_null(dev, "device").context as *const Device) }
 }
 
 /// Whether ggml's CPU kernels handle `node` (the simulator runs them); false when
@@ -147,12 +164,16 @@ fn device_iface() -> ggml_backend_device_i {
 
 unsafe extern "C" fn dev_get_name(dev: ggml_backend_dev_t) -> *const c_char {
     // SAFETY: ggml passes one of our devices.
-    guard("ggml_backend_hrx_device_get_name", || unsafe { from_dev(dev) }.name.as_ptr())
+    guard("ggml_backend_hrx_device_get_name", || {
+        unsafe { from_dev(dev) }.name.as_ptr()
+    })
 }
 
 unsafe extern "C" fn dev_get_description(dev: ggml_backend_dev_t) -> *const c_char {
     // SAFETY: ggml passes one of our devices.
-    guard("ggml_backend_hrx_device_get_description", || unsafe { from_dev(dev) }.description.as_ptr())
+    guard("ggml_backend_hrx_device_get_description", || {
+        unsafe { from_dev(dev) }.description.as_ptr()
+    })
 }
 
 unsafe extern "C" fn dev_get_memory(dev: ggml_backend_dev_t, free: *mut usize, total: *mut usize) {
@@ -192,26 +213,43 @@ unsafe extern "C" fn dev_get_props(dev: ggml_backend_dev_t, props: *mut ggml_bac
             memory_total: total,
             type_: GGML_BACKEND_DEVICE_TYPE_GPU,
             device_id: std::ptr::null(),
-            caps: ggml_backend_dev_caps { async_: true, host_buffer: true, buffer_from_host_ptr: false, events: true, mmap_support: false },
+            caps: ggml_backend_dev_caps {
+                async_: true,
+                host_buffer: true,
+                buffer_from_host_ptr: false,
+                events: true,
+                mmap_support: false,
+            },
         };
         // SAFETY: writable per ggml's contract.
         unsafe { *props = p };
     })
 }
 
-unsafe extern "C" fn dev_init_backend(dev: ggml_backend_dev_t, _params: *const c_char) -> ggml_backend_t {
+unsafe extern "C" fn dev_init_backend(
+    dev: ggml_backend_dev_t,
+    _params: *const c_char,
+) -> ggml_backend_t {
     // SAFETY: ggml passes one of our devices.
-    guard("ggml_backend_hrx_device_init_backend", || crate::backend::new_backend(unsafe { from_dev(dev) }))
+    guard("ggml_backend_hrx_device_init_backend", || {
+        crate::backend::new_backend(unsafe { from_dev(dev) })
+    })
 }
 
 unsafe extern "C" fn dev_get_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t {
     // SAFETY: ggml passes one of our devices.
-    guard("ggml_backend_hrx_device_get_buffer_type", || unsafe { from_dev(dev) }.buft())
+    guard("ggml_backend_hrx_device_get_buffer_type", || {
+        unsafe { from_dev(dev) }.buft()
+    })
 }
 
-unsafe extern "C" fn dev_get_host_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t {
+unsafe extern "C" fn dev_get_host_buffer_type(
+    dev: ggml_backend_dev_t,
+) -> ggml_backend_buffer_type_t {
     // SAFETY: ggml passes one of our devices.
-    guard("ggml_backend_hrx_device_get_host_buffer_type", || unsafe { from_dev(dev) }.host_buft())
+    guard("ggml_backend_hrx_device_get_host_buffer_type", || {
+        unsafe { from_dev(dev) }.host_buft()
+    })
 }
 
 unsafe extern "C" fn dev_supports_op(_dev: ggml_backend_dev_t, op: *const ggml_tensor) -> bool {
@@ -222,9 +260,14 @@ unsafe extern "C" fn dev_supports_op(_dev: ggml_backend_dev_t, op: *const ggml_t
     })
 }
 
-unsafe extern "C" fn dev_supports_buft(dev: ggml_backend_dev_t, buft: ggml_backend_buffer_type_t) -> bool {
+unsafe extern "C" fn dev_supports_buft(
+    dev: ggml_backend_dev_t,
+    buft: ggml_backend_buffer_type_t,
+) -> bool {
     // SAFETY: ggml passes one of our devices and a live buffer type.
-    guard("ggml_backend_hrx_device_supports_buft", || unsafe { from_dev(dev).supports_buft(buft) })
+    guard("ggml_backend_hrx_device_supports_buft", || unsafe {
+        from_dev(dev).supports_buft(buft)
+    })
 }
 
 unsafe extern "C" fn dev_offload_op(_dev: ggml_backend_dev_t, op: *const ggml_tensor) -> bool {
@@ -237,7 +280,10 @@ unsafe extern "C" fn dev_offload_op(_dev: ggml_backend_dev_t, op: *const ggml_te
 unsafe extern "C" fn dev_event_new(dev: ggml_backend_dev_t) -> ggml_backend_event_t {
     guard("ggml_backend_hrx_device_event_new", || {
         let ev = Arc::into_raw(Event::new()) as *mut c_void;
-        Box::into_raw(Box::new(ggml_backend_event { device: dev, context: ev }))
+        Box::into_raw(Box::new(ggml_backend_event {
+            device: dev,
+            context: ev,
+        }))
     })
 }
 
@@ -248,7 +294,7 @@ unsafe extern "C" fn dev_event_new(dev: ggml_backend_dev_t) -> ggml_backend_even
 pub unsafe fn event_of(ev: ggml_backend_event_t) -> Arc<Event> {
     // SAFETY: the context is an Arc<Event> raw pointer; we add a reference for the caller.
     unsafe {
-        let p = (*non_null(ev, "event")).context as *const Event;
+        let p = non_null(ev, "event").context as *const Event;
         Arc::increment_strong_count(p);
         Arc::from_raw(p)
     }

@@ -137,7 +137,11 @@ pub unsafe fn c_str(p: *const std::os::raw::c_char) -> Option<String> {
         return None;
     }
     // SAFETY: non-NULL and NUL-terminated per the caller.
-    Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 #[cfg(test)]

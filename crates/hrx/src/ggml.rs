@@ -47,27 +47,41 @@ fn sym(name: &CStr) -> *mut c_void {
 }
 
 macro_rules! resolve {
-    ($name:literal) => {{
+    ($name:literal, $ty:ty) => {{
         let p = sym($name);
         if p.is_null() {
             return None;
         }
-        // SAFETY: the symbol is the upstream function of that name; its C signature is the
-        // one of the field this value is stored in (checked against ggml.h by review).
-        unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+        // SAFETY: the symbol is the upstream function of that name and `$ty` is its C
+        // signature (checked against ggml.h / ggml-cpu.h by review).
+        unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
     }};
 }
+
+type LogGetFn = unsafe extern "C" fn(*mut ggml_log_callback, *mut *mut c_void);
+type BufferInitFn = unsafe extern "C" fn(
+    ggml_backend_buffer_type_t,
+    ggml_backend_buffer_i,
+    *mut c_void,
+    usize,
+) -> ggml_backend_buffer_t;
+type NbytesFn = unsafe extern "C" fn(*const ggml_tensor) -> usize;
+type OpDescFn = unsafe extern "C" fn(*const ggml_tensor) -> *const c_char;
+type TypeNameFn = unsafe extern "C" fn(ggml_type) -> *const c_char;
+type CpuInitFn = unsafe extern "C" fn() -> ggml_backend_t;
+type SetThreadsFn = unsafe extern "C" fn(ggml_backend_t, i32);
+type CpuRegFn = unsafe extern "C" fn() -> ggml_backend_reg_t;
 
 /// The libggml-base table, or `None` when libggml-base is not in the process.
 pub fn base() -> Option<&'static Base> {
     static BASE: OnceLock<Option<Base>> = OnceLock::new();
     BASE.get_or_init(|| {
         Some(Base {
-            log_get: resolve!(c"ggml_log_get"),
-            buffer_init: resolve!(c"ggml_backend_buffer_init"),
-            nbytes: resolve!(c"ggml_nbytes"),
-            op_desc: resolve!(c"ggml_op_desc"),
-            type_name: resolve!(c"ggml_type_name"),
+            log_get: resolve!(c"ggml_log_get", LogGetFn),
+            buffer_init: resolve!(c"ggml_backend_buffer_init", BufferInitFn),
+            nbytes: resolve!(c"ggml_nbytes", NbytesFn),
+            op_desc: resolve!(c"ggml_op_desc", OpDescFn),
+            type_name: resolve!(c"ggml_type_name", TypeNameFn),
         })
     })
     .as_ref()
@@ -78,9 +92,9 @@ pub fn cpu() -> Option<&'static Cpu> {
     static CPU: OnceLock<Option<Cpu>> = OnceLock::new();
     CPU.get_or_init(|| {
         Some(Cpu {
-            init: resolve!(c"ggml_backend_cpu_init"),
-            set_n_threads: resolve!(c"ggml_backend_cpu_set_n_threads"),
-            reg: resolve!(c"ggml_backend_cpu_reg"),
+            init: resolve!(c"ggml_backend_cpu_init", CpuInitFn),
+            set_n_threads: resolve!(c"ggml_backend_cpu_set_n_threads", SetThreadsFn),
+            reg: resolve!(c"ggml_backend_cpu_reg", CpuRegFn),
         })
     })
     .as_ref()
@@ -112,11 +126,18 @@ pub unsafe fn describe(t: *const ggml_tensor) -> String {
         // SAFETY: both return static strings.
         Some(b) => unsafe {
             (
-                CStr::from_ptr((b.op_desc)(t)).to_string_lossy().into_owned(),
-                CStr::from_ptr((b.type_name)(tr.type_)).to_string_lossy().into_owned(),
+                CStr::from_ptr((b.op_desc)(t))
+                    .to_string_lossy()
+                    .into_owned(),
+                CStr::from_ptr((b.type_name)(tr.type_))
+                    .to_string_lossy()
+                    .into_owned(),
             )
         },
-        None => (crate::claims::op_name(tr.op).to_string(), format!("type {}", tr.type_)),
+        None => (
+            crate::claims::op_name(tr.op).to_string(),
+            format!("type {}", tr.type_),
+        ),
     };
     format!(
         "'{}' (op {}, {} [{}, {}, {}, {}])",
@@ -127,5 +148,7 @@ pub unsafe fn describe(t: *const ggml_tensor) -> String {
 /// The tensor's name as a Rust string.
 pub fn tensor_name(t: &ggml_tensor) -> String {
     // SAFETY: `name` is a NUL-terminated fixed array inside the tensor.
-    unsafe { CStr::from_ptr(t.name.as_ptr()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(t.name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
 }

@@ -26,7 +26,7 @@ pub unsafe fn hash_find(set: &ggml_hash_set, key: *const ggml_tensor) -> Option<
             return None;
         }
         // SAFETY: i < size, keys has size entries.
-        if unsafe { *set.keys.add(i) } as *const _ == key {
+        if std::ptr::eq(unsafe { *set.keys.add(i) }, key) {
             return Some(i);
         }
         i = (i + 1) % set.size;
@@ -99,7 +99,11 @@ impl OwnedHashSet {
     /// does not move with `self`, so the pointers stay valid until `self` is dropped.
     pub fn raw(&mut self) -> (ggml_hash_set, *mut i32) {
         (
-            ggml_hash_set { size: self.keys.len(), used: self.used.as_mut_ptr(), keys: self.keys.as_mut_ptr() },
+            ggml_hash_set {
+                size: self.keys.len(),
+                used: self.used.as_mut_ptr(),
+                keys: self.keys.as_mut_ptr(),
+            },
             self.counts.as_mut_ptr(),
         )
     }
@@ -115,7 +119,11 @@ mod tests {
         let ptrs: Vec<*mut ggml_tensor> = ts.iter_mut().map(|t| t as *mut _).collect();
         let mut s = OwnedHashSet::new(&[(ptrs[0], 1), (ptrs[1], 0), (ptrs[3], 4)]);
         let (set, counts) = s.raw();
-        let g = ggml_cgraph { use_counts: counts, visited_hash_set: set, ..Default::default() };
+        let g = ggml_cgraph {
+            use_counts: counts,
+            visited_hash_set: set,
+            ..Default::default()
+        };
         // SAFETY: the set and counts live in `s`.
         unsafe {
             assert_eq!(use_count(&g, ptrs[0]), Some(1));

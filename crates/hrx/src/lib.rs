@@ -73,6 +73,11 @@ pub extern "C" fn ggml_backend_init() -> ggml_backend_reg_t {
 #[no_mangle]
 pub extern "C" fn ggml_backend_score() -> c_int {
     guard_or("ggml_backend_score", 0, || {
+        if AUTOREGISTERED.load(std::sync::atomic::Ordering::Relaxed) {
+            // already in the registry (GGML_HRX_AUTOREGISTER): loading it again would
+            // register a second HRX; a score of 0 makes ggml skip it
+            return 0;
+        }
         if ggml::cpu().is_some() && !reg::registry().devices.is_empty() {
             10
         } else {
@@ -80,6 +85,38 @@ pub extern "C" fn ggml_backend_score() -> c_int {
         }
     })
 }
+
+static AUTOREGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Load-time hook for programs that never call `ggml_backend_load_all()` (so never honour
+/// `GGML_BACKEND_PATH`), such as upstream's `test-llama-archs` in a non-DL build: with
+/// `GGML_HRX_AUTOREGISTER=1` and the library in `LD_PRELOAD`, the registry is added to
+/// ggml's with `ggml_backend_register` (from libggml, looked up at run time) when the
+/// library is initialized. Off by default.
+extern "C" fn hrx_autoregister() {
+    guard("hrx_autoregister", || {
+        if std::env::var("GGML_HRX_AUTOREGISTER").ok().as_deref() != Some("1") {
+            return;
+        }
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+        let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"ggml_backend_register".as_ptr()) };
+        if f.is_null() {
+            log::warn(
+                "HRX: GGML_HRX_AUTOREGISTER=1 but ggml_backend_register is not in the process\n",
+            );
+            return;
+        }
+        // SAFETY: the symbol is `void ggml_backend_register(ggml_backend_reg_t)`.
+        let register: unsafe extern "C" fn(ggml_backend_reg_t) = unsafe { std::mem::transmute(f) };
+        // SAFETY: the registry lives for the process.
+        unsafe { register(reg::registry().reg()) };
+        AUTOREGISTERED.store(true, std::sync::atomic::Ordering::Relaxed);
+    })
+}
+
+#[used]
+#[link_section = ".init_array"]
+static HRX_AUTOREGISTER: extern "C" fn() = hrx_autoregister;
 
 /// Returns the `HRX` backend registry (devices `HRX0`, ...). It lives for the process.
 /// NULL on an internal error.
@@ -123,15 +160,20 @@ pub extern "C" fn ggml_backend_hrx_eager_ops_remove(op: c_int) -> ggml_hrx_resul
 /// false (it is accepted as a passive node, not run).
 #[no_mangle]
 pub extern "C" fn ggml_backend_hrx_eager_ops_contains(op: c_int) -> bool {
-    guard("ggml_backend_hrx_eager_ops_contains", || valid_op(op) && claims::is_eager(op as u32))
+    guard("ggml_backend_hrx_eager_ops_contains", || {
+        valid_op(op) && claims::is_eager(op as u32)
+    })
 }
 
 /// Applies an eager-op spec with the syntax of `GGML_HRX_EAGER_OPS`: `+FILL,-SET_ROWS`
 /// edits the set; a list with unsigned names (`ADD,MUL`) replaces it; `DEFAULT` and `ALL`
 /// stand for the default set and every op. On `GGML_HRX_ERR_PARSE` the set is unchanged
 /// and the unknown name is logged.
+///
+/// # Safety
+/// `spec` is NULL or a NUL-terminated string.
 #[no_mangle]
-pub extern "C" fn ggml_backend_hrx_eager_ops_apply(spec: *const c_char) -> ggml_hrx_result {
+pub unsafe extern "C" fn ggml_backend_hrx_eager_ops_apply(spec: *const c_char) -> ggml_hrx_result {
     guard("ggml_backend_hrx_eager_ops_apply", || {
         // SAFETY: the caller passes NULL or a NUL-terminated string.
         let Some(s) = (unsafe { ffi::c_str(spec) }) else {
@@ -149,8 +191,14 @@ pub extern "C" fn ggml_backend_hrx_eager_ops_apply(spec: *const c_char) -> ggml_
 
 /// Writes the host-weight arena statistics of device `device` to `*out` (written only on
 /// success).
+///
+/// # Safety
+/// `out` is NULL or points to a writable `ggml_hrx_arena_stats`.
 #[no_mangle]
-pub extern "C" fn ggml_backend_hrx_arena_stats_get(device: usize, out: *mut ggml_hrx_arena_stats) -> ggml_hrx_result {
+pub unsafe extern "C" fn ggml_backend_hrx_arena_stats_get(
+    device: usize,
+    out: *mut ggml_hrx_arena_stats,
+) -> ggml_hrx_result {
     guard("ggml_backend_hrx_arena_stats_get", || {
         if out.is_null() {
             return ggml_hrx_result::GGML_HRX_ERR_NULL_ARGUMENT;
@@ -168,8 +216,15 @@ pub extern "C" fn ggml_backend_hrx_arena_stats_get(device: usize, out: *mut ggml
 /// Writes the start and length in bytes of device `device`'s fake address range (reserved
 /// with no access rights: any host access inside it faults) to `*base` and `*size`
 /// (written only on success).
+///
+/// # Safety
+/// `base` and `size` are NULL or writable.
 #[no_mangle]
-pub extern "C" fn ggml_backend_hrx_device_address_range(device: usize, base: *mut usize, size: *mut usize) -> ggml_hrx_result {
+pub unsafe extern "C" fn ggml_backend_hrx_device_address_range(
+    device: usize,
+    base: *mut usize,
+    size: *mut usize,
+) -> ggml_hrx_result {
     guard("ggml_backend_hrx_device_address_range", || {
         if base.is_null() || size.is_null() {
             return ggml_hrx_result::GGML_HRX_ERR_NULL_ARGUMENT;

@@ -4,7 +4,10 @@
 
 use std::ffi::CString;
 
-use ggml_sys::{ggml_log_level, GGML_LOG_LEVEL_DEBUG, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_INFO, GGML_LOG_LEVEL_WARN};
+use ggml_sys::{
+    ggml_log_level, GGML_LOG_LEVEL_DEBUG, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_INFO,
+    GGML_LOG_LEVEL_WARN,
+};
 
 use crate::ggml;
 

@@ -29,10 +29,17 @@ pub struct Registry {
 
 fn env_f64(name: &str, default: f64) -> f64 {
     match std::env::var(name) {
-        Ok(v) => v.trim().parse::<f64>().ok().filter(|x| *x >= 0.0).unwrap_or_else(|| {
-            crate::log::warn(&format!("HRX: {name}='{v}' is not a number; using {default}\n"));
-            default
-        }),
+        Ok(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|x| *x >= 0.0)
+            .unwrap_or_else(|| {
+                crate::log::warn(&format!(
+                    "HRX: {name}='{v}' is not a number; using {default}\n"
+                ));
+                default
+            }),
         Err(_) => default,
     }
 }
@@ -58,11 +65,15 @@ pub fn registry() -> &'static Registry {
         let base = std::env::var("GGML_HRX_FAKE_PTR_BASE").ok().and_then(|v| {
             let p = crate::address::parse_addr(&v);
             if p.is_none() {
-                crate::log::warn(&format!("HRX: GGML_HRX_FAKE_PTR_BASE='{v}' is not an address; ignored\n"));
+                crate::log::warn(&format!(
+                    "HRX: GGML_HRX_FAKE_PTR_BASE='{v}' is not an address; ignored\n"
+                ));
             }
             p
         });
-        let threads = std::env::var("GGML_HRX_SIM_THREADS").ok().and_then(|v| v.parse::<usize>().ok());
+        let threads = std::env::var("GGML_HRX_SIM_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok());
         let mut devices = Vec::new();
         for i in 0..n {
             let hint = base.map(|b| b + i * mem);
@@ -73,10 +84,16 @@ pub fn registry() -> &'static Registry {
                     }
                     devices.push(Device::create(devices.len(), Box::new(sim), reg, limit));
                 }
-                None => crate::log::warn(&format!("HRX: cannot reserve {} MiB for device {i}; skipped\n", mem >> 20)),
+                None => crate::log::warn(&format!(
+                    "HRX: cannot reserve {} MiB for device {i}; skipped\n",
+                    mem >> 20
+                )),
             }
         }
-        Registry { reg: reg as *mut _ as usize, devices }
+        Registry {
+            reg: reg as *mut _ as usize,
+            devices,
+        }
     })
 }
 
@@ -92,13 +109,17 @@ unsafe extern "C" fn reg_get_name(_reg: ggml_backend_reg_t) -> *const c_char {
 }
 
 unsafe extern "C" fn reg_get_device_count(_reg: ggml_backend_reg_t) -> usize {
-    guard("ggml_backend_hrx_reg_get_device_count", || registry().devices.len())
+    guard("ggml_backend_hrx_reg_get_device_count", || {
+        registry().devices.len()
+    })
 }
 
 unsafe extern "C" fn reg_get_device(_reg: ggml_backend_reg_t, index: usize) -> ggml_backend_dev_t {
-    guard("ggml_backend_hrx_reg_get_device", || match registry().devices.get(index) {
-        Some(d) => d.dev(),
-        None => std::ptr::null_mut(),
+    guard("ggml_backend_hrx_reg_get_device", || {
+        match registry().devices.get(index) {
+            Some(d) => d.dev(),
+            None => std::ptr::null_mut(),
+        }
     })
 }
 
@@ -107,13 +128,18 @@ unsafe extern "C" fn set_n_threads(backend: ggml_backend_t, n: i32) {
         // SAFETY: ggml passes a live backend; only ours are changed.
         unsafe {
             if crate::backend::is_hrx(backend) {
-                crate::device::from_dev((*backend).device).rt.set_threads(n.max(1) as usize);
+                crate::device::from_dev((*backend).device)
+                    .rt
+                    .set_threads(n.max(1) as usize);
             }
         }
     })
 }
 
-unsafe extern "C" fn reg_get_proc_address(_reg: ggml_backend_reg_t, name: *const c_char) -> *mut c_void {
+unsafe extern "C" fn reg_get_proc_address(
+    _reg: ggml_backend_reg_t,
+    name: *const c_char,
+) -> *mut c_void {
     guard("ggml_backend_hrx_reg_get_proc_address", || {
         if name.is_null() {
             return std::ptr::null_mut();
@@ -122,10 +148,18 @@ unsafe extern "C" fn reg_get_proc_address(_reg: ggml_backend_reg_t, name: *const
         let name = unsafe { CStr::from_ptr(name) }.to_bytes();
         match name {
             b"ggml_backend_set_n_threads" => set_n_threads as *mut c_void,
-            b"ggml_backend_hrx_eager_ops_add" => crate::ggml_backend_hrx_eager_ops_add as *mut c_void,
-            b"ggml_backend_hrx_eager_ops_remove" => crate::ggml_backend_hrx_eager_ops_remove as *mut c_void,
-            b"ggml_backend_hrx_eager_ops_apply" => crate::ggml_backend_hrx_eager_ops_apply as *mut c_void,
-            b"ggml_backend_hrx_arena_stats_get" => crate::ggml_backend_hrx_arena_stats_get as *mut c_void,
+            b"ggml_backend_hrx_eager_ops_add" => {
+                crate::ggml_backend_hrx_eager_ops_add as *mut c_void
+            }
+            b"ggml_backend_hrx_eager_ops_remove" => {
+                crate::ggml_backend_hrx_eager_ops_remove as *mut c_void
+            }
+            b"ggml_backend_hrx_eager_ops_apply" => {
+                crate::ggml_backend_hrx_eager_ops_apply as *mut c_void
+            }
+            b"ggml_backend_hrx_arena_stats_get" => {
+                crate::ggml_backend_hrx_arena_stats_get as *mut c_void
+            }
             _ => std::ptr::null_mut(),
         }
     })

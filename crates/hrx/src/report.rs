@@ -38,7 +38,12 @@ impl Reporter {
     /// A reporter for device `device`, enabled by `GGML_HRX_REPORT` (any value but `0`).
     pub fn new(device: usize) -> Reporter {
         let enabled = std::env::var("GGML_HRX_REPORT").is_ok_and(|v| !v.is_empty() && v != "0");
-        Reporter { device, enabled, seen: HashSet::new(), current: None }
+        Reporter {
+            device,
+            enabled,
+            seen: HashSet::new(),
+            current: None,
+        }
     }
 
     /// Whether reporting is on.
@@ -48,14 +53,21 @@ impl Reporter {
 
     /// Records one split computed on the device: `ran` are the nodes it ran (or skipped as
     /// views).
-    pub fn on_compute(&mut self, g: &ggml_cgraph, ran: &[*const ggml_tensor], stats: &ggml_hrx_arena_stats) {
+    pub fn on_compute(
+        &mut self,
+        g: &ggml_cgraph,
+        ran: &[*const ggml_tensor],
+        stats: &ggml_hrx_arena_stats,
+    ) {
         if !self.enabled {
             return;
         }
         let keys = g.visited_hash_set.keys as usize;
         let new_eval = match &self.current {
             None => true,
-            Some(e) => keys == 0 || e.keys != keys || ran.iter().any(|p| e.ran.contains(&(*p as usize))),
+            Some(e) => {
+                keys == 0 || e.keys != keys || ran.iter().any(|p| e.ran.contains(&(*p as usize)))
+            }
         };
         if new_eval {
             self.finish(stats);
@@ -78,7 +90,13 @@ impl Reporter {
                     nodes.push((p as usize, t.op));
                 }
             }
-            self.current = Some(Evaluation { keys, nodes, total_nodes: total, ran: HashSet::new(), splits: 0 });
+            self.current = Some(Evaluation {
+                keys,
+                nodes,
+                total_nodes: total,
+                ran: HashSet::new(),
+                splits: 0,
+            });
         }
         let e = self.current.as_mut().unwrap();
         e.ran.extend(ran.iter().map(|p| *p as usize));

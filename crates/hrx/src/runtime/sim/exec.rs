@@ -113,11 +113,17 @@ impl Executor {
         // SAFETY: `backend` is a live CPU backend; the graph and every tensor it reaches live
         // until the call returns; tensor data points at memory of the right size.
         let status = unsafe {
-            let compute = (*backend).iface.graph_compute.ok_or("CPU backend has no graph_compute")?;
+            let compute = (*backend)
+                .iface
+                .graph_compute
+                .ok_or("CPU backend has no graph_compute")?;
             compute(backend, &mut graph)
         };
         if status != GGML_STATUS_SUCCESS {
-            return Err(format!("{}: CPU kernels returned status {status}", job.label));
+            return Err(format!(
+                "{}: CPU kernels returned status {status}",
+                job.label
+            ));
         }
         Ok(())
     }

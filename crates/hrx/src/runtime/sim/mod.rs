@@ -103,13 +103,18 @@ impl SimDevice {
         }
         let shared = Arc::new(Shared {
             reservation,
-            private: Private { ptr: p as usize, len: capacity },
+            private: Private {
+                ptr: p as usize,
+                len: capacity,
+            },
             alloc: Mutex::new(RangeAllocator::new(capacity)),
             progress: Mutex::new((0, 0)),
             done: Condvar::new(),
             errors: Mutex::new(Vec::new()),
             threads: AtomicUsize::new(
-                std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1),
             ),
         });
         let (tx, rx) = channel::<Job>();
@@ -147,7 +152,12 @@ impl SimDevice {
                 }
             })
             .ok()?;
-        Some(SimDevice { shared, tx: Mutex::new(tx), worker: Mutex::new(Some(worker)), index })
+        Some(SimDevice {
+            shared,
+            tx: Mutex::new(tx),
+            worker: Mutex::new(Some(worker)),
+            index,
+        })
     }
 
     fn submit(&self, job: Job) {
@@ -208,7 +218,10 @@ fn run_job(s: &Shared, exec: &mut exec::Executor, job: Job) -> Result<(), String
         }
         Job::Free(addr) => {
             let off = addr - s.reservation.base();
-            s.alloc.lock().free(off).ok_or_else(|| format!("free of unknown device address {addr:#x}"))?;
+            s.alloc
+                .lock()
+                .free(off)
+                .ok_or_else(|| format!("free of unknown device address {addr:#x}"))?;
         }
         Job::Signal(ev, seq) => ev.signal(seq),
         Job::Wait(ev, seq) => ev.wait_for(seq),

@@ -1,0 +1,103 @@
+// sched-probe: an LD_PRELOAD library that times the scheduler inside an unchanged llama.cpp
+// process (llama-bench, test-llama-archs). It defines ggml_backend_sched_alloc_graph and
+// ggml_backend_sched_reserve, which the process's calls into libggml-base resolve to first;
+// each forwards to the next definition (the arm's libggml-base) and adds up the time spent.
+//
+// At exit it appends one JSON line to the file named by SCHED_PROBE_OUT (nothing when unset):
+// the library the calls went to, and per function the calls, total nanoseconds and total
+// graph nodes.
+//
+// Only calls that cross into libggml-base are seen: a call the library makes to itself is
+// counted when the library routes it through its dynamic symbol table (stock C++ does, for
+// exported functions) and missed when it does not (a Rust library calls itself directly).
+// llama.cpp calls alloc_graph itself before each compute, so its calls are all seen.
+
+#define _GNU_SOURCE
+#include "ggml-backend.h"
+#include "ggml.h"
+
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct probe_counter {
+    long long calls;
+    long long ns;
+    long long nodes;
+};
+
+static struct probe_counter g_alloc, g_reserve;
+
+typedef bool (*sched_graph_fn)(ggml_backend_sched_t, struct ggml_cgraph *);
+
+static sched_graph_fn next_fn(const char * name) {
+    union {
+        void *         obj;
+        sched_graph_fn fn;
+    } u;
+    u.obj = dlsym(RTLD_NEXT, name);
+    if (!u.obj) {
+        fprintf(stderr, "sched-probe: %s not found after the probe\n", name);
+        abort();
+    }
+    return u.fn;
+}
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long) ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static bool timed(struct probe_counter * c, sched_graph_fn fn, ggml_backend_sched_t sched, struct ggml_cgraph * graph) {
+    const long long t0 = now_ns();
+    const bool ok = fn(sched, graph);
+    c->ns += now_ns() - t0;
+    c->calls++;
+    c->nodes += ggml_graph_n_nodes(graph);
+    return ok;
+}
+
+bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, struct ggml_cgraph * graph) {
+    static sched_graph_fn fn;
+    if (!fn) {
+        fn = next_fn("ggml_backend_sched_alloc_graph");
+    }
+    return timed(&g_alloc, fn, sched, graph);
+}
+
+bool ggml_backend_sched_reserve(ggml_backend_sched_t sched, struct ggml_cgraph * graph) {
+    static sched_graph_fn fn;
+    if (!fn) {
+        fn = next_fn("ggml_backend_sched_reserve");
+    }
+    return timed(&g_reserve, fn, sched, graph);
+}
+
+__attribute__((destructor)) static void probe_report(void) {
+    const char * path = getenv("SCHED_PROBE_OUT");
+    if (!path) {
+        return;
+    }
+    // Not a ggml process (a wrapper such as `timeout` inherits LD_PRELOAD too): no line.
+    Dl_info info = { 0 };
+    char    lib[4096];
+    void *  next = dlsym(RTLD_NEXT, "ggml_backend_sched_alloc_graph");
+    if (!next || !dladdr(next, &info) || !info.dli_fname) {
+        return;
+    }
+    if (!realpath(info.dli_fname, lib)) {
+        snprintf(lib, sizeof(lib), "%s", info.dli_fname);
+    }
+    FILE * f = fopen(path, "a");
+    if (!f) {
+        return;
+    }
+    fprintf(f,
+            "{\"lib\":\"%s\",\"alloc_graph\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":%lld},"
+            "\"reserve\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":%lld}}\n",
+            lib, g_alloc.calls, g_alloc.ns, g_alloc.nodes, g_reserve.calls, g_reserve.ns, g_reserve.nodes);
+    fclose(f);
+}

@@ -1,0 +1,91 @@
+//! The in-process scheduler probe (`cabi-tests/sched-bench/sched_probe.c`): built as an
+//! LD_PRELOAD library, it times `ggml_backend_sched_alloc_graph` and `ggml_backend_sched_reserve`
+//! inside unchanged llama.cpp processes and appends one JSON line per process to a file.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Calls of one scheduler function in one process.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+pub struct Counter {
+    pub calls: i64,
+    /// Total wall time inside the function, ns.
+    pub ns: i64,
+    /// Total graph nodes over the calls.
+    pub nodes: i64,
+}
+
+impl Counter {
+    /// Mean ns per call, 0 when there were no calls.
+    pub fn per_call_ns(&self) -> f64 {
+        if self.calls > 0 {
+            self.ns as f64 / self.calls as f64
+        } else {
+            0.0
+        }
+    }
+}
+
+/// What the probe wrote for one process.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ProbeStats {
+    /// The libggml-base file the calls went to.
+    pub lib: String,
+    pub alloc_graph: Counter,
+    pub reserve: Counter,
+}
+
+/// Compiles the probe into `<out>/libsched-probe.so` when missing or older than its source.
+pub fn build(ws: &Path, upstream: &Path, out: &Path) -> Result<PathBuf> {
+    let src = ws.join("cabi-tests/sched-bench/sched_probe.c");
+    let lib = out.join("libsched-probe.so");
+    let stale = match (fs::metadata(&src), fs::metadata(&lib)) {
+        (Ok(s), Ok(b)) => s.modified()? > b.modified()?,
+        (Ok(_), Err(_)) => true,
+        (Err(e), _) => bail!("{}: {e}", src.display()),
+    };
+    if !stale {
+        return Ok(lib);
+    }
+    fs::create_dir_all(out)?;
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args([
+            "-O2",
+            "-g",
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+        ])
+        .args(["-fPIC", "-shared"])
+        .arg("-I")
+        .arg(upstream.join("ggml/include"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&lib)
+        .arg("-ldl")
+        .status()
+        .with_context(|| format!("running {cc}"))?;
+    if !status.success() {
+        bail!("compiling {} failed ({status})", src.display());
+    }
+    Ok(lib)
+}
+
+/// Reads and removes the probe's output file; the last line is the process's.
+pub fn take(path: &Path) -> Result<ProbeStats> {
+    let text =
+        fs::read_to_string(path).with_context(|| format!("probe wrote no {}", path.display()))?;
+    let _ = fs::remove_file(path);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .context("probe output is empty")?;
+    serde_json::from_str(line).with_context(|| format!("parsing probe line {line}"))
+}

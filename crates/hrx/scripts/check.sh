@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# HRX backend checks, one step per call, for the harness (exit 0 = pass).
+#
+#   crates/hrx/scripts/check.sh STEP [BASE_LIB_DIR]
+#
+# STEP: unit | cabi | backend-ops | smollm2 | archs | all
+# BASE_LIB_DIR: a directory holding the libggml-base.so.0 to run with (put first on
+#   LD_LIBRARY_PATH); empty or omitted = the stock one from the stock build.
+# Environment: HRX_STOCK_BIN (default target/llama-stock/bin), HRX_MODEL (default
+#   target/models/SmolLM2-135M-Instruct.Q4_1.gguf), HRX_OPS (test-backend-ops -o filter),
+#   HRX_LOGS (default target/hrx-logs/<arm>).
+# The library under test is target/release/libggml_hrx.so (cargo build -p hrx --release),
+# copied to target/hrx-run/libggml-hrx.so so rebuilds cannot disturb a running check.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+step=${1:?usage: check.sh STEP [BASE_LIB_DIR]}
+base=${2:-}
+stock=${HRX_STOCK_BIN:-$root/target/llama-stock/bin}
+model=${HRX_MODEL:-$root/target/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+arm=$([ -n "$base" ] && echo ours || echo stock)
+logs=${HRX_LOGS:-$root/target/hrx-logs/$arm}
+mkdir -p "$logs" "$root/target/hrx-run"
+lib=$root/target/hrx-run/libggml-hrx.so
+cp "$root/target/release/libggml_hrx.so" "$lib.tmp.$$" && mv "$lib.tmp.$$" "$lib"
+libpath=${base:+$base:}$stock
+fail=0
+say() { printf '[hrx %s %s] %s\n' "$arm" "$step" "$*"; }
+
+run_unit() {
+  (cd "$root" && cargo test -p hrx 2>&1 | tail -n 30) || fail=1
+}
+
+run_cabi() {
+  HRX_STOCK_BIN=$stock "$root/cabi-tests/hrx/run.sh" "${base:-$stock}" || fail=1
+}
+
+run_backend_ops() {
+  local out=$logs/test-backend-ops.log
+  GGML_BACKEND_PATH=$lib LD_LIBRARY_PATH=$libpath \
+    "$stock/test-backend-ops" test -b HRX0 ${HRX_OPS:+-o "$HRX_OPS"} >"$out" 2>&1
+  local rc=$?
+  say "rc=$rc $(grep -E 'tests passed' "$out" | tr -s ' ') ok=$(grep -c 'OK' "$out") not_supported=$(grep -c 'not supported' "$out") failed=$(grep -c 'FAIL' "$out") (log: $out)"
+  [ $rc -eq 0 ] || fail=1
+}
+
+complete() { # name extra-env... -- extra-args...
+  local name=$1; shift
+  local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  env "${envs[@]}" LD_LIBRARY_PATH=$libpath "$stock/llama-completion" -m "$model" -n 32 \
+    -p "The capital of France is" --temp 0 -no-cnv -t 2 --no-warmup -v "$@" \
+    >"$logs/$name.out" 2>"$logs/$name.err"
+}
+
+run_smollm2() {
+  [ -f "$model" ] || { say "model missing: $model"; fail=1; return; }
+  complete cpu -- -ngl 0; local rc_cpu=$?
+  complete hrx GGML_BACKEND_PATH=$lib GGML_HRX_REPORT=1 -- -dev HRX0 -ngl 99; local rc_hrx=$?
+  complete hrx-evict GGML_BACKEND_PATH=$lib GGML_HRX_REPORT=1 GGML_HRX_HOST_WEIGHT_LIMIT_MB=40 -- -dev HRX0 -ngl 99 -ot '.*=CPU'; local rc_ev=$?
+  complete hrx-refuse GGML_BACKEND_PATH=$lib GGML_HRX_HOST_WEIGHT_LIMIT_MB=16 -- -dev HRX0 -ngl 99 -ot '.*=CPU'; local rc_rf=$?
+  say "cpu rc=$rc_cpu text: $(tr '\n' ' ' <"$logs/cpu.out" | cut -c1-100)"
+  if [ $rc_cpu -eq 0 ] && [ $rc_hrx -eq 0 ] && cmp -s "$logs/cpu.out" "$logs/hrx.out"; then say "HRX0 -ngl 99: text equal to CPU"; else say "HRX0 -ngl 99: rc=$rc_hrx, text DIFFERS"; fail=1; fi
+  grep -h "HRX0 report" "$logs/hrx.err" | sed 's/^/    /'
+  if [ $rc_ev -eq 0 ] && cmp -s "$logs/cpu.out" "$logs/hrx-evict.out" && grep -q "evictions [1-9]" "$logs/hrx-evict.err"; then
+    say "host weights, 40 MiB arena: text equal, evictions and refills seen"
+  else say "host weights, 40 MiB arena: rc=$rc_ev, FAILED"; fail=1; fi
+  grep -h "HRX0 report" "$logs/hrx-evict.err" | sed 's/^/    /'
+  if [ $rc_rf -ne 0 ] && [ $rc_rf -lt 128 ] && grep -q "refused by the arena" "$logs/hrx-refuse.err"; then
+    say "16 MiB arena: refused by name, exit $rc_rf, no crash"; grep -h "refused by the arena" "$logs/hrx-refuse.err" | sed 's/^/    /'
+  else say "16 MiB arena: rc=$rc_rf, refusal FAILED"; fail=1; fi
+}
+
+run_archs() {
+  # test-llama-archs never calls ggml_backend_load_all(), so GGML_BACKEND_PATH is not
+  # honoured; the library registers itself when preloaded with GGML_HRX_AUTOREGISTER=1.
+  local out=$logs/test-llama-archs.log
+  GGML_HRX_AUTOREGISTER=1 LD_PRELOAD=$lib LD_LIBRARY_PATH=$libpath \
+    "$stock/test-llama-archs" -b HRX0 -s 42 >"$out" 2>&1
+  local rc=$?
+  say "rc=$rc $(grep -E '^Summary' "$out") (log: $out)"
+  [ $rc -eq 0 ] || fail=1
+}
+
+case $step in
+  unit) run_unit ;;
+  cabi) run_cabi ;;
+  backend-ops) run_backend_ops ;;
+  smollm2) run_smollm2 ;;
+  archs) run_archs ;;
+  all) run_unit; run_cabi; run_backend_ops; run_smollm2; run_archs ;;
+  *) echo "unknown step $step" >&2; exit 2 ;;
+esac
+say "$([ $fail -eq 0 ] && echo PASS || echo FAIL)"
+exit $fail
