@@ -8,6 +8,7 @@
 
 pub mod log;
 
+use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The value an exported function returns when it fails without aborting:
@@ -56,7 +57,7 @@ impl<T> FailValue for *const T {
     }
 }
 
-/// Runs `body` for the exported function `name`. A panic is logged through ggml's logger
+/// Runs `body` for the exported function `name`. A panic is reported through [`fatal`]
 /// with the function's name and the panic message, then the process aborts (as stock's
 /// `GGML_ABORT` would). Never unwinds.
 pub fn boundary<R>(name: &'static str, body: impl FnOnce() -> R) -> R {
@@ -73,10 +74,21 @@ pub fn boundary<R>(name: &'static str, body: impl FnOnce() -> R) -> R {
     }
 }
 
-/// Logs `"{name}: {msg}"` at error level and aborts the process. The equivalent of stock's
-/// `GGML_ABORT`: used for precondition failures that stock also aborts on.
+/// Aborts the process with `"{name}: {msg}"`, through the exported `ggml_abort` that stock's
+/// `GGML_ABORT` uses: the message goes to the abort callback set with
+/// `ggml_set_abort_callback` if there is one, otherwise to stderr with a backtrace, then
+/// `abort()`. Written straight to stderr rather than through the log callback, because
+/// llama.cpp's logger queues messages on a worker thread that an abort would never flush.
+#[track_caller]
 pub fn fatal(name: &str, msg: &str) -> ! {
-    log::error(&format!("{name}: {msg}\n"));
+    let caller = std::panic::Location::caller();
+    let file = CString::new(caller.file()).unwrap_or_default();
+    let text = CString::new(format!("{name}: {msg}").replace('\0', " ")).unwrap_or_default();
+    let line = i32::try_from(caller.line()).unwrap_or(0);
+    // SAFETY: all three strings are valid NUL-terminated C strings that outlive the call, and
+    // the format "%s" consumes exactly the one vararg passed. ggml_abort never returns.
+    unsafe { ggml_sys::ggml_abort(file.as_ptr(), line, c"%s".as_ptr(), text.as_ptr()) };
+    // ggml_abort ends in abort(); this is never reached but keeps the `!` type honest.
     std::process::abort()
 }
 

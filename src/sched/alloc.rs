@@ -10,6 +10,7 @@ use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Live};
 use super::split::{self, SplitCtx};
+use super::table::GraphIds;
 use super::{assign, expand, fill, inplace, upgrade, Sched};
 
 /// Tensors a backend asked to keep allocated until a node (the key) has run.
@@ -65,20 +66,22 @@ impl Sched {
             bufts: &self.bufts,
         };
 
+        let ix = GraphIds::new(&mut self.table, g);
         assign::assign_current(
             &live,
             &mut self.table,
             g,
+            &ix,
             self.op_offload,
             self.inplace_rule,
         );
-        expand::expand(&live, &mut self.table, g);
-        upgrade::upgrade(&live, &mut self.table, g);
+        expand::expand(&live, &mut self.table, g, &ix);
+        upgrade::upgrade(&live, &mut self.table, g, &ix);
         let mut reuse = inplace::Reuse::new(g, self.n_copies > 1);
         if self.inplace_rule {
             inplace::colocate(&live, &mut self.table, g, false, &mut reuse);
         }
-        fill::fill(&live, &mut self.table, g);
+        fill::fill(&live, &mut self.table, g, &ix);
         if self.inplace_rule {
             inplace::colocate(&live, &mut self.table, g, true, &mut reuse);
         }
@@ -89,7 +92,8 @@ impl Sched {
             n_copies: self.n_copies,
             cur_copy: self.cur_copy,
         };
-        self.splits = split::split_graph(&mut sc, &mut self.table, g, self.first_split_backend);
+        self.splits =
+            split::split_graph(&mut sc, &mut self.table, g, &ix, self.first_split_backend);
         self.first_split_backend = self.splits[0].backend;
         if self.debug > 0 {
             self.print_assignments(g);

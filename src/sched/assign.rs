@@ -6,7 +6,7 @@
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Caps};
-use super::table::{Cause, Table};
+use super::table::{Cause, GraphIds, Table};
 
 /// The highest-priority backend that can use the buffer holding `t`'s storage and runs `op`
 /// (stock's `ggml_backend_sched_backend_from_buffer`); `None` when `t` has no storage or no
@@ -100,12 +100,16 @@ pub unsafe fn assign_current(
     caps: &dyn Caps,
     table: &mut Table,
     graph: &ggml_cgraph,
+    ix: &GraphIds,
     op_offload: bool,
     named_stop: bool,
 ) {
-    for &t in caps::leafs(graph).iter().chain(caps::nodes(graph)) {
-        if table.backend(t).is_none() {
-            table.set_opt(t, from_current(caps, t, op_offload, named_stop));
+    let leafs = caps::leafs(graph).iter().zip(&ix.leafs);
+    for (&t, &id) in leafs.chain(caps::nodes(graph).iter().zip(&ix.nodes)) {
+        if table.backend_at(id).is_none() {
+            if let Some((b, c)) = from_current(caps, t, op_offload, named_stop) {
+                table.set_at(id, b, c);
+            }
         }
     }
 }
@@ -137,7 +141,10 @@ mod tests {
         let g = graph(&mut nodes, &mut leafs);
         let mut t = Table::default();
         // SAFETY: all tensors live in the arena.
-        unsafe { assign_current(&caps, &mut t, &g, true, true) };
+        unsafe {
+            let ix = GraphIds::new(&mut t, &g);
+            assign_current(&caps, &mut t, &g, &ix, true, true)
+        };
         // w0 can be used by backend 0 (it is its buffer type), w1 (host) by backend 0 as well.
         assert_eq!(
             t.get(w0).map(|p| (p.backend, p.cause)),
@@ -166,7 +173,10 @@ mod tests {
         caps.backends[0].bufts.remove(&0x200);
         let mut t = Table::default();
         // SAFETY: as above.
-        unsafe { assign_current(&caps, &mut t, &g, true, true) };
+        unsafe {
+            let ix = GraphIds::new(&mut t, &g);
+            assign_current(&caps, &mut t, &g, &ix, true, true)
+        };
         assert_eq!(
             t.get(w1).map(|p| (p.backend, p.cause)),
             Some((1, Cause::PreAllocated))
@@ -178,14 +188,20 @@ mod tests {
         caps.backends[0].offload.insert(GGML_OP_MUL_MAT);
         let mut t = Table::default();
         // SAFETY: as above.
-        unsafe { assign_current(&caps, &mut t, &g, true, true) };
+        unsafe {
+            let ix = GraphIds::new(&mut t, &g);
+            assign_current(&caps, &mut t, &g, &ix, true, true)
+        };
         assert_eq!(
             t.get(m1).map(|p| (p.backend, p.cause)),
             Some((0, Cause::Offload))
         );
         let mut t = Table::default();
         // SAFETY: as above.
-        unsafe { assign_current(&caps, &mut t, &g, false, true) };
+        unsafe {
+            let ix = GraphIds::new(&mut t, &g);
+            assign_current(&caps, &mut t, &g, &ix, false, true)
+        };
         assert_eq!(
             t.get(m1).map(|p| (p.backend, p.cause)),
             Some((1, Cause::Weight))
@@ -195,7 +211,10 @@ mod tests {
         let mut t = Table::default();
         t.set(m0, 1, Cause::UserAssigned);
         // SAFETY: as above.
-        unsafe { assign_current(&caps, &mut t, &g, true, true) };
+        unsafe {
+            let ix = GraphIds::new(&mut t, &g);
+            assign_current(&caps, &mut t, &g, &ix, true, true)
+        };
         assert_eq!(
             t.get(m0).map(|p| (p.backend, p.cause)),
             Some((1, Cause::UserAssigned))

@@ -6,37 +6,32 @@
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Caps};
-use super::table::{Cause, Table};
+use super::table::{Cause, GraphIds, Table};
 
-/// One sweep over `order` (node pointers in sweep order). With `skip_cpu`, a CPU node ends
-/// the current run instead of starting one.
+/// One sweep over `order` (node pointers with their ids, in sweep order). With `skip_cpu`,
+/// a CPU node ends the current run instead of starting one.
 ///
 /// # Safety
 /// The nodes must be live tensors.
-unsafe fn sweep<'a>(
+unsafe fn sweep(
     caps: &dyn Caps,
     table: &mut Table,
-    order: impl Iterator<Item = &'a *mut ggml_tensor>,
+    order: impl Iterator<Item = (*mut ggml_tensor, usize)>,
     skip_cpu: bool,
     cause: Cause,
 ) {
+    let cpu = caps.cpu();
     let mut run: Option<usize> = None;
-    for &n in order {
+    for (n, id) in order {
         if caps::is_view_op((*n).op) {
             continue;
         }
-        match table.backend(n) {
-            Some(b) => {
-                run = if skip_cpu && b == caps.cpu() {
-                    None
-                } else {
-                    Some(b)
-                }
-            }
+        match table.backend_at(id) {
+            Some(b) => run = if skip_cpu && b == cpu { None } else { Some(b) },
             None => {
                 if let Some(b) = run {
                     if caps.supports_op(b, n) {
-                        table.set(n, b, cause);
+                        table.set_at(id, b, cause);
                     }
                 }
             }
@@ -44,16 +39,17 @@ unsafe fn sweep<'a>(
     }
 }
 
-/// Runs the four sweeps over `graph`'s nodes.
+/// Runs the four sweeps over `graph`'s nodes (`ix`: their ids).
 ///
 /// # Safety
 /// `graph` must be a live graph of live tensors.
-pub unsafe fn expand(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph) {
+pub unsafe fn expand(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
     let nodes = caps::nodes(graph);
-    sweep(caps, table, nodes.iter(), true, Cause::ExpandDeviceDown);
-    sweep(caps, table, nodes.iter().rev(), true, Cause::ExpandDeviceUp);
-    sweep(caps, table, nodes.iter(), false, Cause::ExpandDown);
-    sweep(caps, table, nodes.iter().rev(), false, Cause::ExpandUp);
+    let pairs = || nodes.iter().copied().zip(ix.nodes.iter().copied());
+    sweep(caps, table, pairs(), true, Cause::ExpandDeviceDown);
+    sweep(caps, table, pairs().rev(), true, Cause::ExpandDeviceUp);
+    sweep(caps, table, pairs(), false, Cause::ExpandDown);
+    sweep(caps, table, pairs().rev(), false, Cause::ExpandUp);
 }
 
 #[cfg(test)]
@@ -85,7 +81,10 @@ mod tests {
         t.set(n0, 0, Cause::UserAssigned);
         t.set(n3, 1, Cause::UserAssigned);
         // SAFETY: tensors live in the arena.
-        unsafe { expand(&caps, &mut t, &g) };
+        unsafe {
+            let ix = GraphIds::new(&mut t, &g);
+            expand(&caps, &mut t, &g, &ix)
+        };
         let got = |n| t.get(n).map(|p| (p.backend, p.cause));
         assert_eq!(got(n1), Some((0, Cause::ExpandDeviceDown)));
         assert_eq!(got(p), Some((0, Cause::ExpandDeviceUp)));

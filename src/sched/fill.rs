@@ -7,37 +7,42 @@
 use ggml_sys::ggml_cgraph;
 
 use super::caps::{self, Caps};
-use super::table::{Cause, Table};
+use super::table::{Cause, GraphIds, Table};
+use super::upgrade::sources_at;
 
-/// Runs pass 4 over `graph`'s nodes. Aborts when a node has no backend that supports it.
+/// Runs pass 4 over `graph`'s nodes (`ix`: the graph's ids). Aborts when a node has no
+/// backend that supports it.
 ///
 /// # Safety
 /// `graph` must be a live graph of live tensors.
-pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph) {
-    for &n in caps::nodes(graph) {
+pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
+    for (i, &n) in caps::nodes(graph).iter().enumerate() {
         let node = &*n;
-        if !node.view_src.is_null() && table.backend(n).is_none() {
+        let nid = ix.nodes[i];
+        if !node.view_src.is_null() && table.backend_at(nid).is_none() {
             if let Some(b) = table.backend(node.view_src) {
-                table.set(n, b, Cause::ViewSource);
+                table.set_at(nid, b, Cause::ViewSource);
             }
         }
-        for (_, s) in caps::sources(node) {
-            if table.backend(s).is_some() {
+        for (s, sid) in sources_at(node, ix, i) {
+            if table.backend_at(sid).is_some() {
                 continue;
             }
             let from = if !(*s).view_src.is_null() {
                 table.backend((*s).view_src).map(|b| (b, Cause::ViewSource))
             } else {
-                table.backend(n).map(|b| (b, Cause::FromDestination))
+                table.backend_at(nid).map(|b| (b, Cause::FromDestination))
             };
-            table.set_opt(s, from);
-        }
-        if table.backend(n).is_none() {
-            if let Some(b) = (0..caps.n_backends()).find(|&b| caps.supports_op(b, n)) {
-                table.set(n, b, Cause::FirstSupported);
+            if let Some((b, c)) = from {
+                table.set_at(sid, b, c);
             }
         }
-        if table.backend(n).is_none() {
+        if table.backend_at(nid).is_none() {
+            if let Some(b) = (0..caps.n_backends()).find(|&b| caps.supports_op(b, n)) {
+                table.set_at(nid, b, Cause::FirstSupported);
+            }
+        }
+        if table.backend_at(nid).is_none() {
             crate::ffi::fatal(
                 "ggml_backend_sched_split_graph",
                 &format!(
@@ -73,7 +78,10 @@ mod tests {
         t.set(x, 1, Cause::Input);
         t.set(n0, 0, Cause::UserAssigned);
         // SAFETY: tensors live in the arena.
-        unsafe { fill(&caps, &mut t, &g) };
+        unsafe {
+            let ix = GraphIds::new(&mut t, &g);
+            fill(&caps, &mut t, &g, &ix)
+        };
         let got = |n| t.get(n).map(|p| (p.backend, p.cause));
         assert_eq!(got(c), Some((0, Cause::FromDestination)));
         assert_eq!(got(v), Some((0, Cause::ViewSource)));

@@ -95,6 +95,7 @@ pub(crate) unsafe fn stop(
 /// `graph` must be a live graph of live tensors.
 unsafe fn reuse_candidates(
     caps: &dyn Caps,
+    table: &Table,
     graph: &ggml_cgraph,
     pipeline: bool,
 ) -> HashMap<*mut ggml_tensor, *mut ggml_tensor> {
@@ -108,25 +109,54 @@ unsafe fn reuse_candidates(
             counts.len() - 1
         })
     };
+    // A source that a node's backend cannot use is read through a copy: in the allocation
+    // graph it then has one reader per backend (the copy's dependency node, made once per
+    // backend), not one per node. `reads` lists, per node, the sources it holds directly and
+    // whether this node is where such a copy dependency is counted.
+    let mut copied: rustc_hash::FxHashSet<(usize, usize)> = Default::default();
+    let reads = |n: *mut ggml_tensor, copied: &mut rustc_hash::FxHashSet<(usize, usize)>| {
+        let node = &*n;
+        let nb = table.backend(n);
+        let mut out: [(*mut ggml_tensor, bool, bool); ggml_sys::GGML_MAX_SRC as usize] =
+            [(std::ptr::null_mut(), false, false); ggml_sys::GGML_MAX_SRC as usize];
+        for (j, s) in caps::sources(node) {
+            let direct = match nb {
+                Some(b) => table.backend(s) == Some(b) || buffer_supported(caps, table, s, b),
+                None => true,
+            };
+            // (source, read directly, counts as a reader)
+            let counts_here = direct || copied.insert((s as usize, nb.unwrap_or(usize::MAX)));
+            out[j] = (s, direct, counts_here);
+        }
+        out
+    };
     for &n in nodes {
         let node = &*n;
         if !node.view_src.is_null() && node.op != ggml_sys::GGML_OP_NONE {
             let i = slot(node.view_src, &mut counts);
             counts[i].1 += 1;
         }
-        for (_, s) in caps::sources(node) {
-            let i = slot(s, &mut counts);
-            counts[i].0 += 1;
+        for (s, _, counted) in reads(n, &mut copied) {
+            if counted {
+                let i = slot(s, &mut counts);
+                counts[i].0 += 1;
+            }
         }
     }
+    copied.clear();
     let output = ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32;
     // With pipeline copies, the scheduler flags every graph input as an output too.
     let input = ggml_sys::GGML_TENSOR_FLAG_INPUT as i32;
     let mut cand = HashMap::default();
     for &n in nodes {
         let t = &*n;
+        let held = reads(n, &mut copied);
         if t.view_src.is_null() && t.buffer.is_null() && caps.op_can_inplace(t.op) {
-            for (_, p) in caps::sources(t) {
+            for &(p, direct, _) in &held {
+                if p.is_null() || !direct {
+                    // Through a copy: the copy's memory is in this backend's buffer anyway.
+                    continue;
+                }
                 let pr = &*p;
                 let own = caps::storage_buffer(pr).is_null();
                 let is_output = pr.flags & output != 0
@@ -151,7 +181,10 @@ unsafe fn reuse_candidates(
                 }
             }
         }
-        for (_, p) in caps::sources(t) {
+        for (p, _, counted) in held {
+            if !counted {
+                continue;
+            }
             let i = slot(p, &mut counts);
             counts[i].0 -= 1;
             if counts[i] == (0, 0) && !(*p).view_src.is_null() {
@@ -195,6 +228,7 @@ impl<'g> Reuse<'g> {
     unsafe fn source_of(
         &mut self,
         caps: &dyn Caps,
+        table: &Table,
         t: *mut ggml_tensor,
     ) -> Option<*mut ggml_tensor> {
         if !caps.op_can_inplace((*t).op) {
@@ -202,7 +236,7 @@ impl<'g> Reuse<'g> {
         }
         let (graph, pipeline) = (self.graph, self.pipeline);
         self.map
-            .get_or_insert_with(|| reuse_candidates(caps, graph, pipeline))
+            .get_or_insert_with(|| reuse_candidates(caps, table, graph, pipeline))
             .get(&t)
             .copied()
     }
@@ -326,7 +360,7 @@ unsafe fn memory_buft_uncached(
         return Some((*tr.buffer).buft);
     }
     let tb = table.backend(t)?;
-    if let Some(p) = cand.source_of(caps, t) {
+    if let Some(p) = cand.source_of(caps, table, t) {
         // A source read through a copy gives up nothing: the copy lives in tb's buffer.
         let direct = table.backend(p) == Some(tb) || buffer_supported(caps, table, p, tb);
         if direct && depth < 256 {

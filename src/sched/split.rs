@@ -9,8 +9,8 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Caps};
 use super::ctx::CtxPool;
-use super::table::Table;
-use super::upgrade::buffer_supported;
+use super::table::{GraphIds, Table};
+use super::upgrade::{buffer_supported_at, sources_at};
 
 /// A run of consecutive nodes `[i_start, i_end)` of the user's graph computed by one backend.
 pub struct Split {
@@ -87,13 +87,14 @@ pub unsafe fn split_graph(
     sc: &mut SplitCtx,
     table: &mut Table,
     graph: &ggml_cgraph,
+    ix: &GraphIds,
     first_fallback: usize,
 ) -> Vec<Split> {
     let caps = sc.caps;
     let nodes = caps::nodes(graph);
     let start = nodes.iter().position(|&n| !caps::is_view_op((*n).op));
     let first = start
-        .and_then(|i| table.backend(nodes[i]))
+        .and_then(|i| table.backend_at(ix.nodes[i]))
         .unwrap_or(first_fallback);
     let mut splits = vec![Split::new(first, 0)];
     let mut cur = first;
@@ -102,7 +103,7 @@ pub unsafe fn split_graph(
         if caps::is_view_op(node.op) {
             continue;
         }
-        let Some(nb) = table.backend(np) else {
+        let Some(nb) = table.backend_at(ix.nodes[i]) else {
             crate::ffi::fatal(
                 "ggml_backend_sched_split_graph",
                 "GGML_ASSERT(node_backend_id != -1) failed: all nodes should be assigned by now",
@@ -112,12 +113,12 @@ pub unsafe fn split_graph(
         if nb == cur && !splits.last().is_none_or(|s| s.inputs.is_empty()) {
             // A weight of another, incompatible backend: a new split lets the copies of the
             // previous weights be reused.
-            need_new = caps::sources(node).any(|(_, s)| {
+            need_new = sources_at(node, ix, i).any(|(s, sid)| {
                 let sr = &*s;
                 !sr.buffer.is_null()
                     && (*sr.buffer).usage == ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
-                    && table.backend(s) != Some(cur)
-                    && !buffer_supported(caps, table, s, cur)
+                    && table.backend_at(sid) != Some(cur)
+                    && !buffer_supported_at(caps, table, s, sid, cur)
             });
         }
         if nb != cur || need_new {
@@ -132,16 +133,17 @@ pub unsafe fn split_graph(
             if s.is_null() {
                 continue;
             }
-            let Some(sb) = table.backend(s) else {
+            let sid = ix.srcs[i][j] as usize;
+            let Some(sb) = table.backend_at(sid) else {
                 crate::ffi::fatal(
                     "ggml_backend_sched_split_graph",
                     "GGML_ASSERT(src_backend_id != -1) failed: all inputs should be assigned by now",
                 );
             };
-            if sb == cur || buffer_supported(caps, table, s, cur) {
+            if sb == cur || buffer_supported_at(caps, table, s, sid, cur) {
                 continue;
             }
-            if !table.has_copies(s, cur) {
+            if !table.has_copies_at(sid, cur) {
                 let bname = caps.backend_name(cur);
                 let copies: Vec<_> = (0..sc.n_copies)
                     .map(|c| {
@@ -158,7 +160,7 @@ pub unsafe fn split_graph(
                     last.inputs.push(s);
                 }
             }
-            node.src[j] = table.copy(s, cur, sc.cur_copy).unwrap_or(s);
+            node.src[j] = table.copy_at(sid, cur, sc.cur_copy).unwrap_or(s);
         }
     }
     if let Some(last) = splits.last_mut() {
@@ -250,7 +252,8 @@ mod tests {
             cur_copy: 1,
         };
         // SAFETY: tensors live in the arena; the copies in the pool.
-        let splits = unsafe { split_graph(&mut sc, &mut t, &g, 0) };
+        let ix = unsafe { GraphIds::new(&mut t, &g) };
+        let splits = unsafe { split_graph(&mut sc, &mut t, &g, &ix, 0) };
         let shape: Vec<_> = splits
             .iter()
             .map(|s| {

@@ -98,9 +98,9 @@ pub struct Table {
 /// bits. Grows at half load; never shrinks (cleared per scheduler reset).
 #[derive(Default)]
 pub(crate) struct PtrIndex {
-    /// 0 marks an empty slot (NULL is never a key).
-    keys: Vec<usize>,
-    vals: Vec<u32>,
+    /// `(key, value)`; key 0 marks an empty slot (NULL is never a key). One array, so a hit
+    /// touches one cache line.
+    slots: Vec<(usize, u32)>,
     len: usize,
     /// log2 of the capacity.
     bits: u32,
@@ -109,7 +109,7 @@ pub(crate) struct PtrIndex {
 impl PtrIndex {
     #[inline]
     fn slot(&self, key: usize) -> usize {
-        ((key >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - self.bits)) as usize
+        (key >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - self.bits)
     }
 
     #[inline]
@@ -117,12 +117,12 @@ impl PtrIndex {
         if self.len == 0 || key == 0 {
             return None;
         }
-        let mask = self.keys.len() - 1;
+        let mask = self.slots.len() - 1;
         let mut i = self.slot(key);
         loop {
-            let k = self.keys[i];
+            let (k, v) = self.slots[i];
             if k == key {
-                return Some(self.vals[i] as usize);
+                return Some(v as usize);
             }
             if k == 0 {
                 return None;
@@ -133,27 +133,24 @@ impl PtrIndex {
 
     /// Inserts `key` -> `val` (the key must not be present).
     fn insert(&mut self, key: usize, val: usize) {
-        if (self.len + 1) * 2 > self.keys.len() {
+        if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
-        let mask = self.keys.len() - 1;
+        let mask = self.slots.len() - 1;
         let mut i = self.slot(key);
-        while self.keys[i] != 0 {
+        while self.slots[i].0 != 0 {
             i = (i + 1) & mask;
         }
-        self.keys[i] = key;
-        self.vals[i] = val as u32;
+        self.slots[i] = (key, val as u32);
         self.len += 1;
     }
 
     fn grow(&mut self) {
-        let old_keys = std::mem::take(&mut self.keys);
-        let old_vals = std::mem::take(&mut self.vals);
+        let old = std::mem::take(&mut self.slots);
         self.bits = (self.bits + 1).max(10);
-        self.keys = vec![0; 1 << self.bits];
-        self.vals = vec![0; 1 << self.bits];
+        self.slots = vec![(0, 0); 1 << self.bits];
         self.len = 0;
-        for (k, v) in old_keys.into_iter().zip(old_vals) {
+        for (k, v) in old {
             if k != 0 {
                 self.insert(k, v as usize);
             }
@@ -175,13 +172,85 @@ impl PtrIndex {
 
     fn clear(&mut self) {
         if self.len > 0 {
-            self.keys.fill(0);
+            self.slots.fill((0, 0));
             self.len = 0;
         }
     }
 }
 
+/// "No tensor" in [`GraphIds::srcs`].
+pub const NO_ID: u32 = u32::MAX;
+
+/// The dense ids of one graph's tensors, looked up once per split so that the passes index
+/// the table directly: per node, per leaf, and per node per source slot ([`NO_ID`] where
+/// the slot is empty).
+pub struct GraphIds {
+    /// Id of `graph.nodes[i]`.
+    pub nodes: Vec<usize>,
+    /// Id of `graph.leafs[i]`.
+    pub leafs: Vec<usize>,
+    /// Ids of `graph.nodes[i].src[j]`, as they were when the ids were taken.
+    pub srcs: Vec<[u32; ggml_sys::GGML_MAX_SRC as usize]>,
+}
+
+impl GraphIds {
+    /// Gives every node, leaf and source of `graph` an id in `table`.
+    ///
+    /// # Safety
+    /// `graph` must be a live graph of live tensors.
+    pub unsafe fn new(table: &mut Table, graph: &ggml_sys::ggml_cgraph) -> GraphIds {
+        let nodes = super::caps::nodes(graph);
+        let leafs = super::caps::leafs(graph);
+        let mut ids = GraphIds {
+            nodes: Vec::with_capacity(nodes.len()),
+            leafs: leafs.iter().map(|&l| table.id(l)).collect(),
+            srcs: Vec::with_capacity(nodes.len()),
+        };
+        for &n in nodes {
+            ids.nodes.push(table.id(n));
+            let mut row = [NO_ID; ggml_sys::GGML_MAX_SRC as usize];
+            for (j, &s) in (*n).src.iter().enumerate() {
+                if !s.is_null() {
+                    row[j] = table.id(s) as u32;
+                }
+            }
+            ids.srcs.push(row);
+        }
+        ids
+    }
+}
+
 impl Table {
+    /// The placement of the tensor with id `id`.
+    #[inline]
+    pub fn at(&self, id: usize) -> Option<Placement> {
+        self.slots[id]
+    }
+
+    /// The backend of the tensor with id `id`.
+    #[inline]
+    pub fn backend_at(&self, id: usize) -> Option<usize> {
+        self.slots[id].map(|p| p.backend)
+    }
+
+    /// Places the tensor with id `id`.
+    #[inline]
+    pub fn set_at(&mut self, id: usize, backend: usize, cause: Cause) {
+        self.slots[id] = Some(Placement { backend, cause });
+    }
+
+    /// Whether copies of the tensor with id `id` exist for `backend`.
+    pub fn has_copies_at(&self, id: usize, backend: usize) -> bool {
+        self.copies.contains_key(&(id, backend))
+    }
+
+    /// Copy number `copy` of the tensor with id `id` for `backend`.
+    pub fn copy_at(&self, id: usize, backend: usize, copy: usize) -> Option<*mut ggml_tensor> {
+        self.copies
+            .get(&(id, backend))
+            .and_then(|v| v.get(copy).copied())
+    }
+
     /// Forgets every placement and copy (stock's reset of its hash set).
     pub fn clear(&mut self) {
         self.ids.clear();
@@ -321,7 +390,7 @@ mod tests {
             assert_eq!(t.id(p), i);
         }
         assert_eq!(t.backend(std::ptr::null()), None);
-        assert_eq!(t.backend(7 as *const ggml_tensor), None);
+        assert_eq!(t.backend(0xdead_0000usize as *const ggml_tensor), None);
         t.clear();
         assert!(ptrs.iter().all(|&p| t.backend(p).is_none()));
         t.set(ptrs[10], 1, Cause::Input);

@@ -7,7 +7,7 @@
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Caps};
-use super::table::{Cause, Table};
+use super::table::{Cause, GraphIds, Table};
 
 /// Whether backend `b` can use the storage of `t`: the buffer type of its allocated storage,
 /// or else the buffer type of the backend it (or its view source) is placed on. False when
@@ -41,27 +41,74 @@ pub unsafe fn buffer_supported(
     !buft.is_null() && caps.supports_buft(b, buft)
 }
 
-/// Runs pass 3 over `graph`'s nodes (view ops skipped).
+/// [`buffer_supported`] for a source whose id is known.
+///
+/// # Safety
+/// As [`buffer_supported`].
+#[inline]
+pub unsafe fn buffer_supported_at(
+    caps: &dyn Caps,
+    table: &Table,
+    t: *const ggml_tensor,
+    id: usize,
+    b: usize,
+) -> bool {
+    let tr = &*t;
+    let buf = caps::storage_buffer(tr);
+    let buft = if !buf.is_null() {
+        (*buf).buft
+    } else {
+        let placed = table.backend_at(id).or_else(|| {
+            if tr.view_src.is_null() {
+                None
+            } else {
+                table.backend(tr.view_src)
+            }
+        });
+        match placed {
+            Some(p) => caps.buft(p),
+            None => return false,
+        }
+    };
+    !buft.is_null() && caps.supports_buft(b, buft)
+}
+
+/// The non-NULL sources of node `i` with their ids.
+pub fn sources_at<'a>(
+    node: &'a ggml_tensor,
+    ix: &'a GraphIds,
+    i: usize,
+) -> impl Iterator<Item = (*mut ggml_tensor, usize)> + 'a {
+    node.src
+        .iter()
+        .zip(ix.srcs[i].iter())
+        .filter(|(s, _)| !s.is_null())
+        .map(|(&s, &id)| (s, id as usize))
+}
+
+/// Runs pass 3 over `graph`'s nodes (view ops skipped; `ix`: the graph's ids).
 ///
 /// # Safety
 /// `graph` must be a live graph of live tensors.
-pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph) {
-    for &n in caps::nodes(graph) {
+pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
+    for (i, &n) in caps::nodes(graph).iter().enumerate() {
         let node = &*n;
         if caps::is_view_op(node.op) {
             continue;
         }
-        match table.backend(n) {
+        let nid = ix.nodes[i];
+        match table.backend_at(nid) {
             None => {
                 let mut best: Option<(usize, usize)> = None; // (count, backend)
                 for b in 0..caps.n_backends() {
                     if !caps.supports_op(b, n) {
                         continue;
                     }
-                    let count = caps::sources(node)
-                        .filter(|&(_, s)| {
-                            (table.backend(s).is_some() || table.backend((*s).view_src).is_some())
-                                && buffer_supported(caps, table, s, b)
+                    let count = sources_at(node, ix, i)
+                        .filter(|&(s, sid)| {
+                            (table.backend_at(sid).is_some()
+                                || table.backend((*s).view_src).is_some())
+                                && buffer_supported_at(caps, table, s, sid, b)
                         })
                         .count();
                     if best.is_none_or(|(c, _)| count > c) {
@@ -69,17 +116,18 @@ pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph) {
                     }
                 }
                 if let Some((_, b)) = best {
-                    table.set(n, b, Cause::BestInputs);
+                    table.set_at(nid, b, Cause::BestInputs);
                 }
             }
             Some(cur) => {
                 let target = (0..cur).find(|&b| {
                     caps.buft(b) == caps.buft(cur)
                         && caps.supports_op(b, n)
-                        && caps::sources(node).all(|(_, s)| buffer_supported(caps, table, s, b))
+                        && sources_at(node, ix, i)
+                            .all(|(s, sid)| buffer_supported_at(caps, table, s, sid, b))
                 });
                 if let Some(b) = target {
-                    table.set(n, b, Cause::Upgrade);
+                    table.set_at(nid, b, Cause::Upgrade);
                 }
             }
         }
@@ -116,7 +164,10 @@ mod tests {
         t.set(m, 2, Cause::UserAssigned);
         t.set(d, 0, Cause::UserAssigned);
         // SAFETY: tensors live in the arena.
-        unsafe { upgrade(&caps, &mut t, &g) };
+        unsafe {
+            let ix = GraphIds::new(&mut t, &g);
+            upgrade(&caps, &mut t, &g, &ix)
+        };
         let got = |n| t.get(n).map(|p| (p.backend, p.cause));
         // m: same buffer type as backend 1, which runs MUL and can read the CPU input.
         assert_eq!(got(m), Some((1, Cause::Upgrade)));
