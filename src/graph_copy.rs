@@ -72,24 +72,29 @@ impl Copier {
         if dst.is_null() {
             ffi::fatal(COPY_FN, "ggml_dup_tensor failed");
         }
-        // SAFETY: `dst` was just made and is not aliased.
-        let d = unsafe { &mut *dst };
-        d.nb = s.nb;
-        if !s.view_src.is_null() {
-            // SAFETY: caller contract covers the view source.
-            d.view_src = unsafe { self.dup(s.view_src) };
-            d.view_offs = s.view_offs;
-        }
-        d.op = s.op;
-        d.flags = s.flags;
-        d.op_params = s.op_params;
-        // SAFETY: `s.name` is a NUL-terminated array inside the tensor.
-        unsafe { ggml_sys::ggml_set_name(dst, s.name.as_ptr()) };
-        for (i, &sub) in s.src.iter().enumerate() {
-            if !sub.is_null() {
-                // SAFETY: caller contract covers the sources.
-                let c = unsafe { self.dup(sub) };
-                d.src[i] = c;
+        // Registered before the recursion, as "in progress" (NULL): graphs may reference a node
+        // from its own sources (`ggml_cast` sets `src[1]` to its result), and such a back edge
+        // must not recurse forever. As in stock, the copy's back edge is NULL (stock reads its
+        // copy table before the entry is written); the entry is completed below.
+        self.copies.insert(src, std::ptr::null_mut());
+        // SAFETY: `dst` was just made; no reference to it is held across the recursive calls
+        // below (they only read the map), so each write goes through the raw pointer.
+        unsafe {
+            (*dst).nb = s.nb;
+            if !s.view_src.is_null() {
+                let v = self.dup(s.view_src);
+                (*dst).view_src = v;
+                (*dst).view_offs = s.view_offs;
+            }
+            (*dst).op = s.op;
+            (*dst).flags = s.flags;
+            (*dst).op_params = s.op_params;
+            ggml_sys::ggml_set_name(dst, s.name.as_ptr());
+            for (i, &sub) in s.src.iter().enumerate() {
+                if !sub.is_null() {
+                    let c = self.dup(sub);
+                    (*dst).src[i] = c;
+                }
             }
         }
         self.copies.insert(src, dst);

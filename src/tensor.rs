@@ -101,8 +101,8 @@ impl Access {
     }
 }
 
-/// Borrows `tensor` and its storage buffer for a data access of `size` bytes at `offset`.
-/// Returns `None` when `size` is 0 (nothing to do); aborts naming `func` when the tensor is
+/// The storage buffer of `tensor` (pointer and borrow) for a data access of `size` bytes at
+/// `offset`. Returns `None` when `size` is 0 (nothing to do); aborts naming `func` when the tensor is
 /// NULL, has no buffer or no data, or the range leaves the tensor.
 ///
 /// # Safety
@@ -113,7 +113,7 @@ unsafe fn checked_access<'a>(
     size: usize,
     access: Access,
     func: &str,
-) -> Option<(&'a ggml_tensor, &'a ggml_sys::ggml_backend_buffer)> {
+) -> Option<(ggml_backend_buffer_t, &'a ggml_sys::ggml_backend_buffer)> {
     // SAFETY: caller contract.
     let t = unsafe { non_null(tensor, func, "tensor") };
     // SAFETY: `t` is live, so is its view source.
@@ -139,7 +139,7 @@ unsafe fn checked_access<'a>(
         );
     }
     // SAFETY: a tensor's buffer is live while the tensor is.
-    Some((t, unsafe { &*buf }))
+    Some((buf, unsafe { &*buf }))
 }
 
 /// Writes `size` bytes from host memory `data` into `tensor` at byte `offset`, through its
@@ -159,21 +159,14 @@ pub unsafe extern "C" fn ggml_backend_tensor_set(
     const F: &str = "ggml_backend_tensor_set";
     boundary(F, || {
         // SAFETY: caller contract.
-        if let Some((_, buf)) = unsafe { checked_access(tensor, offset, size, Access::Write, F) } {
+        if let Some((buf_ptr, buf)) =
+            unsafe { checked_access(tensor, offset, size, Access::Write, F) }
+        {
             let set = required(buf.iface.set_tensor, F, "set_tensor");
             // SAFETY: checked range; the backend's callback with its own buffer.
-            unsafe { set(storage_of(tensor), tensor, data, offset, size) }
+            unsafe { set(buf_ptr, tensor, data, offset, size) }
         }
     })
-}
-
-/// The storage buffer of a live tensor, as a raw pointer for the interface calls.
-///
-/// # Safety
-/// `tensor` must point to a live tensor.
-unsafe fn storage_of(tensor: *const ggml_tensor) -> ggml_backend_buffer_t {
-    // SAFETY: caller contract.
-    unsafe { storage_buffer(&*tensor) }
 }
 
 /// Reads `size` bytes of `tensor` at byte `offset` into host memory `data`, through its
@@ -192,10 +185,12 @@ pub unsafe extern "C" fn ggml_backend_tensor_get(
     const F: &str = "ggml_backend_tensor_get";
     boundary(F, || {
         // SAFETY: caller contract.
-        if let Some((_, buf)) = unsafe { checked_access(tensor, offset, size, Access::Read, F) } {
+        if let Some((buf_ptr, buf)) =
+            unsafe { checked_access(tensor, offset, size, Access::Read, F) }
+        {
             let get = required(buf.iface.get_tensor, F, "get_tensor");
             // SAFETY: checked range; the backend's callback with its own buffer.
-            unsafe { get(storage_of(tensor), tensor, data, offset, size) }
+            unsafe { get(buf_ptr, tensor, data, offset, size) }
         }
     })
 }
@@ -365,12 +360,12 @@ pub unsafe extern "C" fn ggml_backend_tensor_memset(
             return;
         }
         // SAFETY: caller contract.
-        if let Some((_, buf)) = unsafe { checked_access(t, offset, size, Access::Write, F) } {
+        if let Some((buf_ptr, buf)) = unsafe { checked_access(t, offset, size, Access::Write, F) } {
             let Some(memset) = buf.iface.memset_tensor else {
                 ffi::fatal(F, "memset not implemented by backend buffer");
             };
             // SAFETY: checked range; the backend's callback with its own buffer.
-            unsafe { memset(storage_of(tensor), tensor, value, offset, size) }
+            unsafe { memset(buf_ptr, tensor, value, offset, size) }
         }
     })
 }

@@ -301,6 +301,12 @@ unsafe extern "C" fn test_backend_compute(
                         *n.data.cast::<f32>().add(k) = x;
                     }
                 }
+                sys::GGML_OP_CPY => {
+                    // same-type contiguous copy (ggml_cast to the source's own type)
+                    let a = &*n.src[0];
+                    let len = sys::ggml_nbytes(n);
+                    std::ptr::copy(a.data.cast::<u8>(), n.data.cast::<u8>(), len);
+                }
                 sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_NONE => {}
                 _ => return sys::GGML_STATUS_FAILED,
             }
@@ -433,6 +439,65 @@ fn graph_copy_duplicates_layout_data_and_views() {
         assert_eq!(cstr(ggml_backend_buffer_name(copy.buffer)), "CPU");
         ggml_backend_graph_copy_free(copy);
         ggml_backend_free(backend);
+    }
+}
+
+#[test]
+fn graph_copy_survives_a_node_that_is_its_own_source() {
+    // ggml_cast makes a CPY node whose src[1] is the node itself: a cycle for a naive copy.
+    let b1 = test_backend();
+    let b2 = test_backend();
+    // SAFETY: exported API with valid arguments throughout.
+    unsafe {
+        let ctx = meta_ctx();
+        let a = sys::ggml_new_tensor_1d(ctx, sys::GGML_TYPE_F32, 8);
+        let c = sys::ggml_cast(ctx, a, sys::GGML_TYPE_F32);
+        assert_eq!((*c).src[1], c, "ggml_cast is self-referencing");
+        let d = sys::ggml_add(ctx, c, a);
+        let graph = sys::ggml_new_graph(ctx);
+        sys::ggml_build_forward_expand(graph, d);
+        let buf =
+            sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_cpu_buffer_type());
+        set_f32s(a, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+
+        let copy = ggml_backend_graph_copy(b2, graph);
+        assert!(!copy.buffer.is_null());
+        let g2 = &*copy.graph;
+        let n2: Vec<*mut ggml_tensor> =
+            (0..g2.n_nodes as usize).map(|i| *g2.nodes.add(i)).collect();
+        let c2 = n2[0];
+        assert_eq!((*c2).op, sys::GGML_OP_CPY);
+        assert!(
+            (*c2).src[1].is_null(),
+            "as stock: the back edge of the copy is NULL"
+        );
+        assert_eq!((*n2[1]).src[0], c2);
+        ggml_backend_graph_copy_free(copy);
+
+        let mut seen = Seen {
+            calls: vec![],
+            stop_after: usize::MAX,
+        };
+        assert!(ggml_backend_compare_graph_backend(
+            b1,
+            b2,
+            graph,
+            Some(record),
+            (&raw mut seen).cast(),
+            null(),
+            0,
+        ));
+        assert_eq!(seen.calls.len(), 2);
+        assert_eq!(
+            seen.calls[1].2,
+            vec![2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]
+        );
+        assert_eq!(seen.calls[1].2, seen.calls[1].3);
+
+        ggml_backend_buffer_free(buf);
+        sys::ggml_free(ctx);
+        ggml_backend_free(b1);
+        ggml_backend_free(b2);
     }
 }
 

@@ -211,6 +211,29 @@ static void devices_and_compare(void) {
     printf("copy nodes %d buffer %s\n", ggml_graph_n_nodes(copy.graph), ggml_backend_buffer_name(copy.buffer));
     ggml_backend_graph_copy_free(copy);
 
+    /* ggml_cast makes a node that is its own src[1]: the copy must terminate, and its back
+     * edge is what stock makes of it */
+    struct ggml_context * ctx2 = meta_ctx();
+    struct ggml_tensor * x = ggml_new_tensor_1d(ctx2, GGML_TYPE_F32, 64);
+    struct ggml_tensor * xc = ggml_cast(ctx2, x, GGML_TYPE_F32);
+    struct ggml_tensor * y = ggml_add(ctx2, xc, x);
+    struct ggml_cgraph * g2 = ggml_new_graph(ctx2);
+    ggml_build_forward_expand(g2, y);
+    ggml_backend_buffer_t buf2 = ggml_backend_alloc_ctx_tensors(ctx2, b1);
+    CHECK(buf2 != NULL);
+    fill(x, 0.5f);
+    copy = ggml_backend_graph_copy(b2, g2);
+    CHECK(copy.buffer != NULL);
+    struct ggml_tensor * xc2 = ggml_graph_node(copy.graph, 0);
+    printf("cast copy nodes %d op %s src0_is_copy %d src1_null %d src1_self %d\n", ggml_graph_n_nodes(copy.graph),
+           ggml_op_name(xc2->op), xc2->src[0] != x && xc2->src[0] != NULL, xc2->src[1] == NULL, xc2->src[1] == xc2);
+    ggml_backend_graph_copy_free(copy);
+    struct seen cast = { 0 };
+    ok = ggml_backend_compare_graph_backend(b1, b2, g2, compare_cb, &cast, NULL, 0);
+    printf("cast compare ok %d calls %d max_diff %g\n", ok, cast.calls, cast.max_diff);
+    ggml_backend_buffer_free(buf2);
+    ggml_free(ctx2);
+
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);
     ggml_backend_free(b1);

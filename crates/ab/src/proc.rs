@@ -100,9 +100,18 @@ static CHILD_PGID: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_interrupt(sig: libc::c_int) {
     let pgid = CHILD_PGID.load(Ordering::SeqCst);
-    // SAFETY: kill and _exit are async-signal-safe; a stale pgid only makes kill fail.
+    // SIGTERM first, so a nested harness (a step of `ab test`) can take its own children
+    // down, then SIGKILL after 300 ms.
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 300_000_000,
+    };
+    // SAFETY: kill, nanosleep and _exit are async-signal-safe; a stale pgid only makes kill
+    // fail.
     unsafe {
         if pgid > 0 {
+            libc::kill(-pgid, libc::SIGTERM);
+            libc::nanosleep(&pause, std::ptr::null_mut());
             libc::kill(-pgid, libc::SIGKILL);
         }
         libc::_exit(128 + sig);

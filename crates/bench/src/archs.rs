@@ -34,7 +34,9 @@ pub fn run(
     filter: Option<&str>,
 ) -> Result<ArchsRun> {
     let _ = std::fs::remove_file(probe_out);
-    let mut cmd = Command::new(bin);
+    // Bounded: a hung process (a deadlock in the arm under test) must not hang the bench.
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=10", "1200"]).arg(bin);
     cmd.env("LD_LIBRARY_PATH", arm.ld_library_path(stock_lib_dir))
         .env("LD_PRELOAD", probe_lib)
         .env("SCHED_PROBE_OUT", probe_out);

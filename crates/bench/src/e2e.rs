@@ -64,7 +64,9 @@ pub struct BenchRun {
 /// calls went to the arm's file).
 pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<BenchRun> {
     let _ = std::fs::remove_file(&setup.probe_out);
-    let mut cmd = Command::new(&setup.llama_bench);
+    // Bounded: a hung process (a deadlock in the arm under test) must not hang the bench.
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=10", "900"]).arg(&setup.llama_bench);
     cmd.env("LD_LIBRARY_PATH", arm.ld_library_path(&setup.stock_lib_dir))
         .env("LD_DEBUG", "libs")
         .env("LD_PRELOAD", &setup.probe)

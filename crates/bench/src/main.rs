@@ -2,9 +2,9 @@
 //!
 //! ```text
 //! cargo run --release -p bench -- [--a LIB] [--b LIB] [--rounds 20] [--iters 100]
-//!     [--e2e-rounds 8] [--e2e-reps 2] [--hrx LIB | --no-hrx] [--no-e2e] [--no-callgrind]
-//!     [--archs-rounds 3] [--archs-filter REGEX] [--no-build] [--graphs smollm2,deepseek]
-//!     [--out DIR]
+//!     [--e2e-rounds 8] [--e2e-reps 2] [--e2e-budget 900] [--hrx LIB | --no-hrx] [--no-e2e]
+//!     [--no-callgrind] [--archs-rounds 3] [--archs-filter REGEX] [--no-build]
+//!     [--graphs smollm2,deepseek] [--out DIR]
 //! ```
 //!
 //! From a fresh clone it builds what is missing first: the stock llama.cpp
@@ -56,6 +56,7 @@ struct Options {
     archs_rounds: u32,
     archs_filter: Option<String>,
     no_build: bool,
+    e2e_budget_s: u64,
     graphs: Vec<String>,
     out: Option<PathBuf>,
 }
@@ -75,6 +76,7 @@ fn parse_args(args: &[String]) -> Result<Options> {
         archs_rounds: 3,
         archs_filter: None,
         no_build: false,
+        e2e_budget_s: 900,
         graphs: vec!["smollm2".into(), "deepseek".into()],
         out: None,
     };
@@ -95,13 +97,14 @@ fn parse_args(args: &[String]) -> Result<Options> {
             "--archs-rounds" => o.archs_rounds = value()?.parse()?,
             "--archs-filter" => o.archs_filter = Some(value()?.clone()),
             "--no-build" => o.no_build = true,
+            "--e2e-budget" => o.e2e_budget_s = value()?.parse()?,
             "--graphs" => o.graphs = value()?.split(',').map(str::to_string).collect(),
             "--out" => o.out = Some(PathBuf::from(value()?)),
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--a LIB] [--b LIB] [--rounds N] [--iters N] [--e2e-rounds N] \
                      [--e2e-reps N] [--hrx LIB | --no-hrx] [--no-e2e] [--no-callgrind] \
-                     [--archs-rounds N] [--archs-filter REGEX] [--no-build] \
+                     [--e2e-budget SECONDS] [--archs-rounds N] [--archs-filter REGEX] [--no-build] \
                      [--graphs smollm2,deepseek] [--out DIR]"
                 );
                 std::process::exit(0);
@@ -194,7 +197,10 @@ fn real_main(args: &[String]) -> Result<()> {
     };
     let arm_root = out.join("arms");
     let arm_a = Arm::prepare("A", a_label.to_string(), &a_src, &arm_root)?;
-    let arm_b = Arm::prepare("B", b_label, &b_src, &arm_root)?;
+    let mut arm_b = Arm::prepare("B", b_label, &b_src, &arm_root)?;
+    if arm_b.sha256 == arm_a.sha256 {
+        arm_b.label = format!("{} (same file as A)", arm_a.label);
+    }
     progress(&format!(
         "arm A = {} ({})",
         arm_a.source.display(),
@@ -304,8 +310,15 @@ fn real_main(args: &[String]) -> Result<()> {
             e2e_errors.push(format!("HRX0: {} not found, not run", hrx.display()));
         }
         e2e_devices = devices.clone();
-        for dev in &devices {
-            match report::run_e2e(&setup, [&arm_a, &arm_b], dev, opts.e2e_rounds) {
+        let e2e_start = Instant::now();
+        for (i, dev) in devices.iter().enumerate() {
+            // What is left of the budget, shared equally by the devices still to run.
+            let left = opts
+                .e2e_budget_s
+                .saturating_sub(e2e_start.elapsed().as_secs());
+            let share = left / (devices.len() - i) as u64;
+            let deadline = Instant::now() + std::time::Duration::from_secs(share);
+            match report::run_e2e(&setup, [&arm_a, &arm_b], dev, opts.e2e_rounds, deadline) {
                 Ok((mut rows, probes)) => {
                     e2e_rows.append(&mut rows);
                     e2e_probe.push(report::E2eProbe {

@@ -270,19 +270,28 @@ fn merge_buffers(a: &[BufferSize], b: &[BufferSize]) -> Vec<BufferRow> {
         .collect()
 }
 
-/// Runs llama-bench `rounds` times per arm on `dev`, A then B each round. Returns the rows
-/// per test and the probe's figures per process, `[A, B]`.
+/// Runs llama-bench up to `rounds` times per arm on `dev`, A then B each round; no round
+/// starts after `deadline` (the first always runs). Returns the rows per test and the probe's
+/// figures per process, `[A, B]` (their length is the number of rounds done).
 pub fn run_e2e(
     setup: &e2e::Setup,
     arms: [&Arm; 2],
     dev: &e2e::Device,
     rounds: u32,
+    deadline: std::time::Instant,
 ) -> Result<(Vec<E2eRow>, [Vec<ProbeStats>; 2])> {
     let mut rows: Vec<E2eRow> = Vec::new();
     let mut probes: [Vec<ProbeStats>; 2] = [vec![], vec![]];
     // Per test: per arm, the mean tokens/s of each process (for paired ratios).
     let mut means: Vec<[Vec<f64>; 2]> = Vec::new();
     for round in 0..rounds {
+        if round > 0 && std::time::Instant::now() > deadline {
+            progress(&format!(
+                "llama-bench {}: time budget spent after {round} rounds",
+                dev.name
+            ));
+            break;
+        }
         progress(&format!(
             "llama-bench {} round {}/{}",
             dev.name,
@@ -623,10 +632,18 @@ impl Report {
             s,
             "\n### End to end (llama-bench, SmolLM2-135M Q4_1, -t 2)\n"
         );
+        let done: Vec<String> = self
+            .e2e_probe
+            .iter()
+            .map(|p| format!("{} {}", p.device, p.runs[0].len()))
+            .collect();
         let _ = writeln!(
             s,
-            "{} rounds, one process per arm per round (A B A B), -r {} each; tokens/s median [min–max] over all repetitions.\n",
-            self.e2e_rounds, self.e2e_reps
+            "Rounds done (of {} asked, within the time budget): {}; one process per arm per round (A B A B), \
+             -r {} each; tokens/s median [min–max] over all repetitions.\n",
+            self.e2e_rounds,
+            done.join(", "),
+            self.e2e_reps
         );
         let _ = writeln!(s, "| device | test | A t/s | B t/s | B/A | paired B/A [IQR] | goal B/A ≥ {GOAL_TOKENS:.2} |");
         let _ = writeln!(s, "|---|---|---|---|---|---|---|");
@@ -736,15 +753,23 @@ impl Report {
                 if let Some(c) = &cg[k] {
                     let _ = writeln!(
                         s,
-                        "\n### Where the instructions go: {} {what}, arm {} (callgrind self cost, `{}`)\n\n```",
+                        "\n### Where the instructions go: {} {what}, arm {} (callgrind, totals over {} iterations, `{}`)\n\nSelf cost:\n\n```",
                         r.config.name(),
                         arm.key,
+                        c.iters,
                         c.out_file.display()
                     );
                     for l in &c.top {
                         let _ = writeln!(s, "{l}");
                     }
                     let _ = writeln!(s, "```");
+                    if k == 1 {
+                        let _ = writeln!(s, "\nInclusive cost:\n\n```");
+                        for l in &c.top_inclusive {
+                            let _ = writeln!(s, "{l}");
+                        }
+                        let _ = writeln!(s, "```");
+                    }
                 }
             }
         }

@@ -209,9 +209,13 @@ pub struct Callgrind {
     /// Instructions executed per cycle (total Ir of the instrumented section / iterations).
     pub ir_per_cycle: u64,
     /// The callgrind output file.
+    /// Iterations instrumented (the annotated counts are totals over these).
+    pub iters: u32,
     pub out_file: PathBuf,
     /// The top functions by self cost (from `callgrind_annotate`), as printed.
     pub top: Vec<String>,
+    /// The top functions by inclusive cost.
+    pub top_inclusive: Vec<String>,
 }
 
 /// Which timed section callgrind instruments.
@@ -269,35 +273,60 @@ pub fn callgrind(
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .with_context(|| format!("no totals line in {}", out_file.display()))?;
-    let top = annotate(&out_file).unwrap_or_default();
+    let top = annotate(&out_file, false, 12).unwrap_or_default();
+    let top_inclusive = annotate(&out_file, true, 25).unwrap_or_default();
     Ok(Callgrind {
         ir_per_cycle: total / u64::from(run.callgrind_iters.max(1)),
+        iters: run.callgrind_iters,
         out_file,
         top,
+        top_inclusive,
     })
 }
 
-/// The first lines of `callgrind_annotate`'s per-function table (self cost), also saved
-/// beside the callgrind file as `.annotate.txt`.
-fn annotate(out_file: &Path) -> Result<Vec<String>> {
+/// The first lines of `callgrind_annotate`'s per-function table, self cost (`inclusive`
+/// false) or inclusive cost; the whole output is saved beside the callgrind file as
+/// `.self.txt` / `.inclusive.txt`.
+fn annotate(out_file: &Path, inclusive: bool, n: usize) -> Result<Vec<String>> {
     let output = Command::new("callgrind_annotate")
         .arg("--threshold=99")
+        .arg(format!(
+            "--inclusive={}",
+            if inclusive { "yes" } else { "no" }
+        ))
         .arg(out_file)
         .output()?;
     let text = String::from_utf8_lossy(&output.stdout).to_string();
-    fs::write(out_file.with_extension("annotate.txt"), &text)?;
+    let ext = if inclusive {
+        "inclusive.txt"
+    } else {
+        "self.txt"
+    };
+    fs::write(out_file.with_extension(ext), &text)?;
     // The function table follows the line holding "file:function".
     let mut lines = text.lines().skip_while(|l| !l.contains("file:function"));
     lines.next();
     Ok(lines
         .filter(|l| !l.trim().is_empty() && !l.starts_with("--"))
-        .take(12)
-        .map(|l| {
-            // "1,234 (5.6%)  file:function [object]": keep the count and the function.
-            let l = l.split(" [").next().unwrap_or(l);
-            l.replace("???:", "").trim().to_string()
-        })
+        .take(n)
+        .map(short_function_line)
         .collect())
+}
+
+/// "1,234 (5.6%)  /path/file.rs:crate::f [object]" becomes "1,234 (5.6%)  crate::f".
+fn short_function_line(line: &str) -> String {
+    let line = line.split(" [").next().unwrap_or(line).trim_end();
+    let Some(pct_end) = line.find(")  ") else {
+        return line.to_string();
+    };
+    let (count, rest) = line.split_at(pct_end + 3);
+    let rest = rest.trim_start();
+    let func = [".rs:", ".c:", ".cpp:", ".h:", ".S:", "???:"]
+        .iter()
+        .filter_map(|ext| rest.find(ext).map(|i| i + ext.len()))
+        .min()
+        .map_or(rest, |i| &rest[i..]);
+    format!("{count}{func}")
 }
 
 /// The last `n` bytes of `s` (on a char boundary), for error messages.
@@ -307,4 +336,64 @@ pub fn tail(s: &str, n: usize) -> &str {
         start += 1;
     }
     &s[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line the C program printed (stock arm, smollm2 over 3 backends, 3 iterations).
+    const LINE: &str = "{\"lib\":\"/work/main/target/llama-stock/bin/libggml-base.so.0.25.3\",\"graph\":\"smollm2\",\"backends\":3,\"tokens\":512,\"nodes\":906,\"leafs\":339,\"graph_size\":3072,\"splits\":63,\"copies\":1,\"iters\":3,\"warmup\":1,\"callgrind_iters\":0,\"computed_nodes_per_iter\":906,\"buffer_sizes\":[{\"backend\":\"FAKE0\",\"bytes\":12331008},{\"backend\":\"FAKE1\",\"bytes\":12722176},{\"backend\":\"FCPU\",\"bytes\":1716288}],\"ns\":{\"cycle\":{\"median\":213156,\"min\":192986,\"max\":253776,\"p25\":192986,\"p75\":253776},\"alloc_graph\":{\"median\":208069,\"min\":188079,\"max\":247627,\"p25\":188079,\"p75\":247627},\"compute\":{\"median\":5087,\"min\":4907,\"max\":6149,\"p25\":4907,\"p75\":6149},\"split_graph\":{\"median\":117564,\"min\":108531,\"max\":141280,\"p25\":108531,\"p75\":141280},\"reserve\":{\"median\":472200,\"min\":296059,\"max\":652857,\"p25\":296059,\"p75\":652857}},\"heap\":{\"sched_new\":{\"allocs\":19,\"frees\":0,\"bytes\":65249744,\"peak\":65249744,\"net\":65249744},\"first_alloc\":{\"allocs\":81,\"frees\":2,\"bytes\":540048,\"peak\":533888,\"net\":533888},\"split_graph\":{\"allocs\":1,\"frees\":1,\"bytes\":40,\"peak\":0,\"net\":0},\"cycle\":{\"allocs\":1,\"frees\":1,\"bytes\":40,\"peak\":0,\"net\":0},\"reserve\":{\"allocs\":8,\"frees\":8,\"bytes\":12912,\"peak\":0,\"net\":0}}}";
+
+    #[test]
+    fn program_output_parses() {
+        let run: Run = serde_json::from_str(LINE).unwrap();
+        assert_eq!(run.graph, "smollm2");
+        assert_eq!(run.backends, 3);
+        assert_eq!(run.nodes, 906);
+        assert_eq!(run.splits, 63);
+        assert_eq!(run.iters, 3);
+        let names: Vec<&str> = run
+            .buffer_sizes
+            .iter()
+            .map(|b| b.backend.as_str())
+            .collect();
+        assert_eq!(names, ["FAKE0", "FAKE1", "FCPU"]);
+        assert_eq!(run.buffer_sizes[2].bytes, 1716288);
+        assert!(run.ns.cycle.min <= run.ns.cycle.median && run.ns.cycle.median <= run.ns.cycle.max);
+        assert_eq!(run.heap.cycle.allocs, run.heap.cycle.frees);
+    }
+
+    #[test]
+    fn annotate_lines_are_shortened() {
+        assert_eq!(
+            short_function_line(
+                "19,435,475 (22.70%)  /work/main/src/sched/inplace.rs:ggml_base::sched::inplace::colocate [/x/libggml-base.so.0]"
+            ),
+            "19,435,475 (22.70%)  ggml_base::sched::inplace::colocate"
+        );
+        assert_eq!(
+            short_function_line("3,757,500 ( 4.39%)  ???:ggml_nbytes [/x/lib.so]"),
+            "3,757,500 ( 4.39%)  ggml_nbytes"
+        );
+        assert_eq!(
+            short_function_line("2,008,133 ( 2.35%)  ./string/../memset-vec-unaligned-erms.S:__memset_avx2_unaligned_erms"),
+            "2,008,133 ( 2.35%)  __memset_avx2_unaligned_erms"
+        );
+    }
+
+    #[test]
+    fn config_names() {
+        let c = Config {
+            graph: "deepseek".into(),
+            backends: 3,
+        };
+        assert_eq!(c.name(), "deepseek-3");
+    }
+
+    #[test]
+    fn tail_respects_char_boundaries() {
+        assert_eq!(tail("aµb", 2), "b");
+        assert_eq!(tail("abc", 10), "abc");
+    }
 }
