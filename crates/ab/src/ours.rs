@@ -5,7 +5,7 @@
 //! - `target/ours/lib/libggml-hrx.so` when the workspace has the crate `hrx`.
 
 use crate::paths::Paths;
-use crate::proc::{self, RunOpts};
+use crate::proc::{self, RunOpts, Stream, Watcher};
 use crate::{fmt_secs, say};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -75,6 +75,29 @@ fn metadata(paths: &Paths) -> Result<Vec<(String, Vec<String>)>> {
     Ok(res)
 }
 
+/// Progress of a cargo build: how many crates compiled, which one last.
+#[derive(Default)]
+struct CargoWatch {
+    compiled: u32,
+    last: String,
+}
+
+impl Watcher for CargoWatch {
+    fn line(&mut self, _s: Stream, line: &str) {
+        if let Some(rest) = line.trim_start().strip_prefix("Compiling ") {
+            self.compiled += 1;
+            self.last = rest.split(' ').next().unwrap_or(rest).to_string();
+        }
+    }
+    fn status(&self) -> Option<String> {
+        Some(if self.compiled == 0 {
+            "cargo is starting".into()
+        } else {
+            format!("{} crates compiled, now {}", self.compiled, self.last)
+        })
+    }
+}
+
 /// Builds and installs our libraries. Fails with the compiler's last lines when the build
 /// fails (the root crate may be work in progress: then name files with `--a`/`--b`).
 pub fn build(paths: &Paths) -> Result<Installed> {
@@ -102,7 +125,7 @@ pub fn build(paths: &Paths) -> Result<Installed> {
             echo: false,
             progress_every: 20,
         },
-        &mut proc::Quiet,
+        &mut CargoWatch::default(),
     )?;
     if !f.success() {
         bail!(

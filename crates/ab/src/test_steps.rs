@@ -8,6 +8,8 @@ pub enum Run {
     Ab(&'static [&'static str]),
     /// `cargo test --workspace --release`; the test counts are passed through.
     CargoTest,
+    /// A script of the repository (path relative to the root) with these arguments.
+    Script(&'static str, &'static [&'static str]),
 }
 
 /// One step of the test suite.
@@ -15,6 +17,25 @@ pub struct Step {
     pub name: &'static str,
     pub run: Run,
 }
+
+const fn script(name: &'static str, path: &'static str, args: &'static [&'static str]) -> Step {
+    Step {
+        name,
+        run: Run::Script(path, args),
+    }
+}
+
+/// Our library as installed by `ab build-ours`, for steps that swap it in by folder.
+const OURS_DIR: &str = "target/ours/lib";
+const OURS: &str = "target/ours/lib/libggml-base.so.0";
+const HRX_CHECK: &str = "crates/hrx/scripts/check.sh";
+
+/// The CI subset of the main job: every default work but the three slowest
+/// test-backend-ops ops (MUL_MAT, MUL_MAT_ID, FLASH_ATTN_EXT: about 30 minutes an arm on 2
+/// cores), which `./ab` runs in full.
+const SUITES_CI: &str = "llama-simple,ctest,backend-ops SET_ROWS,backend-ops FILL,\
+backend-ops CPY,backend-ops SET,backend-ops GET_ROWS,backend-ops ADD,backend-ops SOFT_MAX,\
+backend-ops RMS_NORM,backend-ops ROPE";
 
 const fn ab(name: &'static str, args: &'static [&'static str]) -> Step {
     Step {
@@ -35,6 +56,14 @@ pub const STEPS: &[Step] = &[
     ab("RUNPATH trap", &["runpath-trap"]),
     ab("swap self-check", &["swap-check"]),
     ab("scheduler differential", &["sched-diff", "--seeds", "500"]),
-    ab("HRX check", &["hrx-check"]),
-    ab("upstream suites", &["suites"]),
+    script("HRX C API and SIGSEGV, stock base", HRX_CHECK, &["cabi"]),
+    script("HRX C API and SIGSEGV, our base", HRX_CHECK, &["cabi", OURS_DIR]),
+    script("HRX test-backend-ops -b HRX0, stock base", HRX_CHECK, &["backend-ops"]),
+    script("HRX test-backend-ops -b HRX0, our base", HRX_CHECK, &["backend-ops", OURS_DIR]),
+    script("HRX SmolLM2 on HRX0 + arena, stock base", HRX_CHECK, &["smollm2"]),
+    script("HRX SmolLM2 on HRX0 + arena, our base", HRX_CHECK, &["smollm2", OURS_DIR]),
+    script("HRX test-llama-archs -b HRX0, our base", HRX_CHECK, &["archs", OURS_DIR]),
+    ab("test-llama-archs (CPU), our base", &["exec", "--lib", OURS, "--", "test-llama-archs"]),
+    ab("upstream suites, stock vs ours", &["ab", "--only", SUITES_CI]),
+    ab("in-place reproducer, three arms", &["repro"]),
 ];

@@ -76,6 +76,11 @@ pub fn run(paths: &Paths) -> Result<u8> {
                 c.args(["test", "--workspace", "--release"]);
                 c
             }
+            Run::Script(path, args) => {
+                let mut c = Command::new("bash");
+                c.arg(paths.root.join(path)).args(args);
+                c
+            }
         };
         cmd.current_dir(&paths.root);
         let f = proc::run(

@@ -335,7 +335,11 @@ fn real_main(args: &[String]) -> Result<()> {
     }
 
     let rep = report::Report {
-        command: format!("cargo run --release -p bench --{}", render_args(args)),
+        command: if args.is_empty() {
+            "cargo run --release -p bench".to_string()
+        } else {
+            format!("cargo run --release -p bench --{}", render_args(args))
+        },
         started_utc: started,
         finished_utc: utc_now(),
         wall_seconds: clock.elapsed().as_secs_f64(),

@@ -15,6 +15,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 step=${1:?usage: check.sh STEP [BASE_LIB_DIR]}
 base=${2:-}
+# A relative BASE_LIB_DIR is taken from the repository root, where the harness runs.
+[ -z "$base" ] || base=$(cd "$root" && cd "$base" && pwd)
 stock=${HRX_STOCK_BIN:-$root/target/llama-stock/bin}
 model=${HRX_MODEL:-$root/target/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 arm=$([ -n "$base" ] && echo ours || echo stock)
