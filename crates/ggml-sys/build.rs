@@ -8,7 +8,10 @@ fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let workspace = manifest.join("../..").canonicalize().unwrap();
     println!("cargo:rerun-if-changed=wrapper.h");
-    println!("cargo:rerun-if-changed={}", workspace.join("pins.toml").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("pins.toml").display()
+    );
     println!("cargo:rerun-if-env-changed=GGML_AB_CACHE");
     let cache = env::var_os("GGML_AB_CACHE")
         .map(PathBuf::from)

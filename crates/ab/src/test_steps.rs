@@ -8,6 +8,8 @@ pub enum Run {
     Ab(&'static [&'static str]),
     /// `cargo test --workspace --release`; the test counts are passed through.
     CargoTest,
+    /// `cargo` with these arguments (lint steps).
+    Cargo(&'static [&'static str]),
     /// A script of the repository (path relative to the root) with these arguments.
     Script(&'static str, &'static [&'static str]),
 }
@@ -53,6 +55,14 @@ pub const STEPS: &[Step] = &[
     Step {
         name: "cargo test --workspace --release",
         run: Run::CargoTest,
+    },
+    Step {
+        name: "cargo fmt --check",
+        run: Run::Cargo(&["fmt", "--all", "--", "--check"]),
+    },
+    Step {
+        name: "cargo clippy -D warnings",
+        run: Run::Cargo(&["clippy", "--workspace", "--all-targets", "--release", "--", "-D", "warnings"]),
     },
     ab("RUNPATH trap", &["runpath-trap"]),
     ab("swap self-check", &["swap-check"]),

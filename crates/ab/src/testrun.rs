@@ -76,6 +76,11 @@ pub fn run(paths: &Paths) -> Result<u8> {
                 c.args(["test", "--workspace", "--release"]);
                 c
             }
+            Run::Cargo(args) => {
+                let mut c = Command::new("cargo");
+                c.args(args);
+                c
+            }
             Run::Script(path, args) => {
                 let mut c = Command::new("bash");
                 c.arg(paths.root.join(path)).args(args);

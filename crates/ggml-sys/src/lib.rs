@@ -4,7 +4,12 @@
 //! field offsets against what clang computes from the same headers.
 //!
 //! Nothing here is safe to call without reading the upstream header it came from.
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code
+)]
 #![allow(clippy::all)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

@@ -71,7 +71,12 @@ impl fmt::Display for PinError {
         match self {
             PinError::Io { path, source } => write!(f, "{}: {}", path.display(), source),
             PinError::Parse { path, message } => {
-                write!(f, "{} is not a valid pins file: {}", path.display(), message)
+                write!(
+                    f,
+                    "{} is not a valid pins file: {}",
+                    path.display(),
+                    message
+                )
             }
             PinError::Pip { command, detail } => write!(f, "`{command}` failed: {detail}"),
             PinError::Mismatch {
@@ -239,7 +244,13 @@ fn fetch(
     fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     let spec = format!("{package}=={version}");
     let mut cmd = Command::new(python());
-    cmd.args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]);
+    cmd.args([
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+    ]);
     if sdist {
         cmd.args(["--no-binary", package]);
     }
