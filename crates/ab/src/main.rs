@@ -114,6 +114,10 @@ struct AbArgs {
     /// Only these works, comma-separated: llama-simple, backend-ops, "backend-ops ADD", ctest.
     #[arg(long, value_name = "WORK")]
     only: Option<String>,
+    /// Skip the in-place reproducer's three arms (stock, patched, ours), which the job runs
+    /// after the two-arm work when the arms are the default ones (no --a/--b/--llama-build).
+    #[arg(long)]
+    no_repro: bool,
 }
 
 /// Prints a harness message on stderr, prefixed `[ab]`.
@@ -302,6 +306,10 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
         }
         Cmd::Exec(a) => exec(paths, a),
         Cmd::Ab(a) => {
+            // The reproducer's arms are fixed (stock, patched, ours of this checkout), so it
+            // runs only when the two-arm work uses the default arms too.
+            let default_arms = a.a.is_none() && a.b.is_none() && a.llama_build.is_none();
+            let with_repro = default_arms && !a.no_repro;
             let r = job::run(
                 paths,
                 &job::AbOptions {
@@ -313,6 +321,19 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
                     only: a.only,
                 },
             )?;
+            let repro_code = if with_repro {
+                say("in-place reproducer: stock, patched and ours on HRX0 and CPU (`ab repro`)");
+                let stale = paths.target.join("repro").join("report.json");
+                if stale.exists() {
+                    std::fs::remove_file(&stale)
+                        .with_context(|| format!("removing {}", stale.display()))?;
+                }
+                let code = external(paths, vec!["repro".into()])?;
+                merge_repro(paths)?;
+                code
+            } else {
+                0
+            };
             if !r.comparison.proofs_ok {
                 say("FAILED: a run did not map the intended libggml-base (see PROOF FAILED above)");
                 return Ok(1);
@@ -321,6 +342,10 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
                 say("the arms differ (see the table)");
                 return Ok(3);
             }
+            if repro_code != 0 {
+                say("the in-place reproducer failed (see its table above)");
+                return Ok(4);
+            }
             Ok(0)
         }
         Cmd::Test => testrun::run(paths),
@@ -328,6 +353,35 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
         Cmd::SwapCheck(b) => selftest::swap_check(paths, b.llama_build),
         Cmd::External(args) => external(paths, args),
     }
+}
+
+/// Copies `target/repro/report.json` (the reproducer's three arms, each named by the sha256
+/// of the libggml-base its process mapped) into `target/ab/report.json` under
+/// `inplace_reproducer`, so the main job's report holds every arm.
+fn merge_repro(paths: &Paths) -> Result<()> {
+    let repro = paths.target.join("repro").join("report.json");
+    let main = paths.target.join("ab").join("report.json");
+    let read = |p: &std::path::Path| -> Result<serde_json::Value> {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+    };
+    let mut report = read(&main)?;
+    let value = if repro.exists() {
+        read(&repro)?
+    } else {
+        serde_json::Value::String(format!("{} was not written", repro.display()))
+    };
+    if let Some(obj) = report.as_object_mut() {
+        obj.insert("inplace_reproducer".into(), value);
+    }
+    std::fs::write(&main, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", main.display()))?;
+    say(&format!(
+        "report: {} (with inplace_reproducer)",
+        main.display()
+    ));
+    Ok(())
 }
 
 fn main() -> ExitCode {
