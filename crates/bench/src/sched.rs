@@ -343,7 +343,7 @@ mod tests {
     use super::*;
 
     /// A line the C program printed (stock arm, smollm2 over 3 backends, 3 iterations).
-    const LINE: &str = "{\"lib\":\"/work/main/target/llama-stock/bin/libggml-base.so.0.25.3\",\"graph\":\"smollm2\",\"backends\":3,\"tokens\":512,\"nodes\":906,\"leafs\":339,\"graph_size\":3072,\"splits\":63,\"copies\":1,\"iters\":3,\"warmup\":1,\"callgrind_iters\":0,\"computed_nodes_per_iter\":906,\"buffer_sizes\":[{\"backend\":\"FAKE0\",\"bytes\":12331008},{\"backend\":\"FAKE1\",\"bytes\":12722176},{\"backend\":\"FCPU\",\"bytes\":1716288}],\"ns\":{\"cycle\":{\"median\":213156,\"min\":192986,\"max\":253776,\"p25\":192986,\"p75\":253776},\"alloc_graph\":{\"median\":208069,\"min\":188079,\"max\":247627,\"p25\":188079,\"p75\":247627},\"compute\":{\"median\":5087,\"min\":4907,\"max\":6149,\"p25\":4907,\"p75\":6149},\"split_graph\":{\"median\":117564,\"min\":108531,\"max\":141280,\"p25\":108531,\"p75\":141280},\"reserve\":{\"median\":472200,\"min\":296059,\"max\":652857,\"p25\":296059,\"p75\":652857}},\"heap\":{\"sched_new\":{\"allocs\":19,\"frees\":0,\"bytes\":65249744,\"peak\":65249744,\"net\":65249744},\"first_alloc\":{\"allocs\":81,\"frees\":2,\"bytes\":540048,\"peak\":533888,\"net\":533888},\"split_graph\":{\"allocs\":1,\"frees\":1,\"bytes\":40,\"peak\":0,\"net\":0},\"cycle\":{\"allocs\":1,\"frees\":1,\"bytes\":40,\"peak\":0,\"net\":0},\"reserve\":{\"allocs\":8,\"frees\":8,\"bytes\":12912,\"peak\":0,\"net\":0}}}";
+    const LINE: &str = "{\"lib\":\"/repo/target/llama-stock/bin/libggml-base.so.0.25.3\",\"graph\":\"smollm2\",\"backends\":3,\"tokens\":512,\"nodes\":906,\"leafs\":339,\"graph_size\":3072,\"splits\":63,\"copies\":1,\"iters\":3,\"warmup\":1,\"callgrind_iters\":0,\"computed_nodes_per_iter\":906,\"buffer_sizes\":[{\"backend\":\"FAKE0\",\"bytes\":12331008},{\"backend\":\"FAKE1\",\"bytes\":12722176},{\"backend\":\"FCPU\",\"bytes\":1716288}],\"ns\":{\"cycle\":{\"median\":213156,\"min\":192986,\"max\":253776,\"p25\":192986,\"p75\":253776},\"alloc_graph\":{\"median\":208069,\"min\":188079,\"max\":247627,\"p25\":188079,\"p75\":247627},\"compute\":{\"median\":5087,\"min\":4907,\"max\":6149,\"p25\":4907,\"p75\":6149},\"split_graph\":{\"median\":117564,\"min\":108531,\"max\":141280,\"p25\":108531,\"p75\":141280},\"reserve\":{\"median\":472200,\"min\":296059,\"max\":652857,\"p25\":296059,\"p75\":652857}},\"heap\":{\"sched_new\":{\"allocs\":19,\"frees\":0,\"bytes\":65249744,\"peak\":65249744,\"net\":65249744},\"first_alloc\":{\"allocs\":81,\"frees\":2,\"bytes\":540048,\"peak\":533888,\"net\":533888},\"split_graph\":{\"allocs\":1,\"frees\":1,\"bytes\":40,\"peak\":0,\"net\":0},\"cycle\":{\"allocs\":1,\"frees\":1,\"bytes\":40,\"peak\":0,\"net\":0},\"reserve\":{\"allocs\":8,\"frees\":8,\"bytes\":12912,\"peak\":0,\"net\":0}}}";
 
     #[test]
     fn program_output_parses() {
@@ -368,7 +368,7 @@ mod tests {
     fn annotate_lines_are_shortened() {
         assert_eq!(
             short_function_line(
-                "19,435,475 (22.70%)  /work/main/src/sched/inplace.rs:ggml_base::sched::inplace::colocate [/x/libggml-base.so.0]"
+                "19,435,475 (22.70%)  /repo/src/sched/inplace.rs:ggml_base::sched::inplace::colocate [/x/libggml-base.so.0]"
             ),
             "19,435,475 (22.70%)  ggml_base::sched::inplace::colocate"
         );
