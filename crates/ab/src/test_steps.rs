@@ -66,7 +66,7 @@ pub const STEPS: &[Step] = &[
     },
     ab("RUNPATH trap", &["runpath-trap"]),
     ab("swap self-check", &["swap-check"]),
-    ab("scheduler differential", &["sched-diff", "--seeds", "500"]),
+    ab("scheduler differential", &["sched-diff", "--seeds", "2000"]),
     script("HRX C API and SIGSEGV, stock base", HRX_CHECK, &["cabi"]),
     script("HRX C API and SIGSEGV, our base", HRX_CHECK, &["cabi", OURS_DIR]),
     script("HRX test-backend-ops -b HRX0, stock base", HRX_CHECK, &["backend-ops"]),
