@@ -77,4 +77,5 @@ pub const STEPS: &[Step] = &[
     ab("test-llama-archs (CPU), our base", &["exec", "--lib", OURS, "--", "test-llama-archs"]),
     ab("upstream suites, stock vs ours", &["ab", "--only", SUITES_CI]),
     ab("in-place reproducer, three arms", &["repro"]),
+    ab("in-place property, 2000 seeds, ours", &["repro", "prop", "--seeds", "2000"]),
 ];

@@ -35,6 +35,7 @@
 mod child;
 mod parse;
 mod patched;
+mod prop;
 
 use anyhow::{bail, Context, Result};
 use child::{End, Finished};
@@ -643,6 +644,10 @@ fn real_main() -> Result<bool> {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("prop") {
+        return prop::main(&args[1..]);
+    }
     match real_main() {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
