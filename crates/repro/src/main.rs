@@ -152,10 +152,16 @@ fn arm_from_dir(name: &str, lib_dir: &Path, extra: Value) -> Result<Arm> {
     })
 }
 
-/// Compiles the reproducer with the project's C flags against the pinned headers and the
-/// stock libraries.
-fn build_program(root: &Path, upstream: &Path, stock_bin: &Path, out: &Path) -> Result<()> {
-    let src = root.join("cabi-tests/inplace-repro/inplace_repro.c");
+/// Compiles `cabi-tests/inplace-repro/<source>` (the reproducer, or the property test) with
+/// the project's C flags against the pinned headers and the stock libraries, into `out`.
+pub(crate) fn build_program(
+    root: &Path,
+    source: &str,
+    upstream: &Path,
+    stock_bin: &Path,
+    out: &Path,
+) -> Result<()> {
+    let src = root.join("cabi-tests/inplace-repro").join(source);
     let mut cmd = Command::new("cc");
     cmd.args([
         "-std=c11",
@@ -177,7 +183,7 @@ fn build_program(root: &Path, upstream: &Path, stock_bin: &Path, out: &Path) -> 
         "-l:libggml-cpu.so.0",
         "-lm",
     ]);
-    eprintln!("[repro] compile the reproducer: {cmd:?}");
+    eprintln!("[repro] compile {source}: {cmd:?}");
     let st = cmd.status().context("starting cc")?;
     if !st.success() {
         bail!("compiling {} failed ({st})", src.display());
@@ -406,7 +412,7 @@ fn real_main() -> Result<bool> {
         }
     }
     let program = out_dir.join("inplace_repro");
-    build_program(&o.root, &upstream, &stock_bin, &program)?;
+    build_program(&o.root, "inplace_repro.c", &upstream, &stock_bin, &program)?;
 
     let hrx = o
         .hrx

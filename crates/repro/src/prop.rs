@@ -83,39 +83,6 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
     Ok(o)
 }
 
-/// Compiles the property program with the project's C flags against the pinned headers and
-/// the stock libraries (as the reproducer is).
-fn build_program(root: &Path, upstream: &Path, stock_bin: &Path, out: &Path) -> Result<()> {
-    let src = root.join("cabi-tests/inplace-repro/inplace_prop.c");
-    let mut cmd = Command::new("cc");
-    cmd.args([
-        "-std=c11",
-        "-Wall",
-        "-Wextra",
-        "-Wpedantic",
-        "-Werror",
-        "-O1",
-        "-g",
-    ])
-    .arg(format!("-I{}", upstream.join("ggml/include").display()))
-    .arg(&src)
-    .arg("-o")
-    .arg(out)
-    .arg(format!("-L{}", stock_bin.display()))
-    .args([
-        "-l:libggml-base.so.0",
-        "-l:libggml.so.0",
-        "-l:libggml-cpu.so.0",
-        "-lm",
-    ]);
-    eprintln!("[repro prop] compile: {cmd:?}");
-    let st = cmd.status().context("starting cc")?;
-    if !st.success() {
-        bail!("compiling {} failed ({st})", src.display());
-    }
-    Ok(())
-}
-
 fn real_main(args: &[String]) -> Result<bool> {
     let o = parse_opts(args)?;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -160,7 +127,7 @@ fn real_main(args: &[String]) -> Result<bool> {
         format!("{}:{}", ours.display(), stock_bin.display())
     };
     let program = out_dir.join("inplace_prop");
-    build_program(&root, &upstream, &stock_bin, &program)?;
+    crate::build_program(&root, "inplace_prop.c", &upstream, &stock_bin, &program)?;
 
     let (mut passed, mut failed, mut crashed) = (0u64, 0u64, 0u64);
     let end_seed = o.start.saturating_add(o.seeds);
