@@ -21,27 +21,11 @@ pub unsafe fn buffer_supported(
     t: *const ggml_tensor,
     b: usize,
 ) -> bool {
-    let tr = &*t;
-    let buf = caps::storage_buffer(tr);
-    let buft = if !buf.is_null() {
-        (*buf).buft
-    } else {
-        let placed = table.backend(t).or_else(|| {
-            if tr.view_src.is_null() {
-                None
-            } else {
-                table.backend(tr.view_src)
-            }
-        });
-        match placed {
-            Some(p) => caps.buft(p),
-            None => return false,
-        }
-    };
-    !buft.is_null() && caps.supports_buft(b, buft)
+    supported_given(caps, table, &*t, || table.backend(t), b)
 }
 
-/// [`buffer_supported`] for a source whose id is known.
+/// [`buffer_supported`] for a source whose id is known (skips the pointer lookup: this runs
+/// per source per backend in the upgrade pass).
 ///
 /// # Safety
 /// As [`buffer_supported`].
@@ -53,12 +37,28 @@ pub unsafe fn buffer_supported_at(
     id: usize,
     b: usize,
 ) -> bool {
-    let tr = &*t;
+    supported_given(caps, table, &*t, || table.backend_at(id), b)
+}
+
+/// The shared rule: the buffer type of `t`'s storage when it is allocated, else that of the
+/// backend `t` (or, unplaced, its view source) is placed on, must be usable by backend `b`.
+/// `own` looks up `t`'s own placement; it runs only when the storage is not allocated.
+///
+/// # Safety
+/// `t`'s view source, when set, must be a live tensor.
+#[inline]
+unsafe fn supported_given(
+    caps: &dyn Caps,
+    table: &Table,
+    tr: &ggml_tensor,
+    own: impl FnOnce() -> Option<usize>,
+    b: usize,
+) -> bool {
     let buf = caps::storage_buffer(tr);
     let buft = if !buf.is_null() {
         (*buf).buft
     } else {
-        let placed = table.backend_at(id).or_else(|| {
+        let placed = own().or_else(|| {
             if tr.view_src.is_null() {
                 None
             } else {
