@@ -9,7 +9,6 @@
 pub mod log;
 
 use std::ffi::CString;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The value an exported function returns when it fails without aborting:
 /// NULL for pointers, `false`, `0`, [`ggml_sys::GGML_STATUS_FAILED`].
@@ -57,21 +56,64 @@ impl<T> FailValue for *const T {
     }
 }
 
-/// Runs `body` for the exported function `name`. A panic is reported through [`fatal`]
-/// with the function's name and the panic message, then the process aborts (as stock's
-/// `GGML_ABORT` would). Never unwinds.
-pub fn boundary<R>(name: &'static str, body: impl FnOnce() -> R) -> R {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(r) => r,
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
-            fatal(name, &msg)
-        }
+/// Installs [`on_panic`] when the library is loaded, before any exported function runs: a
+/// constructor in `.init_array`, so that [`boundary`] itself costs nothing.
+#[used]
+#[link_section = ".init_array"]
+static INSTALL_PANIC_HOOK: extern "C" fn() = {
+    extern "C" fn install() {
+        install_hook();
     }
+    install
+};
+
+/// Runs `body` for the exported function `name` (kept for the call sites' documentation and
+/// for [`fatal`] messages they raise themselves). A panic inside reaches [`on_panic`], which
+/// reports it through [`fatal`] with the panic message and the place it was raised, then
+/// aborts (as stock's `GGML_ABORT` would); it never unwinds into C.
+///
+/// Why a hook and not a `catch_unwind` per call: gallocr calls the layer once per tensor,
+/// several times over, and a `catch_unwind` frame per call cost 11 % of a scheduling cycle
+/// (callgrind, `docs/bench.md`); a thread-local "current function" cost more still (a
+/// `__tls_get_addr` call per access in a shared library). The hook, installed at load time,
+/// costs nothing until a panic. Should a panic ever get past it, the language aborts it at the `extern "C"` frame.
+#[inline(always)]
+pub fn boundary<R>(_name: &'static str, body: impl FnOnce() -> R) -> R {
+    body()
+}
+
+/// Whether a panic raised at `file` comes from this library's own code: cargo names the
+/// files of the root package relative to it (`src/...`), while tests (`tests/...`), other
+/// workspace crates (`crates/...`) and std (`/rustc/...`) differ.
+fn raised_by_library(file: &str) -> bool {
+    file.starts_with("src/")
+}
+
+fn install_hook() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // Panics of a Rust caller of the rlib (a test, say) keep the usual handling: they
+        // may be caught.
+        match info.location() {
+            Some(l) if raised_by_library(l.file()) => on_panic(info),
+            _ => previous(info),
+        }
+    }));
+}
+
+/// A panic in the library's code: abort through [`fatal`] with the message and the place.
+fn on_panic(info: &std::panic::PanicHookInfo<'_>) -> ! {
+    let payload = info.payload();
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string());
+    let at = info
+        .location()
+        .map(|l| format!("{}:{}", l.file(), l.line()))
+        .unwrap_or_default();
+    fatal("ggml-base (Rust)", &format!("panic at {at}: {msg}"))
 }
 
 /// Aborts the process with `"{name}: {msg}"`, through the exported `ggml_abort` that stock's

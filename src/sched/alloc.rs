@@ -61,10 +61,7 @@ impl Sched {
         self.pool.reset();
         (*graph).uid = ggml_sys::ggml_graph_next_uid();
         let g = &*graph;
-        let live = Live {
-            backends: &self.backends,
-            bufts: &self.bufts,
-        };
+        let live = Live::new(&self.backends, &self.bufts);
 
         let ix = GraphIds::new(&mut self.table, g);
         assign::assign_current(

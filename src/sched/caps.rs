@@ -57,12 +57,20 @@ pub trait Caps {
     }
 }
 
-/// [`Caps`] over real backends, through the layer's exported functions.
+/// [`Caps`] over real backends, through the layer's functions (called directly, not
+/// through the exported symbols).
 pub struct Live<'a> {
     /// The scheduler's backends, by priority.
     pub backends: &'a [ggml_backend_t],
     /// The scheduler's buffer type per backend.
     pub bufts: &'a [ggml_backend_buffer_type_t],
+}
+
+impl<'a> Live<'a> {
+    /// Answers for `backends`, each allocating compute tensors in the matching `bufts` entry.
+    pub fn new(backends: &'a [ggml_backend_t], bufts: &'a [ggml_backend_buffer_type_t]) -> Self {
+        Live { backends, bufts }
+    }
 }
 
 /// A C string as an owned Rust string ("" for NULL).
@@ -85,15 +93,15 @@ impl Caps for Live<'_> {
     }
     unsafe fn supports_op(&self, b: usize, op: *const ggml_tensor) -> bool {
         // SAFETY: the backend is live for the scheduler's lifetime; op is a graph tensor.
-        unsafe { ggml_sys::ggml_backend_supports_op(self.backends[b], op) }
+        unsafe { crate::backend::ggml_backend_supports_op(self.backends[b], op) }
     }
     unsafe fn supports_buft(&self, b: usize, buft: ggml_backend_buffer_type_t) -> bool {
         // SAFETY: as above; buft comes from a live buffer or the scheduler's list.
-        unsafe { ggml_sys::ggml_backend_supports_buft(self.backends[b], buft) }
+        unsafe { crate::backend::ggml_backend_supports_buft(self.backends[b], buft) }
     }
     unsafe fn offload_op(&self, b: usize, op: *const ggml_tensor) -> bool {
         // SAFETY: as above.
-        unsafe { ggml_sys::ggml_backend_offload_op(self.backends[b], op) }
+        unsafe { crate::backend::ggml_backend_offload_op(self.backends[b], op) }
     }
     unsafe fn buffer_is_host(&self, buf: ggml_backend_buffer_t) -> bool {
         // SAFETY: buf is a live buffer of a graph tensor.
