@@ -10,7 +10,6 @@ use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Live};
 use super::split::{self, SplitCtx};
-use super::table::GraphIds;
 use super::{assign, expand, fill, inplace, upgrade, Sched};
 
 /// Tensors a backend asked to keep allocated until a node (the key) has run.
@@ -63,22 +62,24 @@ impl Sched {
         let g = &*graph;
         let live = Live::new(&self.backends, &self.bufts);
 
-        let ix = GraphIds::new(&mut self.table, g);
+        let mut ids = std::mem::take(&mut self.graph_ids);
+        ids.rebuild(&mut self.table, g);
+        let ix = &ids;
         assign::assign_current(
             &live,
             &mut self.table,
             g,
-            &ix,
+            ix,
             self.op_offload,
             self.inplace_rule,
         );
-        expand::expand(&live, &mut self.table, g, &ix);
-        upgrade::upgrade(&live, &mut self.table, g, &ix);
+        expand::expand(&live, &mut self.table, g, ix);
+        upgrade::upgrade(&live, &mut self.table, g, ix);
         let mut reuse = inplace::Reuse::new(g, self.n_copies > 1);
         if self.inplace_rule {
             inplace::colocate(&live, &mut self.table, g, false, &mut reuse);
         }
-        fill::fill(&live, &mut self.table, g, &ix);
+        fill::fill(&live, &mut self.table, g, ix);
         if self.inplace_rule {
             inplace::colocate(&live, &mut self.table, g, true, &mut reuse);
         }
@@ -90,8 +91,9 @@ impl Sched {
             cur_copy: self.cur_copy,
         };
         self.splits =
-            split::split_graph(&mut sc, &mut self.table, g, &ix, self.first_split_backend);
+            split::split_graph(&mut sc, &mut self.table, g, ix, self.first_split_backend);
         self.first_split_backend = self.splits[0].backend;
+        self.graph_ids = ids;
         if self.debug > 0 {
             self.print_assignments(g);
         }

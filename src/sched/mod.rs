@@ -40,7 +40,7 @@ use ggml_sys::{
 use crate::ffi::{boundary, fatal, non_null, non_null_mut};
 use ctx::CtxPool;
 use split::Split;
-use table::{Cause, Table};
+use table::{Cause, GraphIds, Table};
 
 /// Stock's number of pipeline copies (`GGML_SCHED_MAX_COPIES`), our default.
 pub const DEFAULT_COPIES: usize = 4;
@@ -53,6 +53,8 @@ pub struct Sched {
     pub(crate) bufts: Vec<ggml_backend_buffer_type_t>,
     pub(crate) galloc: ggml_gallocr_t,
     pub(crate) table: Table,
+    /// The ids of the last split graph's tensors in `table`, reused by the next split.
+    pub(crate) graph_ids: GraphIds,
     /// Backend id per node / leaf of `graph`, and the previous split's (kept, never
     /// truncated, so that comparisons see the same stale entries as stock's arrays).
     pub(crate) node_ids: Vec<c_int>,
@@ -269,6 +271,7 @@ pub unsafe extern "C" fn ggml_backend_sched_new(
             bufts: buft_list,
             galloc,
             table: Table::default(),
+            graph_ids: GraphIds::default(),
             node_ids: Vec::new(),
             leaf_ids: Vec::new(),
             prev_node_ids: Vec::new(),

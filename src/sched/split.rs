@@ -128,7 +128,7 @@ pub unsafe fn split_graph(
             splits.push(Split::new(nb, i));
             cur = nb;
         }
-        for j in 0..node.src.len() {
+        for j in 0..ix.n_srcs[i] as usize {
             let s = node.src[j];
             if s.is_null() {
                 continue;

@@ -83,6 +83,12 @@ pub struct Placement {
 }
 
 /// Placements and split-input copies, keyed by tensor address.
+///
+/// Placements and copies live from one [`Table::clear`] (the scheduler's reset) to the
+/// next. The address -> id map outlives them: llama.cpp rebuilds each graph in the same
+/// memory, so the next graph's tensors mostly have the addresses (and hence the ids) of the
+/// last one, and [`GraphIds::rebuild`] can skip the lookups. An id is only ever a slot for
+/// whatever tensor has that address now; forgetting placements makes every slot empty.
 #[derive(Default)]
 pub struct Table {
     /// Tensor address -> dense id. Lookups dominate the scheduler's time, hence a map made
@@ -91,6 +97,12 @@ pub struct Table {
     slots: Vec<Option<Placement>>,
     /// `(tensor id, backend)` -> one copy per pipeline copy.
     copies: FxHashMap<(usize, usize), Vec<*mut ggml_tensor>>,
+    /// Bumped whenever the address -> id map is forgotten, so that ids remembered elsewhere
+    /// ([`GraphIds`]) are known stale.
+    epoch: u64,
+    /// The most tensors (nodes + leafs) of one graph given ids since the map was last
+    /// forgotten: bounds the map's growth when addresses keep changing.
+    graph_tensors: usize,
 }
 
 /// An open-addressing map from non-NULL addresses to dense ids: linear probing over a
@@ -157,16 +169,26 @@ impl PtrIndex {
         }
     }
 
-    /// The value of `key`, inserting `next()` when absent.
+    /// The value of `key` (non-zero), inserting `next()` when absent; one probe sequence.
     #[inline]
     pub(crate) fn get_or_insert(&mut self, key: usize, next: impl FnOnce() -> usize) -> usize {
-        match self.get(key) {
-            Some(v) => v,
-            None => {
-                let v = next();
-                self.insert(key, v);
-                v
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.slot(key);
+        loop {
+            let (k, v) = self.slots[i];
+            if k == key {
+                return v as usize;
             }
+            if k == 0 {
+                let v = next();
+                self.slots[i] = (key, v as u32);
+                self.len += 1;
+                return v;
+            }
+            i = (i + 1) & mask;
         }
     }
 
@@ -181,16 +203,31 @@ impl PtrIndex {
 /// "No tensor" in [`GraphIds::srcs`].
 pub const NO_ID: u32 = u32::MAX;
 
+/// Source slots per node.
+const MAX_SRC: usize = ggml_sys::GGML_MAX_SRC as usize;
+
 /// The dense ids of one graph's tensors, looked up once per split so that the passes index
 /// the table directly: per node, per leaf, and per node per source slot ([`NO_ID`] where
 /// the slot is empty).
+///
+/// Kept by the scheduler from graph to graph: a node at the same position with the same
+/// address and the same sources as in the last graph keeps its ids without a lookup (the
+/// table's ids outlive resets), which is the common case of a rebuilt llama.cpp graph.
+#[derive(Default)]
 pub struct GraphIds {
     /// Id of `graph.nodes[i]`.
     pub nodes: Vec<usize>,
     /// Id of `graph.leafs[i]`.
     pub leafs: Vec<usize>,
     /// Ids of `graph.nodes[i].src[j]`, as they were when the ids were taken.
-    pub srcs: Vec<[u32; ggml_sys::GGML_MAX_SRC as usize]>,
+    pub srcs: Vec<[u32; MAX_SRC]>,
+    /// Per node, one past its last non-NULL source slot: the passes scan no further.
+    pub n_srcs: Vec<u8>,
+    /// The addresses the ids above were taken for: per node, the node then its sources.
+    seen_nodes: Vec<(*mut ggml_tensor, [*mut ggml_tensor; MAX_SRC])>,
+    seen_leafs: Vec<*mut ggml_tensor>,
+    /// The table epoch the ids belong to.
+    epoch: u64,
 }
 
 impl GraphIds {
@@ -199,24 +236,60 @@ impl GraphIds {
     /// # Safety
     /// `graph` must be a live graph of live tensors.
     pub unsafe fn new(table: &mut Table, graph: &ggml_sys::ggml_cgraph) -> GraphIds {
+        let mut ids = GraphIds::default();
+        ids.rebuild(table, graph);
+        ids
+    }
+
+    /// Takes the ids of `graph`'s nodes, leafs and sources, reusing those of the last graph
+    /// where addresses are unchanged.
+    ///
+    /// # Safety
+    /// `graph` must be a live graph of live tensors.
+    pub unsafe fn rebuild(&mut self, table: &mut Table, graph: &ggml_sys::ggml_cgraph) {
         let nodes = super::caps::nodes(graph);
         let leafs = super::caps::leafs(graph);
-        let mut ids = GraphIds {
-            nodes: Vec::with_capacity(nodes.len()),
-            leafs: leafs.iter().map(|&l| table.id(l)).collect(),
-            srcs: Vec::with_capacity(nodes.len()),
-        };
-        for &n in nodes {
-            ids.nodes.push(table.id(n));
-            let mut row = [NO_ID; ggml_sys::GGML_MAX_SRC as usize];
-            for (j, &s) in (*n).src.iter().enumerate() {
+        table.graph_tensors = table.graph_tensors.max(nodes.len() + leafs.len());
+        if self.epoch != table.epoch {
+            self.seen_nodes.clear();
+            self.seen_leafs.clear();
+            self.epoch = table.epoch;
+        }
+
+        self.leafs.resize(leafs.len(), 0);
+        self.seen_leafs.resize(leafs.len(), std::ptr::null_mut());
+        for (i, &l) in leafs.iter().enumerate() {
+            if self.seen_leafs[i] != l {
+                self.leafs[i] = table.id(l);
+                self.seen_leafs[i] = l;
+            }
+        }
+
+        let n = nodes.len();
+        self.nodes.resize(n, 0);
+        self.srcs.resize(n, [NO_ID; MAX_SRC]);
+        self.n_srcs.resize(n, 0);
+        self.seen_nodes
+            .resize(n, (std::ptr::null_mut(), [std::ptr::null_mut(); MAX_SRC]));
+        for (i, &node) in nodes.iter().enumerate() {
+            let src = (*node).src;
+            let seen = &mut self.seen_nodes[i];
+            if seen.0 == node && seen.1 == src {
+                continue;
+            }
+            *seen = (node, src);
+            self.nodes[i] = table.id(node);
+            let mut row = [NO_ID; MAX_SRC];
+            let mut count = 0;
+            for (j, &s) in src.iter().enumerate() {
                 if !s.is_null() {
                     row[j] = table.id(s) as u32;
+                    count = j + 1;
                 }
             }
-            ids.srcs.push(row);
+            self.srcs[i] = row;
+            self.n_srcs[i] = count as u8;
         }
-        ids
     }
 }
 
@@ -251,25 +324,36 @@ impl Table {
             .and_then(|v| v.get(copy).copied())
     }
 
-    /// Forgets every placement and copy (stock's reset of its hash set).
+    /// Forgets every placement and copy (stock's reset of its hash set). Ids are kept (see
+    /// the type's documentation) unless the map holds far more addresses than a graph has
+    /// tensors, which happens when graphs keep landing at new addresses.
     pub fn clear(&mut self) {
+        self.slots.fill(None);
+        self.copies.clear();
+        if self.ids.len > 4 * self.graph_tensors + 4096 {
+            self.forget_ids();
+        }
+    }
+
+    /// Forgets every placement, copy and id.
+    pub fn forget_ids(&mut self) {
         self.ids.clear();
         self.slots.clear();
         self.copies.clear();
+        self.graph_tensors = 0;
+        self.epoch += 1;
     }
 
     /// The dense id of `t`, giving it one when it has none. Panics on NULL (a caller bug).
+    #[inline]
     pub fn id(&mut self, t: *const ggml_tensor) -> usize {
         assert!(!t.is_null(), "the placement table has no entry for NULL");
-        match self.ids.get(t as usize) {
-            Some(id) => id,
-            None => {
-                let id = self.slots.len();
-                self.ids.insert(t as usize, id);
-                self.slots.push(None);
-                id
-            }
+        let next = self.slots.len();
+        let id = self.ids.get_or_insert(t as usize, || next);
+        if id == next {
+            self.slots.push(None);
         }
+        id
     }
 
     /// The placement of `t`, if it has one. NULL has none.
@@ -371,9 +455,14 @@ mod tests {
         assert!(t.has_copies(a, 1));
         assert_eq!(t.len(), 2);
         t.clear();
-        assert!(t.is_empty());
+        // Placements and copies are gone; the ids stay (the next graph reuses them).
         assert_eq!(t.backend(a), None);
+        assert_eq!(t.backend(b), None);
         assert_eq!(t.copy(a, 1, 0), None);
+        assert_eq!(t.id(b), 1);
+        t.forget_ids();
+        assert!(t.is_empty());
+        assert_eq!(t.id(b), 0);
     }
 
     #[test]
@@ -391,9 +480,105 @@ mod tests {
         }
         assert_eq!(t.backend(std::ptr::null()), None);
         assert_eq!(t.backend(0xdead_0000usize as *const ggml_tensor), None);
+        // As if one graph held them all, so that the ids are kept.
+        t.graph_tensors = ptrs.len();
         t.clear();
         assert!(ptrs.iter().all(|&p| t.backend(p).is_none()));
         t.set(ptrs[10], 1, Cause::Input);
-        assert_eq!(t.id(ptrs[10]), 0);
+        assert_eq!(t.id(ptrs[10]), 10);
+        assert_eq!(t.backend(ptrs[10]), Some(1));
+        assert_eq!(t.backend(ptrs[11]), None);
+    }
+
+    #[test]
+    fn ids_are_forgotten_when_addresses_keep_changing() {
+        let mut t = Table::default();
+        // A graph of 10 tensors, then graphs at ever new addresses: the map is bounded by
+        // 4x the largest graph plus 4096 addresses.
+        t.graph_tensors = 10;
+        let mut forgotten = 0;
+        for round in 0..200usize {
+            let epoch = t.epoch;
+            for i in 0..100usize {
+                t.set(((round * 100 + i + 1) * 64) as *const ggml_tensor, 0, Cause::Weight);
+            }
+            t.clear();
+            if t.epoch != epoch {
+                forgotten += 1;
+                assert!(t.is_empty());
+            }
+            assert!(t.ids.len <= 4 * 10 + 4096);
+        }
+        assert_eq!(forgotten, 4, "20,000 addresses, forgotten past 4,136");
+    }
+
+    /// Builds a graph of `n` ADD nodes over two leafs with fake addresses; `nodes[i]` reads
+    /// `leafs[0]` and the node before it.
+    fn chain(
+        store: &mut Vec<Box<ggml_tensor>>,
+        n: usize,
+    ) -> (Vec<*mut ggml_tensor>, Vec<*mut ggml_tensor>) {
+        let mut mk = |store: &mut Vec<Box<ggml_tensor>>| {
+            store.push(Box::default());
+            &mut **store.last_mut().unwrap() as *mut ggml_tensor
+        };
+        let leafs = vec![mk(store), mk(store)];
+        let mut nodes: Vec<*mut ggml_tensor> = Vec::new();
+        for i in 0..n {
+            let t = mk(store);
+            // SAFETY: t was just made and is owned by `store`.
+            unsafe {
+                (*t).src[0] = leafs[0];
+                (*t).src[1] = if i == 0 { leafs[1] } else { nodes[i - 1] };
+            }
+            nodes.push(t);
+        }
+        (nodes, leafs)
+    }
+
+    #[test]
+    fn graph_ids_follow_changes() {
+        let mut store = Vec::new();
+        let (mut nodes, mut leafs) = chain(&mut store, 5);
+        let g = crate::sched::caps::mock::graph(&mut nodes, &mut leafs);
+        let mut t = Table::default();
+        let mut ix = GraphIds::default();
+        let expect = |t: &mut Table, ix: &GraphIds, nodes: &[*mut ggml_tensor]| {
+            for (i, &n) in nodes.iter().enumerate() {
+                assert_eq!(ix.nodes[i], t.id(n));
+                // SAFETY: the nodes live in `store`.
+                let src = unsafe { (*n).src };
+                let last = src.iter().rposition(|s| !s.is_null()).map_or(0, |j| j + 1);
+                assert_eq!(ix.n_srcs[i] as usize, last);
+                for (j, &s) in src.iter().enumerate() {
+                    let want = if s.is_null() { NO_ID } else { t.id(s) as u32 };
+                    assert_eq!(ix.srcs[i][j], want, "node {i} slot {j}");
+                }
+            }
+        };
+        // SAFETY (all blocks below): the graph's tensors live in `store`.
+        unsafe { ix.rebuild(&mut t, &g) };
+        expect(&mut t, &ix, &nodes);
+        let first = ix.nodes.clone();
+        // Same graph after a reset: same ids.
+        t.clear();
+        unsafe { ix.rebuild(&mut t, &g) };
+        assert_eq!(ix.nodes, first);
+        expect(&mut t, &ix, &nodes);
+        // A source changes (as the split pass does when it reads a copy): new ids for it.
+        let other: *mut ggml_tensor = &mut *store[0];
+        unsafe { (*nodes[3]).src[1] = other };
+        unsafe { (*nodes[3]).src[4] = nodes[0] };
+        unsafe { ix.rebuild(&mut t, &g) };
+        expect(&mut t, &ix, &nodes);
+        // A node moves: the graph's order is followed.
+        nodes.swap(1, 2);
+        unsafe { ix.rebuild(&mut t, &g) };
+        expect(&mut t, &ix, &nodes);
+        // The ids are forgotten: all taken again.
+        t.forget_ids();
+        unsafe { ix.rebuild(&mut t, &g) };
+        expect(&mut t, &ix, &nodes);
+        assert_eq!(t.len(), 7);
     }
 }

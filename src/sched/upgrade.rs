@@ -79,9 +79,10 @@ pub fn sources_at<'a>(
     ix: &'a GraphIds,
     i: usize,
 ) -> impl Iterator<Item = (*mut ggml_tensor, usize)> + 'a {
-    node.src
+    let n = ix.n_srcs[i] as usize;
+    node.src[..n]
         .iter()
-        .zip(ix.srcs[i].iter())
+        .zip(ix.srcs[i][..n].iter())
         .filter(|(s, _)| !s.is_null())
         .map(|(&s, &id)| (s, id as usize))
 }
