@@ -87,10 +87,12 @@ pub fn boundary<R>(_name: &'static str, body: impl FnOnce() -> R) -> R {
 /// Whether a panic raised at `file` comes from this library's own code: cargo names the
 /// files of the root package relative to it (`src/...`), while tests (`tests/...`), other
 /// workspace crates (`crates/...`) and std (`/rustc/...`) differ.
+#[cfg_attr(test, allow(dead_code))]
 fn raised_by_library(file: &str) -> bool {
     file.starts_with("src/")
 }
 
+#[cfg_attr(test, allow(dead_code))]
 fn install_hook() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -104,6 +106,7 @@ fn install_hook() {
 }
 
 /// A panic in the library's code: abort through [`fatal`] with the message and the place.
+#[cfg_attr(test, allow(dead_code))]
 fn on_panic(info: &std::panic::PanicHookInfo<'_>) -> ! {
     let payload = info.payload();
     let msg = payload
@@ -171,5 +174,20 @@ pub unsafe fn non_null_mut<'a, T>(p: *mut T, func: &str, arg: &str) -> &'a mut T
     match p.as_mut() {
         Some(r) => r,
         None => fatal(func, &format!("argument `{arg}` is NULL")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_panics_are_told_from_callers() {
+        // This very file, as cargo names it for the root package.
+        assert!(raised_by_library(std::panic::Location::caller().file()));
+        assert!(raised_by_library("src/sched/table.rs"));
+        assert!(!raised_by_library("tests/layer.rs"));
+        assert!(!raised_by_library("crates/hrx/src/ffi.rs"));
+        assert!(!raised_by_library("/rustc/abc/library/core/src/option.rs"));
     }
 }

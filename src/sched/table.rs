@@ -492,15 +492,21 @@ mod tests {
 
     #[test]
     fn ids_are_forgotten_when_addresses_keep_changing() {
-        let mut t = Table::default();
         // A graph of 10 tensors, then graphs at ever new addresses: the map is bounded by
         // 4x the largest graph plus 4096 addresses.
-        t.graph_tensors = 10;
+        let mut t = Table {
+            graph_tensors: 10,
+            ..Default::default()
+        };
         let mut forgotten = 0;
         for round in 0..200usize {
             let epoch = t.epoch;
             for i in 0..100usize {
-                t.set(((round * 100 + i + 1) * 64) as *const ggml_tensor, 0, Cause::Weight);
+                t.set(
+                    ((round * 100 + i + 1) * 64) as *const ggml_tensor,
+                    0,
+                    Cause::Weight,
+                );
             }
             t.clear();
             if t.epoch != epoch {
@@ -518,7 +524,7 @@ mod tests {
         store: &mut Vec<Box<ggml_tensor>>,
         n: usize,
     ) -> (Vec<*mut ggml_tensor>, Vec<*mut ggml_tensor>) {
-        let mut mk = |store: &mut Vec<Box<ggml_tensor>>| {
+        let mk = |store: &mut Vec<Box<ggml_tensor>>| {
             store.push(Box::default());
             &mut **store.last_mut().unwrap() as *mut ggml_tensor
         };
