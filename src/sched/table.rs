@@ -519,7 +519,8 @@ mod tests {
     }
 
     /// Builds a graph of `n` ADD nodes over two leafs with fake addresses; `nodes[i]` reads
-    /// `leafs[0]` and the node before it.
+    /// `leafs[0]` and the node before it. Boxes keep addresses stable while `store` grows.
+    #[allow(clippy::vec_box)]
     fn chain(
         store: &mut Vec<Box<ggml_tensor>>,
         n: usize,
