@@ -90,7 +90,15 @@ impl Sched {
             n_copies: self.n_copies,
             cur_copy: self.cur_copy,
         };
-        self.splits = split::split_graph(&mut sc, &mut self.table, g, ix, self.first_split_backend);
+        split::split_graph(
+            &mut sc,
+            &mut self.table,
+            g,
+            ix,
+            self.first_split_backend,
+            &mut self.splits,
+            &mut self.spare_splits,
+        );
         self.first_split_backend = self.splits[0].backend;
         self.graph_ids = ids;
         if self.debug > 0 {

@@ -66,6 +66,8 @@ pub struct Sched {
     pub(crate) graph_nodes: Vec<*mut ggml_tensor>,
     pub(crate) graph_leafs: Vec<*mut ggml_tensor>,
     pub(crate) splits: Vec<Split>,
+    /// Splits of earlier graphs, reused by the next split (their input lists keep memory).
+    pub(crate) spare_splits: Vec<Split>,
     pub(crate) first_split_backend: usize,
     pub(crate) n_copies: usize,
     pub(crate) cur_copy: usize,
@@ -280,6 +282,7 @@ pub unsafe extern "C" fn ggml_backend_sched_new(
             graph_nodes: Vec::new(),
             graph_leafs: Vec::new(),
             splits: Vec::new(),
+            spare_splits: Vec::new(),
             first_split_backend: 0,
             n_copies,
             cur_copy: 0,

@@ -52,34 +52,62 @@ pub struct SplitCtx<'a> {
 }
 
 /// A new tensor with `src`'s type, shape and strides (stock's `ggml_dup_tensor_layout`),
-/// named `"{backend}#{src name}#{copy}"`, in the pool.
+/// named `"{backend}#{src name}#{copy}"` cut to 63 bytes as stock's `ggml_format_name`
+/// does, in the pool. The name is written in place: one copy is made per split input, and
+/// going through `format!` and a `CString` cost an allocation or three each.
 ///
 /// # Safety
 /// `src` must be a live tensor.
 unsafe fn dup_named(
     pool: &mut CtxPool,
     src: *mut ggml_tensor,
-    backend_name: &str,
+    backend_name: &[u8],
     copy: usize,
 ) -> *mut ggml_tensor {
     let ctx = pool.ctx(1);
     let t = ggml_sys::ggml_dup_tensor(ctx, src);
     (*t).nb = (*src).nb;
-    let mut name = Vec::with_capacity(80);
-    name.extend_from_slice(backend_name.as_bytes());
-    name.push(b'#');
-    name.extend_from_slice(std::ffi::CStr::from_ptr((*src).name.as_ptr()).to_bytes());
-    name.extend_from_slice(format!("#{copy}").as_bytes());
-    name.retain(|&c| c != 0);
-    let c = std::ffi::CString::new(name).unwrap_or_default();
-    ggml_sys::ggml_set_name(t, c.as_ptr());
+    let src_name = std::ffi::CStr::from_ptr((*src).name.as_ptr()).to_bytes();
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut c = copy;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (c % 10) as u8;
+        c /= 10;
+        if c == 0 {
+            break;
+        }
+    }
+    let name = &mut (*t).name;
+    let room = name.len() - 1;
+    let mut n = 0;
+    for part in [backend_name, b"#", src_name, b"#", &digits[at..]] {
+        for &byte in part {
+            if n == room {
+                break;
+            }
+            name[n] = byte as std::os::raw::c_char;
+            n += 1;
+        }
+    }
+    name[n] = 0;
     t
 }
 
-/// Pass 5 over `graph`: returns the splits. Sources that need a copy are replaced in the
-/// nodes by the copy for `cur_copy` (as stock does, this edits the user's graph).
-/// `first_fallback` is the backend of the first split when every node is a view op (stock
-/// keeps its previous first split's backend then).
+/// Every backend's name, as bytes for [`dup_named`].
+fn backend_names(caps: &dyn Caps) -> Vec<Vec<u8>> {
+    (0..caps.n_backends())
+        .map(|b| caps.backend_name(b).into_bytes())
+        .collect()
+}
+
+/// Pass 5 over `graph`: replaces the contents of `splits` with the graph's splits. Sources
+/// that need a copy are replaced in the nodes by the copy for `cur_copy` (as stock does,
+/// this edits the user's graph). `first_fallback` is the backend of the first split when
+/// every node is a view op (stock keeps its previous first split's backend then).
+/// `spare` holds splits of earlier graphs to be reused (their input lists keep their
+/// memory); the old contents of `splits` go there first.
 ///
 /// # Safety
 /// `graph` must be a live graph of live tensors, every node placed.
@@ -89,14 +117,29 @@ pub unsafe fn split_graph(
     graph: &ggml_cgraph,
     ix: &GraphIds,
     first_fallback: usize,
-) -> Vec<Split> {
+    splits: &mut Vec<Split>,
+    spare: &mut Vec<Split>,
+) {
     let caps = sc.caps;
+    let names = backend_names(caps);
+    spare.append(splits);
+    let mut new_split = |backend: usize, i_start: usize| match spare.pop() {
+        Some(mut s) => {
+            s.backend = backend;
+            s.i_start = i_start;
+            s.i_end = i_start;
+            s.inputs.clear();
+            *s.graph.get_mut() = ggml_cgraph::default();
+            s
+        }
+        None => Split::new(backend, i_start),
+    };
     let nodes = caps::nodes(graph);
     let start = nodes.iter().position(|&n| !caps::is_view_op((*n).op));
     let first = start
         .and_then(|i| table.backend_at(ix.nodes[i]))
         .unwrap_or(first_fallback);
-    let mut splits = vec![Split::new(first, 0)];
+    splits.push(new_split(first, 0));
     let mut cur = first;
     for (i, &np) in nodes.iter().enumerate().skip(start.unwrap_or(nodes.len())) {
         let node = &mut *np;
@@ -125,7 +168,7 @@ pub unsafe fn split_graph(
             if let Some(last) = splits.last_mut() {
                 last.i_end = i;
             }
-            splits.push(Split::new(nb, i));
+            splits.push(new_split(nb, i));
             cur = nb;
         }
         for j in 0..ix.n_srcs[i] as usize {
@@ -144,18 +187,19 @@ pub unsafe fn split_graph(
                 continue;
             }
             if !table.has_copies_at(sid, cur) {
-                let bname = caps.backend_name(cur);
-                let copies: Vec<_> = (0..sc.n_copies)
-                    .map(|c| {
-                        let t = dup_named(sc.pool, s, &bname, c);
-                        if sc.n_copies > 1 {
+                let (pool, n_copies) = (&mut *sc.pool, sc.n_copies);
+                table.set_copies_at(
+                    sid,
+                    cur,
+                    (0..n_copies).map(|c| {
+                        let t = dup_named(pool, s, &names[cur], c);
+                        if n_copies > 1 {
                             ggml_sys::ggml_set_input(t);
                             ggml_sys::ggml_set_output(t);
                         }
                         t
-                    })
-                    .collect();
-                table.set_copies(s, cur, copies);
+                    }),
+                );
                 if let Some(last) = splits.last_mut() {
                     last.inputs.push(s);
                 }
@@ -166,7 +210,6 @@ pub unsafe fn split_graph(
     if let Some(last) = splits.last_mut() {
         last.i_end = nodes.len();
     }
-    splits
 }
 
 /// Pass 6 (only with more than one pipeline copy): every graph input leaf gets one tensor per
@@ -195,20 +238,23 @@ pub unsafe fn graph_inputs(
             );
         };
         if !table.has_copies(leaf, lb) {
-            let bname = sc.caps.backend_name(lb);
-            let copies: Vec<_> = (0..sc.n_copies)
-                .map(|c| {
-                    let t = if c == sc.cur_copy {
+            let bname = sc.caps.backend_name(lb).into_bytes();
+            let (pool, cur_copy) = (&mut *sc.pool, sc.cur_copy);
+            let id = table.id(leaf);
+            table.set_copies_at(
+                id,
+                lb,
+                (0..sc.n_copies).map(|c| {
+                    let t = if c == cur_copy {
                         leaf
                     } else {
-                        dup_named(sc.pool, leaf, &bname, c)
+                        dup_named(pool, leaf, &bname, c)
                     };
                     ggml_sys::ggml_set_input(t);
                     ggml_sys::ggml_set_output(t);
                     t
-                })
-                .collect();
-            table.set_copies(leaf, lb, copies);
+                }),
+            );
         }
         inputs.push(leaf);
     }
@@ -225,6 +271,30 @@ mod tests {
     fn name_of(t: *mut ggml_tensor) -> String {
         // SAFETY: tensors of the test are live.
         caps::name(unsafe { &*t })
+    }
+
+    #[test]
+    fn copy_names_are_cut_like_snprintf() {
+        let mut a = Arena::default();
+        let long = "n".repeat(63);
+        let src = a.tensor(&long, GGML_OP_ADD, &[]);
+        let short = a.tensor("w", GGML_OP_ADD, &[]);
+        let mut pool = CtxPool::new(4);
+        // SAFETY: the tensors live in the arena, the copies in the pool.
+        unsafe {
+            // snprintf(name, 64, "%s#%s#%d", ...): at most 63 bytes and a NUL.
+            let c = dup_named(&mut pool, src, b"HRX0", 12);
+            let want = format!("HRX0#{long}#12");
+            assert_eq!(name_of(c), want[..63]);
+            assert_eq!(name_of(dup_named(&mut pool, short, b"CPU", 0)), "CPU#w#0");
+            assert_eq!(
+                name_of(dup_named(&mut pool, short, b"CPU", 1234567)),
+                "CPU#w#1234567"
+            );
+            assert_eq!((*c).ne, (*src).ne);
+            assert_eq!((*c).nb, (*src).nb);
+        }
+        pool.reset();
     }
 
     #[test]
@@ -253,7 +323,8 @@ mod tests {
         };
         // SAFETY: tensors live in the arena; the copies in the pool.
         let ix = unsafe { GraphIds::new(&mut t, &g) };
-        let splits = unsafe { split_graph(&mut sc, &mut t, &g, &ix, 0) };
+        let mut splits = Vec::new();
+        unsafe { split_graph(&mut sc, &mut t, &g, &ix, 0, &mut splits, &mut Vec::new()) };
         let shape: Vec<_> = splits
             .iter()
             .map(|s| {

@@ -95,8 +95,11 @@ pub struct Table {
     /// for exactly this key.
     ids: PtrIndex,
     slots: Vec<Option<Placement>>,
-    /// `(tensor id, backend)` -> one copy per pipeline copy.
-    copies: FxHashMap<(usize, usize), Vec<*mut ggml_tensor>>,
+    /// `(tensor id, backend)` -> where its copies (one per pipeline copy) start in
+    /// `copy_store`, and how many there are. One flat store, so that making copies
+    /// allocates nothing once the store has grown.
+    copies: FxHashMap<(usize, usize), (u32, u32)>,
+    copy_store: Vec<*mut ggml_tensor>,
     /// Bumped whenever the address -> id map is forgotten, so that ids remembered elsewhere
     /// ([`GraphIds`]) are known stale.
     epoch: u64,
@@ -319,9 +322,8 @@ impl Table {
 
     /// Copy number `copy` of the tensor with id `id` for `backend`.
     pub fn copy_at(&self, id: usize, backend: usize, copy: usize) -> Option<*mut ggml_tensor> {
-        self.copies
-            .get(&(id, backend))
-            .and_then(|v| v.get(copy).copied())
+        let &(start, len) = self.copies.get(&(id, backend))?;
+        (copy < len as usize).then(|| self.copy_store[start as usize + copy])
     }
 
     /// Forgets every placement and copy (stock's reset of its hash set). Ids are kept (see
@@ -330,6 +332,7 @@ impl Table {
     pub fn clear(&mut self) {
         self.slots.fill(None);
         self.copies.clear();
+        self.copy_store.clear();
         if self.ids.len > 4 * self.graph_tensors + 4096 {
             self.forget_ids();
         }
@@ -340,6 +343,7 @@ impl Table {
         self.ids.clear();
         self.slots.clear();
         self.copies.clear();
+        self.copy_store.clear();
         self.graph_tensors = 0;
         self.epoch += 1;
     }
@@ -393,9 +397,7 @@ impl Table {
         copy: usize,
     ) -> Option<*mut ggml_tensor> {
         let id = self.ids.get(t as usize)?;
-        self.copies
-            .get(&(id, backend))
-            .and_then(|v| v.get(copy).copied())
+        self.copy_at(id, backend, copy)
     }
 
     /// Whether copies of `t` exist for `backend`.
@@ -408,10 +410,24 @@ impl Table {
         &mut self,
         t: *const ggml_tensor,
         backend: usize,
-        copies: Vec<*mut ggml_tensor>,
+        copies: impl IntoIterator<Item = *mut ggml_tensor>,
     ) {
         let id = self.id(t);
-        self.copies.insert((id, backend), copies);
+        self.set_copies_at(id, backend, copies);
+    }
+
+    /// [`Table::set_copies`] for the tensor with id `id`.
+    pub fn set_copies_at(
+        &mut self,
+        id: usize,
+        backend: usize,
+        copies: impl IntoIterator<Item = *mut ggml_tensor>,
+    ) {
+        let start = self.copy_store.len();
+        self.copy_store.extend(copies);
+        let len = self.copy_store.len() - start;
+        self.copies
+            .insert((id, backend), (start as u32, len as u32));
     }
 
     /// Number of tensors the table knows (placed or not).
