@@ -164,16 +164,22 @@ pub unsafe extern "C" fn ggml_backend_buft_get_alloc_size(
         let b = unsafe { buft_ref(buft, F) };
         // SAFETY: caller contract: `tensor` is NULL or a live tensor.
         let t = unsafe { non_null(tensor, F, "tensor") };
-        // SAFETY: `t` is a live tensor.
-        let nbytes = unsafe { ggml_sys::ggml_nbytes(t) };
         let Some(f) = b.iface.get_alloc_size else {
-            return nbytes;
+            // SAFETY: `t` is a live tensor.
+            return unsafe { ggml_sys::ggml_nbytes(t) };
         };
         // SAFETY: the backend's callback, called with its own buffer type.
         let size = unsafe { f(buft, tensor) };
+        // SAFETY: `t` is a live tensor.
+        let nbytes = unsafe { ggml_sys::ggml_nbytes(t) };
+        // The type is looked up only when the size exceeds nbytes: gallocr calls this per
+        // tensor, several times a graph.
         // SAFETY: pure function of the type id.
-        let quantized = unsafe { ggml_sys::ggml_is_quantized(t.type_) };
-        if !alloc_size_allowed(size, nbytes, t.op, quantized) {
+        if size > nbytes
+            && !alloc_size_allowed(size, nbytes, t.op, unsafe {
+                ggml_sys::ggml_is_quantized(t.type_)
+            })
+        {
             // SAFETY: ggml_op_name returns a static string for every op value.
             let op = unsafe { std::ffi::CStr::from_ptr(ggml_sys::ggml_op_name(t.op)) };
             ffi::fatal(

@@ -165,11 +165,14 @@ impl Sched {
                 );
                 self.graph_nodes.push(cpy);
             }
-            for &node in &nodes[s.i_start..s.i_end] {
+            for (&node, &id) in nodes[s.i_start..s.i_end]
+                .iter()
+                .zip(&self.graph_ids.nodes[s.i_start..s.i_end])
+            {
                 put(
                     &mut self.node_ids,
                     self.graph_nodes.len(),
-                    self.table.backend_i32(node),
+                    self.table.backend_at(id).map_or(-1, |b| b as c_int),
                 );
                 self.graph_nodes.push(node);
                 if deps.is_empty() {
@@ -221,11 +224,11 @@ impl Sched {
                 }
             }
         }
-        for &leaf in caps::leafs(g) {
+        for (&leaf, &id) in caps::leafs(g).iter().zip(&self.graph_ids.leafs) {
             put(
                 &mut self.leaf_ids,
                 self.graph_leafs.len(),
-                self.table.backend_i32(leaf),
+                self.table.backend_at(id).map_or(-1, |b| b as c_int),
             );
             self.graph_leafs.push(leaf);
         }

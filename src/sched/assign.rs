@@ -31,12 +31,15 @@ pub unsafe fn backend_from_buffer(
 /// decides yet. Aborts, as stock does, when the tensor's storage is allocated in a buffer
 /// that no backend able to run its op can use; with `named_stop` (the in-place rule on)
 /// and an in-place writer, the message is the rule's, naming buffer type and backends.
+/// `n_srcs`: one past the tensor's last non-NULL source slot (the scan stops there).
 ///
 /// # Safety
 /// `tp` must be a live graph tensor whose sources and view source are live.
+#[inline]
 pub unsafe fn from_current(
     caps: &dyn Caps,
     tp: *mut ggml_tensor,
+    n_srcs: usize,
     op_offload: bool,
     named_stop: bool,
 ) -> Option<(usize, Cause)> {
@@ -50,20 +53,8 @@ pub unsafe fn from_current(
         }
     }
     let buffer = caps::storage_buffer(t);
-    if !buffer.is_null() && named_stop && super::inplace::is_inplace_writer(t) {
-        // The in-place rule's stop: name the buffer type and every backend.
-        super::inplace::stop(caps, tp, (*buffer).buft, &[tp]);
-    }
     if !buffer.is_null() {
-        crate::ffi::fatal(
-            "ggml_backend_sched_split_graph",
-            &format!(
-                "pre-allocated tensor ({}) in a buffer ({}) that cannot run the operation ({})",
-                caps::name(t),
-                caps.buft_name((*buffer).buft),
-                caps::cstr(ggml_sys::ggml_op_name(t.op)),
-            ),
-        );
+        stop_unusable_storage(caps, tp, buffer, named_stop);
     }
     if t.flags & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 != 0 {
         return Some((caps.cpu(), Cause::Input));
@@ -72,7 +63,10 @@ pub unsafe fn from_current(
     if t.op == ggml_sys::GGML_OP_ROPE || t.op == ggml_sys::GGML_OP_FLASH_ATTN_EXT {
         return None;
     }
-    for (_, sp) in caps::sources(t) {
+    for &sp in &t.src[..n_srcs.min(t.src.len())] {
+        if sp.is_null() {
+            continue;
+        }
         let s = &*sp;
         if s.buffer.is_null() || (*s.buffer).usage != ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS {
             continue;
@@ -91,6 +85,35 @@ pub unsafe fn from_current(
     None
 }
 
+/// The stop of [`from_current`]: `tp`'s storage is allocated in `buffer`, which no backend
+/// able to run its op can use. Kept out of line: it never returns and formats messages.
+///
+/// # Safety
+/// As [`from_current`]; `buffer` is `tp`'s (or its view source's) live buffer.
+#[cold]
+#[inline(never)]
+unsafe fn stop_unusable_storage(
+    caps: &dyn Caps,
+    tp: *mut ggml_tensor,
+    buffer: ggml_sys::ggml_backend_buffer_t,
+    named_stop: bool,
+) -> ! {
+    let t = &*tp;
+    if named_stop && super::inplace::is_inplace_writer(t) {
+        // The in-place rule's stop: name the buffer type and every backend.
+        super::inplace::stop(caps, tp, (*buffer).buft, &[tp]);
+    }
+    crate::ffi::fatal(
+        "ggml_backend_sched_split_graph",
+        &format!(
+            "pre-allocated tensor ({}) in a buffer ({}) that cannot run the operation ({})",
+            caps::name(t),
+            caps.buft_name((*buffer).buft),
+            caps::cstr(ggml_sys::ggml_op_name(t.op)),
+        ),
+    );
+}
+
 /// Pass 1 over a graph: leafs then nodes, each one not placed yet (user assignments and
 /// earlier placements are kept) gets [`from_current`].
 ///
@@ -104,10 +127,16 @@ pub unsafe fn assign_current(
     op_offload: bool,
     named_stop: bool,
 ) {
-    let leafs = caps::leafs(graph).iter().zip(&ix.leafs);
-    for (&t, &id) in leafs.chain(caps::nodes(graph).iter().zip(&ix.nodes)) {
+    // Leafs: every source slot is scanned (leafs have none in practice).
+    let max_src = ggml_sys::GGML_MAX_SRC as usize;
+    let leafs = caps::leafs(graph)
+        .iter()
+        .zip(&ix.leafs)
+        .map(|(&t, &id)| (t, id, max_src));
+    let nodes = caps::nodes(graph).iter().zip(&ix.nodes).zip(&ix.n_srcs);
+    for (t, id, n_srcs) in leafs.chain(nodes.map(|((&t, &id), &n)| (t, id, n as usize))) {
         if table.backend_at(id).is_none() {
-            if let Some((b, c)) = from_current(caps, t, op_offload, named_stop) {
+            if let Some((b, c)) = from_current(caps, t, n_srcs, op_offload, named_stop) {
                 table.set_at(id, b, c);
             }
         }
