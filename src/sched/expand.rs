@@ -8,8 +8,8 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 use super::caps::{self, Caps};
 use super::table::{Cause, GraphIds, Table};
 
-/// One sweep over `order` (node pointers with their ids, in sweep order). With `skip_cpu`,
-/// a CPU node ends the current run instead of starting one.
+/// One sweep over `order` (the non-view nodes with their ids, in sweep order). With
+/// `skip_cpu`, a CPU node ends the current run instead of starting one.
 ///
 /// # Safety
 /// The nodes must be live tensors.
@@ -23,9 +23,6 @@ unsafe fn sweep(
     let cpu = caps.cpu();
     let mut run: Option<usize> = None;
     for (n, id) in order {
-        if caps::is_view_op((*n).op) {
-            continue;
-        }
         match table.backend_at(id) {
             Some(b) => run = if skip_cpu && b == cpu { None } else { Some(b) },
             None => {
@@ -45,7 +42,11 @@ unsafe fn sweep(
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn expand(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
     let nodes = caps::nodes(graph);
-    let pairs = || nodes.iter().copied().zip(ix.nodes.iter().copied());
+    let pairs = || {
+        ix.compute
+            .iter()
+            .map(|&i| (nodes[i as usize], ix.nodes[i as usize]))
+    };
     sweep(caps, table, pairs(), true, Cause::ExpandDeviceDown);
     sweep(caps, table, pairs().rev(), true, Cause::ExpandDeviceUp);
     sweep(caps, table, pairs(), false, Cause::ExpandDown);

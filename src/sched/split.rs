@@ -135,17 +135,16 @@ pub unsafe fn split_graph(
         None => Split::new(backend, i_start),
     };
     let nodes = caps::nodes(graph);
-    let start = nodes.iter().position(|&n| !caps::is_view_op((*n).op));
-    let first = start
-        .and_then(|i| table.backend_at(ix.nodes[i]))
+    let first = ix
+        .compute
+        .first()
+        .and_then(|&i| table.backend_at(ix.nodes[i as usize]))
         .unwrap_or(first_fallback);
     splits.push(new_split(first, 0));
     let mut cur = first;
-    for (i, &np) in nodes.iter().enumerate().skip(start.unwrap_or(nodes.len())) {
-        let node = &mut *np;
-        if caps::is_view_op(node.op) {
-            continue;
-        }
+    for &i in &ix.compute {
+        let i = i as usize;
+        let node = &mut *nodes[i];
         let Some(nb) = table.backend_at(ix.nodes[i]) else {
             crate::ffi::fatal(
                 "ggml_backend_sched_split_graph",

@@ -226,6 +226,8 @@ pub struct GraphIds {
     pub srcs: Vec<[u32; MAX_SRC]>,
     /// Per node, one past its last non-NULL source slot: the passes scan no further.
     pub n_srcs: Vec<u8>,
+    /// Positions of the nodes that are not view ops (the nodes the passes place), in order.
+    pub compute: Vec<u32>,
     /// The addresses the ids above were taken for: per node, the node then its sources.
     seen_nodes: Vec<(*mut ggml_tensor, [*mut ggml_tensor; MAX_SRC])>,
     seen_leafs: Vec<*mut ggml_tensor>,
@@ -274,7 +276,11 @@ impl GraphIds {
         self.n_srcs.resize(n, 0);
         self.seen_nodes
             .resize(n, (std::ptr::null_mut(), [std::ptr::null_mut(); MAX_SRC]));
+        self.compute.clear();
         for (i, &node) in nodes.iter().enumerate() {
+            if !super::caps::is_view_op((*node).op) {
+                self.compute.push(i as u32);
+            }
             let src = (*node).src;
             let seen = &mut self.seen_nodes[i];
             if seen.0 == node && seen.1 == src {

@@ -92,11 +92,11 @@ pub fn sources_at<'a>(
 /// # Safety
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
-    for (i, &n) in caps::nodes(graph).iter().enumerate() {
+    let nodes = caps::nodes(graph);
+    for &i in &ix.compute {
+        let i = i as usize;
+        let n = nodes[i];
         let node = &*n;
-        if caps::is_view_op(node.op) {
-            continue;
-        }
         let nid = ix.nodes[i];
         match table.backend_at(nid) {
             None => {
