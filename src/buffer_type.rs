@@ -165,13 +165,11 @@ pub unsafe extern "C" fn ggml_backend_buft_get_alloc_size(
         // SAFETY: caller contract: `tensor` is NULL or a live tensor.
         let t = unsafe { non_null(tensor, F, "tensor") };
         let Some(f) = b.iface.get_alloc_size else {
-            // SAFETY: `t` is a live tensor.
-            return unsafe { ggml_sys::ggml_nbytes(t) };
+            return crate::tensor::nbytes(t);
         };
         // SAFETY: the backend's callback, called with its own buffer type.
         let size = unsafe { f(buft, tensor) };
-        // SAFETY: `t` is a live tensor.
-        let nbytes = unsafe { ggml_sys::ggml_nbytes(t) };
+        let nbytes = crate::tensor::nbytes(t);
         // The type is looked up only when the size exceeds nbytes: gallocr calls this per
         // tensor, several times a graph.
         // SAFETY: pure function of the type id.
