@@ -53,8 +53,8 @@ pub fn nbytes(t: &ggml_tensor) -> usize {
     } else {
         ne[0].wrapping_mul(t.nb[0]) / blck
     };
-    for i in 1..ne.len() {
-        n = n.wrapping_add(ne[i].wrapping_sub(1).wrapping_mul(t.nb[i]));
+    for (&e, &stride) in ne.iter().zip(&t.nb).skip(1) {
+        n = n.wrapping_add(e.wrapping_sub(1).wrapping_mul(stride));
     }
     n
 }
