@@ -39,24 +39,24 @@ pub fn op_is_empty(op: ggml_sys::ggml_op) -> bool {
 /// on a type past `GGML_TYPE_COUNT`.
 #[inline]
 pub fn nbytes(t: &ggml_tensor) -> usize {
-    if t.ne.iter().any(|&n| n <= 0) {
+    let [n0, n1, n2, n3] = t.ne;
+    if n0.min(n1).min(n2.min(n3)) <= 0 {
         return 0;
     }
     // SAFETY: returns a pointer into ggml's static type table (it asserts the type is valid).
     let traits = unsafe { &*ggml_sys::ggml_get_type_traits(t.type_) };
     let blck = traits.blck_size as usize;
-    let ne = t.ne.map(|n| n as usize);
-    let mut n = if blck == 1 {
-        traits
-            .type_size
-            .wrapping_add((ne[0].wrapping_sub(1)).wrapping_mul(t.nb[0]))
+    // ne >= 1 here, so `ne - 1` cannot wrap; products and sums wrap as C's size_t does.
+    let span = |n: i64, stride: usize| (n as usize - 1).wrapping_mul(stride);
+    let first = if blck == 1 {
+        traits.type_size.wrapping_add(span(n0, t.nb[0]))
     } else {
-        ne[0].wrapping_mul(t.nb[0]) / blck
+        (n0 as usize).wrapping_mul(t.nb[0]) / blck
     };
-    for (&e, &stride) in ne.iter().zip(&t.nb).skip(1) {
-        n = n.wrapping_add(e.wrapping_sub(1).wrapping_mul(stride));
-    }
-    n
+    first
+        .wrapping_add(span(n1, t.nb[1]))
+        .wrapping_add(span(n2, t.nb[2]))
+        .wrapping_add(span(n3, t.nb[3]))
 }
 
 /// Whether `a` and `b` have the same type, shape and strides (stock `ggml_are_same_layout`).
