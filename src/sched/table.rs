@@ -122,6 +122,21 @@ pub(crate) struct PtrIndex {
 }
 
 impl PtrIndex {
+    /// A map with room for `entries` keys before it grows, its memory touched now.
+    fn with_capacity(entries: usize) -> PtrIndex {
+        let bits = (entries.max(1) * 2)
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(10);
+        let mut slots = vec![(0usize, 0u32); 1 << bits];
+        prefault(&mut slots, (0, 0));
+        PtrIndex {
+            slots,
+            len: 0,
+            bits,
+        }
+    }
+
     #[inline]
     fn slot(&self, key: usize) -> usize {
         (key >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - self.bits)
@@ -203,6 +218,22 @@ impl PtrIndex {
     }
 }
 
+/// Writes one element per page of `v` (its spare capacity included), so that the pages are
+/// mapped now rather than on first use. Fresh pages cost a fault each (about a microsecond
+/// on a virtual machine), and a split that grew the id map into fresh memory took twice
+/// stock's time (`llama-bench`'s first `alloc_graph`); stock touches its hash set at
+/// creation too (its reset's memset).
+fn prefault<T: Copy>(v: &mut Vec<T>, fill: T) {
+    let per_page = (4096 / std::mem::size_of::<T>().max(1)).max(1);
+    let base = v.as_mut_ptr();
+    for i in (0..v.capacity()).step_by(per_page) {
+        // SAFETY: `i` is within the allocation, and `T: Copy` has no drop: overwriting a
+        // live element with `fill` or writing spare capacity is sound. Volatile, so
+        // that the writes are neither folded into a zeroing allocation nor dropped as dead.
+        unsafe { std::ptr::write_volatile(base.add(i), fill) };
+    }
+}
+
 /// "No tensor" in [`GraphIds::srcs`].
 pub const NO_ID: u32 = u32::MAX;
 
@@ -236,6 +267,27 @@ pub struct GraphIds {
 }
 
 impl GraphIds {
+    /// Room for graphs of up to `graph_size` nodes and leafs before anything grows, the
+    /// memory touched now (see [`prefault`]).
+    pub fn with_capacity(graph_size: usize) -> GraphIds {
+        fn room<T: Copy>(n: usize, fill: T) -> Vec<T> {
+            let mut v = Vec::with_capacity(n);
+            prefault(&mut v, fill);
+            v
+        }
+        let null = std::ptr::null_mut();
+        GraphIds {
+            nodes: room(graph_size, 0),
+            leafs: room(graph_size, 0),
+            srcs: room(graph_size, [NO_ID; MAX_SRC]),
+            n_srcs: room(graph_size, 0),
+            compute: room(graph_size, 0),
+            seen_nodes: room(graph_size, (null, [null; MAX_SRC])),
+            seen_leafs: room(graph_size, null),
+            epoch: 0,
+        }
+    }
+
     /// Gives every node, leaf and source of `graph` an id in `table`.
     ///
     /// # Safety
@@ -302,7 +354,29 @@ impl GraphIds {
     }
 }
 
+/// How many addresses the table keeps ids for across resets, when the largest graph had
+/// `graph_tensors` nodes and leafs: two graphs' worth (llama.cpp builds its measure graphs
+/// and its real graphs in two different buffers) and some slack.
+fn kept_ids(graph_tensors: usize) -> usize {
+    2 * graph_tensors + 4096
+}
+
 impl Table {
+    /// A table with room for `graph_size + 1024` ids before anything grows, its memory
+    /// touched now (stock sizes and touches its hash set from the same `graph_size` at
+    /// `ggml_backend_sched_new`). Real graphs stay well below `graph_size` nodes, so this
+    /// usually holds a measure graph and a real one; more grows the map, once.
+    pub fn with_capacity(graph_size: usize) -> Table {
+        let entries = graph_size + 1024;
+        let mut slots = Vec::with_capacity(entries);
+        prefault(&mut slots, None);
+        Table {
+            ids: PtrIndex::with_capacity(entries),
+            slots,
+            ..Default::default()
+        }
+    }
+
     /// The placement of the tensor with id `id`.
     #[inline]
     pub fn at(&self, id: usize) -> Option<Placement> {
@@ -333,13 +407,13 @@ impl Table {
     }
 
     /// Forgets every placement and copy (stock's reset of its hash set). Ids are kept (see
-    /// the type's documentation) unless the map holds far more addresses than a graph has
-    /// tensors, which happens when graphs keep landing at new addresses.
+    /// the type's documentation) unless the map holds more than [`kept_ids`] addresses,
+    /// which happens when graphs keep landing at new addresses.
     pub fn clear(&mut self) {
         self.slots.fill(None);
         self.copies.clear();
         self.copy_store.clear();
-        if self.ids.len > 4 * self.graph_tensors + 4096 {
+        if self.ids.len > kept_ids(self.graph_tensors) {
             self.forget_ids();
         }
     }
@@ -515,7 +589,7 @@ mod tests {
     #[test]
     fn ids_are_forgotten_when_addresses_keep_changing() {
         // A graph of 10 tensors, then graphs at ever new addresses: the map is bounded by
-        // 4x the largest graph plus 4096 addresses.
+        // 2x the largest graph plus 4096 addresses.
         let mut t = Table {
             graph_tensors: 10,
             ..Default::default()
@@ -535,9 +609,9 @@ mod tests {
                 forgotten += 1;
                 assert!(t.is_empty());
             }
-            assert!(t.ids.len <= 4 * 10 + 4096);
+            assert!(t.ids.len <= kept_ids(10));
         }
-        assert_eq!(forgotten, 4, "20,000 addresses, forgotten past 4,136");
+        assert_eq!(forgotten, 4, "20,000 addresses, forgotten past 4,116");
     }
 
     /// Builds a graph of `n` ADD nodes over two leafs with fake addresses; `nodes[i]` reads
