@@ -146,6 +146,23 @@ pub fn alloc_size_allowed(
     size <= nbytes || op_is_empty(op) || quantized || op_alloc_size_may_expand(op)
 }
 
+/// The abort of [`ggml_backend_buft_get_alloc_size`], out of line (see
+/// `ffi::non_null`'s note on keeping hot functions small).
+#[cold]
+#[inline(never)]
+fn alloc_size_too_large(size: usize, nbytes: usize, op: ggml_sys::ggml_op) -> ! {
+    // SAFETY: ggml_op_name returns a static string for every op value.
+    let name = unsafe { std::ffi::CStr::from_ptr(ggml_sys::ggml_op_name(op)) };
+    ffi::fatal(
+        "ggml_backend_buft_get_alloc_size",
+        &format!(
+            "buffer type returned alloc size {size} > ggml_nbytes {nbytes} for op {} \
+             (not allowed to expand: update ggml_op_alloc_size_may_expand)",
+            name.to_string_lossy()
+        ),
+    )
+}
+
 /// Bytes to allocate for `tensor` in a buffer of this type (stock
 /// `ggml_backend_buft_get_alloc_size`): the backend's answer, or `ggml_nbytes` when it has no
 /// `get_alloc_size`. Aborts when `buft` is NULL, and when the backend asks for more than
@@ -178,16 +195,7 @@ pub unsafe extern "C" fn ggml_backend_buft_get_alloc_size(
                 ggml_sys::ggml_is_quantized(t.type_)
             })
         {
-            // SAFETY: ggml_op_name returns a static string for every op value.
-            let op = unsafe { std::ffi::CStr::from_ptr(ggml_sys::ggml_op_name(t.op)) };
-            ffi::fatal(
-                F,
-                &format!(
-                    "buffer type returned alloc size {size} > ggml_nbytes {nbytes} for op {} \
-                     (not allowed to expand: update ggml_op_alloc_size_may_expand)",
-                    op.to_string_lossy()
-                ),
-            );
+            alloc_size_too_large(size, nbytes, t.op);
         }
         size
     })

@@ -126,6 +126,7 @@ fn on_panic(info: &std::panic::PanicHookInfo<'_>) -> ! {
 /// `ggml_set_abort_callback` if there is one, otherwise to stderr with a backtrace, then
 /// `abort()`. Written straight to stderr rather than through the log callback, because
 /// llama.cpp's logger queues messages on a worker thread that an abort would never flush.
+#[cold]
 #[track_caller]
 pub fn fatal(name: &str, msg: &str) -> ! {
     let caller = std::panic::Location::caller();
@@ -159,21 +160,33 @@ macro_rules! ggml_assert {
 ///
 /// # Safety
 /// `p` must be NULL or point to a live `T` for the duration of the returned borrow.
+#[inline]
 pub unsafe fn non_null<'a, T>(p: *const T, func: &str, arg: &str) -> &'a T {
     match p.as_ref() {
         Some(r) => r,
-        None => fatal(func, &format!("argument `{arg}` is NULL")),
+        None => null_argument(func, arg),
     }
+}
+
+/// The abort of [`non_null`]: out of line, so that the checks stay small in the hot
+/// functions that make them (a formatting path inlined into each one cost them a large
+/// stack frame on every call).
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn null_argument(func: &str, arg: &str) -> ! {
+    fatal(func, &format!("argument `{arg}` is NULL"))
 }
 
 /// Mutable form of [`non_null`].
 ///
 /// # Safety
 /// `p` must be NULL or point to a live `T` not otherwise borrowed for the returned borrow.
+#[inline]
 pub unsafe fn non_null_mut<'a, T>(p: *mut T, func: &str, arg: &str) -> &'a mut T {
     match p.as_mut() {
         Some(r) => r,
-        None => fatal(func, &format!("argument `{arg}` is NULL")),
+        None => null_argument(func, arg),
     }
 }
 
