@@ -35,8 +35,8 @@ pub fn op_is_empty(op: ggml_sys::ggml_op) -> bool {
 /// the end of the last element (or block, for block types) through the strides. Computes
 /// exactly what `ggml_nbytes` computes, with its unsigned wrapping arithmetic, but inline:
 /// gallocr asks for alloc sizes per tensor several times a graph, and the two out-of-line
-/// type lookups of `ggml_nbytes` were a tenth of a scheduling cycle. Aborts (inside ggml)
-/// on a type past `GGML_TYPE_COUNT`.
+/// type lookups of `ggml_nbytes` were a tenth of a scheduling cycle. The type must be a
+/// valid `ggml_type` (ggml's release build does not check it; neither does stock).
 #[inline]
 pub fn nbytes(t: &ggml_tensor) -> usize {
     let [n0, n1, n2, n3] = t.ne;

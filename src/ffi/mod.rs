@@ -59,7 +59,9 @@ impl<T> FailValue for *const T {
 /// Installs [`on_panic`] when the library is loaded, before any exported function runs: a
 /// constructor in `.init_array`, so that [`boundary`] itself costs nothing.
 /// Not in the crate's own unit tests, whose failing assertions are panics raised in `src/`.
-#[cfg(not(test))]
+/// ELF only (`.init_array`); elsewhere a panic still aborts at the `extern "C"` frame,
+/// through Rust's own message rather than `ggml_abort`.
+#[cfg(all(not(test), target_os = "linux"))]
 #[used]
 #[link_section = ".init_array"]
 static INSTALL_PANIC_HOOK: extern "C" fn() = {
@@ -86,13 +88,15 @@ pub fn boundary<R>(_name: &'static str, body: impl FnOnce() -> R) -> R {
 
 /// Whether a panic raised at `file` comes from this library's own code: cargo names the
 /// files of the root package relative to it (`src/...`), while tests (`tests/...`), other
-/// workspace crates (`crates/...`) and std (`/rustc/...`) differ.
-#[cfg_attr(test, allow(dead_code))]
+/// workspace crates (`crates/...`) and std (`/rustc/...`) differ. A build that remaps
+/// source paths changes this; its panics still abort, through Rust's own message at the
+/// `extern "C"` frame instead of `ggml_abort`.
+#[cfg_attr(any(test, not(target_os = "linux")), allow(dead_code))]
 fn raised_by_library(file: &str) -> bool {
     file.starts_with("src/")
 }
 
-#[cfg_attr(test, allow(dead_code))]
+#[cfg_attr(any(test, not(target_os = "linux")), allow(dead_code))]
 fn install_hook() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -106,7 +110,7 @@ fn install_hook() {
 }
 
 /// A panic in the library's code: abort through [`fatal`] with the message and the place.
-#[cfg_attr(test, allow(dead_code))]
+#[cfg_attr(any(test, not(target_os = "linux")), allow(dead_code))]
 fn on_panic(info: &std::panic::PanicHookInfo<'_>) -> ! {
     let payload = info.payload();
     let msg = payload

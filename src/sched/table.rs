@@ -266,6 +266,16 @@ pub struct GraphIds {
     epoch: u64,
 }
 
+/// The abort for a NULL entry in a graph's node or leaf list (stock would crash on it).
+#[cold]
+#[inline(never)]
+fn null_in_graph(what: &str, i: usize) -> ! {
+    crate::ffi::fatal(
+        "ggml_backend_sched_split_graph",
+        &format!("graph {what} {i} is NULL"),
+    )
+}
+
 impl GraphIds {
     /// Room for graphs of up to `graph_size` nodes and leafs before anything grows, the
     /// memory touched now (see [`prefault`]).
@@ -316,6 +326,9 @@ impl GraphIds {
         self.leafs.resize(leafs.len(), 0);
         self.seen_leafs.resize(leafs.len(), std::ptr::null_mut());
         for (i, &l) in leafs.iter().enumerate() {
+            if l.is_null() {
+                null_in_graph("leaf", i);
+            }
             if self.seen_leafs[i] != l {
                 self.leafs[i] = table.id(l);
                 self.seen_leafs[i] = l;
@@ -330,6 +343,9 @@ impl GraphIds {
             .resize(n, (std::ptr::null_mut(), [std::ptr::null_mut(); MAX_SRC]));
         self.compute.clear();
         for (i, &node) in nodes.iter().enumerate() {
+            if node.is_null() {
+                null_in_graph("node", i);
+            }
             if !super::caps::is_view_op((*node).op) {
                 self.compute.push(i as u32);
             }
