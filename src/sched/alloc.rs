@@ -168,13 +168,12 @@ impl Sched {
             // A backend's graph_optimize may have reordered the split's nodes in place:
             // then the ids taken by position no longer match and the lookup is by address.
             let reordered = (*self.backends[s.backend]).iface.graph_optimize.is_some();
-            for (i, &node) in nodes.iter().enumerate().take(s.i_end).skip(s.i_start) {
+            let ids = &self.graph_ids.nodes[s.i_start..s.i_end];
+            for (&node, &id) in nodes[s.i_start..s.i_end].iter().zip(ids) {
                 let backend = if reordered {
                     self.table.backend_i32(node)
                 } else {
-                    self.table
-                        .backend_at(self.graph_ids.nodes[i])
-                        .map_or(-1, |b| b as c_int)
+                    self.table.backend_at(id).map_or(-1, |b| b as c_int)
                 };
                 put(&mut self.node_ids, self.graph_nodes.len(), backend);
                 self.graph_nodes.push(node);

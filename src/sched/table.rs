@@ -224,7 +224,10 @@ impl PtrIndex {
 /// stock's time (`llama-bench`'s first `alloc_graph`); stock touches its hash set at
 /// creation too (its reset's memset).
 fn prefault<T: Copy>(v: &mut Vec<T>, fill: T) {
-    let per_page = (4096 / std::mem::size_of::<T>().max(1)).max(1);
+    if std::mem::size_of::<T>() == 0 {
+        return; // no memory behind it (and a capacity of usize::MAX)
+    }
+    let per_page = (4096 / std::mem::size_of::<T>()).max(1);
     let base = v.as_mut_ptr();
     for i in (0..v.capacity()).step_by(per_page) {
         // SAFETY: `i` is within the allocation, and `T: Copy` has no drop: overwriting a
