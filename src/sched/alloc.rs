@@ -149,7 +149,7 @@ impl Sched {
                     .copy(input, s.backend, self.cur_copy)
                     .unwrap_or(input);
                 // Keeps the source alive until the copy is made.
-                let dep = ggml_sys::ggml_view_tensor(self.pool.ctx(1), input);
+                let dep = split::view_of(&mut self.pool, input);
                 (*dep).src[0] = input;
                 put(
                     &mut self.node_ids,
@@ -182,7 +182,7 @@ impl Sched {
                 }
                 if let Some(keep) = deps.get(&node) {
                     for chunk in keep.chunks(max_src) {
-                        let dep = ggml_sys::ggml_view_tensor(self.pool.ctx(1), chunk[0]);
+                        let dep = split::view_of(&mut self.pool, chunk[0]);
                         for (k, &t) in chunk.iter().enumerate() {
                             (*dep).src[k] = t;
                         }
