@@ -703,4 +703,87 @@ mod tests {
         expect(&mut t, &ix, &nodes);
         assert_eq!(t.len(), 7);
     }
+
+    /// One graph of a [`memo_matches_fresh_lookups`] round: per node, a tensor of the pool,
+    /// whether it is a view op, and its sources (pool indices, `None` for an empty slot).
+    type Round = (Vec<(usize, bool, Vec<Option<usize>>)>, Vec<usize>, u8);
+
+    fn round() -> impl proptest::strategy::Strategy<Value = Round> {
+        use proptest::prelude::*;
+        let node = (
+            0usize..24,
+            any::<bool>(),
+            proptest::collection::vec(proptest::option::of(0usize..32), 0..MAX_SRC),
+        );
+        (
+            proptest::collection::vec(node, 0..20),
+            proptest::collection::vec(24usize..32, 0..6),
+            0u8..4,
+        )
+    }
+
+    proptest::proptest! {
+        /// Over random sequences of graphs drawn from one pool of tensors (so addresses
+        /// recur, move between positions, change sources and view-ness, graphs grow and
+        /// shrink), with resets and forgotten ids in between, every id, source id, source
+        /// count and view list that `rebuild` gives equals a fresh lookup in the table.
+        #[test]
+        fn memo_matches_fresh_lookups(rounds in proptest::collection::vec(round(), 1..12)) {
+            #[allow(clippy::vec_box)] // boxes keep the pool's addresses stable
+            let mut pool: Vec<Box<ggml_tensor>> = (0..32).map(|_| Box::default()).collect();
+            let ptrs: Vec<*mut ggml_tensor> = pool.iter_mut().map(|b| &mut **b as *mut _).collect();
+            let mut t = Table::default();
+            let mut ix = GraphIds::default();
+            for (spec, leaf_idx, between) in rounds {
+                match between {
+                    0 => t.clear(),
+                    1 => t.forget_ids(),
+                    _ => {}
+                }
+                // A graph's nodes are distinct tensors: keep the first use of each.
+                let mut seen = std::collections::HashSet::new();
+                let mut nodes = Vec::new();
+                for (n, view, srcs) in &spec {
+                    if !seen.insert(*n) {
+                        continue;
+                    }
+                    let p = ptrs[*n];
+                    // SAFETY: `p` points into `pool`, alive for the whole test.
+                    unsafe {
+                        (*p).op = if *view { ggml_sys::GGML_OP_VIEW } else { ggml_sys::GGML_OP_ADD };
+                        (*p).src = [std::ptr::null_mut(); MAX_SRC];
+                        for (j, s) in srcs.iter().enumerate() {
+                            if let Some(s) = s {
+                                (*p).src[j] = ptrs[*s];
+                            }
+                        }
+                    }
+                    nodes.push(p);
+                }
+                let mut leafs: Vec<*mut ggml_tensor> = leaf_idx.iter().map(|&l| ptrs[l]).collect();
+                let g = crate::sched::caps::mock::graph(&mut nodes, &mut leafs);
+                // SAFETY: every tensor of the graph lives in `pool`.
+                unsafe { ix.rebuild(&mut t, &g) };
+                for (i, &n) in nodes.iter().enumerate() {
+                    proptest::prop_assert_eq!(ix.nodes[i], t.id(n));
+                    // SAFETY: as above.
+                    let src = unsafe { (*n).src };
+                    let last = src.iter().rposition(|s| !s.is_null()).map_or(0, |j| j + 1);
+                    proptest::prop_assert_eq!(ix.n_srcs[i] as usize, last);
+                    for (j, &sp) in src.iter().enumerate() {
+                        let want = if sp.is_null() { NO_ID } else { t.id(sp) as u32 };
+                        proptest::prop_assert_eq!(ix.srcs[i][j], want);
+                    }
+                }
+                for (i, &l) in leafs.iter().enumerate() {
+                    proptest::prop_assert_eq!(ix.leafs[i], t.id(l));
+                }
+                let compute: Vec<u32> = (0..nodes.len() as u32)
+                    // SAFETY: as above.
+                    .filter(|&i| unsafe { (*nodes[i as usize]).op } != ggml_sys::GGML_OP_VIEW)
+                    .collect();
+                proptest::prop_assert_eq!(&ix.compute, &compute);
+            }
+        }
+    }
 }
