@@ -161,20 +161,6 @@ impl PtrIndex {
         }
     }
 
-    /// Inserts `key` -> `val` (the key must not be present).
-    fn insert(&mut self, key: usize, val: usize) {
-        if (self.len + 1) * 2 > self.slots.len() {
-            self.grow();
-        }
-        let mask = self.slots.len() - 1;
-        let mut i = self.slot(key);
-        while self.slots[i].0 != 0 {
-            i = (i + 1) & mask;
-        }
-        self.slots[i] = (key, val as u32);
-        self.len += 1;
-    }
-
     fn grow(&mut self) {
         let old = std::mem::take(&mut self.slots);
         self.bits = (self.bits + 1).max(10);
@@ -182,7 +168,7 @@ impl PtrIndex {
         self.len = 0;
         for (k, v) in old {
             if k != 0 {
-                self.insert(k, v as usize);
+                self.get_or_insert(k, || v as usize);
             }
         }
     }
