@@ -11,6 +11,9 @@
 // counted when the library routes it through its dynamic symbol table (stock C++ does, for
 // exported functions) and missed when it does not (a Rust library calls itself directly).
 // llama.cpp calls alloc_graph itself before each compute, so its calls are all seen.
+//
+// sched_probe_read() hands the alloc_graph counters to a program that wants them mid-run
+// (archs_cycle.c), with the node count, backend count and split count of the last call.
 
 #define _GNU_SOURCE
 #include "ggml-backend.h"
@@ -29,6 +32,26 @@ struct probe_counter {
 };
 
 static struct probe_counter g_alloc, g_reserve;
+static long long            g_last_nodes, g_last_backends, g_last_splits;
+
+// Read by archs_cycle.c through dlsym; the layout is repeated there.
+struct probe_snapshot {
+    long long calls;
+    long long ns;
+    long long last_nodes;
+    long long last_backends;
+    long long last_splits;
+};
+
+void sched_probe_read(struct probe_snapshot * out);
+
+void sched_probe_read(struct probe_snapshot * out) {
+    out->calls         = g_alloc.calls;
+    out->ns            = g_alloc.ns;
+    out->last_nodes    = g_last_nodes;
+    out->last_backends = g_last_backends;
+    out->last_splits   = g_last_splits;
+}
 
 typedef bool (*sched_graph_fn)(ggml_backend_sched_t, struct ggml_cgraph *);
 
@@ -65,7 +88,11 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, struct ggml_cgra
     if (!fn) {
         fn = next_fn("ggml_backend_sched_alloc_graph");
     }
-    return timed(&g_alloc, fn, sched, graph);
+    const bool ok   = timed(&g_alloc, fn, sched, graph);
+    g_last_nodes    = ggml_graph_n_nodes(graph);
+    g_last_backends = ggml_backend_sched_get_n_backends(sched);
+    g_last_splits   = ggml_backend_sched_get_n_splits(sched);
+    return ok;
 }
 
 bool ggml_backend_sched_reserve(ggml_backend_sched_t sched, struct ggml_cgraph * graph) {

@@ -3,8 +3,8 @@
 //! ```text
 //! cargo run --release -p bench -- [--a LIB] [--b LIB] [--rounds 20] [--iters 100]
 //!     [--e2e-rounds 8] [--e2e-reps 2] [--e2e-budget 900] [--hrx LIB | --no-hrx] [--no-e2e]
-//!     [--no-callgrind] [--archs-rounds 3] [--archs-filter REGEX] [--no-build]
-//!     [--graphs smollm2,deepseek] [--out DIR]
+//!     [--no-callgrind] [--archs-rounds 3] [--archs-filter REGEX] [--cycle-rounds 5]
+//!     [--no-build] [--graphs smollm2,deepseek] [--out DIR]
 //! ```
 //!
 //! From a fresh clone it builds what is missing first: the stock llama.cpp
@@ -22,13 +22,17 @@
 //! 3. Memory: compute buffer sizes per backend, scheduler heap traffic, both arms.
 //! 4. Real graphs: `test-llama-archs` (every architecture) per arm, alternating, with an
 //!    LD_PRELOAD probe timing `ggml_backend_sched_alloc_graph`/`reserve` inside the process.
-//! 5. End to end: `llama-bench -p 512 -n 128 -t 2` on SmolLM2, arms alternating, on the CPU
+//! 5. Real graphs, steady cycle, 2 and 3 backends: every model `test-llama-archs -o` writes,
+//!    run by `cabi-tests/sched-bench/archs_cycle.c` on HRX0 and on HRX0/HRX1 with graph reuse
+//!    off, one process per arm per round, A B A B (needs the HRX library).
+//! 6. End to end: `llama-bench -p 512 -n 128 -t 2` on SmolLM2, arms alternating, on the CPU
 //!    and on HRX0 when the HRX library exists and loads (the probe preloaded there too).
 //!
 //! The table is printed and written to `<out>/report.md` and `<out>/report.json`
 //! (`<out>` defaults to `target/bench`).
 
 mod archs;
+mod archs_cycle;
 mod arms;
 mod e2e;
 mod probe;
@@ -55,6 +59,7 @@ struct Options {
     no_callgrind: bool,
     archs_rounds: u32,
     archs_filter: Option<String>,
+    cycle_rounds: u32,
     no_build: bool,
     e2e_budget_s: u64,
     graphs: Vec<String>,
@@ -75,6 +80,7 @@ fn parse_args(args: &[String]) -> Result<Options> {
         no_callgrind: false,
         archs_rounds: 3,
         archs_filter: None,
+        cycle_rounds: 5,
         no_build: false,
         e2e_budget_s: 900,
         graphs: vec!["smollm2".into(), "deepseek".into()],
@@ -96,6 +102,7 @@ fn parse_args(args: &[String]) -> Result<Options> {
             "--no-callgrind" => o.no_callgrind = true,
             "--archs-rounds" => o.archs_rounds = value()?.parse()?,
             "--archs-filter" => o.archs_filter = Some(value()?.clone()),
+            "--cycle-rounds" => o.cycle_rounds = value()?.parse()?,
             "--no-build" => o.no_build = true,
             "--e2e-budget" => o.e2e_budget_s = value()?.parse()?,
             "--graphs" => o.graphs = value()?.split(',').map(str::to_string).collect(),
@@ -104,7 +111,8 @@ fn parse_args(args: &[String]) -> Result<Options> {
                 println!(
                     "usage: bench [--a LIB] [--b LIB] [--rounds N] [--iters N] [--e2e-rounds N] \
                      [--e2e-reps N] [--hrx LIB | --no-hrx] [--no-e2e] [--no-callgrind] \
-                     [--e2e-budget SECONDS] [--archs-rounds N] [--archs-filter REGEX] [--no-build] \
+                     [--e2e-budget SECONDS] [--archs-rounds N] [--archs-filter REGEX] [--cycle-rounds N] \
+                     [--no-build] \
                      [--graphs smollm2,deepseek] [--out DIR]"
                 );
                 std::process::exit(0);
@@ -238,6 +246,15 @@ fn real_main(args: &[String]) -> Result<()> {
         &out.join("callgrind"),
     );
 
+    // HRX, for 5 and 6.
+    let hrx = opts.hrx.clone().unwrap_or_else(|| {
+        newest(&[
+            target.join("ours/lib/libggml-hrx.so"),
+            target.join("release/libggml_hrx.so"),
+        ])
+        .unwrap_or_else(|| target.join("ours/lib/libggml-hrx.so"))
+    });
+
     // 4: real graphs in test-llama-archs.
     let probe_lib = probe::build(&ws, &upstream, &out)?;
     let probe_out = out.join("probe.jsonl");
@@ -268,7 +285,43 @@ fn real_main(args: &[String]) -> Result<()> {
         }
     }
 
-    // 5: end to end.
+    // 5: real graphs, steady cycle, 2 and 3 backends (HRX devices).
+    let mut cycle_configs = Vec::new();
+    let mut cycle_error = None;
+    let mut cycle_models = 0;
+    if opts.no_hrx || !hrx.exists() {
+        cycle_error = Some(format!(
+            "not run: needs the HRX library ({})",
+            if opts.no_hrx {
+                "--no-hrx".to_string()
+            } else {
+                format!("{} not found", hrx.display())
+            }
+        ));
+    } else {
+        match run_cycle(
+            &ws,
+            &upstream,
+            &stock_dir,
+            &out,
+            &probe_lib,
+            &probe_out,
+            &hrx,
+            [&arm_a, &arm_b],
+            &opts,
+        ) {
+            Ok((n, configs)) => {
+                cycle_models = n;
+                cycle_configs = configs;
+            }
+            Err(e) => {
+                progress(&format!("archs cycle: {e:#}"));
+                cycle_error = Some(format!("{e:#}"));
+            }
+        }
+    }
+
+    // 6: end to end.
     let mut e2e_rows = Vec::new();
     let mut e2e_probe = Vec::new();
     let mut e2e_errors = Vec::new();
@@ -294,13 +347,6 @@ fn real_main(args: &[String]) -> Result<()> {
             name: "CPU".into(),
             backend_path: None,
         }];
-        let hrx = opts.hrx.clone().unwrap_or_else(|| {
-            newest(&[
-                target.join("ours/lib/libggml-hrx.so"),
-                target.join("release/libggml_hrx.so"),
-            ])
-            .unwrap_or_else(|| target.join("ours/lib/libggml-hrx.so"))
-        });
         if !opts.no_hrx && hrx.exists() {
             devices.push(e2e::Device {
                 name: "HRX0".into(),
@@ -356,6 +402,10 @@ fn real_main(args: &[String]) -> Result<()> {
         archs_filter: opts.archs_filter.clone(),
         archs: archs_runs,
         archs_error,
+        cycle_rounds: opts.cycle_rounds,
+        cycle_models,
+        cycle: cycle_configs,
+        cycle_error,
         e2e: e2e_rows,
         e2e_probe,
         e2e_errors,
@@ -371,6 +421,69 @@ fn real_main(args: &[String]) -> Result<()> {
         out.join("report.json").display()
     ));
     Ok(())
+}
+
+/// 5: writes the models, then runs `archs-cycle` per round, per device configuration, per
+/// arm (A B A B). Returns the number of model files and one entry per configuration; a
+/// configuration whose process failed keeps its error and stops its rounds.
+#[allow(clippy::too_many_arguments)]
+fn run_cycle(
+    ws: &Path,
+    upstream: &Path,
+    stock_dir: &Path,
+    out: &Path,
+    probe_lib: &Path,
+    probe_out: &Path,
+    hrx: &Path,
+    arms: [&Arm; 2],
+    opts: &Options,
+) -> Result<(usize, Vec<archs_cycle::CycleConfig>)> {
+    let program = archs_cycle::build(ws, upstream, stock_dir, out)?;
+    progress("writing the test-llama-archs models");
+    let models = archs_cycle::write_models(
+        &stock_dir.join("test-llama-archs"),
+        stock_dir,
+        &out.join("archs-models"),
+        opts.archs_filter.as_deref(),
+    )?;
+    let hrx = hrx.canonicalize()?;
+    let setup = archs_cycle::Setup {
+        program: &program,
+        stock_dir,
+        probe_lib,
+        probe_out,
+        hrx: &hrx,
+        models: &models,
+    };
+    let mut configs: Vec<archs_cycle::CycleConfig> = ["HRX0", "HRX0/HRX1"]
+        .into_iter()
+        .map(|d| archs_cycle::CycleConfig {
+            devices: d.to_string(),
+            runs: [vec![], vec![]],
+            error: None,
+        })
+        .collect();
+    for round in 0..opts.cycle_rounds {
+        progress(&format!(
+            "archs cycle round {}/{} ({} models)",
+            round + 1,
+            opts.cycle_rounds,
+            models.len()
+        ));
+        for c in configs.iter_mut().filter(|c| c.error.is_none()) {
+            for (k, arm) in arms.iter().enumerate() {
+                match archs_cycle::run(&setup, arm, &c.devices) {
+                    Ok(r) => c.runs[k].push(r),
+                    Err(e) => {
+                        progress(&format!("archs cycle {}: {e:#}", c.devices));
+                        c.error = Some(format!("{e:#}"));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    Ok((models.len(), configs))
 }
 
 /// The most recently modified of `paths` that exists.

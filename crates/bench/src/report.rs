@@ -140,6 +140,11 @@ pub struct Report {
     /// test-llama-archs processes, `[A, B]`.
     pub archs: [Vec<ArchsRun>; 2],
     pub archs_error: Option<String>,
+    /// 5: rounds, model files and the runs per device configuration.
+    pub cycle_rounds: u32,
+    pub cycle_models: usize,
+    pub cycle: Vec<crate::archs_cycle::CycleConfig>,
+    pub cycle_error: Option<String>,
     pub e2e: Vec<E2eRow>,
     pub e2e_probe: Vec<E2eProbe>,
     pub e2e_errors: Vec<String>,
@@ -627,6 +632,13 @@ impl Report {
         if let Some(e) = &self.archs_error {
             let _ = writeln!(s, "\n- stopped: {}", e.replace('\n', " "));
         }
+        s.push_str(&crate::archs_cycle::markdown(
+            &self.cycle,
+            self.cycle_rounds,
+            self.cycle_models,
+            self.cycle_error.as_deref(),
+            GOAL_OVERHEAD,
+        ));
 
         let _ = writeln!(
             s,

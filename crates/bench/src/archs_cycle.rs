@@ -1,0 +1,485 @@
+//! Real model graphs with 2 and 3 backends, steady cycle: `cabi-tests/sched-bench/archs_cycle.c`
+//! runs every model `test-llama-archs -o` writes (random weights, one file per architecture
+//! and dense/MoE variant) on `HRX0` (scheduler backends HRX0 + CPU) and on `HRX0/HRX1` (layers
+//! split across two HRX devices: three backends), decoding single tokens with llama.cpp's graph
+//! reuse off, so every token goes through `ggml_backend_sched_alloc_graph`; the preloaded probe
+//! times those calls.
+
+use crate::arms::Arm;
+use crate::probe;
+use crate::sched::tail;
+use crate::stats::{paired_ratios, Summary};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Tokens decoded per model inside the timed window, and untimed before it.
+pub const TOKENS: u32 = 32;
+const WARMUP: u32 = 2;
+
+/// One model's line from `archs-cycle`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ModelRun {
+    /// File name, e.g. `llama-dense.gguf`.
+    pub model: String,
+    pub ok: bool,
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Scheduler backends (devices + CPU) at the last call.
+    #[serde(default)]
+    pub backends: i64,
+    /// Graph nodes and splits at the last call.
+    #[serde(default)]
+    pub nodes: i64,
+    #[serde(default)]
+    pub splits: i64,
+    /// alloc_graph calls in the timed window (one per token) and their total time, ns.
+    #[serde(default)]
+    pub calls: i64,
+    #[serde(default)]
+    pub ns: i64,
+}
+
+impl ModelRun {
+    fn per_call_ns(&self) -> f64 {
+        self.ns as f64 / self.calls.max(1) as f64
+    }
+}
+
+/// One device configuration, every round's processes per arm.
+#[derive(Debug, Clone, Serialize)]
+pub struct CycleConfig {
+    /// `-dev`-style device list, e.g. `HRX0/HRX1`.
+    pub devices: String,
+    /// `[A, B]`: one entry per round, each the models of one process.
+    pub runs: [Vec<Vec<ModelRun>>; 2],
+    pub error: Option<String>,
+}
+
+/// Per model: median over rounds of µs per call, both arms.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelRow {
+    pub model: String,
+    pub backends: i64,
+    pub nodes: i64,
+    /// Splits `[A, B]` (they differ only where the in-place rule moved a node).
+    pub splits: [i64; 2],
+    pub ns_per_call: [f64; 2],
+}
+
+/// Compiles `archs-cycle` into `<out>/archs-cycle` when missing or older than its source.
+pub fn build(ws: &Path, upstream: &Path, stock_dir: &Path, out: &Path) -> Result<PathBuf> {
+    let src = ws.join("cabi-tests/sched-bench/archs_cycle.c");
+    let bin = out.join("archs-cycle");
+    let stale = match (fs::metadata(&src), fs::metadata(&bin)) {
+        (Ok(s), Ok(b)) => s.modified()? > b.modified()?,
+        (Ok(_), Err(_)) => true,
+        (Err(e), _) => bail!("{}: {e}", src.display()),
+    };
+    if !stale {
+        return Ok(bin);
+    }
+    fs::create_dir_all(out)?;
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args([
+            "-O2",
+            "-g",
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+        ])
+        .arg("-I")
+        .arg(upstream.join("ggml/include"))
+        .arg("-I")
+        .arg(upstream.join("include"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .arg("-L")
+        .arg(stock_dir)
+        .args(["-lllama", "-lggml", "-lggml-base", "-ldl"])
+        .status()
+        .with_context(|| format!("running {cc}"))?;
+    if !status.success() {
+        bail!("compiling {} failed ({status})", src.display());
+    }
+    Ok(bin)
+}
+
+/// Writes the models into a fresh `dir` with the stock `test-llama-archs -o` (`-a filter`
+/// when given); returns them sorted by name.
+pub fn write_models(
+    test_llama_archs: &Path,
+    stock_dir: &Path,
+    dir: &Path,
+    filter: Option<&str>,
+) -> Result<Vec<PathBuf>> {
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir)?;
+    let mut cmd = Command::new(test_llama_archs);
+    cmd.env("LD_LIBRARY_PATH", stock_dir).arg("-o").arg(dir);
+    if let Some(f) = filter {
+        cmd.args(["-a", f]);
+    }
+    let output = cmd
+        .output()
+        .with_context(|| format!("starting {}", test_llama_archs.display()))?;
+    if !output.status.success() {
+        bail!(
+            "test-llama-archs -o failed ({}): {}",
+            output.status,
+            tail(&String::from_utf8_lossy(&output.stderr), 800)
+        );
+    }
+    let mut models: Vec<PathBuf> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+        .collect();
+    models.sort();
+    if models.is_empty() {
+        bail!("test-llama-archs -o wrote no models into {}", dir.display());
+    }
+    Ok(models)
+}
+
+/// Everything one `archs-cycle` process needs besides the arm.
+pub struct Setup<'a> {
+    pub program: &'a Path,
+    pub stock_dir: &'a Path,
+    pub probe_lib: &'a Path,
+    pub probe_out: &'a Path,
+    pub hrx: &'a Path,
+    pub models: &'a [PathBuf],
+}
+
+/// Runs `archs-cycle --devices devices` over all models for `arm`; checks that the scheduler
+/// calls went to the arm's file.
+pub fn run(setup: &Setup, arm: &Arm, devices: &str) -> Result<Vec<ModelRun>> {
+    let _ = fs::remove_file(setup.probe_out);
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=10", "900"]).arg(setup.program);
+    cmd.env("LD_LIBRARY_PATH", arm.ld_library_path(setup.stock_dir))
+        .env("LD_PRELOAD", setup.probe_lib)
+        .env("SCHED_PROBE_OUT", setup.probe_out)
+        .env("GGML_BACKEND_PATH", setup.hrx)
+        .env("GGML_HRX_DEVICES", "2")
+        .args(["--devices", devices])
+        .args(["--tokens", &TOKENS.to_string()])
+        .args(["--warmup", &WARMUP.to_string()])
+        .args(setup.models);
+    let output = cmd
+        .output()
+        .with_context(|| format!("starting {}", setup.program.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        bail!(
+            "archs-cycle --devices {devices} arm {} ({}): {}",
+            arm.key,
+            output.status,
+            tail(&String::from_utf8_lossy(&output.stderr), 800)
+        );
+    }
+    let probe = probe::take(setup.probe_out)?;
+    arm.check_mapped(&probe.lib, "archs-cycle scheduler calls")?;
+    stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).with_context(|| format!("parsing {l}")))
+        .collect()
+}
+
+impl CycleConfig {
+    /// Models that ran in every process of both arms, with their per-arm medians.
+    pub fn rows(&self) -> Vec<ModelRow> {
+        let mut per_model: BTreeMap<&str, [Vec<&ModelRun>; 2]> = BTreeMap::new();
+        for (k, runs) in self.runs.iter().enumerate() {
+            for run in runs {
+                for m in run {
+                    per_model.entry(&m.model).or_default()[k].push(m);
+                }
+            }
+        }
+        let rounds = [self.runs[0].len(), self.runs[1].len()];
+        per_model
+            .into_iter()
+            .filter(|(_, arms)| {
+                (0..2).all(|k| arms[k].len() == rounds[k] && arms[k].iter().all(|m| m.ok))
+            })
+            .filter_map(|(name, arms)| {
+                let med = |k: usize| {
+                    let v: Vec<f64> = arms[k].iter().map(|m| m.per_call_ns()).collect();
+                    Summary::of(&v).map(|s| s.median)
+                };
+                let last = |k: usize| arms[k].last().copied();
+                Some(ModelRow {
+                    model: name.to_string(),
+                    backends: last(0)?.backends,
+                    nodes: last(0)?.nodes,
+                    splits: [last(0)?.splits, last(1)?.splits],
+                    ns_per_call: [med(0)?, med(1)?],
+                })
+            })
+            .collect()
+    }
+
+    /// Models that failed in some process, with the first error seen.
+    pub fn failed(&self) -> Vec<(String, String)> {
+        let mut out: BTreeMap<String, String> = BTreeMap::new();
+        for runs in &self.runs {
+            for run in runs {
+                for m in run.iter().filter(|m| !m.ok) {
+                    out.entry(m.model.clone())
+                        .or_insert_with(|| m.error.clone().unwrap_or_default());
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Per round, B's total time over A's, over the models of `rows`.
+    pub fn paired_total_ratios(&self, rows: &[ModelRow]) -> Vec<f64> {
+        let keep: std::collections::BTreeSet<&str> =
+            rows.iter().map(|r| r.model.as_str()).collect();
+        let totals = |k: usize| -> Vec<f64> {
+            self.runs[k]
+                .iter()
+                .map(|run| {
+                    run.iter()
+                        .filter(|m| keep.contains(m.model.as_str()))
+                        .map(|m| m.ns as f64)
+                        .sum()
+                })
+                .collect()
+        };
+        paired_ratios(&totals(0), &totals(1))
+    }
+}
+
+/// The report's section for 5, markdown.
+pub fn markdown(
+    configs: &[CycleConfig],
+    rounds: u32,
+    n_models: usize,
+    error: Option<&str>,
+    goal: f64,
+) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n### Real graphs, steady cycle: test-llama-archs models on 2 and 3 backends (probe: alloc_graph per token)\n"
+    );
+    if let Some(e) = error {
+        let _ = writeln!(s, "- {}", e.replace('\n', " "));
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "Every model `test-llama-archs -o` writes ({n_models} files: random weights, every \
+         architecture, dense and MoE), all layers offloaded; on `HRX0` the scheduler has HRX0 + CPU, \
+         on `HRX0/HRX1` the layers are split across two HRX devices (3 backends). Per model, \
+         {TOKENS} single-token decodes with graph reuse off (`LLAMA_GRAPH_REUSE_DISABLE=1`), so \
+         each token is one `sched_reset` + `sched_alloc_graph` of a new graph; timed by the probe. \
+         {rounds} rounds, one process per arm per configuration per round (A B A B). Per model: \
+         the median over rounds of µs per call.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| devices | backends | models (both arms) | nodes min–max | same splits | Σ µs/call A | Σ µs/call B | B/A of sums | paired per round B/A [IQR] | per-model B/A median [min–max] | models at ≤ {goal} | goal B/A ≤ {goal} |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for c in configs {
+        let rows = c.rows();
+        if rows.is_empty() {
+            let _ = writeln!(s, "| {} | – | 0 | | | | | | | | | – |", c.devices);
+            continue;
+        }
+        let sum = |k: usize| rows.iter().map(|r| r.ns_per_call[k]).sum::<f64>();
+        let (a, b) = (sum(0), sum(1));
+        let backends: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.backends).collect();
+        let nodes_min = rows.iter().map(|r| r.nodes).min().unwrap_or(0);
+        let nodes_max = rows.iter().map(|r| r.nodes).max().unwrap_or(0);
+        let same_splits = rows.iter().filter(|r| r.splits[0] == r.splits[1]).count();
+        let per_model: Vec<f64> = rows
+            .iter()
+            .map(|r| r.ns_per_call[1] / r.ns_per_call[0])
+            .collect();
+        let pm = Summary::of(&per_model);
+        let paired = Summary::of(&c.paired_total_ratios(&rows));
+        let at_goal = per_model.iter().filter(|&&r| r <= goal).count();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {}–{} | {}/{} | {:.1} | {:.1} | {:.3} | {} | {} | {}/{} | {} |",
+            c.devices,
+            backends
+                .iter()
+                .map(|b| b.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            rows.len(),
+            nodes_min,
+            nodes_max,
+            same_splits,
+            rows.len(),
+            a / 1e3,
+            b / 1e3,
+            b / a,
+            paired.map_or("–".into(), |p| format!(
+                "{:.3} [{:.3}–{:.3}]",
+                p.median, p.p25, p.p75
+            )),
+            pm.map_or("–".into(), |p| format!(
+                "{:.3} [{:.3}–{:.3}]",
+                p.median, p.min, p.max
+            )),
+            at_goal,
+            rows.len(),
+            if paired.is_some_and(|p| p.median <= goal) {
+                "met"
+            } else {
+                "**not met**"
+            }
+        );
+    }
+    for c in configs {
+        let mut rows = c.rows();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.nodes));
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "\nLargest graphs on `{}`, µs per call (median over rounds):\n",
+            c.devices
+        );
+        let _ = writeln!(s, "| model | nodes | splits A/B | A µs | B µs | B/A |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for r in rows.iter().take(5) {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {}/{} | {:.1} | {:.1} | {:.3} |",
+                r.model.trim_end_matches(".gguf"),
+                r.nodes,
+                r.splits[0],
+                r.splits[1],
+                r.ns_per_call[0] / 1e3,
+                r.ns_per_call[1] / 1e3,
+                r.ns_per_call[1] / r.ns_per_call[0]
+            );
+        }
+    }
+    for c in configs {
+        if let Some(e) = &c.error {
+            let _ = writeln!(s, "\n- `{}` stopped: {}", c.devices, e.replace('\n', " "));
+        }
+        let failed = c.failed();
+        if !failed.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n- `{}`: {} models did not run in every process and are left out: {}",
+                c.devices,
+                failed.len(),
+                failed
+                    .iter()
+                    .map(|(m, e)| format!("{m} ({e})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(model: &str, ns: i64, splits: i64) -> ModelRun {
+        ModelRun {
+            model: model.into(),
+            ok: true,
+            error: None,
+            backends: 3,
+            nodes: 100,
+            splits,
+            calls: 4,
+            ns,
+        }
+    }
+
+    fn failed(model: &str, error: &str) -> ModelRun {
+        ModelRun {
+            ok: false,
+            error: Some(error.into()),
+            calls: 0,
+            ns: 0,
+            ..ok(model, 0, 0)
+        }
+    }
+
+    #[test]
+    fn rows_keep_models_that_ran_everywhere_with_per_arm_medians() {
+        let c = CycleConfig {
+            devices: "HRX0/HRX1".into(),
+            runs: [
+                vec![
+                    vec![ok("a", 400, 5), ok("b", 800, 2)],
+                    vec![ok("a", 800, 5), ok("b", 800, 2)],
+                    vec![ok("a", 1200, 5), ok("b", 800, 2)],
+                ],
+                vec![
+                    vec![ok("a", 200, 6), failed("b", "llama_decode returned 1")],
+                    vec![ok("a", 400, 6), ok("b", 400, 2)],
+                    vec![ok("a", 4000, 6), ok("b", 400, 2)],
+                ],
+            ],
+            error: None,
+        };
+        let rows = c.rows();
+        // "b" failed in one of B's processes: left out, and listed with its error.
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].model, "a");
+        // Medians over rounds of ns per call (4 calls each): A {100, 200, 300}, B {50, 100, 1000}.
+        assert_eq!(rows[0].ns_per_call, [200.0, 100.0]);
+        assert_eq!(rows[0].splits, [5, 6]);
+        assert_eq!(
+            c.failed(),
+            vec![("b".to_string(), "llama_decode returned 1".to_string())]
+        );
+        // Per round, over the kept models only: 200/400, 400/800, 4000/1200.
+        let r = c.paired_total_ratios(&rows);
+        assert_eq!(r.len(), 3);
+        assert!((r[0] - 0.5).abs() < 1e-12 && (r[1] - 0.5).abs() < 1e-12);
+        assert!((r[2] - 4000.0 / 1200.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn markdown_reports_goal_on_the_paired_median_and_names_failures() {
+        let c = CycleConfig {
+            devices: "HRX0".into(),
+            runs: [
+                vec![vec![ok("m", 1000, 3), failed("x", "not a decoder-only model")]; 3],
+                vec![vec![ok("m", 400, 3), failed("x", "not a decoder-only model")]; 3],
+            ],
+            error: None,
+        };
+        let md = markdown(&[c], 3, 2, None, 0.5);
+        assert!(
+            md.contains("| HRX0 | 3 | 1 | 100–100 | 1/1 | 0.2 | 0.1 | 0.400 |"),
+            "{md}"
+        );
+        assert!(md.contains("| 1/1 | met |"), "{md}");
+        assert!(
+            md.contains("1 models did not run in every process and are left out: x (not a decoder-only model)"),
+            "{md}"
+        );
+        let none = markdown(&[], 3, 0, Some("not run: needs the HRX library"), 0.5);
+        assert!(none.contains("- not run: needs the HRX library"));
+    }
+}
