@@ -10,7 +10,10 @@
 // its graph changed. The probe's counters are read around the timed tokens.
 //
 // Output: one JSON line per model on stdout:
-//   {"model":NAME,"ok":true,"backends":N,"nodes":N,"splits":N,"calls":N,"ns":N}
+//   {"model":NAME,"ok":true,"backends":N,"nodes":N,"splits":N,"calls":N,"ns":N,
+//    "reset_calls":N,"reset_ns":N}
+// (calls and ns: ggml_backend_sched_alloc_graph; reset_*: ggml_backend_sched_reset, which
+// llama.cpp calls before building each graph.)
 //   {"model":NAME,"ok":false,"error":TEXT}
 // A model this program cannot run (an encoder-only architecture, say) is reported, not fatal.
 //
@@ -25,11 +28,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Filled by the probe's sched_probe_read: alloc_graph calls, ns, nodes of the last graph,
-// backends and splits of the last scheduler seen.
+// Filled by the probe's sched_probe_read: alloc_graph calls and ns, reset calls and ns, nodes of
+// the last graph, backends and splits of the last scheduler seen.
 struct probe_snapshot {
     long long calls;
     long long ns;
+    long long reset_calls;
+    long long reset_ns;
     long long last_nodes;
     long long last_backends;
     long long last_splits;
@@ -164,9 +169,10 @@ static void run_model(const char * path, ggml_backend_dev_t * devs, int n_tokens
     } else {
         fputs("{\"model\":\"", stdout);
         json_str(name);
-        printf("\",\"ok\":true,\"backends\":%lld,\"nodes\":%lld,\"splits\":%lld,\"calls\":%lld,\"ns\":%lld}\n",
+        printf("\",\"ok\":true,\"backends\":%lld,\"nodes\":%lld,\"splits\":%lld,\"calls\":%lld,\"ns\":%lld,"
+               "\"reset_calls\":%lld,\"reset_ns\":%lld}\n",
                after.last_backends, after.last_nodes, after.last_splits, after.calls - before.calls,
-               after.ns - before.ns);
+               after.ns - before.ns, after.reset_calls - before.reset_calls, after.reset_ns - before.reset_ns);
         fflush(stdout);
     }
     llama_free(ctx);

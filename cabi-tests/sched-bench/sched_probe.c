@@ -3,9 +3,12 @@
 // ggml_backend_sched_reserve, which the process's calls into libggml-base resolve to first;
 // each forwards to the next definition (the arm's libggml-base) and adds up the time spent.
 //
+// It also times ggml_backend_sched_reset: llama.cpp resets the scheduler itself before it builds
+// a graph, so the reset's cost (stock clears its hash tables there) is outside alloc_graph.
+//
 // At exit it appends one JSON line to the file named by SCHED_PROBE_OUT (nothing when unset):
 // the library the calls went to, and per function the calls, total nanoseconds and total
-// graph nodes.
+// graph nodes (0 for reset).
 //
 // Only calls that cross into libggml-base are seen: a call the library makes to itself is
 // counted when the library routes it through its dynamic symbol table (stock C++ does, for
@@ -31,13 +34,15 @@ struct probe_counter {
     long long nodes;
 };
 
-static struct probe_counter g_alloc, g_reserve;
+static struct probe_counter g_alloc, g_reserve, g_reset;
 static long long            g_last_nodes, g_last_backends, g_last_splits;
 
 // Read by archs_cycle.c through dlsym; the layout is repeated there.
 struct probe_snapshot {
     long long calls;
     long long ns;
+    long long reset_calls;
+    long long reset_ns;
     long long last_nodes;
     long long last_backends;
     long long last_splits;
@@ -48,6 +53,8 @@ void sched_probe_read(struct probe_snapshot * out);
 void sched_probe_read(struct probe_snapshot * out) {
     out->calls         = g_alloc.calls;
     out->ns            = g_alloc.ns;
+    out->reset_calls   = g_reset.calls;
+    out->reset_ns      = g_reset.ns;
     out->last_nodes    = g_last_nodes;
     out->last_backends = g_last_backends;
     out->last_splits   = g_last_splits;
@@ -95,6 +102,28 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, struct ggml_cgra
     return ok;
 }
 
+typedef void (*sched_reset_fn)(ggml_backend_sched_t);
+
+void ggml_backend_sched_reset(ggml_backend_sched_t sched) {
+    static sched_reset_fn fn;
+    if (!fn) {
+        union {
+            void *         obj;
+            sched_reset_fn fn;
+        } u;
+        u.obj = dlsym(RTLD_NEXT, "ggml_backend_sched_reset");
+        if (!u.obj) {
+            fprintf(stderr, "sched-probe: ggml_backend_sched_reset not found after the probe\n");
+            abort();
+        }
+        fn = u.fn;
+    }
+    const long long t0 = now_ns();
+    fn(sched);
+    g_reset.ns += now_ns() - t0;
+    g_reset.calls++;
+}
+
 bool ggml_backend_sched_reserve(ggml_backend_sched_t sched, struct ggml_cgraph * graph) {
     static sched_graph_fn fn;
     if (!fn) {
@@ -124,7 +153,9 @@ __attribute__((destructor)) static void probe_report(void) {
     }
     fprintf(f,
             "{\"lib\":\"%s\",\"alloc_graph\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":%lld},"
-            "\"reserve\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":%lld}}\n",
-            lib, g_alloc.calls, g_alloc.ns, g_alloc.nodes, g_reserve.calls, g_reserve.ns, g_reserve.nodes);
+            "\"reserve\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":%lld},"
+            "\"reset\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":0}}\n",
+            lib, g_alloc.calls, g_alloc.ns, g_alloc.nodes, g_reserve.calls, g_reserve.ns, g_reserve.nodes, g_reset.calls,
+            g_reset.ns);
     fclose(f);
 }

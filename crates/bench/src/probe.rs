@@ -1,6 +1,7 @@
 //! The in-process scheduler probe (`cabi-tests/sched-bench/sched_probe.c`): built as an
-//! LD_PRELOAD library, it times `ggml_backend_sched_alloc_graph` and `ggml_backend_sched_reserve`
-//! inside unchanged llama.cpp processes and appends one JSON line per process to a file.
+//! LD_PRELOAD library, it times `ggml_backend_sched_alloc_graph`, `ggml_backend_sched_reserve`
+//! and `ggml_backend_sched_reset` inside unchanged llama.cpp processes and appends one JSON
+//! line per process to a file.
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,9 @@ pub struct ProbeStats {
     pub lib: String,
     pub alloc_graph: Counter,
     pub reserve: Counter,
+    /// `ggml_backend_sched_reset` (nodes 0); absent from lines of older probes.
+    #[serde(default)]
+    pub reset: Counter,
 }
 
 /// Compiles the probe into `<out>/libsched-probe.so` when missing or older than its source.
