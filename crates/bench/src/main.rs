@@ -289,7 +289,9 @@ fn real_main(args: &[String]) -> Result<()> {
     let mut cycle_configs = Vec::new();
     let mut cycle_error = None;
     let mut cycle_models = 0;
-    if opts.no_hrx || !hrx.exists() {
+    if opts.cycle_rounds == 0 {
+        cycle_error = Some("not run: --cycle-rounds 0".to_string());
+    } else if opts.no_hrx || !hrx.exists() {
         cycle_error = Some(format!(
             "not run: needs the HRX library ({})",
             if opts.no_hrx {
@@ -483,6 +485,8 @@ fn run_cycle(
             }
         }
     }
+    // 0.9 GB of random weights: written again by every run, so not kept.
+    let _ = std::fs::remove_dir_all(out.join("archs-models"));
     Ok((models.len(), configs))
 }
 
