@@ -143,10 +143,10 @@ impl Sched {
         let nodes = caps::nodes(g);
         let mut n_dep_added = 0usize;
         for s in &self.splits {
-            for &input in &s.inputs {
+            for (&input, &id) in s.inputs.iter().zip(&s.input_ids) {
                 let cpy = self
                     .table
-                    .copy(input, s.backend, self.cur_copy)
+                    .copy_at(id, s.backend, self.cur_copy)
                     .unwrap_or(input);
                 // Keeps the source alive until the copy is made.
                 let dep = split::view_of(&mut self.pool, input);
@@ -154,7 +154,7 @@ impl Sched {
                 put(
                     &mut self.node_ids,
                     self.graph_nodes.len(),
-                    self.table.backend_i32(input),
+                    self.table.backend_at(id).map_or(-1, |b| b as c_int),
                 );
                 self.graph_nodes.push(dep);
                 // Makes the copy allocated at the start of the split.
@@ -213,7 +213,7 @@ impl Sched {
                 }
             }
             for s in &self.splits {
-                for &input in &s.inputs {
+                for (&input, &id) in s.inputs.iter().zip(&s.input_ids) {
                     for c in 0..self.n_copies {
                         put(
                             &mut self.leaf_ids,
@@ -221,7 +221,7 @@ impl Sched {
                             s.backend as c_int,
                         );
                         self.graph_leafs
-                            .push(self.table.copy(input, s.backend, c).unwrap_or(input));
+                            .push(self.table.copy_at(id, s.backend, c).unwrap_or(input));
                     }
                 }
             }

@@ -46,10 +46,16 @@ impl Sched {
         }
         // The ids may themselves be a later input of this split, not copied yet: read the
         // original then.
-        for &later in &split.inputs[input_idx + 1..] {
-            if self.table.copy(later, sb, self.cur_copy) == Some(ids_tensor) {
+        let later = split.inputs[input_idx + 1..]
+            .iter()
+            .zip(&split.input_ids[input_idx + 1..]);
+        for (&later, &id) in later {
+            if self.table.copy_at(id, sb, self.cur_copy) == Some(ids_tensor) {
                 ids_tensor = later;
-                ids_backend = self.tensor_backend(later);
+                ids_backend = self
+                    .table
+                    .backend_at(id)
+                    .map_or(ptr::null_mut(), |b| self.backends[b]);
                 break;
             }
         }
@@ -143,9 +149,12 @@ impl Sched {
                 }
             }
 
-            for (k, &input) in split.inputs.iter().enumerate() {
-                let input_backend = self.tensor_backend(input);
-                let cpy = self.table.copy(input, sb, cc).unwrap_or(ptr::null_mut());
+            for (k, (&input, &id)) in split.inputs.iter().zip(&split.input_ids).enumerate() {
+                let input_backend = self
+                    .table
+                    .backend_at(id)
+                    .map_or(ptr::null_mut(), |b| self.backends[b]);
+                let cpy = self.table.copy_at(id, sb, cc).unwrap_or(ptr::null_mut());
                 if (*input).flags & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 != 0 {
                     // The user may overwrite an input right after: copy it now.
                     self.wait_host(backend, event);

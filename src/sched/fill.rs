@@ -20,7 +20,7 @@ pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: 
         let node = &*n;
         let nid = ix.nodes[i];
         if !node.view_src.is_null() && table.backend_at(nid).is_none() {
-            if let Some(b) = table.backend(node.view_src) {
+            if let Some(b) = table.backend_at(ix.view_srcs[i] as usize) {
                 table.set_at(nid, b, Cause::ViewSource);
             }
         }

@@ -22,6 +22,9 @@ pub struct Split {
     pub i_end: usize,
     /// Tensors of other backends that this split reads through a copy, in first-use order.
     pub inputs: Vec<*mut ggml_tensor>,
+    /// The table ids of `inputs`, in the same order: the passes after splitting look inputs
+    /// up by id, not by address.
+    pub input_ids: Vec<usize>,
     /// The view of the user's graph over `[i_start, i_end)` given to the backend (set after
     /// splitting). In a cell because backends receive it as `*mut` from shared borrows.
     pub graph: UnsafeCell<ggml_cgraph>,
@@ -34,6 +37,7 @@ impl Split {
             i_start,
             i_end: i_start,
             inputs: Vec::new(),
+            input_ids: Vec::new(),
             graph: UnsafeCell::new(ggml_cgraph::default()),
         }
     }
@@ -171,6 +175,7 @@ pub unsafe fn split_graph(
             s.i_start = i_start;
             s.i_end = i_start;
             s.inputs.clear();
+            s.input_ids.clear();
             *s.graph.get_mut() = ggml_cgraph::default();
             s
         }
@@ -243,6 +248,7 @@ pub unsafe fn split_graph(
                 );
                 if let Some(last) = splits.last_mut() {
                     last.inputs.push(s);
+                    last.input_ids.push(sid);
                 }
             }
             node.src[j] = table.copy_at(sid, cur, sc.cur_copy).unwrap_or(s);

@@ -246,14 +246,24 @@ pub struct GraphIds {
     pub srcs: Vec<[u32; MAX_SRC]>,
     /// Per node, one past its last non-NULL source slot: the passes scan no further.
     pub n_srcs: Vec<u8>,
+    /// Id of `graph.nodes[i].view_src`, [`NO_ID`] when the node is not a view.
+    pub view_srcs: Vec<u32>,
     /// Positions of the nodes that are not view ops (the nodes the passes place), in order.
     pub compute: Vec<u32>,
-    /// The addresses the ids above were taken for: per node, the node then its sources.
-    seen_nodes: Vec<(*mut ggml_tensor, [*mut ggml_tensor; MAX_SRC])>,
+    /// The addresses the ids above were taken for: per node, the node, its sources and its
+    /// view source.
+    seen_nodes: Vec<SeenNode>,
     seen_leafs: Vec<*mut ggml_tensor>,
     /// The table epoch the ids belong to.
     epoch: u64,
 }
+
+/// A node's address, its sources' and its view source's, as [`GraphIds`] last took ids for.
+type SeenNode = (
+    *mut ggml_tensor,
+    [*mut ggml_tensor; MAX_SRC],
+    *mut ggml_tensor,
+);
 
 /// The abort for a NULL entry in a graph's node or leaf list (stock would crash on it).
 #[cold]
@@ -280,8 +290,9 @@ impl GraphIds {
             leafs: room(graph_size, 0),
             srcs: room(graph_size, [NO_ID; MAX_SRC]),
             n_srcs: room(graph_size, 0),
+            view_srcs: room(graph_size, NO_ID),
             compute: room(graph_size, 0),
-            seen_nodes: room(graph_size, (null, [null; MAX_SRC])),
+            seen_nodes: room(graph_size, (null, [null; MAX_SRC], null)),
             seen_leafs: room(graph_size, null),
             epoch: 0,
         }
@@ -328,8 +339,9 @@ impl GraphIds {
         self.nodes.resize(n, 0);
         self.srcs.resize(n, [NO_ID; MAX_SRC]);
         self.n_srcs.resize(n, 0);
-        self.seen_nodes
-            .resize(n, (std::ptr::null_mut(), [std::ptr::null_mut(); MAX_SRC]));
+        self.view_srcs.resize(n, NO_ID);
+        let null = std::ptr::null_mut();
+        self.seen_nodes.resize(n, (null, [null; MAX_SRC], null));
         self.compute.clear();
         for (i, &node) in nodes.iter().enumerate() {
             if node.is_null() {
@@ -339,12 +351,18 @@ impl GraphIds {
                 self.compute.push(i as u32);
             }
             let src = (*node).src;
+            let view_src = (*node).view_src;
             let seen = &mut self.seen_nodes[i];
-            if seen.0 == node && seen.1 == src {
+            if seen.0 == node && seen.1 == src && seen.2 == view_src {
                 continue;
             }
-            *seen = (node, src);
+            *seen = (node, src, view_src);
             self.nodes[i] = table.id(node);
+            self.view_srcs[i] = if view_src.is_null() {
+                NO_ID
+            } else {
+                table.id(view_src) as u32
+            };
             let mut row = [NO_ID; MAX_SRC];
             let mut count = 0;
             for (j, &s) in src.iter().enumerate() {
@@ -691,8 +709,13 @@ mod tests {
     }
 
     /// One graph of a [`memo_matches_fresh_lookups`] round: per node, a tensor of the pool,
-    /// whether it is a view op, and its sources (pool indices, `None` for an empty slot).
-    type Round = (Vec<(usize, bool, Vec<Option<usize>>)>, Vec<usize>, u8);
+    /// whether it is a view op, its sources (pool indices, `None` for an empty slot) and its
+    /// view source.
+    type Round = (
+        Vec<(usize, bool, Vec<Option<usize>>, Option<usize>)>,
+        Vec<usize>,
+        u8,
+    );
 
     fn round() -> impl proptest::strategy::Strategy<Value = Round> {
         use proptest::prelude::*;
@@ -700,6 +723,7 @@ mod tests {
             0usize..24,
             any::<bool>(),
             proptest::collection::vec(proptest::option::of(0usize..32), 0..MAX_SRC),
+            proptest::option::of(0usize..32),
         );
         (
             proptest::collection::vec(node, 0..20),
@@ -711,8 +735,9 @@ mod tests {
     proptest::proptest! {
         /// Over random sequences of graphs drawn from one pool of tensors (so addresses
         /// recur, move between positions, change sources and view-ness, graphs grow and
-        /// shrink), with resets and forgotten ids in between, every id, source id, source
-        /// count and view list that `rebuild` gives equals a fresh lookup in the table.
+        /// shrink), with resets and forgotten ids in between, every id, source id, view
+        /// source id, source count and view list that `rebuild` gives equals a fresh lookup
+        /// in the table.
         #[test]
         fn memo_matches_fresh_lookups(rounds in proptest::collection::vec(round(), 1..12)) {
             #[allow(clippy::vec_box)] // boxes keep the pool's addresses stable
@@ -729,7 +754,7 @@ mod tests {
                 // A graph's nodes are distinct tensors: keep the first use of each.
                 let mut seen = std::collections::HashSet::new();
                 let mut nodes = Vec::new();
-                for (n, view, srcs) in &spec {
+                for (n, view, srcs, view_src) in &spec {
                     if !seen.insert(*n) {
                         continue;
                     }
@@ -738,6 +763,7 @@ mod tests {
                     unsafe {
                         (*p).op = if *view { ggml_sys::GGML_OP_VIEW } else { ggml_sys::GGML_OP_ADD };
                         (*p).src = [std::ptr::null_mut(); MAX_SRC];
+                        (*p).view_src = view_src.map_or(std::ptr::null_mut(), |v| ptrs[v]);
                         for (j, s) in srcs.iter().enumerate() {
                             if let Some(s) = s {
                                 (*p).src[j] = ptrs[*s];
@@ -760,6 +786,10 @@ mod tests {
                         let want = if sp.is_null() { NO_ID } else { t.id(sp) as u32 };
                         proptest::prop_assert_eq!(ix.srcs[i][j], want);
                     }
+                    // SAFETY: as above.
+                    let v = unsafe { (*n).view_src };
+                    let want = if v.is_null() { NO_ID } else { t.id(v) as u32 };
+                    proptest::prop_assert_eq!(ix.view_srcs[i], want);
                 }
                 for (i, &l) in leafs.iter().enumerate() {
                     proptest::prop_assert_eq!(ix.leafs[i], t.id(l));

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Tokens decoded per model inside the timed window, and untimed before it.
-pub const TOKENS: u32 = 32;
+pub const TOKENS: u32 = 16;
 const WARMUP: u32 = 2;
 
 /// One model's line from `archs-cycle`.
@@ -259,8 +259,8 @@ impl CycleConfig {
         out.into_iter().collect()
     }
 
-    /// Per round, B's total cycle time over A's, over the models of `rows`.
-    pub fn paired_total_ratios(&self, rows: &[ModelRow]) -> Vec<f64> {
+    /// Per arm, per round: the sum over the models of `rows` of the cycle's ns per token.
+    pub fn round_totals(&self, rows: &[ModelRow]) -> [Vec<f64>; 2] {
         let keep: std::collections::BTreeSet<&str> =
             rows.iter().map(|r| r.model.as_str()).collect();
         let totals = |k: usize| -> Vec<f64> {
@@ -269,12 +269,18 @@ impl CycleConfig {
                 .map(|run| {
                     run.iter()
                         .filter(|m| keep.contains(m.model.as_str()))
-                        .map(|m| (m.ns + m.reset_ns) as f64)
+                        .map(ModelRun::cycle_ns)
                         .sum()
                 })
                 .collect()
         };
-        paired_ratios(&totals(0), &totals(1))
+        [totals(0), totals(1)]
+    }
+
+    /// Per round, B's total over A's ([`CycleConfig::round_totals`]).
+    pub fn paired_total_ratios(&self, rows: &[ModelRow]) -> Vec<f64> {
+        let [a, b] = self.round_totals(rows);
+        paired_ratios(&a, &b)
     }
 }
 
@@ -304,12 +310,13 @@ pub fn markdown(
          {TOKENS} single-token decodes with graph reuse off (`LLAMA_GRAPH_REUSE_DISABLE=1`), so \
          each token is one `sched_reset` + `sched_alloc_graph` of a new graph; timed by the probe. \
          {rounds} rounds, one process per arm per configuration per round (A B A B). Per model: \
-         the median over rounds of µs per token (reset + alloc_graph); the goal is judged on the \
-         paired per-round ratio of the totals.\n"
+         the median over rounds of µs per token (reset + alloc_graph). Per arm: the sum over the \
+         models of µs per token, each round; the goal is judged on the paired per-round ratio of \
+         those sums.\n"
     );
     let _ = writeln!(
         s,
-        "| devices | backends | models (both arms) | nodes min–max | same splits | Σ µs/token A | Σ µs/token B | B/A of sums | alloc_graph alone B/A | paired per round B/A [IQR] | per-model B/A median [min–max] | models at ≤ {goal} | goal B/A ≤ {goal} |"
+        "| devices | backends | models (both arms) | nodes min–max | same splits | A: Σ µs/token, median [min–max] over rounds | B: the same | B/A of medians | alloc_graph alone B/A | paired per round B/A [IQR] | per-model B/A median [min–max] | models at ≤ {goal} | goal B/A ≤ {goal} |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for c in configs {
@@ -318,8 +325,10 @@ pub fn markdown(
             let _ = writeln!(s, "| {} | – | 0 | | | | | | | | | | – |", c.devices);
             continue;
         }
-        let sum = |k: usize| rows.iter().map(|r| r.cycle_ns[k]).sum::<f64>();
-        let (a, b) = (sum(0), sum(1));
+        let [ta, tb] = c.round_totals(&rows);
+        let (Some(a), Some(b)) = (Summary::of(&ta), Summary::of(&tb)) else {
+            continue;
+        };
         let alloc_sum = |k: usize| rows.iter().map(|r| r.alloc_ns[k]).sum::<f64>();
         let alloc_ratio = alloc_sum(1) / alloc_sum(0);
         let backends: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.backends).collect();
@@ -332,7 +341,7 @@ pub fn markdown(
         let at_goal = per_model.iter().filter(|&&r| r <= goal).count();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}–{} | {}/{} | {:.1} | {:.1} | {:.3} | {:.3} | {} | {} | {}/{} | {} |",
+            "| {} | {} | {} | {}–{} | {}/{} | {:.1} [{:.1}–{:.1}] | {:.1} [{:.1}–{:.1}] | {:.3} | {:.3} | {} | {} | {}/{} | {} |",
             c.devices,
             backends
                 .iter()
@@ -344,9 +353,13 @@ pub fn markdown(
             nodes_max,
             same_splits,
             rows.len(),
-            a / 1e3,
-            b / 1e3,
-            b / a,
+            a.median / 1e3,
+            a.min / 1e3,
+            a.max / 1e3,
+            b.median / 1e3,
+            b.min / 1e3,
+            b.max / 1e3,
+            b.median / a.median,
             alloc_ratio,
             paired.map_or("–".into(), |p| format!(
                 "{:.3} [{:.3}–{:.3}]",
@@ -496,7 +509,9 @@ mod tests {
         };
         let md = markdown(&[c], 3, 2, None, 0.5);
         assert!(
-            md.contains("| HRX0 | 3 | 1 | 100–100 | 1/1 | 0.3 | 0.1 | 0.400 | 0.400 |"),
+            md.contains(
+                "| HRX0 | 3 | 1 | 100–100 | 1/1 | 0.3 [0.3–0.3] | 0.1 [0.1–0.1] | 0.400 | 0.400 |"
+            ),
             "{md}"
         );
         assert!(md.contains("| 1/1 | met |"), "{md}");

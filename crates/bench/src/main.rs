@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p bench -- [--a LIB] [--b LIB] [--rounds 20] [--iters 100]
 //!     [--e2e-rounds 8] [--e2e-reps 2] [--e2e-budget 900] [--hrx LIB | --no-hrx] [--no-e2e]
-//!     [--no-callgrind] [--archs-rounds 3] [--archs-filter REGEX] [--cycle-rounds 5]
+//!     [--no-callgrind] [--archs-rounds 3] [--archs-filter REGEX] [--cycle-rounds 20]
 //!     [--no-build] [--graphs smollm2,deepseek] [--out DIR]
 //! ```
 //!
@@ -80,7 +80,7 @@ fn parse_args(args: &[String]) -> Result<Options> {
         no_callgrind: false,
         archs_rounds: 3,
         archs_filter: None,
-        cycle_rounds: 5,
+        cycle_rounds: 20,
         no_build: false,
         e2e_budget_s: 900,
         graphs: vec!["smollm2".into(), "deepseek".into()],
