@@ -234,6 +234,12 @@ pub unsafe extern "C" fn ggml_backend_sched_new(
     const F: &str = "ggml_backend_sched_new";
     boundary(F, || {
         crate::ggml_assert!(F, n_backends > 0);
+        crate::ggml_assert!(
+            F,
+            n_backends as usize <= table::MAX_BACKENDS,
+            "{n_backends} backends: at most {} are supported",
+            table::MAX_BACKENDS
+        );
         crate::ggml_assert!(F, !backends.is_null());
         let list = std::slice::from_raw_parts(backends, n_backends as usize).to_vec();
         let last = list[list.len() - 1];
