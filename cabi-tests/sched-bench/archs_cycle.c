@@ -7,45 +7,41 @@
 // decodes a prompt, then decodes single tokens with llama.cpp's graph reuse switched off
 // (LLAMA_GRAPH_REUSE_DISABLE=1, set by this program), so that every token builds a new graph and
 // goes through ggml_backend_sched_reset + ggml_backend_sched_alloc_graph, as a token does whenever
-// its graph changed. The probe's counters are read around the timed tokens.
+// its graph changed. After each decode it waits for the devices (llama_synchronize, as reading
+// the logits to sample would), so that the next token's scheduler calls do not share the CPU
+// with the device threads still computing the last one. The probe's counters are read around
+// the timed tokens; every timed token must have made exactly one reset and one alloc_graph.
 //
 // Output: one JSON line per model on stdout:
-//   {"model":NAME,"ok":true,"backends":N,"nodes":N,"splits":N,"calls":N,"ns":N,
-//    "reset_calls":N,"reset_ns":N}
+//   {"model":NAME,"ok":true,"backends":N,"nodes":N,"splits":N,"placement_hash":N,"calls":N,
+//    "ns":N,"reset_calls":N,"reset_ns":N}
 // (calls and ns: ggml_backend_sched_alloc_graph; reset_*: ggml_backend_sched_reset, which
-// llama.cpp calls before building each graph.)
+// llama.cpp calls before building each graph; placement_hash: of the last graph, see
+// sched_probe.h, with SCHED_PROBE_HASH set.)
 //   {"model":NAME,"ok":false,"error":TEXT}
 // A model this program cannot run (an encoder-only architecture, say) is reported, not fatal.
 //
 // usage: archs-cycle --devices HRX0[/HRX1] [--tokens 16] [--warmup 2] MODEL.gguf...
+// (options first; prompt + warm-up + tokens must fit the 256-token context.)
 
 #define _GNU_SOURCE
 #include "ggml-backend.h"
 #include "llama.h"
+#include "sched_probe.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-// Filled by the probe's sched_probe_read: alloc_graph calls and ns, reset calls and ns, nodes of
-// the last graph, backends and splits of the last scheduler seen.
-struct probe_snapshot {
-    long long calls;
-    long long ns;
-    long long reset_calls;
-    long long reset_ns;
-    long long last_nodes;
-    long long last_backends;
-    long long last_splits;
-};
+// Tokens of the prompt decoded first, and the context: prompt + warm-up + timed tokens must fit.
+#define PROMPT 32
+#define N_CTX  256
 
-typedef void (*probe_read_fn)(struct probe_snapshot *);
-
-static probe_read_fn find_probe(void) {
+static sched_probe_read_fn find_probe(void) {
     union {
-        void *        obj;
-        probe_read_fn fn;
+        void *              obj;
+        sched_probe_read_fn fn;
     } u;
     u.obj = dlsym(RTLD_DEFAULT, "sched_probe_read");
     return u.fn;
@@ -111,10 +107,13 @@ static int decode(struct llama_context * ctx, int n_vocab, int pos, int n) {
         .seq_id   = seqs,
         .logits   = logits,
     };
-    return llama_decode(ctx, batch);
+    const int rc = llama_decode(ctx, batch);
+    llama_synchronize(ctx);
+    return rc;
 }
 
-static void run_model(const char * path, ggml_backend_dev_t * devs, int n_tokens, int n_warmup, probe_read_fn probe_read) {
+static void run_model(const char * path, ggml_backend_dev_t * devs, int n_tokens, int n_warmup,
+                      sched_probe_read_fn probe_read) {
     const char * name = base_name(path);
 
     struct llama_model_params mp = llama_model_default_params();
@@ -132,7 +131,7 @@ static void run_model(const char * path, ggml_backend_dev_t * devs, int n_tokens
         return;
     }
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx                       = 256;
+    cp.n_ctx                       = N_CTX;
     cp.n_batch                     = 64;
     cp.n_ubatch                    = 64;
     cp.n_threads                   = 1;
@@ -144,7 +143,7 @@ static void run_model(const char * path, ggml_backend_dev_t * devs, int n_tokens
         return;
     }
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
-    const int prompt  = 32;
+    const int prompt  = PROMPT;
     int       pos     = 0;
     int       rc      = decode(ctx, n_vocab, pos, prompt);
     pos += prompt;
@@ -152,27 +151,29 @@ static void run_model(const char * path, ggml_backend_dev_t * devs, int n_tokens
         rc = decode(ctx, n_vocab, pos++, 1);
     }
     struct probe_snapshot before, after;
-    probe_read(&before);
+    probe_read(&before, sizeof(before));
     for (int i = 0; rc == 0 && i < n_tokens; i++) {
         rc = decode(ctx, n_vocab, pos++, 1);
     }
-    probe_read(&after);
+    probe_read(&after, sizeof(after));
     if (rc != 0) {
         char what[64];
         snprintf(what, sizeof(what), "llama_decode returned %d", rc);
         report_error(name, what);
-    } else if (after.calls - before.calls != n_tokens) {
-        // Every token must have gone through the scheduler, or the figure means nothing.
-        char what[96];
-        snprintf(what, sizeof(what), "%lld alloc_graph calls for %d tokens", after.calls - before.calls, n_tokens);
+    } else if (after.calls - before.calls != n_tokens || after.reset_calls - before.reset_calls != n_tokens) {
+        // Every token must have gone through the scheduler once, or the figure means nothing.
+        char what[128];
+        snprintf(what, sizeof(what), "%lld alloc_graph and %lld reset calls for %d tokens", after.calls - before.calls,
+                 after.reset_calls - before.reset_calls, n_tokens);
         report_error(name, what);
     } else {
         fputs("{\"model\":\"", stdout);
         json_str(name);
-        printf("\",\"ok\":true,\"backends\":%lld,\"nodes\":%lld,\"splits\":%lld,\"calls\":%lld,\"ns\":%lld,"
-               "\"reset_calls\":%lld,\"reset_ns\":%lld}\n",
-               after.last_backends, after.last_nodes, after.last_splits, after.calls - before.calls,
-               after.ns - before.ns, after.reset_calls - before.reset_calls, after.reset_ns - before.reset_ns);
+        printf("\",\"ok\":true,\"backends\":%lld,\"nodes\":%lld,\"splits\":%lld,\"placement_hash\":%llu,"
+               "\"calls\":%lld,\"ns\":%lld,\"reset_calls\":%lld,\"reset_ns\":%lld}\n",
+               after.last_backends, after.last_nodes, after.last_splits, after.last_placement_hash,
+               after.calls - before.calls, after.ns - before.ns, after.reset_calls - before.reset_calls,
+               after.reset_ns - before.reset_ns);
         fflush(stdout);
     }
     llama_free(ctx);
@@ -199,11 +200,20 @@ int main(int argc, char ** argv) {
             break;
         }
     }
-    if (!devices || first == argc || n_tokens < 1 || n_warmup < 0) {
-        fprintf(stderr, "usage: archs-cycle --devices DEV[/DEV...] [--tokens N] [--warmup N] MODEL.gguf...\n");
+    for (int i = first; i < argc; i++) {
+        if (argv[i][0] == '-') {
+            fprintf(stderr, "archs-cycle: option %s after the first model: options go first\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!devices || first == argc || n_tokens < 1 || n_warmup < 0 || PROMPT + n_warmup + n_tokens > N_CTX) {
+        fprintf(stderr,
+                "usage: archs-cycle --devices DEV[/DEV...] [--tokens N] [--warmup N] MODEL.gguf...\n"
+                "       (%d prompt tokens + warm-up + tokens must fit the %d-token context)\n",
+                PROMPT, N_CTX);
         return 2;
     }
-    probe_read_fn probe_read = find_probe();
+    sched_probe_read_fn probe_read = find_probe();
     if (!probe_read) {
         fprintf(stderr, "archs-cycle: sched_probe_read not found: preload libsched-probe.so\n");
         return 2;
@@ -224,7 +234,17 @@ int main(int argc, char ** argv) {
             fprintf(stderr, "archs-cycle: no device %s (or too many devices)\n", tok);
             return 2;
         }
+        for (int k = 0; k < n_devs; k++) {
+            if (devs[k] == dev) {
+                fprintf(stderr, "archs-cycle: device %s given twice\n", tok);
+                return 2;
+            }
+        }
         devs[n_devs++] = dev;
+    }
+    if (n_devs == 0) {
+        fprintf(stderr, "archs-cycle: --devices %s names no device\n", devices);
+        return 2;
     }
     devs[n_devs] = NULL;
 

@@ -15,12 +15,15 @@
 // exported functions) and missed when it does not (a Rust library calls itself directly).
 // llama.cpp calls alloc_graph itself before each compute, so its calls are all seen.
 //
-// sched_probe_read() hands the alloc_graph counters to a program that wants them mid-run
-// (archs_cycle.c), with the node count, backend count and split count of the last call.
+// sched_probe_read() hands the counters to a program that wants them mid-run (archs_cycle.c),
+// with the node, backend and split counts of the last alloc_graph call and, when
+// SCHED_PROBE_HASH is set, a hash of the placement of every node of that graph (taken after
+// the call returns, outside the timed span). The layout is sched_probe.h.
 
 #define _GNU_SOURCE
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "sched_probe.h"
 
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -35,29 +38,42 @@ struct probe_counter {
 };
 
 static struct probe_counter g_alloc, g_reserve, g_reset;
-static long long            g_last_nodes, g_last_backends, g_last_splits;
+static struct probe_snapshot g_last;
+static int                   g_hash = -1;  // SCHED_PROBE_HASH set: 1; unset: 0; not read yet: -1
 
-// Read by archs_cycle.c through dlsym; the layout is repeated there.
-struct probe_snapshot {
-    long long calls;
-    long long ns;
-    long long reset_calls;
-    long long reset_ns;
-    long long last_nodes;
-    long long last_backends;
-    long long last_splits;
-};
+void sched_probe_read(struct probe_snapshot * out, unsigned long size);
 
-void sched_probe_read(struct probe_snapshot * out);
+// `size` is the caller's sizeof(struct probe_snapshot): a caller built against another layout
+// is refused instead of written past.
+void sched_probe_read(struct probe_snapshot * out, unsigned long size) {
+    if (size != sizeof(struct probe_snapshot)) {
+        fprintf(stderr, "sched-probe: sched_probe_read called with a %lu-byte snapshot, expected %lu\n", size,
+                (unsigned long) sizeof(struct probe_snapshot));
+        abort();
+    }
+    *out             = g_last;
+    out->calls       = g_alloc.calls;
+    out->ns          = g_alloc.ns;
+    out->reset_calls = g_reset.calls;
+    out->reset_ns    = g_reset.ns;
+}
 
-void sched_probe_read(struct probe_snapshot * out) {
-    out->calls         = g_alloc.calls;
-    out->ns            = g_alloc.ns;
-    out->reset_calls   = g_reset.calls;
-    out->reset_ns      = g_reset.ns;
-    out->last_nodes    = g_last_nodes;
-    out->last_backends = g_last_backends;
-    out->last_splits   = g_last_splits;
+// The placement of every node after an alloc_graph, hashed (outside the timed span).
+static unsigned long long placement_hash(ggml_backend_sched_t sched, struct ggml_cgraph * graph) {
+    unsigned long long h          = 1469598103934665603ULL;
+    const int          n_backends = ggml_backend_sched_get_n_backends(sched);
+    for (int i = 0; i < ggml_graph_n_nodes(graph); i++) {
+        ggml_backend_t b   = ggml_backend_sched_get_tensor_backend(sched, ggml_graph_node(graph, i));
+        int            idx = -1;
+        for (int k = 0; k < n_backends; k++) {
+            if (ggml_backend_sched_get_backend(sched, k) == b) {
+                idx = k;
+                break;
+            }
+        }
+        h = (h ^ (unsigned long long) (idx + 1)) * 1099511628211ULL;
+    }
+    return h;
 }
 
 typedef bool (*sched_graph_fn)(ggml_backend_sched_t, struct ggml_cgraph *);
@@ -95,10 +111,14 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, struct ggml_cgra
     if (!fn) {
         fn = next_fn("ggml_backend_sched_alloc_graph");
     }
-    const bool ok   = timed(&g_alloc, fn, sched, graph);
-    g_last_nodes    = ggml_graph_n_nodes(graph);
-    g_last_backends = ggml_backend_sched_get_n_backends(sched);
-    g_last_splits   = ggml_backend_sched_get_n_splits(sched);
+    const bool ok        = timed(&g_alloc, fn, sched, graph);
+    g_last.last_nodes    = ggml_graph_n_nodes(graph);
+    g_last.last_backends = ggml_backend_sched_get_n_backends(sched);
+    g_last.last_splits   = ggml_backend_sched_get_n_splits(sched);
+    if (g_hash < 0) {
+        g_hash = getenv("SCHED_PROBE_HASH") != NULL;
+    }
+    g_last.last_placement_hash = g_hash && ok ? placement_hash(sched, graph) : 0;
     return ok;
 }
 

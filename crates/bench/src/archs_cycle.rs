@@ -38,6 +38,9 @@ pub struct ModelRun {
     pub nodes: i64,
     #[serde(default)]
     pub splits: i64,
+    /// Hash of the backend of every node of the last graph (`sched_probe.h`).
+    #[serde(default)]
+    pub placement_hash: u64,
     /// alloc_graph calls in the timed window (one per token) and their total time, ns.
     #[serde(default)]
     pub calls: i64,
@@ -67,9 +70,12 @@ impl ModelRun {
 pub struct CycleConfig {
     /// `-dev`-style device list, e.g. `HRX0/HRX1`.
     pub devices: String,
-    /// `[A, B]`: one entry per round, each the models of one process.
+    /// `[A, B]`: one entry per round in which both arms' processes finished, each the
+    /// models of one process.
     pub runs: [Vec<Vec<ModelRun>>; 2],
-    pub error: Option<String>,
+    /// Rounds left out because a process failed (crashed, timed out, mapped another
+    /// library), with what happened.
+    pub errors: Vec<String>,
 }
 
 /// Per model: medians over rounds, both arms, ns per token.
@@ -80,23 +86,22 @@ pub struct ModelRow {
     pub nodes: i64,
     /// Splits `[A, B]` (they differ only where the in-place rule moved a node).
     pub splits: [i64; 2],
+    /// Every process of both arms gave the same nodes, backends, splits and placement hash.
+    pub same_placement: bool,
     /// reset + alloc_graph.
     pub cycle_ns: [f64; 2],
     /// alloc_graph alone.
     pub alloc_ns: [f64; 2],
 }
 
-/// Compiles `archs-cycle` into `<out>/archs-cycle` when missing or older than its source.
+/// Compiles `archs-cycle` into `<out>/archs-cycle`.
 pub fn build(ws: &Path, upstream: &Path, stock_dir: &Path, out: &Path) -> Result<PathBuf> {
     let src = ws.join("cabi-tests/sched-bench/archs_cycle.c");
     let bin = out.join("archs-cycle");
-    let stale = match (fs::metadata(&src), fs::metadata(&bin)) {
-        (Ok(s), Ok(b)) => s.modified()? > b.modified()?,
-        (Ok(_), Err(_)) => true,
-        (Err(e), _) => bail!("{}: {e}", src.display()),
-    };
-    if !stale {
-        return Ok(bin);
+    // Always compiled (under a second): a staleness check by the source's time would miss
+    // sched_probe.h and the pinned headers, and the two programs share a struct layout.
+    if let Err(e) = fs::metadata(&src) {
+        bail!("{}: {e}", src.display());
     }
     fs::create_dir_all(out)?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -183,6 +188,7 @@ pub fn run(setup: &Setup, arm: &Arm, devices: &str) -> Result<Vec<ModelRun>> {
     cmd.env("LD_LIBRARY_PATH", arm.ld_library_path(setup.stock_dir))
         .env("LD_PRELOAD", setup.probe_lib)
         .env("SCHED_PROBE_OUT", setup.probe_out)
+        .env("SCHED_PROBE_HASH", "1")
         .env("GGML_BACKEND_PATH", setup.hrx)
         .env("GGML_HRX_DEVICES", "2")
         .args(["--devices", devices])
@@ -193,21 +199,31 @@ pub fn run(setup: &Setup, arm: &Arm, devices: &str) -> Result<Vec<ModelRun>> {
         .output()
         .with_context(|| format!("starting {}", setup.program.display()))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
+    let models: Vec<ModelRun> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).with_context(|| format!("parsing {l}")))
+        .collect::<Result<_>>()?;
     if !output.status.success() {
+        // The models are run in order and each line is flushed: the first one without a
+        // line is the one the process died on.
+        let at = setup
+            .models
+            .get(models.len())
+            .and_then(|p| p.file_name())
+            .map_or("after the last model".into(), |n| {
+                n.to_string_lossy().into_owned()
+            });
         bail!(
-            "archs-cycle --devices {devices} arm {} ({}): {}",
+            "archs-cycle --devices {devices} arm {} ({}) at {at}: {}",
             arm.key,
             output.status,
-            tail(&String::from_utf8_lossy(&output.stderr), 800)
+            tail(&String::from_utf8_lossy(&output.stderr), 400)
         );
     }
     let probe = probe::take(setup.probe_out)?;
     arm.check_mapped(&probe.lib, "archs-cycle scheduler calls")?;
-    stdout
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).with_context(|| format!("parsing {l}")))
-        .collect()
+    Ok(models)
 }
 
 impl CycleConfig {
@@ -233,11 +249,22 @@ impl CycleConfig {
                     Summary::of(&v).map(|s| s.median)
                 };
                 let last = |k: usize| arms[k].last().copied();
+                let first = arms[0].first()?;
+                let same_placement = arms.iter().flatten().all(|m| {
+                    (m.nodes, m.backends, m.splits, m.placement_hash)
+                        == (
+                            first.nodes,
+                            first.backends,
+                            first.splits,
+                            first.placement_hash,
+                        )
+                });
                 Some(ModelRow {
                     model: name.to_string(),
                     backends: last(0)?.backends,
                     nodes: last(0)?.nodes,
                     splits: [last(0)?.splits, last(1)?.splits],
+                    same_placement,
                     cycle_ns: [med(0, ModelRun::cycle_ns)?, med(1, ModelRun::cycle_ns)?],
                     alloc_ns: [med(0, ModelRun::alloc_ns)?, med(1, ModelRun::alloc_ns)?],
                 })
@@ -245,14 +272,27 @@ impl CycleConfig {
             .collect()
     }
 
-    /// Models that failed in some process, with the first error seen.
+    /// Models that failed or are missing in some process, with the first error seen.
     pub fn failed(&self) -> Vec<(String, String)> {
         let mut out: BTreeMap<String, String> = BTreeMap::new();
+        let all: std::collections::BTreeSet<&str> = self
+            .runs
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|m| m.model.as_str())
+            .collect();
         for runs in &self.runs {
             for run in runs {
                 for m in run.iter().filter(|m| !m.ok) {
                     out.entry(m.model.clone())
                         .or_insert_with(|| m.error.clone().unwrap_or_default());
+                }
+                for &name in &all {
+                    if !run.iter().any(|m| m.model == name) {
+                        out.entry(name.to_string())
+                            .or_insert_with(|| "missing from a process's output".to_string());
+                    }
                 }
             }
         }
@@ -309,20 +349,30 @@ pub fn markdown(
          on `HRX0/HRX1` the layers are split across two HRX devices (3 backends). Per model, \
          {TOKENS} single-token decodes with graph reuse off (`LLAMA_GRAPH_REUSE_DISABLE=1`), so \
          each token is one `sched_reset` + `sched_alloc_graph` of a new graph; timed by the probe. \
-         {rounds} rounds, one process per arm per configuration per round (A B A B). Per model: \
+         {rounds} rounds asked, one process per arm per configuration per round (A B, then B A); \
+         the table says how many finished in both arms. After each decode the program waits for \
+         the devices (`llama_synchronize`), outside the timed calls. Per model: \
          the median over rounds of µs per token (reset + alloc_graph). Per arm: the sum over the \
          models of µs per token, each round; the goal is judged on the paired per-round ratio of \
          those sums.\n"
     );
     let _ = writeln!(
         s,
-        "| devices | backends | models (both arms) | nodes min–max | same splits | A: Σ µs/token, median [min–max] over rounds | B: the same | B/A of medians | alloc_graph alone B/A | paired per round B/A [IQR] | per-model B/A median [min–max] | models at ≤ {goal} | goal B/A ≤ {goal} |"
+        "| devices | backends | models (both arms) | nodes min–max | same placement of every node, every round | rounds | A: Σ µs/token, median [min–max] over rounds | B: the same | B/A of medians | alloc_graph alone B/A | paired per round B/A [IQR] | per-model B/A median [min–max] | models at ≤ {goal} | goal B/A ≤ {goal} |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for c in configs {
         let rows = c.rows();
         if rows.is_empty() {
-            let _ = writeln!(s, "| {} | – | 0 | | | | | | | | | | – |", c.devices);
+            let _ = writeln!(
+                s,
+                "| {} | – | 0 | | | {} | | | | | | | | – |",
+                c.devices,
+                c.runs[0].len()
+            );
             continue;
         }
         let [ta, tb] = c.round_totals(&rows);
@@ -334,14 +384,14 @@ pub fn markdown(
         let backends: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.backends).collect();
         let nodes_min = rows.iter().map(|r| r.nodes).min().unwrap_or(0);
         let nodes_max = rows.iter().map(|r| r.nodes).max().unwrap_or(0);
-        let same_splits = rows.iter().filter(|r| r.splits[0] == r.splits[1]).count();
+        let same_placement = rows.iter().filter(|r| r.same_placement).count();
         let per_model: Vec<f64> = rows.iter().map(|r| r.cycle_ns[1] / r.cycle_ns[0]).collect();
         let pm = Summary::of(&per_model);
         let paired = Summary::of(&c.paired_total_ratios(&rows));
         let at_goal = per_model.iter().filter(|&&r| r <= goal).count();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}–{} | {}/{} | {:.1} [{:.1}–{:.1}] | {:.1} [{:.1}–{:.1}] | {:.3} | {:.3} | {} | {} | {}/{} | {} |",
+            "| {} | {} | {} | {}–{} | {}/{} | {} | {:.1} [{:.1}–{:.1}] | {:.1} [{:.1}–{:.1}] | {:.3} | {:.3} | {} | {} | {}/{} | {} |",
             c.devices,
             backends
                 .iter()
@@ -351,8 +401,9 @@ pub fn markdown(
             rows.len(),
             nodes_min,
             nodes_max,
-            same_splits,
+            same_placement,
             rows.len(),
+            c.runs[0].len(),
             a.median / 1e3,
             a.min / 1e3,
             a.max / 1e3,
@@ -406,8 +457,8 @@ pub fn markdown(
         }
     }
     for c in configs {
-        if let Some(e) = &c.error {
-            let _ = writeln!(s, "\n- `{}` stopped: {}", c.devices, e.replace('\n', " "));
+        for e in &c.errors {
+            let _ = writeln!(s, "\n- `{}`: left out, {}", c.devices, e.replace('\n', " "));
         }
         let failed = c.failed();
         if !failed.is_empty() {
@@ -440,6 +491,7 @@ mod tests {
             backends: 3,
             nodes: 100,
             splits,
+            placement_hash: 7,
             calls: 4,
             ns,
             reset_calls: 4,
@@ -459,42 +511,67 @@ mod tests {
         }
     }
 
+    fn hashed(m: ModelRun, placement_hash: u64) -> ModelRun {
+        ModelRun {
+            placement_hash,
+            ..m
+        }
+    }
+
     #[test]
     fn rows_keep_models_that_ran_everywhere_with_per_arm_medians() {
         let c = CycleConfig {
             devices: "HRX0/HRX1".into(),
             runs: [
                 vec![
-                    vec![ok("a", 400, 5), ok("b", 800, 2)],
-                    vec![ok("a", 800, 5), ok("b", 800, 2)],
-                    vec![ok("a", 1200, 5), ok("b", 800, 2)],
+                    vec![ok("a", 400, 5), ok("b", 800, 2), ok("c", 100, 1)],
+                    vec![ok("a", 800, 5), ok("b", 800, 2), ok("c", 100, 1)],
+                    vec![ok("a", 1200, 5), ok("b", 800, 2), ok("c", 100, 1)],
                 ],
                 vec![
-                    vec![ok("a", 200, 6), failed("b", "llama_decode returned 1")],
-                    vec![ok("a", 400, 6), ok("b", 400, 2)],
-                    vec![ok("a", 4000, 6), ok("b", 400, 2)],
+                    vec![
+                        ok("a", 200, 5),
+                        failed("b", "llama_decode returned 1"),
+                        ok("c", 50, 1),
+                    ],
+                    vec![ok("a", 400, 5), ok("b", 400, 2), ok("c", 50, 1)],
+                    // "c" is missing from this process (it died there, say).
+                    vec![hashed(ok("a", 4000, 5), 8), ok("b", 400, 2)],
                 ],
             ],
-            error: None,
+            errors: Vec::new(),
         };
         let rows = c.rows();
-        // "b" failed in one of B's processes: left out, and listed with its error.
+        // "b" failed in one of B's processes and "c" is missing from one: both left out,
+        // and listed with why.
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].model, "a");
         // Medians over rounds of ns per token (4 each): alloc_graph A {100, 200, 300},
         // B {50, 100, 1000}; with the resets 1.25 times that.
         assert_eq!(rows[0].alloc_ns, [200.0, 100.0]);
         assert_eq!(rows[0].cycle_ns, [250.0, 125.0]);
-        assert_eq!(rows[0].splits, [5, 6]);
+        assert_eq!(rows[0].splits, [5, 5]);
+        // One of B's processes placed "a" differently (another hash).
+        assert!(!rows[0].same_placement);
         assert_eq!(
             c.failed(),
-            vec![("b".to_string(), "llama_decode returned 1".to_string())]
+            vec![
+                ("b".to_string(), "llama_decode returned 1".to_string()),
+                (
+                    "c".to_string(),
+                    "missing from a process's output".to_string()
+                )
+            ]
         );
-        // Per round, over the kept models only: 200/400, 400/800, 4000/1200.
+        // Per round, over the kept models only (cycle ns per token, summed): 250/500,
+        // 500/1000, 5000/1500.
+        let [ta, tb] = c.round_totals(&rows);
+        assert_eq!(ta, vec![125.0, 250.0, 375.0]);
+        assert_eq!(tb, vec![62.5, 125.0, 1250.0]);
         let r = c.paired_total_ratios(&rows);
         assert_eq!(r.len(), 3);
         assert!((r[0] - 0.5).abs() < 1e-12 && (r[1] - 0.5).abs() < 1e-12);
-        assert!((r[2] - 4000.0 / 1200.0).abs() < 1e-12);
+        assert!((r[2] - 1250.0 / 375.0).abs() < 1e-12);
     }
 
     #[test]
@@ -505,18 +582,22 @@ mod tests {
                 vec![vec![ok("m", 1000, 3), failed("x", "not a decoder-only model")]; 3],
                 vec![vec![ok("m", 400, 3), failed("x", "not a decoder-only model")]; 3],
             ],
-            error: None,
+            errors: vec!["round 4: archs-cycle --devices HRX0 arm B (signal 11) at y.gguf".into()],
         };
-        let md = markdown(&[c], 3, 2, None, 0.5);
+        let md = markdown(&[c], 4, 2, None, 0.5);
         assert!(
             md.contains(
-                "| HRX0 | 3 | 1 | 100–100 | 1/1 | 0.3 [0.3–0.3] | 0.1 [0.1–0.1] | 0.400 | 0.400 |"
+                "| HRX0 | 3 | 1 | 100–100 | 1/1 | 3 | 0.3 [0.3–0.3] | 0.1 [0.1–0.1] | 0.400 | 0.400 |"
             ),
             "{md}"
         );
         assert!(md.contains("| 1/1 | met |"), "{md}");
         assert!(
             md.contains("1 models did not run in every process and are left out: x (not a decoder-only model)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- `HRX0`: left out, round 4: archs-cycle --devices HRX0 arm B (signal 11) at y.gguf"),
             "{md}"
         );
         let none = markdown(&[], 3, 0, Some("not run: needs the HRX library"), 0.5);

@@ -462,7 +462,7 @@ fn run_cycle(
         .map(|d| archs_cycle::CycleConfig {
             devices: d.to_string(),
             runs: [vec![], vec![]],
-            error: None,
+            errors: Vec::new(),
         })
         .collect();
     for round in 0..opts.cycle_rounds {
@@ -472,16 +472,24 @@ fn run_cycle(
             opts.cycle_rounds,
             models.len()
         ));
-        for c in configs.iter_mut().filter(|c| c.error.is_none()) {
-            for (k, arm) in arms.iter().enumerate() {
-                match archs_cycle::run(&setup, arm, &c.devices) {
-                    Ok(r) => c.runs[k].push(r),
+        // A B in even rounds, B A in odd ones: drift within a pair favours neither arm.
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for c in configs.iter_mut() {
+            let mut got: [Option<Vec<archs_cycle::ModelRun>>; 2] = [None, None];
+            for k in order {
+                match archs_cycle::run(&setup, arms[k], &c.devices) {
+                    Ok(r) => got[k] = Some(r),
                     Err(e) => {
                         progress(&format!("archs cycle {}: {e:#}", c.devices));
-                        c.error = Some(format!("{e:#}"));
+                        c.errors.push(format!("round {}: {e:#}", round + 1));
                         break;
                     }
                 }
+            }
+            // Only rounds where both arms finished are kept, so that they stay paired.
+            if let [Some(a), Some(b)] = got {
+                c.runs[0].push(a);
+                c.runs[1].push(b);
             }
         }
     }

@@ -1,0 +1,18 @@
+// The probe's mid-run counters (sched_probe.c), as handed to a program that asks for them
+// (archs_cycle.c) through sched_probe_read, found with dlsym. One definition for both sides.
+#pragma once
+
+struct probe_snapshot {
+    long long calls;          // ggml_backend_sched_alloc_graph calls so far
+    long long ns;             // and their total time
+    long long reset_calls;    // ggml_backend_sched_reset calls so far
+    long long reset_ns;       // and their total time
+    long long last_nodes;     // nodes of the last graph given to alloc_graph
+    long long last_backends;  // backends of the scheduler of that call
+    long long last_splits;    // splits of that call
+    // FNV-1a over the backend index of every node of that graph, in node order (0 when
+    // SCHED_PROBE_HASH is unset): equal hashes mean the same placement of every node.
+    unsigned long long last_placement_hash;
+};
+
+typedef void (*sched_probe_read_fn)(struct probe_snapshot * out, unsigned long size);
