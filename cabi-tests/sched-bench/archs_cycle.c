@@ -116,11 +116,25 @@ static void run_model(const char * path, ggml_backend_dev_t * devs, int n_tokens
                       sched_probe_read_fn probe_read) {
     const char * name = base_name(path);
 
+    // Equal shares for the devices: by default llama.cpp splits the layers by each device's
+    // free memory, which moves with the previous model's frees and would give a process now
+    // and then another split of the same model (and so another graph) than the rest.
+    const size_t max_devs = llama_max_devices();
+    float *      shares   = calloc(max_devs, sizeof(float));
+    if (!shares) {
+        report_error(name, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < max_devs && devs[i]; i++) {
+        shares[i] = 1.0f;
+    }
     struct llama_model_params mp = llama_model_default_params();
     mp.devices                   = devs;
     mp.n_gpu_layers              = 999;
     mp.split_mode                = LLAMA_SPLIT_MODE_LAYER;
+    mp.tensor_split              = shares;
     struct llama_model * model   = llama_model_load_from_file(path, mp);
+    free(shares);
     if (!model) {
         report_error(name, "model did not load");
         return;

@@ -299,6 +299,35 @@ impl CycleConfig {
         out.into_iter().collect()
     }
 
+    /// Models whose last graph was not placed the same in every process: per arm, how many
+    /// processes gave each variant (variants numbered by first appearance, A's processes first).
+    pub fn placement_variants(&self) -> Vec<(String, [Vec<usize>; 2])> {
+        type Key = (i64, i64, i64, u64);
+        let mut per_model: BTreeMap<&str, (Vec<Key>, [Vec<usize>; 2])> = BTreeMap::new();
+        for (k, runs) in self.runs.iter().enumerate() {
+            for m in runs.iter().flatten().filter(|m| m.ok) {
+                let key = (m.nodes, m.backends, m.splits, m.placement_hash);
+                let (seen, counts) = per_model.entry(&m.model).or_default();
+                let v = match seen.iter().position(|s| *s == key) {
+                    Some(v) => v,
+                    None => {
+                        seen.push(key);
+                        seen.len() - 1
+                    }
+                };
+                for c in counts.iter_mut() {
+                    c.resize(seen.len(), 0);
+                }
+                counts[k][v] += 1;
+            }
+        }
+        per_model
+            .into_iter()
+            .filter(|(_, (seen, _))| seen.len() > 1)
+            .map(|(name, (_, counts))| (name.to_string(), counts))
+            .collect()
+    }
+
     /// Per arm, per round: the sum over the models of `rows` of the cycle's ns per token.
     pub fn round_totals(&self, rows: &[ModelRow]) -> [Vec<f64>; 2] {
         let keep: std::collections::BTreeSet<&str> =
@@ -457,6 +486,20 @@ pub fn markdown(
         }
     }
     for c in configs {
+        let varied = c.placement_variants();
+        if !varied.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n- `{}`: placed differently between processes (processes per variant of the \
+                 last graph, A; B): {}",
+                c.devices,
+                varied
+                    .iter()
+                    .map(|(m, [a, b])| format!("{m} ({a:?}; {b:?})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         for e in &c.errors {
             let _ = writeln!(s, "\n- `{}`: left out, {}", c.devices, e.replace('\n', " "));
         }
@@ -553,6 +596,10 @@ mod tests {
         assert_eq!(rows[0].splits, [5, 5]);
         // One of B's processes placed "a" differently (another hash).
         assert!(!rows[0].same_placement);
+        assert_eq!(
+            c.placement_variants(),
+            vec![("a".to_string(), [vec![3, 0], vec![2, 1]])]
+        );
         assert_eq!(
             c.failed(),
             vec![
