@@ -7,8 +7,8 @@
 //!     [--no-build] [--graphs smollm2,deepseek] [--out DIR]
 //! ```
 //!
-//! From a fresh clone it builds what is missing first: the stock llama.cpp
-//! (`ab build-stock`) and ours (`ab build-ours`), unless `--no-build`.
+//! It builds first, unless `--no-build`: the stock llama.cpp when missing (`ab build-stock`),
+//! and ours always (`ab build-ours`, which does nothing when the sources did not change).
 //!
 //! Arm A is the baseline (default: the stock `target/llama-stock/bin/libggml-base.so.0`), arm
 //! B the candidate (default: the newer of `target/ours/lib/libggml-base.so.0` and
@@ -190,12 +190,13 @@ fn real_main(args: &[String]) -> Result<()> {
                 target.join("ours/lib/libggml-base.so.0"),
                 target.join("release/libggml_base.so"),
             ];
+            if !opts.no_build {
+                // Always: cargo does nothing when the sources did not change, and a library
+                // older than its sources would be measured as "ours" otherwise.
+                ab(&ws, &["build-ours"])?;
+            }
             match newest(&ours) {
                 Some(p) => (p.clone(), "ours".to_string()),
-                None if !opts.no_build => {
-                    ab(&ws, &["build-ours"])?;
-                    (ours[0].clone(), "ours".to_string())
-                }
                 None => {
                     progress("no Rust libggml-base found: comparing stock against stock");
                     (stock_lib.clone(), "stock (as B)".to_string())
@@ -266,7 +267,8 @@ fn real_main(args: &[String]) -> Result<()> {
             round + 1,
             opts.archs_rounds
         ));
-        for (k, arm) in [&arm_a, &arm_b].iter().enumerate() {
+        for k in report::round_order(round) {
+            let arm = [&arm_a, &arm_b][k];
             match archs::run(
                 &stock_dir.join("test-llama-archs"),
                 &stock_dir,
@@ -404,6 +406,14 @@ fn real_main(args: &[String]) -> Result<()> {
         archs_filter: opts.archs_filter.clone(),
         archs: archs_runs,
         archs_error,
+        hrx: hrx
+            .canonicalize()
+            .ok()
+            .filter(|_| !opts.no_hrx)
+            .and_then(|p| {
+                let sha = pins::sha256_file(&p).ok()?;
+                Some((p.display().to_string(), sha))
+            }),
         cycle_rounds: opts.cycle_rounds,
         cycle_models,
         cycle: cycle_configs,
@@ -472,11 +482,9 @@ fn run_cycle(
             opts.cycle_rounds,
             models.len()
         ));
-        // A B in even rounds, B A in odd ones: drift within a pair favours neither arm.
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for c in configs.iter_mut() {
             let mut got: [Option<Vec<archs_cycle::ModelRun>>; 2] = [None, None];
-            for k in order {
+            for k in report::round_order(round) {
                 match archs_cycle::run(&setup, arms[k], &c.devices) {
                     Ok(r) => got[k] = Some(r),
                     Err(e) => {

@@ -12,6 +12,15 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// The arms' order in round `round`: A B in even rounds, B A in odd ones.
+pub fn round_order(round: u32) -> [usize; 2] {
+    if round % 2 == 0 {
+        [0, 1]
+    } else {
+        [1, 0]
+    }
+}
+
 /// Goal: scheduler overhead of B at most this fraction of A's.
 pub const GOAL_OVERHEAD: f64 = 0.5;
 /// Goal: end-to-end tokens/s of B at least this multiple of A's.
@@ -140,6 +149,8 @@ pub struct Report {
     /// test-llama-archs processes, `[A, B]`.
     pub archs: [Vec<ArchsRun>; 2],
     pub archs_error: Option<String>,
+    /// The HRX library used by both arms (path, sha256), when it exists.
+    pub hrx: Option<(String, String)>,
     /// 5: rounds, model files and the runs per device configuration.
     pub cycle_rounds: u32,
     pub cycle_models: usize,
@@ -190,7 +201,10 @@ pub fn run_sched(
             if rows[ci].error.is_some() {
                 continue;
             }
-            for (k, arm) in arms.iter().enumerate() {
+            // A B in even rounds, B A in odd ones: whatever runs first in a pair (the load
+            // another process leaves behind, say) is shared by both arms.
+            for k in round_order(round) {
+                let arm = arms[k];
                 match sched::run(program, arm, stock_dir, cfg, opts.iters, 10) {
                     Ok(run) => {
                         rows[ci].cycle_runs[k].push(run.ns.cycle.median as f64);
@@ -303,7 +317,8 @@ pub fn run_e2e(
             round + 1,
             rounds
         ));
-        for (k, arm) in arms.iter().enumerate() {
+        for k in round_order(round) {
+            let arm = arms[k];
             let run = e2e::run(setup, arm, dev)?;
             probes[k].push(run.probe);
             for t in run.tests {
@@ -423,6 +438,12 @@ impl Report {
                 &arm.sha256
             );
         }
+        if let Some((path, sha)) = &self.hrx {
+            let _ = writeln!(
+                s,
+                "- HRX device library (both arms, real graphs and HRX0 rows): `{path}` sha256 `{sha}`"
+            );
+        }
         if a.sha256 == b.sha256 {
             let _ = writeln!(
                 s,
@@ -442,7 +463,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "| graph | backends | nodes | splits A/B | A µs | B µs | B/A | paired B/A [IQR] | split_graph only B/A | goal B/A ≤ {GOAL_OVERHEAD} |"
+            "| graph | backends | nodes | splits A/B | A µs | B µs | B/A | paired B/A [IQR] | split_graph only B/A | goal: paired B/A ≤ {GOAL_OVERHEAD} |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
         for r in &self.sched {
@@ -470,7 +491,9 @@ impl Report {
                 ratio_cell(r.ratio()),
                 paired_cell(&r.cycle_paired),
                 ratio_cell(r.split_ratio()),
-                goal_cell(r.ratio().map(|x| x <= GOAL_OVERHEAD))
+                // Judged on the paired ratio, as every other goal here: A and B back to back
+                // see the same load, the two medians may not.
+                goal_cell(r.cycle_paired.map(|p| p.median <= GOAL_OVERHEAD))
             );
         }
 
