@@ -14,11 +14,8 @@ use std::path::Path;
 
 /// The arms' order in round `round`: A B in even rounds, B A in odd ones.
 pub fn round_order(round: u32) -> [usize; 2] {
-    if round % 2 == 0 {
-        [0, 1]
-    } else {
-        [1, 0]
-    }
+    let first = (round % 2) as usize;
+    [first, 1 - first]
 }
 
 /// Goal: scheduler overhead of B at most this fraction of A's.
