@@ -818,3 +818,16 @@ impl Report {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::round_order;
+
+    #[test]
+    fn arms_alternate_a_b_then_b_a() {
+        assert_eq!(round_order(0), [0, 1]);
+        assert_eq!(round_order(1), [1, 0]);
+        assert_eq!(round_order(2), [0, 1]);
+        assert_eq!(round_order(19), [1, 0]);
+    }
+}
