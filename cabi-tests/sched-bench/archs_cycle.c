@@ -13,11 +13,12 @@
 // the timed tokens; every timed token must have made exactly one reset and one alloc_graph.
 //
 // Output: one JSON line per model on stdout:
-//   {"model":NAME,"ok":true,"backends":N,"nodes":N,"splits":N,"placement_hash":N,"calls":N,
-//    "ns":N,"reset_calls":N,"reset_ns":N}
+//   {"model":NAME,"ok":true,"backends":N,"nodes":N,"splits":N,"placement_hash":N,
+//    "buffer_bytes":[N,N,N,N],"calls":N,"ns":N,"reset_calls":N,"reset_ns":N}
 // (calls and ns: ggml_backend_sched_alloc_graph; reset_*: ggml_backend_sched_reset, which
 // llama.cpp calls before building each graph; placement_hash: of the last graph, see
-// sched_probe.h, with SCHED_PROBE_HASH set.)
+// sched_probe.h, with SCHED_PROBE_HASH set; buffer_bytes: each backend's compute buffer after
+// it, likewise.)
 //   {"model":NAME,"ok":false,"error":TEXT}
 // A model this program cannot run (an encoder-only architecture, say) is reported, not fatal.
 //
@@ -184,10 +185,12 @@ static void run_model(const char * path, ggml_backend_dev_t * devs, int n_tokens
         fputs("{\"model\":\"", stdout);
         json_str(name);
         printf("\",\"ok\":true,\"backends\":%lld,\"nodes\":%lld,\"splits\":%lld,\"placement_hash\":%llu,"
+               "\"buffer_bytes\":[%lld,%lld,%lld,%lld],"
                "\"calls\":%lld,\"ns\":%lld,\"reset_calls\":%lld,\"reset_ns\":%lld}\n",
                after.last_backends, after.last_nodes, after.last_splits, after.last_placement_hash,
-               after.calls - before.calls, after.ns - before.ns, after.reset_calls - before.reset_calls,
-               after.reset_ns - before.reset_ns);
+               after.last_buffer_bytes[0], after.last_buffer_bytes[1], after.last_buffer_bytes[2],
+               after.last_buffer_bytes[3], after.calls - before.calls, after.ns - before.ns,
+               after.reset_calls - before.reset_calls, after.reset_ns - before.reset_ns);
         fflush(stdout);
     }
     llama_free(ctx);

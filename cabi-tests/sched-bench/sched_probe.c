@@ -119,6 +119,12 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, struct ggml_cgra
         g_hash = getenv("SCHED_PROBE_HASH") != NULL;
     }
     g_last.last_placement_hash = g_hash && ok ? placement_hash(sched, graph) : 0;
+    for (int k = 0; k < 4; k++) {
+        g_last.last_buffer_bytes[k] =
+            g_hash && ok && k < g_last.last_backends ?
+                (long long) ggml_backend_sched_get_buffer_size(sched, ggml_backend_sched_get_backend(sched, k)) :
+                0;
+    }
     return ok;
 }
 

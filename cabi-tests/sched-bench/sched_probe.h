@@ -13,6 +13,9 @@ struct probe_snapshot {
     // FNV-1a over the backend index of every node of that graph, in node order (0 when
     // SCHED_PROBE_HASH is unset): equal hashes mean the same placement of every node.
     unsigned long long last_placement_hash;
+    // With SCHED_PROBE_HASH set: the compute buffer of each backend after that call
+    // (ggml_backend_sched_get_buffer_size), bytes, for the first 4 backends; 0 past n_backends.
+    long long last_buffer_bytes[4];
 };
 
 typedef void (*sched_probe_read_fn)(struct probe_snapshot * out, unsigned long size);

@@ -41,6 +41,9 @@ pub struct ModelRun {
     /// Hash of the backend of every node of the last graph (`sched_probe.h`).
     #[serde(default)]
     pub placement_hash: u64,
+    /// Each backend's compute buffer after the last graph, bytes (first 4 backends).
+    #[serde(default)]
+    pub buffer_bytes: [i64; 4],
     /// alloc_graph calls in the timed window (one per token) and their total time, ns.
     #[serde(default)]
     pub calls: i64,
@@ -88,6 +91,8 @@ pub struct ModelRow {
     pub splits: [i64; 2],
     /// Every process of both arms gave the same nodes, backends, splits and placement hash.
     pub same_placement: bool,
+    /// Compute buffer bytes per backend, `[A, B]`, from each arm's last process.
+    pub buffers: [[i64; 4]; 2],
     /// reset + alloc_graph.
     pub cycle_ns: [f64; 2],
     /// alloc_graph alone.
@@ -265,6 +270,7 @@ impl CycleConfig {
                     nodes: last(0)?.nodes,
                     splits: [last(0)?.splits, last(1)?.splits],
                     same_placement,
+                    buffers: [last(0)?.buffer_bytes, last(1)?.buffer_bytes],
                     cycle_ns: [med(0, ModelRun::cycle_ns)?, med(1, ModelRun::cycle_ns)?],
                     alloc_ns: [med(0, ModelRun::alloc_ns)?, med(1, ModelRun::alloc_ns)?],
                 })
@@ -387,7 +393,7 @@ pub fn markdown(
     );
     let _ = writeln!(
         s,
-        "| devices | backends | models (both arms) | nodes min–max | same placement of every node, every round | rounds | A: Σ µs/token, median [min–max] over rounds | B: the same | B/A of medians | alloc_graph alone B/A | paired per round B/A [IQR] | per-model B/A median [min–max] | models at ≤ {goal} | goal B/A ≤ {goal} |"
+        "| devices | backends | models (both arms) | nodes min–max | same placement of every node, every round | compute buffers B ≤ A, every backend (of which equal) | rounds | A: Σ µs/token, median [min–max] over rounds | B: the same | B/A of medians | alloc_graph alone B/A | paired per round B/A [IQR] | per-model B/A median [min–max] | models at ≤ {goal} | goal B/A ≤ {goal} |"
     );
     let _ = writeln!(
         s,
@@ -398,7 +404,7 @@ pub fn markdown(
         if rows.is_empty() {
             let _ = writeln!(
                 s,
-                "| {} | – | 0 | | | {} | | | | | | | | – |",
+                "| {} | – | 0 | | | | {} | | | | | | | | – |",
                 c.devices,
                 c.runs[0].len()
             );
@@ -414,13 +420,18 @@ pub fn markdown(
         let nodes_min = rows.iter().map(|r| r.nodes).min().unwrap_or(0);
         let nodes_max = rows.iter().map(|r| r.nodes).max().unwrap_or(0);
         let same_placement = rows.iter().filter(|r| r.same_placement).count();
+        let buffers_le = rows
+            .iter()
+            .filter(|r| (0..4).all(|k| r.buffers[1][k] <= r.buffers[0][k]))
+            .count();
+        let buffers_eq = rows.iter().filter(|r| r.buffers[0] == r.buffers[1]).count();
         let per_model: Vec<f64> = rows.iter().map(|r| r.cycle_ns[1] / r.cycle_ns[0]).collect();
         let pm = Summary::of(&per_model);
         let paired = Summary::of(&c.paired_total_ratios(&rows));
         let at_goal = per_model.iter().filter(|&&r| r <= goal).count();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}–{} | {}/{} | {} | {:.1} [{:.1}–{:.1}] | {:.1} [{:.1}–{:.1}] | {:.3} | {:.3} | {} | {} | {}/{} | {} |",
+            "| {} | {} | {} | {}–{} | {}/{} | {}/{} ({}) | {} | {:.1} [{:.1}–{:.1}] | {:.1} [{:.1}–{:.1}] | {:.3} | {:.3} | {} | {} | {}/{} | {} |",
             c.devices,
             backends
                 .iter()
@@ -432,6 +443,9 @@ pub fn markdown(
             nodes_max,
             same_placement,
             rows.len(),
+            buffers_le,
+            rows.len(),
+            buffers_eq,
             c.runs[0].len(),
             a.median / 1e3,
             a.min / 1e3,
@@ -535,6 +549,7 @@ mod tests {
             nodes: 100,
             splits,
             placement_hash: 7,
+            buffer_bytes: [1024, 2048, 0, 0],
             calls: 4,
             ns,
             reset_calls: 4,
@@ -594,6 +609,7 @@ mod tests {
         assert_eq!(rows[0].alloc_ns, [200.0, 100.0]);
         assert_eq!(rows[0].cycle_ns, [250.0, 125.0]);
         assert_eq!(rows[0].splits, [5, 5]);
+        assert_eq!(rows[0].buffers, [[1024, 2048, 0, 0]; 2]);
         // One of B's processes placed "a" differently (another hash).
         assert!(!rows[0].same_placement);
         assert_eq!(
@@ -634,7 +650,7 @@ mod tests {
         let md = markdown(&[c], 4, 2, None, 0.5);
         assert!(
             md.contains(
-                "| HRX0 | 3 | 1 | 100–100 | 1/1 | 3 | 0.3 [0.3–0.3] | 0.1 [0.1–0.1] | 0.400 | 0.400 |"
+                "| HRX0 | 3 | 1 | 100–100 | 1/1 | 1/1 (1) | 3 | 0.3 [0.3–0.3] | 0.1 [0.1–0.1] | 0.400 | 0.400 |"
             ),
             "{md}"
         );
