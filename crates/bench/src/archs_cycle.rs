@@ -99,43 +99,23 @@ pub struct ModelRow {
     pub alloc_ns: [f64; 2],
 }
 
-/// Compiles `archs-cycle` into `<out>/archs-cycle`.
+/// Compiles `archs-cycle` into `<out>/archs-cycle` ([`crate::cbuild::compile`]), linked to the
+/// stock `libllama`, `libggml` and `libggml-base` in `stock_dir`.
 pub fn build(ws: &Path, upstream: &Path, stock_dir: &Path, out: &Path) -> Result<PathBuf> {
-    let src = ws.join("cabi-tests/sched-bench/archs_cycle.c");
-    let bin = out.join("archs-cycle");
-    // Always compiled (under a second): a staleness check by the source's time would miss
-    // sched_probe.h and the pinned headers, and the two programs share a struct layout.
-    if let Err(e) = fs::metadata(&src) {
-        bail!("{}: {e}", src.display());
-    }
-    fs::create_dir_all(out)?;
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args([
-            "-O2",
-            "-g",
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Wpedantic",
-            "-Werror",
-        ])
-        .arg("-I")
-        .arg(upstream.join("ggml/include"))
-        .arg("-I")
-        .arg(upstream.join("include"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&bin)
-        .arg("-L")
-        .arg(stock_dir)
-        .args(["-lllama", "-lggml", "-lggml-base", "-ldl"])
-        .status()
-        .with_context(|| format!("running {cc}"))?;
-    if !status.success() {
-        bail!("compiling {} failed ({status})", src.display());
-    }
-    Ok(bin)
+    crate::cbuild::compile(
+        &ws.join("cabi-tests/sched-bench/archs_cycle.c"),
+        &out.join("archs-cycle"),
+        &[upstream.join("ggml/include"), upstream.join("include")],
+        &[],
+        &[
+            "-L".as_ref(),
+            stock_dir.as_os_str(),
+            "-lllama".as_ref(),
+            "-lggml".as_ref(),
+            "-lggml-base".as_ref(),
+            "-ldl".as_ref(),
+        ],
+    )
 }
 
 /// Writes the models into a fresh `dir` with the stock `test-llama-archs -o` (`-a filter`

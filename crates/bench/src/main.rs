@@ -34,6 +34,7 @@
 mod archs;
 mod archs_cycle;
 mod arms;
+mod cbuild;
 mod e2e;
 mod probe;
 mod report;

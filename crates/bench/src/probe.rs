@@ -3,11 +3,10 @@
 //! and `ggml_backend_sched_reset` inside unchanged llama.cpp processes and appends one JSON
 //! line per process to a file.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Calls of one scheduler function in one process.
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
@@ -42,40 +41,15 @@ pub struct ProbeStats {
     pub reset: Counter,
 }
 
-/// Compiles the probe into `<out>/libsched-probe.so`.
+/// Compiles the probe into `<out>/libsched-probe.so` ([`crate::cbuild::compile`]).
 pub fn build(ws: &Path, upstream: &Path, out: &Path) -> Result<PathBuf> {
-    let src = ws.join("cabi-tests/sched-bench/sched_probe.c");
-    let lib = out.join("libsched-probe.so");
-    // Always compiled (under a second): a staleness check by the source's time would miss
-    // sched_probe.h and the pinned headers, and the two programs share a struct layout.
-    if let Err(e) = fs::metadata(&src) {
-        bail!("{}: {e}", src.display());
-    }
-    fs::create_dir_all(out)?;
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args([
-            "-O2",
-            "-g",
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Wpedantic",
-            "-Werror",
-        ])
-        .args(["-fPIC", "-shared"])
-        .arg("-I")
-        .arg(upstream.join("ggml/include"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&lib)
-        .arg("-ldl")
-        .status()
-        .with_context(|| format!("running {cc}"))?;
-    if !status.success() {
-        bail!("compiling {} failed ({status})", src.display());
-    }
-    Ok(lib)
+    crate::cbuild::compile(
+        &ws.join("cabi-tests/sched-bench/sched_probe.c"),
+        &out.join("libsched-probe.so"),
+        &[upstream.join("ggml/include")],
+        &["-fPIC", "-shared"],
+        &["-ldl".as_ref()],
+    )
 }
 
 /// Reads and removes the probe's output file; the last line is the process's.

@@ -99,53 +99,27 @@ pub struct Run {
     pub heap: Heap,
 }
 
-/// Compiles the C program into `<out>/sched-bench` when the binary is missing or older than
-/// its source. Flags: `-O2 -std=c11 -Wall -Wextra -Wpedantic -Werror`; headers from the pinned
-/// tree (`ggml/include`, `ggml/src`); linked to `<stock_lib_dir>/libggml-base.so.0`.
+/// Compiles the C program into `<out>/sched-bench` ([`crate::cbuild::compile`]): headers from
+/// the pinned tree (`ggml/include`, `ggml/src`), linked to `<stock_lib_dir>/libggml-base.so.0`.
 pub fn build_program(
     ws: &Path,
     upstream: &Path,
     stock_lib_dir: &Path,
     out: &Path,
 ) -> Result<PathBuf> {
-    let src = ws.join("cabi-tests/sched-bench/sched_bench.c");
-    let bin = out.join("sched-bench");
-    let stale = match (fs::metadata(&src), fs::metadata(&bin)) {
-        (Ok(s), Ok(b)) => s.modified()? > b.modified()?,
-        (Ok(_), Err(_)) => true,
-        (Err(e), _) => bail!("{}: {e}", src.display()),
-    };
-    if !stale {
-        return Ok(bin);
-    }
-    fs::create_dir_all(out)?;
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args([
-            "-O2",
-            "-g",
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Wpedantic",
-            "-Werror",
-        ])
-        .arg("-I")
-        .arg(upstream.join("ggml/include"))
-        .arg("-I")
-        .arg(upstream.join("ggml/src"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&bin)
-        .arg("-L")
-        .arg(stock_lib_dir)
-        .args(["-l:libggml-base.so.0", "-lm", "-ldl"])
-        .status()
-        .with_context(|| format!("running {cc}"))?;
-    if !status.success() {
-        bail!("compiling {} failed ({status})", src.display());
-    }
-    Ok(bin)
+    crate::cbuild::compile(
+        &ws.join("cabi-tests/sched-bench/sched_bench.c"),
+        &out.join("sched-bench"),
+        &[upstream.join("ggml/include"), upstream.join("ggml/src")],
+        &[],
+        &[
+            "-L".as_ref(),
+            stock_lib_dir.as_os_str(),
+            "-l:libggml-base.so.0".as_ref(),
+            "-lm".as_ref(),
+            "-ldl".as_ref(),
+        ],
+    )
 }
 
 /// Runs the program once for `arm` and checks that the arm's file is the one mapped.
