@@ -17,14 +17,14 @@
 //! `target/release/libggml_hrx.so`, or `--hrx`.
 //!
 //! 1. Scheduler overhead: `cabi-tests/sched-bench` per graph and backend count, one process
-//!    per arm per round, A B A B; per-process medians summarized per arm.
+//!    per arm per round, A B then B A; per-process medians summarized per arm.
 //! 2. Instruction counts: one callgrind run per arm and configuration, timed section only.
 //! 3. Memory: compute buffer sizes per backend, scheduler heap traffic, both arms.
 //! 4. Real graphs: `test-llama-archs` (every architecture) per arm, alternating, with an
 //!    LD_PRELOAD probe timing `ggml_backend_sched_alloc_graph`/`reserve` inside the process.
 //! 5. Real graphs, steady cycle, 2 and 3 backends: every model `test-llama-archs -o` writes,
 //!    run by `cabi-tests/sched-bench/archs_cycle.c` on HRX0 and on HRX0/HRX1 with graph reuse
-//!    off, one process per arm per round, A B A B (needs the HRX library).
+//!    off, one process per arm per round, A B then B A (needs the HRX library).
 //! 6. End to end: `llama-bench -p 512 -n 128 -t 2` on SmolLM2, arms alternating, on the CPU
 //!    and on HRX0 when the HRX library exists and loads (the probe preloaded there too).
 //!
@@ -437,8 +437,8 @@ fn real_main(args: &[String]) -> Result<()> {
 }
 
 /// 5: writes the models, then runs `archs-cycle` per round, per device configuration, per
-/// arm (A B A B). Returns the number of model files and one entry per configuration; a
-/// configuration whose process failed keeps its error and stops its rounds.
+/// arm (A B, then B A). Returns the number of model files and one entry per configuration; a
+/// round in which either arm's process failed is left out for both arms and its error kept.
 #[allow(clippy::too_many_arguments)]
 fn run_cycle(
     ws: &Path,

@@ -454,7 +454,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "{} rounds, one process per arm per round (A B A B), {} timed iterations per process; \
+            "{} rounds, one process per arm per round (A B, then B A), {} timed iterations per process; \
              each cell is the median over processes of the per-process median, [min–max] over processes, µs.\n",
             self.rounds, self.iters
         );
@@ -604,7 +604,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "{} rounds, one process per arm per round (A B A B){}; median [min–max] over processes of the \
+            "{} rounds, one process per arm per round (A B, then B A){}; median [min–max] over processes of the \
              total time the process spent inside each function, ms.\n",
             self.archs_rounds,
             self.archs_filter
@@ -671,7 +671,7 @@ impl Report {
             .collect();
         let _ = writeln!(
             s,
-            "Rounds done (of {} asked, within the time budget): {}; one process per arm per round (A B A B), \
+            "Rounds done (of {} asked, within the time budget): {}; one process per arm per round (A B, then B A), \
              -r {} each; tokens/s median [min–max] over all repetitions. Load from other processes only \
              slows a run down, so on a shared machine read the paired ratio (A and B back to back) and the \
              ratio of the best runs; the goal is judged on the paired median.\n",
