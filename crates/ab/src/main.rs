@@ -8,6 +8,7 @@
 //! `test_steps.rs`.
 
 mod job;
+mod machine;
 mod ours;
 mod parse;
 mod paths;

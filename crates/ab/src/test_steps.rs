@@ -14,16 +14,64 @@ pub enum Run {
     Script(&'static str, &'static [&'static str]),
 }
 
+/// What a step compares between two runs, and how, so that it holds on any processor.
+///
+/// ggml's CPU kernels differ by CPU feature (AVX2, AVX-512, NEON, ...), so results of
+/// floating-point work are never compared with a fixed value, and two runs are compared
+/// exactly only when they take the same numeric path on the same machine (the same
+/// kernels, attention algorithm, weight layout and thread count); otherwise with a stated
+/// tolerance. `ab test` prints this line at the start of every step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compares {
+    /// No floating-point result is compared (builds, lints, placements, exact data movement).
+    Exact(&'static str),
+    /// Floating-point results of two runs on this CPU, on the same numeric path, compared
+    /// exactly (what the path is).
+    SamePath(&'static str),
+    /// Floating-point results of two runs whose paths may differ, compared with this
+    /// tolerance.
+    Tolerance(&'static str),
+}
+
+impl Compares {
+    /// Whether the step's outcome can depend on the CPU's features.
+    pub fn depends_on_cpu(self) -> bool {
+        !matches!(self, Compares::Exact(_))
+    }
+
+    /// The line printed before the step runs.
+    pub fn describe(self) -> String {
+        match self {
+            Compares::Exact(what) => format!("compares: {what}; no floating-point result"),
+            Compares::SamePath(what) => format!(
+                "compares exactly, on one numeric path: {what}; the values depend on this \
+                 CPU's features, both runs use the same CPU"
+            ),
+            Compares::Tolerance(what) => format!(
+                "compares with a tolerance: {what}; the values depend on this CPU's features"
+            ),
+        }
+    }
+}
+
 /// One step of the test suite.
 pub struct Step {
     pub name: &'static str,
     pub run: Run,
+    /// What it compares, and how.
+    pub compares: Compares,
 }
 
-const fn script(name: &'static str, path: &'static str, args: &'static [&'static str]) -> Step {
+const fn script(
+    name: &'static str,
+    path: &'static str,
+    args: &'static [&'static str],
+    compares: Compares,
+) -> Step {
     Step {
         name,
         run: Run::Script(path, args),
+        compares,
     }
 }
 
@@ -39,43 +87,113 @@ const SUITES_CI: &str = "llama-simple,ctest,backend-ops SET_ROWS,backend-ops FIL
 backend-ops CPY,backend-ops SET,backend-ops GET_ROWS,backend-ops ADD,backend-ops SOFT_MAX,\
 backend-ops RMS_NORM,backend-ops ROPE";
 
-const fn ab(name: &'static str, args: &'static [&'static str]) -> Step {
+const fn ab(name: &'static str, args: &'static [&'static str], compares: Compares) -> Step {
     Step {
         name,
         run: Run::Ab(args),
+        compares,
     }
 }
+
+use Compares::{Exact, SamePath, Tolerance};
+
+const BUILD: Compares = Exact("nothing (a build step)");
+const LINT: Compares = Exact("nothing (a lint)");
+const HRX_OPS: Compares =
+    Tolerance("each HRX0 op against the CPU backend, by test-backend-ops' own per-op NMSE bound");
+const HRX_SMOLLM2: Compares = SamePath(
+    "greedy text of HRX0 runs against a CPU-only run, all with -fa off --no-repack -t 2 \
+     (the simulator runs ggml's CPU kernels)",
+);
+const ARCHS: Compares = Tolerance(
+    "each architecture's logits against a CPU-only model, NMSE <= 1e-4 (upstream's bound: \
+     the device may run another attention algorithm), and a saved and reloaded model's \
+     logits equal to the original's exactly (same device, same path)",
+);
+const SUITES: Compares = SamePath(
+    "text and pass/fail counts, stock arm against ours: the same programs and libggml-cpu, \
+     only libggml-base differs",
+);
 
 /// The test suite. Add a step here (one line each: rustfmt keeps its hands off the table).
 #[rustfmt::skip]
 pub const STEPS: &[Step] = &[
-    ab("fetch pins", &["fetch"]),
-    ab("stock build", &["build-stock"]),
-    ab("build ours", &["build-ours"]),
+    ab("fetch pins", &["fetch"], Exact("sha256 of every fetched file against pins.toml")),
+    ab("stock build", &["build-stock"], BUILD),
+    ab("build ours", &["build-ours"], BUILD),
     Step {
         name: "cargo test --workspace --release",
         run: Run::CargoTest,
+        compares: Exact("unit, property and parity tests: placements, layouts, bytes moved"),
     },
     Step {
         name: "cargo fmt --check",
         run: Run::Cargo(&["fmt", "--all", "--", "--check"]),
+        compares: LINT,
     },
     Step {
         name: "cargo clippy -D warnings",
         run: Run::Cargo(&["clippy", "--workspace", "--all-targets", "--release", "--", "-D", "warnings"]),
+        compares: LINT,
     },
-    ab("RUNPATH trap", &["runpath-trap"]),
-    ab("swap self-check", &["swap-check"]),
-    ab("scheduler differential", &["sched-diff", "--seeds", "2000"]),
-    script("HRX C API and SIGSEGV, stock base", HRX_CHECK, &["cabi"]),
-    script("HRX C API and SIGSEGV, our base", HRX_CHECK, &["cabi", OURS_DIR]),
-    script("HRX test-backend-ops -b HRX0, stock base", HRX_CHECK, &["backend-ops"]),
-    script("HRX test-backend-ops -b HRX0, our base", HRX_CHECK, &["backend-ops", OURS_DIR]),
-    script("HRX SmolLM2 on HRX0 + arena, stock base", HRX_CHECK, &["smollm2"]),
-    script("HRX SmolLM2 on HRX0 + arena, our base", HRX_CHECK, &["smollm2", OURS_DIR]),
-    script("HRX test-llama-archs -b HRX0, our base", HRX_CHECK, &["archs", OURS_DIR]),
-    ab("test-llama-archs (CPU), our base", &["exec", "--lib", OURS, "--", "test-llama-archs"]),
-    ab("upstream suites, stock vs ours", &["ab", "--only", SUITES_CI]),
-    ab("in-place reproducer, three arms", &["repro"]),
-    ab("in-place property, 2000 seeds, ours", &["repro", "prop", "--seeds", "2000"]),
+    ab("RUNPATH trap", &["runpath-trap"], Exact("which library file each process mapped")),
+    ab("swap self-check", &["swap-check"], Exact("which library file each process mapped")),
+    ab("scheduler differential", &["sched-diff", "--seeds", "2000"], Exact("placements, splits, copies, buffer sizes; the test backends compute nothing")),
+    script("HRX C API and SIGSEGV, stock base", HRX_CHECK, &["cabi"], Exact("bytes uploaded and read back")),
+    script("HRX C API and SIGSEGV, our base", HRX_CHECK, &["cabi", OURS_DIR], Exact("bytes uploaded and read back")),
+    script("HRX test-backend-ops -b HRX0, stock base", HRX_CHECK, &["backend-ops"], HRX_OPS),
+    script("HRX test-backend-ops -b HRX0, our base", HRX_CHECK, &["backend-ops", OURS_DIR], HRX_OPS),
+    script("HRX SmolLM2 on HRX0 + arena, stock base", HRX_CHECK, &["smollm2"], HRX_SMOLLM2),
+    script("HRX SmolLM2 on HRX0 + arena, our base", HRX_CHECK, &["smollm2", OURS_DIR], HRX_SMOLLM2),
+    script("HRX test-llama-archs -b HRX0, our base", HRX_CHECK, &["archs", OURS_DIR], ARCHS),
+    ab("test-llama-archs (CPU), our base", &["exec", "--lib", OURS, "--", "test-llama-archs"], ARCHS),
+    ab("upstream suites, stock vs ours", &["ab", "--only", SUITES_CI], SUITES),
+    ab("in-place reproducer, three arms", &["repro"], Exact("FILL and SET_ROWS results against values written by the host (no rounding)")),
+    ab("in-place property, 2000 seeds, ours", &["repro", "prop", "--seeds", "2000"], Tolerance("outputs through the scheduler over [HRX0, CPU] against the CPU alone, NMSE <= 1e-6")),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flags the SmolLM2 step's description names are the ones its script passes.
+    #[test]
+    fn smollm2_description_names_the_scripts_numeric_path() {
+        let script = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../crates/hrx/scripts/check.sh"),
+        )
+        .unwrap();
+        let path = script
+            .lines()
+            .find_map(|l| l.strip_prefix("SMOLLM2_PATH=("))
+            .and_then(|l| l.strip_suffix(')'))
+            .expect("check.sh defines SMOLLM2_PATH=(...)");
+        let SamePath(what) = HRX_SMOLLM2 else {
+            panic!("the SmolLM2 step compares text exactly, on one path");
+        };
+        assert!(what.contains(path), "{what:?} does not name {path:?}");
+        assert_eq!(path, "-fa off --no-repack -t 2");
+    }
+
+    #[test]
+    fn floating_point_steps_say_they_depend_on_the_cpu() {
+        for step in STEPS {
+            let d = step.compares.describe();
+            assert_eq!(
+                step.compares.depends_on_cpu(),
+                d.contains("depend on this CPU's features"),
+                "{}: {d}",
+                step.name
+            );
+        }
+        let cpu_steps: Vec<&str> = STEPS
+            .iter()
+            .filter(|s| s.compares.depends_on_cpu())
+            .map(|s| s.name)
+            .collect();
+        assert!(cpu_steps.contains(&"HRX SmolLM2 on HRX0 + arena, stock base"));
+        assert!(cpu_steps.contains(&"upstream suites, stock vs ours"));
+        assert!(!cpu_steps.contains(&"scheduler differential"));
+    }
+}

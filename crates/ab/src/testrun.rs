@@ -1,6 +1,7 @@
 //! `ab test`: runs the steps of [`crate::test_steps::STEPS`] in order, each printed with its
 //! name, result and time, then a table and the final line `N passed, M failed`.
 
+use crate::machine;
 use crate::paths::Paths;
 use crate::proc::{self, RunOpts, Stream, Watcher};
 use crate::test_steps::{Run, STEPS};
@@ -56,6 +57,8 @@ pub fn run(paths: &Paths) -> Result<u8> {
     let me = std::env::current_exe().context("finding the ab binary")?;
     let started = Instant::now();
     let mut results = Vec::new();
+    let machine = machine::this_machine();
+    say(&format!("machine: {machine}"));
     for (i, step) in STEPS.iter().enumerate() {
         say(&format!(
             "==> step {}/{}: {} ({} elapsed)",
@@ -64,6 +67,7 @@ pub fn run(paths: &Paths) -> Result<u8> {
             step.name,
             fmt_secs(started.elapsed().as_secs_f64())
         ));
+        say(&format!("    {}", step.compares.describe()));
         let mut counts = CargoCounts::default();
         let mut cmd = match step.run {
             Run::Ab(args) => {
@@ -98,7 +102,7 @@ pub fn run(paths: &Paths) -> Result<u8> {
             },
             &mut counts,
         );
-        let (ok, detail, seconds) = match f {
+        let (ok, mut detail, seconds) = match f {
             Err(e) => (false, format!("could not start: {e:#}"), 0.0),
             Ok(f) => {
                 let stderr = String::from_utf8_lossy(&f.stderr);
@@ -115,6 +119,9 @@ pub fn run(paths: &Paths) -> Result<u8> {
                 (f.success(), detail, f.seconds)
             }
         };
+        if step.compares.depends_on_cpu() {
+            detail.push_str("; values compared on this CPU");
+        }
         say(&format!(
             "<== {}: {} ({}; {})",
             step.name,
@@ -143,6 +150,7 @@ pub fn run(paths: &Paths) -> Result<u8> {
     }
     let passed = results.iter().filter(|r| r.ok).count();
     let failed = results.len() - passed;
+    println!("machine: {machine}");
     println!("total time {}", fmt_secs(started.elapsed().as_secs_f64()));
     println!("{passed} passed, {failed} failed");
     Ok(if failed == 0 { 0 } else { 1 })

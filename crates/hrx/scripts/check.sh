@@ -45,12 +45,45 @@ run_backend_ops() {
   [ $rc -eq 0 ] || fail=1
 }
 
+# The numeric path every SmolLM2 run takes, so that the CPU-only reference and the HRX0 runs
+# compute the same thing with the same kernels, on whatever processor this is:
+# - `-fa off`: HRX0 does not claim FLASH_ATTN_EXT, so llama.cpp turns flash attention off for
+#   a model on HRX0, while `auto` turns it on for the CPU; the two algorithms round
+#   differently, and on some processors the greedy text then parts (issue 11: "321" against
+#   "311" on an AVX2-only EPYC);
+# - `--no-repack`: weights in ggml's plain layout on the CPU too, since the CPU backend
+#   repacks some types (Q4_0, Q4_K, Q6_K, Q8_0, ...) into interleaved blocks, and which ones
+#   depends on the CPU's features;
+# - `-t 2`: the simulator runs ggml's CPU kernels with llama.cpp's thread count.
+# With the same path, the texts are compared byte for byte; the text itself depends on the
+# CPU's features (it is never compared with a fixed string), and both runs use the same CPU.
+SMOLLM2_PATH=(-fa off --no-repack -t 2)
+
 complete() { # name extra-env... -- extra-args...
   local name=$1; shift
   local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   env "${envs[@]}" LD_LIBRARY_PATH=$libpath "$stock/llama-completion" -m "$model" -n 32 \
-    -p "The capital of France is" --temp 0 -no-cnv -t 2 --no-warmup -v "$@" \
+    -p "The capital of France is" --temp 0 -no-cnv "${SMOLLM2_PATH[@]}" --no-warmup -v "$@" \
     >"$logs/$name.out" 2>"$logs/$name.err"
+}
+
+# The CPU features of a run, from llama.cpp's system_info line (the CPU backend's own list).
+cpu_features() {
+  grep -h -m1 'system_info:' "$1" | sed 's/.*CPU : //; s/ = 1//g; s/ |/,/g; s/,* *$//'
+}
+
+# Prints where two outputs first differ: the byte offset and 40 bytes of each from there.
+first_difference() {
+  local at
+  at=$(cmp "$1" "$2" 2>/dev/null | sed -n 's/.* byte \([0-9]*\),.*/\1/p')
+  if [ -z "$at" ]; then say "    outputs differ in length: $(wc -c <"$1") and $(wc -c <"$2") bytes"; return; fi
+  say "    first difference at byte $at: $(basename "$1"): $(tail -c +"$at" "$1" | head -c 40 | tr '\n' ' ')"
+  say "    $(printf '%*s' $((${#at} + 25)) '')$(basename "$2"): $(tail -c +"$at" "$2" | head -c 40 | tr '\n' ' ')"
+}
+
+same_text() { # reference candidate
+  cmp -s "$1" "$2" && return 0
+  first_difference "$1" "$2"; return 1
 }
 
 run_smollm2() {
@@ -59,11 +92,13 @@ run_smollm2() {
   complete hrx GGML_BACKEND_PATH=$lib GGML_HRX_REPORT=1 -- -dev HRX0 -ngl 99; local rc_hrx=$?
   complete hrx-evict GGML_BACKEND_PATH=$lib GGML_HRX_REPORT=1 GGML_HRX_HOST_WEIGHT_LIMIT_MB=40 -- -dev HRX0 -ngl 99 -ot '.*=CPU'; local rc_ev=$?
   complete hrx-refuse GGML_BACKEND_PATH=$lib GGML_HRX_HOST_WEIGHT_LIMIT_MB=16 -- -dev HRX0 -ngl 99 -ot '.*=CPU'; local rc_rf=$?
+  say "numeric path of every run: ${SMOLLM2_PATH[*]} (flash attention off, plain weight layout, 2 threads)"
+  say "CPU backend features (the text depends on them; both runs use this CPU): $(cpu_features "$logs/cpu.err")"
   say "cpu rc=$rc_cpu text: $(tr '\n' ' ' <"$logs/cpu.out" | cut -c1-100)"
-  if [ $rc_cpu -eq 0 ] && [ $rc_hrx -eq 0 ] && cmp -s "$logs/cpu.out" "$logs/hrx.out"; then say "HRX0 -ngl 99: text equal to CPU"; else say "HRX0 -ngl 99: rc=$rc_hrx, text DIFFERS"; fail=1; fi
+  if [ $rc_cpu -eq 0 ] && [ $rc_hrx -eq 0 ] && same_text "$logs/cpu.out" "$logs/hrx.out"; then say "HRX0 -ngl 99: text equal to the CPU-only run"; else say "HRX0 -ngl 99: rc=$rc_hrx, text DIFFERS"; fail=1; fi
   grep -h "HRX0 report" "$logs/hrx.err" | sed 's/^/    /'
-  if [ $rc_ev -eq 0 ] && cmp -s "$logs/cpu.out" "$logs/hrx-evict.out" && grep -q "evictions [1-9]" "$logs/hrx-evict.err"; then
-    say "host weights, 40 MiB arena: text equal, evictions and refills seen"
+  if [ $rc_ev -eq 0 ] && same_text "$logs/cpu.out" "$logs/hrx-evict.out" && grep -q "evictions [1-9]" "$logs/hrx-evict.err"; then
+    say "host weights, 40 MiB arena: text equal to the CPU-only run, evictions and refills seen"
   else say "host weights, 40 MiB arena: rc=$rc_ev, FAILED"; fail=1; fi
   grep -h "HRX0 report" "$logs/hrx-evict.err" | sed 's/^/    /'
   if [ $rc_rf -ne 0 ] && [ $rc_rf -lt 128 ] && grep -q "refused by the arena" "$logs/hrx-refuse.err"; then
