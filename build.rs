@@ -15,10 +15,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// ggml version of the pinned tree (`GGML_VERSION` in ggml's CMakeLists.txt).
-const GGML_VERSION: &str = "0.25.3";
-/// The commit string the stock build of the pinned sdist writes into `ggml-version.h`.
-const GGML_BUILD_COMMIT: &str = "0c1e570-dirty";
+#[path = "build/cmake.rs"]
+mod cmake;
+#[path = "build/nm.rs"]
+mod nm;
 
 /// Upstream C sources (relative to `ggml/src`), sorted.
 const C_SOURCES: &[&str] = &["ggml-alloc.c", "ggml-quants.c", "ggml.c"];
@@ -64,6 +64,25 @@ fn main() {
         );
     }
 
+    // The version and build commit come from pins.toml; the tree must say the same version.
+    let pins_path = manifest.join("pins.toml");
+    rerun(&pins_path);
+    let pins = pins::Pins::load(&manifest).unwrap_or_else(|e| panic!("{e}"));
+    let cmake_lists = root.join("ggml/CMakeLists.txt");
+    rerun(&cmake_lists);
+    let tree_version = fs::read_to_string(&cmake_lists)
+        .map_err(|e| e.to_string())
+        .and_then(|text| cmake::ggml_version(&text))
+        .unwrap_or_else(|e| panic!("{}: {e}", cmake_lists.display()));
+    assert_eq!(
+        tree_version,
+        pins.upstream.ggml_version,
+        "the pinned tree at {} is ggml {tree_version}, but pins.toml says ggml_version = {:?}; \
+         hint: update ggml_version (and ggml_build_commit) in pins.toml with the pin",
+        root.display(),
+        pins.upstream.ggml_version
+    );
+
     // ggml-version.h, configured as CMake's configure_file(@ONLY) would.
     let gen = out.join("generated");
     fs::create_dir_all(&gen).unwrap();
@@ -71,8 +90,8 @@ fn main() {
     rerun(&template_path);
     let template = fs::read_to_string(&template_path).expect("reading ggml-version.h.in");
     let version_h = template
-        .replace("@GGML_VERSION@", GGML_VERSION)
-        .replace("@GGML_BUILD_COMMIT@", GGML_BUILD_COMMIT);
+        .replace("@GGML_VERSION@", &pins.upstream.ggml_version)
+        .replace("@GGML_BUILD_COMMIT@", &pins.upstream.ggml_build_commit);
     assert!(
         !version_h.contains('@'),
         "ggml-version.h.in has an @VAR@ this build script does not know: {version_h}"
@@ -189,22 +208,5 @@ fn defined_globals(lib: &Path) -> Vec<String> {
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8(output.stdout).expect("nm output is not UTF-8");
-    parse_nm_posix(&text)
-}
-
-/// Parses `nm -P` lines (`NAME TYPE [VALUE [SIZE]]`, archive member headers end with `:`),
-/// keeping the names whose type marks a defined global.
-fn parse_nm_posix(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            let name = it.next()?;
-            let ty = it.next()?;
-            let global = matches!(
-                ty,
-                "T" | "D" | "B" | "R" | "W" | "V" | "u" | "i" | "G" | "S"
-            );
-            (global && !name.ends_with(':')).then(|| name.to_string())
-        })
-        .collect()
+    nm::parse_nm_posix(&text)
 }

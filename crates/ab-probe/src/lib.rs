@@ -22,10 +22,8 @@
 //! of a bare file name no longer searches the *calling* library's `DT_RUNPATH` (glibc uses
 //! the caller's one); ggml loads its backends by full path, so ggml is not affected.
 
-use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::io::Read;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
@@ -95,23 +93,7 @@ pub fn parse_maps(text: &str) -> Vec<Mapped> {
 
 /// Hex sha256 of a file, or `None` when it cannot be read.
 pub fn sha256_file(path: &str) -> Option<String> {
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).ok()?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Some(
-        hasher
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-    )
+    filehash::sha256_file(std::path::Path::new(path)).ok()
 }
 
 /// Builds one output line (with its trailing newline) for a mapped file.

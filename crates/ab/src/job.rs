@@ -406,21 +406,12 @@ pub fn run_work(paths: &Paths, arm: &Arm, work: &Work) -> Result<RunReport> {
             .map(|c| c.not_supported),
         failed_tests: counts.map(|c| c.failed_names).unwrap_or_default(),
         output_text: (work.kind == Kind::Generation).then(|| stdout.clone()),
-        output_sha256: sha256_bytes(&o.finished.stdout),
+        output_sha256: filehash::sha256_hex(&o.finished.stdout),
         seconds: o.finished.seconds,
         proof: o.proof,
         log: o.log.display().to_string(),
         probe_records: o.probe_file.display().to_string(),
     })
-}
-
-/// Hex sha256 of bytes.
-pub fn sha256_bytes(b: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(b)
-        .iter()
-        .map(|x| format!("{x:02x}"))
-        .collect()
 }
 
 fn intended(arm: &Arm) -> Intended {

@@ -8,7 +8,9 @@
 #   LD_LIBRARY_PATH); empty or omitted = the stock one from the stock build.
 # Environment: HRX_STOCK_BIN (default target/llama-stock/bin), HRX_MODEL (default
 #   target/models/SmolLM2-135M-Instruct.Q4_1.gguf), HRX_OPS (test-backend-ops -o filter),
-#   HRX_LOGS (default target/hrx-logs/<arm>).
+#   HRX_LOGS (default target/hrx-logs/<arm>), HRX_CPU_LIB_DIR (a folder holding another
+#   libggml-cpu.so.0 of the same pin, put first on LD_LIBRARY_PATH: e.g. one built for AVX2
+#   only by crates/hrx/scripts/cpu-variant.sh, to run the checks as on another processor).
 # The library under test is target/release/libggml_hrx.so (cargo build -p hrx --release),
 # copied to target/hrx-run/libggml-hrx.so so rebuilds cannot disturb a running check.
 set -uo pipefail
@@ -24,7 +26,9 @@ logs=${HRX_LOGS:-$root/target/hrx-logs/$arm}
 mkdir -p "$logs" "$root/target/hrx-run"
 lib=$root/target/hrx-run/libggml-hrx.so
 cp "$root/target/release/libggml_hrx.so" "$lib.tmp.$$" && mv "$lib.tmp.$$" "$lib"
-libpath=${base:+$base:}$stock
+cpu_lib=${HRX_CPU_LIB_DIR:-}
+[ -z "$cpu_lib" ] || cpu_lib=$(cd "$root" && cd "$cpu_lib" && pwd)
+libpath=${cpu_lib:+$cpu_lib:}${base:+$base:}$stock
 fail=0
 say() { printf '[hrx %s %s] %s\n' "$arm" "$step" "$*"; }
 

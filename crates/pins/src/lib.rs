@@ -10,10 +10,9 @@
 //! harness (which needs the upstream tree for the stock build and the model for the runs).
 
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use std::fmt;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -26,6 +25,11 @@ pub struct UpstreamPin {
     pub sha256: String,
     /// Path of the llama.cpp tree inside the archive.
     pub subdir: String,
+    /// ggml's version in that tree, `MAJOR.MINOR.PATCH` (`GGML_VERSION` of its CMake build).
+    pub ggml_version: String,
+    /// The `GGML_BUILD_COMMIT` the stock CMake build of this sdist writes into
+    /// `ggml-version.h`.
+    pub ggml_build_commit: String,
 }
 
 /// The model pin (`[model]` in `pins.toml`): a wheel that carries a GGUF file.
@@ -104,23 +108,9 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> PinError + '_ {
     }
 }
 
-/// Hex sha256 of a file's bytes, read in 1 MiB chunks.
+/// Hex sha256 of a file's bytes (see [`filehash::sha256_file`]), errors naming the file.
 pub fn sha256_file(path: &Path) -> Result<String, PinError> {
-    let mut file = fs::File::open(path).map_err(io_err(path))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).map_err(io_err(path))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex(&hasher.finalize()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    filehash::sha256_file(path).map_err(io_err(path))
 }
 
 /// Fails with [`PinError::Mismatch`] unless `path` hashes to `expected`.

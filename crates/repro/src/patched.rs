@@ -2,7 +2,6 @@
 //! with CMake + Ninja and built down to the `ggml-base` target only.
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -25,13 +24,6 @@ pub struct PatchedArm {
     pub define_diff: (Vec<String>, Vec<String>),
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// The sorted patch files under `patches_dir` and their combined sha256.
 pub fn patch_set(patches_dir: &Path) -> Result<(Vec<PathBuf>, String)> {
     let mut patches: Vec<PathBuf> = fs::read_dir(patches_dir)
@@ -50,7 +42,7 @@ pub fn patch_set(patches_dir: &Path) -> Result<(Vec<PathBuf>, String)> {
         all.extend(fs::read(p).with_context(|| format!("reading {}", p.display()))?);
         all.push(0);
     }
-    Ok((patches, sha256_hex(&all)))
+    Ok((patches, filehash::sha256_hex(&all)))
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<()> {
