@@ -124,14 +124,22 @@ pub unsafe fn from_dev(dev: ggml_backend_dev_t) -> &'static Device {
 pub fn cpu_kernels_support(node: &ggml_tensor) -> bool {
     static CPU_DEV: OnceLock<usize> = OnceLock::new();
     let dev = *CPU_DEV.get_or_init(|| match crate::ggml::cpu() {
-        // SAFETY: the CPU registry and its first device are static in libggml-cpu.
-        Some(c) => unsafe {
-            let reg = (c.reg)();
-            match (*reg).iface.get_device {
-                Some(f) if !reg.is_null() => f(reg, 0) as usize,
-                _ => 0,
+        Some(c) => {
+            // SAFETY: plain call; the CPU registry is static in libggml-cpu (NULL only if
+            // that library is broken, checked below).
+            let reg = unsafe { (c.reg)() };
+            if reg.is_null() {
+                return 0;
             }
-        },
+            // SAFETY: `reg` is non-NULL and points to libggml-cpu's static registry; its
+            // first device is static too.
+            unsafe {
+                match (*reg).iface.get_device {
+                    Some(f) => f(reg, 0) as usize,
+                    None => 0,
+                }
+            }
+        }
         None => 0,
     });
     if dev == 0 {
