@@ -13,18 +13,20 @@
 //! first and a new one starts (evictions are queued after it, so nothing it reads is
 //! overwritten).
 
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 
 use ggml_sys::*;
 
-use std::collections::HashMap;
-
 use crate::arena::{ArenaError, WeightKey};
 use crate::buffer;
 use crate::claims::{self, Claim};
-use crate::device::{cpu_kernels_support, event_of, Device};
-use crate::ffi::{guard, non_null, SendPtr};
-use crate::runtime::{ExecJob, HostSrc, Loc, NodeJob};
+use crate::context::Device;
+use crate::event::event_of;
+use crate::ffi::{guard, non_null};
+use crate::ggml::buft_is_host;
+use crate::runtime::hash_set;
+use crate::runtime::{ExecJob, HostSrc, Loc, NodeJob, SendPtr};
 
 struct Stream {
     dev: &'static Device,
@@ -281,7 +283,7 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
         {
             continue;
         }
-        if let Claim::No(why) = claims::claim(node, &cpu_kernels_support) {
+        if let Claim::No(why) = claims::claim(node, &|n| dev.rt.supports(n)) {
             // SAFETY: live tensors.
             let desc = unsafe { crate::ggml::describe(node) };
             let srcs: Vec<String> = node
@@ -301,7 +303,7 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
             ));
         }
         // SAFETY: `g` is a live graph (view).
-        let uses = unsafe { crate::graph::use_count(g, np) };
+        let uses = unsafe { hash_set::use_count(g, np) };
         let nj = match prepare(dev, node, &in_job, &mut pinned) {
             Ok(nj) => nj,
             Err(PrepError::NoRoom) => {
@@ -442,7 +444,7 @@ fn locate(
     // SAFETY: live buffer.
     let buft = unsafe { (*buf).buft };
     // SAFETY: live buffer type.
-    if !unsafe { buffer::buft_is_host(buft) } {
+    if !unsafe { buft_is_host(buft) } {
         return fatal(format!(
             "tensor {} is in a buffer type {} cannot access",
             desc(),

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ggml_sys::*;
 
-use crate::address::ALIGNMENT;
-use crate::device::Device;
-use crate::ffi::{guard, non_null, SendPtr};
-use crate::runtime::{DevAddr, HostSrc};
+use crate::context::Device;
+use crate::ffi::{guard, non_null};
+use crate::ggml::buft_is_host;
+use crate::runtime::{DevAddr, HostSrc, SendPtr, ALIGNMENT};
 
 /// Context of a device-local buffer.
 pub struct DevBuffer {
@@ -371,15 +371,6 @@ pub unsafe fn copy_into_device(
         sync(dev);
     }
     true
-}
-
-/// `ggml_backend_buft_is_host` without calling libggml-base.
-///
-/// # Safety
-/// `buft` is NULL or a live buffer type.
-pub unsafe fn buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
-    // SAFETY: forwarded; the callback takes the buffer type.
-    !buft.is_null() && unsafe { (*buft).iface.is_host.is_some_and(|f| f(buft)) }
 }
 
 unsafe extern "C" fn dev_cpy_tensor(
