@@ -51,6 +51,8 @@ pub mod ops;
 pub mod reg;
 pub mod report;
 pub mod runtime;
+#[cfg(test)]
+mod testing;
 
 use std::ffi::{c_void, CStr};
 use std::os::raw::{c_char, c_int};
