@@ -78,3 +78,23 @@ pub fn foreign_buffer(host: bool, usage: ggml_backend_buffer_usage) -> ggml_back
         ..Default::default()
     }))
 }
+
+/// `t` with its name set to `name` (as `ggml_set_name` does; messages quote it).
+pub fn named(mut t: ggml_tensor, name: &str) -> ggml_tensor {
+    assert!(name.len() < t.name.len());
+    for (d, s) in t.name.iter_mut().zip(name.bytes()) {
+        *d = s as std::ffi::c_char;
+    }
+    t.name[name.len()] = 0;
+    t
+}
+
+/// A graph over `nodes` with no hash set (as a backend sees a graph built by hand).
+pub fn graph(nodes: &mut [*mut ggml_tensor]) -> ggml_cgraph {
+    ggml_cgraph {
+        size: nodes.len() as i32,
+        n_nodes: nodes.len() as i32,
+        nodes: nodes.as_mut_ptr(),
+        ..Default::default()
+    }
+}
