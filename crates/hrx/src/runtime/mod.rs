@@ -7,7 +7,13 @@
 //! finished. Host memory named in a queued operation must stay valid until then (ggml's
 //! contract for async transfers).
 //!
-//! Runtimes: [`sim`] (always built, the default) simulates a device on the host.
+//! Runtimes: [`sim`] (always built, the default) simulates a device on the host; `mock`
+//! (test builds only) records every call for the layer's unit tests.
+//!
+//! Nothing under `runtime/` imports the ggml-facing layer (as wgpu-hal's `Api` knows
+//! nothing of wgpu-core): what a runtime needs lives here ([`SendPtr`], [`DevAddr`],
+//! [`ALIGNMENT`], [`event`], [`hash_set`], [`dl`]), and a runtime's messages go through a
+//! function its creator passes. `tests/layering.rs` checks this from the source.
 
 pub mod dl;
 pub mod event;
