@@ -12,7 +12,7 @@ out=$root/target/hrx-cabi
 hrx=$root/target/release
 mkdir -p "$out"
 [ -f "$hrx/libggml_hrx.so" ] || { echo "build first: cargo build -p hrx --release" >&2; exit 2; }
-for t in api segv; do
+for t in api null segv; do
   cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O1 -g \
      -I"$root/include" -I"$up/include" "$root/cabi-tests/hrx/$t.c" -o "$out/$t" \
      -L"$stock" -Wl,--no-as-needed -lggml-base -lggml-cpu -Wl,--as-needed -L"$hrx" -lggml_hrx

@@ -13,8 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::ffi::SendPtr;
-use crate::runtime::{DevAddr, HostSrc, Runtime};
+use crate::runtime::{DevAddr, HostSrc, Runtime, SendPtr};
 
 /// Arena statistics, as returned by `ggml_backend_hrx_arena_stats_get`.
 #[repr(C)]
@@ -280,7 +279,7 @@ mod tests {
 
     #[test]
     fn lru_eviction_and_refill_keep_contents() {
-        let rt = SimDevice::new(0, 1 << 20, None).unwrap();
+        let rt = SimDevice::new(0, 1 << 20, None, |_| {}).unwrap();
         let w: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 1000]).collect();
         let mut a = Arena::new(2048);
         let a0 = a.acquire(&rt, key(&w[0]), 0, &[]).unwrap();
@@ -307,7 +306,7 @@ mod tests {
 
     #[test]
     fn a_new_generation_is_uploaded_again() {
-        let rt = SimDevice::new(0, 1 << 20, None).unwrap();
+        let rt = SimDevice::new(0, 1 << 20, None, |_| {}).unwrap();
         let mut w = vec![5u8; 512];
         let mut a = Arena::new(4096);
         let k = key(&w);
@@ -321,7 +320,7 @@ mod tests {
 
     #[test]
     fn too_large_and_no_room_are_refused_without_damage() {
-        let rt = SimDevice::new(0, 1 << 20, None).unwrap();
+        let rt = SimDevice::new(0, 1 << 20, None, |_| {}).unwrap();
         let small = vec![3u8; 600];
         let other = vec![4u8; 600];
         let big = vec![7u8; 5000];

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ggml_sys::*;
 
-use crate::address::ALIGNMENT;
-use crate::device::Device;
-use crate::ffi::{guard, non_null, SendPtr};
-use crate::runtime::{DevAddr, HostSrc};
+use crate::context::Device;
+use crate::ffi::{guard, non_null};
+use crate::ggml::buft_is_host;
+use crate::runtime::{DevAddr, HostSrc, SendPtr, ALIGNMENT};
 
 /// Context of a device-local buffer.
 pub struct DevBuffer {
@@ -373,15 +373,6 @@ pub unsafe fn copy_into_device(
     true
 }
 
-/// `ggml_backend_buft_is_host` without calling libggml-base.
-///
-/// # Safety
-/// `buft` is NULL or a live buffer type.
-pub unsafe fn buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
-    // SAFETY: forwarded; the callback takes the buffer type.
-    !buft.is_null() && unsafe { (*buft).iface.is_host.is_some_and(|f| f(buft)) }
-}
-
 unsafe extern "C" fn dev_cpy_tensor(
     b: ggml_backend_buffer_t,
     src: *const ggml_tensor,
@@ -537,4 +528,327 @@ unsafe extern "C" fn host_clear(b: ggml_backend_buffer_t, value: u8) {
         // SAFETY: the whole allocation.
         unsafe { std::ptr::write_bytes(ctx.ptr, value, ctx.layout.size()) };
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::WeightKey;
+    use crate::runtime::mock::{Call, MockRuntime, MOCK_BASE};
+    use crate::runtime::Runtime;
+    use crate::testing::{alloc_buffer, base, device, f32_tensor, foreign_buffer, free_buffer};
+
+    /// The buffer's own interface, as ggml calls it.
+    fn iface(b: ggml_backend_buffer_t) -> ggml_backend_buffer_i {
+        // SAFETY: a live buffer.
+        unsafe { (*b).iface }
+    }
+
+    fn buft_iface(t: ggml_backend_buffer_type_t) -> ggml_backend_buffer_type_i {
+        // SAFETY: a live buffer type.
+        unsafe { (*t).iface }
+    }
+
+    fn name(t: ggml_backend_buffer_type_t) -> String {
+        // SAFETY: get_name returns the device's NUL-terminated name.
+        unsafe { std::ffi::CStr::from_ptr(buft_iface(t).get_name.unwrap()(t)) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn device_buffer_type_allocates_through_the_runtime() {
+        let m = MockRuntime::new(1 << 20);
+        let d = device(&m, 1 << 20);
+        let bt = d.buft();
+        let i = buft_iface(bt);
+        // SAFETY: our buffer type's callbacks.
+        unsafe {
+            assert_eq!(i.get_alignment.unwrap()(bt), 256);
+            assert_eq!(i.get_max_size.unwrap()(bt), 1 << 20);
+            assert!(!i.is_host.unwrap()(bt));
+        }
+        assert_eq!(name(bt), "HRX0");
+        let b = alloc_buffer(bt, 1000);
+        assert!(!b.is_null());
+        assert_eq!(base(b), MOCK_BASE);
+        // SAFETY: a live buffer.
+        assert_eq!(unsafe { (*b).size }, 1000);
+        assert_eq!(m.used(), 1024);
+        // SAFETY: `b` is live and NULL is allowed.
+        let (mine, null) = unsafe {
+            (
+                is_device_buffer_of(b, d),
+                is_device_buffer_of(std::ptr::null_mut(), d),
+            )
+        };
+        assert!(mine && !null);
+        free_buffer(b);
+        assert_eq!(
+            m.take_calls(),
+            vec![
+                Call::Alloc {
+                    size: 1000,
+                    addr: Some(MOCK_BASE)
+                },
+                Call::Free(MOCK_BASE)
+            ]
+        );
+        assert_eq!(m.used(), 0);
+    }
+
+    #[test]
+    fn device_buffer_allocation_failure_returns_null() {
+        let m = MockRuntime::new(1 << 16);
+        let d = device(&m, 1 << 16);
+        assert!(alloc_buffer(d.buft(), (1 << 16) + 1).is_null());
+        assert_eq!(
+            m.take_calls(),
+            vec![Call::Alloc {
+                size: (1 << 16) + 1,
+                addr: None
+            }]
+        );
+    }
+
+    #[test]
+    fn device_transfers_are_queued_then_waited_for() {
+        let m = MockRuntime::new(1 << 20);
+        let d = device(&m, 1 << 20);
+        let b = alloc_buffer(d.buft(), 1024);
+        let a = base(b);
+        m.take_calls();
+        // a 64-float tensor at offset 256 of the buffer
+        let mut t = f32_tensor(GGML_OP_NONE, 64, b, a + 256);
+        let tp: *mut ggml_tensor = &mut t;
+        let data: Vec<u8> = (1..=16).collect();
+        let mut out = vec![0u8; 32];
+        let i = iface(b);
+        // SAFETY: our buffer's callbacks with a tensor inside it and live host memory.
+        unsafe {
+            i.set_tensor.unwrap()(b, tp, data.as_ptr().cast(), 8, 16);
+            i.get_tensor.unwrap()(b, tp, out.as_mut_ptr().cast(), 0, 32);
+            i.memset_tensor.unwrap()(b, tp, 0xab, 4, 4);
+            i.clear.unwrap()(b, 7);
+        }
+        assert_eq!(
+            m.take_calls(),
+            vec![
+                Call::Upload {
+                    dst: a + 256 + 8,
+                    bytes: data.clone(),
+                    owned: false
+                },
+                Call::Synchronize,
+                Call::Download {
+                    src: a + 256,
+                    dst: out.as_ptr() as usize,
+                    len: 32
+                },
+                Call::Synchronize,
+                Call::Fill {
+                    dst: a + 256 + 4,
+                    value: 0xab,
+                    len: 4
+                },
+                Call::Synchronize,
+                Call::Fill {
+                    dst: a,
+                    value: 7,
+                    len: 1024
+                },
+                Call::Synchronize,
+            ]
+        );
+        assert_eq!(&out[8..24], &data[..]);
+        assert_eq!(&out[..8], &[0; 8]);
+        assert_eq!(m.peek(a, 1024), vec![7; 1024]);
+        // a range past the buffer's end is refused before anything is queued
+        // SAFETY: a live buffer of ours.
+        let ctx = unsafe { dev_ctx(b) };
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            dev_range(ctx, &t, 1024 - 256, 1)
+        }))
+        .unwrap_err();
+        let msg = e.downcast_ref::<String>().unwrap();
+        assert!(msg.contains("is outside its HRX buffer"), "{msg}");
+        assert_eq!(dev_range(ctx, &t, 1024 - 256 - 4, 4), a + 1020);
+        assert!(m.take_calls().is_empty());
+    }
+
+    #[test]
+    fn cpy_tensor_into_device_from_device_or_host_only() {
+        let m = MockRuntime::new(1 << 20);
+        let d = device(&m, 1 << 20);
+        let b = alloc_buffer(d.buft(), 1024);
+        let a = base(b);
+        let src = f32_tensor(GGML_OP_NONE, 64, b, a);
+        let mut dst = f32_tensor(GGML_OP_NONE, 64, b, a + 512);
+        let cpy = iface(b).cpy_tensor.unwrap();
+        m.take_calls();
+        // device to device
+        // SAFETY: live tensors; dst is in our buffer.
+        assert!(unsafe { cpy(b, &src, &mut dst) });
+        assert_eq!(
+            m.take_calls(),
+            vec![
+                Call::Copy {
+                    dst: a + 512,
+                    src: a,
+                    len: 256
+                },
+                Call::Synchronize
+            ]
+        );
+        // from a foreign host buffer: a borrowed upload, waited for
+        let host_bytes: Vec<u8> = (0..=255).collect();
+        let hb = foreign_buffer(true, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let hsrc = f32_tensor(GGML_OP_NONE, 64, hb, host_bytes.as_ptr() as usize);
+        // SAFETY: as above; hsrc's data is 256 readable bytes.
+        assert!(unsafe { cpy(b, &hsrc, &mut dst) });
+        assert_eq!(
+            m.take_calls(),
+            vec![
+                Call::Upload {
+                    dst: a + 512,
+                    bytes: host_bytes.clone(),
+                    owned: false
+                },
+                Call::Synchronize
+            ]
+        );
+        // the async form copies the host bytes now and does not wait
+        // SAFETY: as above.
+        assert!(unsafe { copy_into_device(d, &hsrc, &dst, true) });
+        assert_eq!(
+            m.take_calls(),
+            vec![Call::Upload {
+                dst: a + 512,
+                bytes: host_bytes.clone(),
+                owned: true
+            }]
+        );
+        // refused, with nothing queued: a source the device cannot read, a size mismatch,
+        // a destination outside the device's allocations
+        let fb = foreign_buffer(false, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let foreign = f32_tensor(GGML_OP_NONE, 64, fb, 0x1000);
+        let short = f32_tensor(GGML_OP_NONE, 63, b, a);
+        let mut stray = f32_tensor(GGML_OP_NONE, 64, b, a + 4096);
+        // SAFETY: as above (the refused tensors are never dereferenced).
+        unsafe {
+            assert!(!cpy(b, &foreign, &mut dst));
+            assert!(!cpy(b, &short, &mut dst));
+            assert!(!cpy(b, &src, &mut stray));
+        }
+        assert!(m.take_calls().is_empty());
+    }
+
+    #[test]
+    fn host_buffer_writes_wait_for_the_queue_and_bump_the_generation() {
+        let m = MockRuntime::new(1 << 20);
+        let d = device(&m, 1 << 20);
+        let h = alloc_buffer(d.host_buft(), 100);
+        let hp = base(h);
+        assert_eq!(hp % ALIGNMENT, 0);
+        assert_eq!(name(d.host_buft()), "HRX0_HOST");
+        // SAFETY: our buffer type's callback.
+        assert!(unsafe { buft_iface(d.host_buft()).is_host.unwrap()(d.host_buft()) });
+        assert!(m.calls().is_empty(), "host buffers take no device memory");
+        // SAFETY: `h` is a live host buffer of `d`.
+        let gen = || unsafe { host_generation(h, d) };
+        assert_eq!(gen(), 1);
+        let mut t = f32_tensor(GGML_OP_NONE, 16, h, hp);
+        let tp: *mut ggml_tensor = &mut t;
+        let i = iface(h);
+        let data = [9u8; 8];
+        let mut out = [0u8; 16];
+        // SAFETY: our host buffer's callbacks with a tensor inside it.
+        unsafe {
+            // host memory starts uninitialized, as ggml's CPU buffers do
+            i.clear.unwrap()(h, 1);
+            assert_eq!(gen(), 2);
+            i.set_tensor.unwrap()(h, tp, data.as_ptr().cast(), 4, 8);
+            assert_eq!(gen(), 3);
+            i.memset_tensor.unwrap()(h, tp, 5, 0, 2);
+            assert_eq!(gen(), 4);
+            i.get_tensor.unwrap()(h, tp, out.as_mut_ptr().cast(), 0, 16);
+            assert_eq!(gen(), 4, "reads leave the generation");
+        }
+        assert_eq!(out, [5, 5, 1, 1, 9, 9, 9, 9, 9, 9, 9, 9, 1, 1, 1, 1]);
+        // every access waits for the queue first (the device may be using the memory)
+        assert_eq!(m.take_calls(), vec![Call::Synchronize; 4]);
+        // a foreign host buffer's weights are taken as immutable
+        let fb = foreign_buffer(true, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        // SAFETY: a live buffer.
+        assert_eq!(unsafe { host_generation(fb, d) }, 0);
+        free_buffer(h);
+    }
+
+    #[test]
+    fn host_cpy_tensor_downloads_from_the_device_and_copies_host_bytes() {
+        let m = MockRuntime::new(1 << 20);
+        let d = device(&m, 1 << 20);
+        let b = alloc_buffer(d.buft(), 256);
+        let a = base(b);
+        let h = alloc_buffer(d.host_buft(), 256);
+        let hp = base(h);
+        let payload: Vec<u8> = (0..64).map(|x| x * 3).collect();
+        m.upload(a, HostSrc::Owned(payload.clone()));
+        m.take_calls();
+        let src = f32_tensor(GGML_OP_NONE, 16, b, a);
+        let mut dst = f32_tensor(GGML_OP_NONE, 16, h, hp);
+        let cpy = iface(h).cpy_tensor.unwrap();
+        // SAFETY: live tensors; dst is in our host buffer.
+        assert!(unsafe { cpy(h, &src, &mut dst) });
+        assert_eq!(
+            m.take_calls(),
+            vec![
+                Call::Synchronize,
+                Call::Download {
+                    src: a,
+                    dst: hp,
+                    len: 64
+                },
+                Call::Synchronize
+            ]
+        );
+        // SAFETY: the first 64 bytes of our live host buffer; no copy is running.
+        let landed = unsafe { std::slice::from_raw_parts(hp as *const u8, 64) };
+        assert_eq!(landed, &payload[..]);
+        // host to host is a plain copy after waiting for the queue
+        let other = [0x5au8; 64];
+        let fb = foreign_buffer(true, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let hsrc = f32_tensor(GGML_OP_NONE, 16, fb, other.as_ptr() as usize);
+        // SAFETY: as above.
+        assert!(unsafe { cpy(h, &hsrc, &mut dst) });
+        assert_eq!(m.take_calls(), vec![Call::Synchronize]);
+        // SAFETY: as above.
+        let landed = unsafe { std::slice::from_raw_parts(hp as *const u8, 64) };
+        assert_eq!(landed, &other[..]);
+        // a source the device cannot read: false
+        let nb = foreign_buffer(false, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let nsrc = f32_tensor(GGML_OP_NONE, 16, nb, 0x1000);
+        // SAFETY: as above (nsrc's data is never read).
+        assert!(!unsafe { cpy(h, &nsrc, &mut dst) });
+        free_buffer(h);
+        free_buffer(b);
+    }
+
+    #[test]
+    fn freeing_a_host_buffer_drops_its_arena_copies_then_waits() {
+        let m = MockRuntime::new(1 << 20);
+        let d = device(&m, 1 << 20);
+        let h = alloc_buffer(d.host_buft(), 512);
+        let hp = base(h);
+        let key = WeightKey {
+            ptr: hp + 256,
+            size: 128,
+        };
+        let addr = d.arena.lock().acquire(&*d.rt, key, 1, &[]).unwrap();
+        assert_eq!(d.arena.lock().stats().resident_bytes, 128);
+        m.take_calls();
+        free_buffer(h);
+        assert_eq!(m.take_calls(), vec![Call::Free(addr), Call::Synchronize]);
+        assert_eq!(d.arena.lock().stats().resident_bytes, 0);
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use ggml_sys::*;
 
-include!(concat!(env!("OUT_DIR"), "/op_names.rs"));
+use crate::ops::{op_by_name, op_name, OP_NAMES};
 
 /// Ops claimed by default.
 pub const DEFAULT_EAGER: &[ggml_op] = &[
@@ -52,19 +52,6 @@ const PLAIN_TYPES: &[ggml_type] = &[
     GGML_TYPE_I32,
     GGML_TYPE_I64,
 ];
-
-/// The name of `op` as ggml spells it (`"MUL_MAT"`), `"?"` when out of range.
-pub fn op_name(op: ggml_op) -> &'static str {
-    OP_NAMES.get(op as usize).copied().unwrap_or("?")
-}
-
-/// The op called `name` (case-insensitive).
-pub fn op_by_name(name: &str) -> Option<ggml_op> {
-    OP_NAMES
-        .iter()
-        .position(|n| n.eq_ignore_ascii_case(name))
-        .map(|i| i as ggml_op)
-}
 
 fn table() -> &'static Vec<AtomicBool> {
     static EAGER: OnceLock<Vec<AtomicBool>> = OnceLock::new();
@@ -311,14 +298,6 @@ mod tests {
             ne: [4, 4, 1, 1],
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn op_names_match_bindgen() {
-        assert_eq!(op_by_name("mul_mat"), Some(GGML_OP_MUL_MAT));
-        assert_eq!(op_by_name("SET_ROWS"), Some(GGML_OP_SET_ROWS));
-        assert_eq!(op_name(GGML_OP_FILL), "FILL");
-        assert_eq!(OP_NAMES.len(), GGML_OP_COUNT as usize);
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! abort the process after logging, as stock ggml aborts on a failed `GGML_ASSERT`: going on
 //! after a half-done transfer would hand wrong data to the caller.
 
-use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::log;
@@ -116,17 +115,6 @@ pub unsafe fn non_null<'a, T>(p: *const T, what: &str) -> &'a T {
         None => panic!("NULL {what}"),
     }
 }
-
-/// A raw pointer that may travel to the device worker thread. Whoever builds one promises
-/// the memory stays valid (and unaliased for writes) until the queued work completes, which
-/// is what ggml promises for async transfers until `synchronize`.
-#[derive(Clone, Copy, Debug)]
-pub struct SendPtr(pub *mut c_void);
-// SAFETY: see the type's contract; the pointer is only dereferenced by the worker while the
-// caller keeps the memory alive.
-unsafe impl Send for SendPtr {}
-// SAFETY: as above; the pointer value itself is plain data.
-unsafe impl Sync for SendPtr {}
 
 /// Reads a NUL-terminated C string into an owned `String` (lossy); NULL gives `None`.
 ///

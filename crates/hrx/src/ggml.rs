@@ -1,16 +1,23 @@
-//! The few libggml-base and libggml-cpu functions HRX calls, resolved at run time with
-//! `dlsym(RTLD_DEFAULT, ...)` from the process's global scope (where the executable's
-//! libggml-base and libggml-cpu already are). The cdylib therefore has no link-time
-//! dependency on either library and works under the stock libggml-base or ours.
-//! Each table is resolved once; a missing symbol makes the table absent (`None`).
+//! The few libggml-base functions the ggml-facing layer calls, resolved at run time with
+//! `dlsym(RTLD_DEFAULT, ...)` (see [`crate::runtime::dl`]) from the process's global scope
+//! (where the executable's libggml-base already is). The cdylib therefore has no link-time
+//! dependency on it and works under the stock libggml-base or ours. The table is resolved
+//! once; a missing symbol makes it absent (`None`). (libggml-cpu is the simulator's
+//! business: [`crate::runtime::sim::cpu`].)
+//!
+//! Unit tests run without libggml-base: there the table is a stand-in (`fake`, test builds
+//! only) so the layer's code paths can run against a mock runtime.
 
 use std::ffi::{c_char, c_void, CStr};
+#[cfg(not(test))]
 use std::sync::OnceLock;
 
 use ggml_sys::{
-    ggml_backend_buffer_i, ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_reg_t,
-    ggml_backend_t, ggml_log_callback, ggml_tensor, ggml_type,
+    ggml_backend_buffer_i, ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_log_callback,
+    ggml_tensor, ggml_type,
 };
+
+use crate::ops::op_name;
 
 /// Functions from libggml-base.
 pub struct Base {
@@ -31,73 +38,31 @@ pub struct Base {
     pub type_name: unsafe extern "C" fn(ggml_type) -> *const c_char,
 }
 
-/// Functions from libggml-cpu, used by the simulated runtime to run claimed nodes.
-pub struct Cpu {
-    /// `ggml_backend_cpu_init`
-    pub init: unsafe extern "C" fn() -> ggml_backend_t,
-    /// `ggml_backend_cpu_set_n_threads`
-    pub set_n_threads: unsafe extern "C" fn(ggml_backend_t, i32),
-    /// `ggml_backend_cpu_reg`
-    pub reg: unsafe extern "C" fn() -> ggml_backend_reg_t,
-}
-
-fn sym(name: &CStr) -> *mut c_void {
-    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no other precondition.
-    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
-}
-
-macro_rules! resolve {
-    ($name:literal, $ty:ty) => {{
-        let p = sym($name);
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: the symbol is the upstream function of that name and `$ty` is its C
-        // signature (checked against ggml.h / ggml-cpu.h by review).
-        unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
-    }};
-}
-
-type LogGetFn = unsafe extern "C" fn(*mut ggml_log_callback, *mut *mut c_void);
-type BufferInitFn = unsafe extern "C" fn(
-    ggml_backend_buffer_type_t,
-    ggml_backend_buffer_i,
-    *mut c_void,
-    usize,
-) -> ggml_backend_buffer_t;
-type NbytesFn = unsafe extern "C" fn(*const ggml_tensor) -> usize;
-type OpDescFn = unsafe extern "C" fn(*const ggml_tensor) -> *const c_char;
-type TypeNameFn = unsafe extern "C" fn(ggml_type) -> *const c_char;
-type CpuInitFn = unsafe extern "C" fn() -> ggml_backend_t;
-type SetThreadsFn = unsafe extern "C" fn(ggml_backend_t, i32);
-type CpuRegFn = unsafe extern "C" fn() -> ggml_backend_reg_t;
-
 /// The libggml-base table, or `None` when libggml-base is not in the process.
+#[cfg(not(test))]
 pub fn base() -> Option<&'static Base> {
+    use crate::runtime::dl::symbol;
     static BASE: OnceLock<Option<Base>> = OnceLock::new();
     BASE.get_or_init(|| {
-        Some(Base {
-            log_get: resolve!(c"ggml_log_get", LogGetFn),
-            buffer_init: resolve!(c"ggml_backend_buffer_init", BufferInitFn),
-            nbytes: resolve!(c"ggml_nbytes", NbytesFn),
-            op_desc: resolve!(c"ggml_op_desc", OpDescFn),
-            type_name: resolve!(c"ggml_type_name", TypeNameFn),
-        })
+        // SAFETY: each field's type is the C signature of that function in ggml.h /
+        // ggml-backend-impl.h (checked by review against the pinned headers).
+        unsafe {
+            Some(Base {
+                log_get: symbol(c"ggml_log_get")?,
+                buffer_init: symbol(c"ggml_backend_buffer_init")?,
+                nbytes: symbol(c"ggml_nbytes")?,
+                op_desc: symbol(c"ggml_op_desc")?,
+                type_name: symbol(c"ggml_type_name")?,
+            })
+        }
     })
     .as_ref()
 }
 
-/// The libggml-cpu table, or `None` when libggml-cpu is not in the process.
-pub fn cpu() -> Option<&'static Cpu> {
-    static CPU: OnceLock<Option<Cpu>> = OnceLock::new();
-    CPU.get_or_init(|| {
-        Some(Cpu {
-            init: resolve!(c"ggml_backend_cpu_init", CpuInitFn),
-            set_n_threads: resolve!(c"ggml_backend_cpu_set_n_threads", SetThreadsFn),
-            reg: resolve!(c"ggml_backend_cpu_reg", CpuRegFn),
-        })
-    })
-    .as_ref()
+/// Unit tests: the stand-in table.
+#[cfg(test)]
+pub fn base() -> Option<&'static Base> {
+    Some(fake::base())
 }
 
 /// The libggml-base table; panics (caught at the boundary) when absent.
@@ -134,10 +99,7 @@ pub unsafe fn describe(t: *const ggml_tensor) -> String {
                     .into_owned(),
             )
         },
-        None => (
-            crate::claims::op_name(tr.op).to_string(),
-            format!("type {}", tr.type_),
-        ),
+        None => (op_name(tr.op).to_string(), format!("type {}", tr.type_)),
     };
     format!(
         "'{}' (op {}, {} [{}, {}, {}, {}])",
@@ -151,4 +113,103 @@ pub fn tensor_name(t: &ggml_tensor) -> String {
     unsafe { CStr::from_ptr(t.name.as_ptr()) }
         .to_string_lossy()
         .into_owned()
+}
+
+/// `ggml_backend_buft_is_host` without calling libggml-base.
+///
+/// # Safety
+/// `buft` is NULL or a live buffer type.
+pub unsafe fn buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
+    // SAFETY: forwarded; the callback takes the buffer type.
+    !buft.is_null() && unsafe { (*buft).iface.is_host.is_some_and(|f| f(buft)) }
+}
+
+/// The stand-in libggml-base of unit tests.
+#[cfg(test)]
+mod fake {
+    use std::ffi::{c_char, c_void, CString};
+    use std::sync::OnceLock;
+
+    use ggml_sys::*;
+
+    use super::Base;
+    use crate::ops::OP_NAMES;
+
+    /// The stand-in libggml-base table.
+    pub fn base() -> &'static Base {
+        static BASE: Base = Base {
+            log_get: fake_log_get,
+            buffer_init: fake_buffer_init,
+            nbytes: fake_nbytes,
+            op_desc: fake_op_desc,
+            type_name: fake_type_name,
+        };
+        &BASE
+    }
+
+    /// No callback installed: messages go to stderr (where the test harness captures them).
+    unsafe extern "C" fn fake_log_get(cb: *mut ggml_log_callback, ud: *mut *mut c_void) {
+        // SAFETY: the caller passes two writable out-parameters.
+        unsafe {
+            *cb = None;
+            *ud = std::ptr::null_mut();
+        }
+    }
+
+    /// As ggml does: a heap `ggml_backend_buffer` holding the interface, type and context.
+    /// Tests free it with `testing::free_buffer`.
+    unsafe extern "C" fn fake_buffer_init(
+        buft: ggml_backend_buffer_type_t,
+        iface: ggml_backend_buffer_i,
+        context: *mut c_void,
+        size: usize,
+    ) -> ggml_backend_buffer_t {
+        Box::into_raw(Box::new(ggml_backend_buffer {
+            iface,
+            buft,
+            context,
+            size,
+            usage: GGML_BACKEND_BUFFER_USAGE_ANY,
+        }))
+    }
+
+    /// Bytes a tensor spans, for the element types the tests use (one element per block):
+    /// the last element's offset plus its size, from `ne` and the strides `nb`.
+    unsafe extern "C" fn fake_nbytes(t: *const ggml_tensor) -> usize {
+        // SAFETY: the layer passes live tensors.
+        let t = unsafe { &*t };
+        let elem = elem_size(t.type_);
+        if t.ne.iter().any(|&n| n <= 0) {
+            return 0;
+        }
+        (0..4).fold(elem, |acc, i| acc + (t.ne[i] as usize - 1) * t.nb[i])
+    }
+
+    fn elem_size(ty: ggml_type) -> usize {
+        match ty {
+            GGML_TYPE_F32 | GGML_TYPE_I32 => 4,
+            GGML_TYPE_F16 | GGML_TYPE_BF16 | GGML_TYPE_I16 => 2,
+            GGML_TYPE_I8 => 1,
+            GGML_TYPE_I64 | GGML_TYPE_F64 => 8,
+            _ => panic!("the test stand-in of ggml_nbytes has no size for type {ty}"),
+        }
+    }
+
+    unsafe extern "C" fn fake_op_desc(t: *const ggml_tensor) -> *const c_char {
+        static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
+        let names =
+            NAMES.get_or_init(|| OP_NAMES.iter().map(|n| CString::new(*n).unwrap()).collect());
+        // SAFETY: the layer passes live tensors.
+        let op = unsafe { (*t).op } as usize;
+        names.get(op).map_or(c"?".as_ptr(), |n| n.as_ptr())
+    }
+
+    unsafe extern "C" fn fake_type_name(ty: ggml_type) -> *const c_char {
+        match ty {
+            GGML_TYPE_F32 => c"f32".as_ptr(),
+            GGML_TYPE_F16 => c"f16".as_ptr(),
+            GGML_TYPE_I32 => c"i32".as_ptr(),
+            _ => c"other".as_ptr(),
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! Messages to the user through ggml's logger: `ggml_log_get` (exported by libggml-base)
 //! gives the installed callback, which llama.cpp's own logging replaces. Without
-//! libggml-base in the process (unit tests) messages go to stderr.
+//! libggml-base in the process, or with no callback installed, messages go to stderr.
 
 use std::ffi::CString;
 

@@ -16,6 +16,8 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use crate::arena::ggml_hrx_arena_stats;
 use crate::claims;
+use crate::ops::op_name;
+use crate::runtime::hash_set;
 
 struct Evaluation {
     keys: usize,
@@ -75,7 +77,7 @@ impl Reporter {
                 ran.iter().map(|p| *p as *mut _).collect()
             } else {
                 // SAFETY: the view's hash set belongs to the live user graph.
-                unsafe { crate::graph::all_tensors(&g.visited_hash_set) }
+                unsafe { hash_set::all_tensors(&g.visited_hash_set) }
             };
             let mut nodes = Vec::new();
             let mut total = 0;
@@ -112,7 +114,7 @@ impl Reporter {
             if e.ran.contains(p) {
                 on += 1;
             } else {
-                *off.entry(claims::op_name(*op)).or_default() += 1;
+                *off.entry(op_name(*op)).or_default() += 1;
             }
         }
         let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -7,19 +7,45 @@
 //! finished. Host memory named in a queued operation must stay valid until then (ggml's
 //! contract for async transfers).
 //!
-//! Runtimes: [`sim`] (always built, the default) simulates a device on the host.
+//! Runtimes: [`sim`] (always built, the default) simulates a device on the host; `mock`
+//! (test builds only) records every call for the layer's unit tests.
+//!
+//! Nothing under `runtime/` imports the ggml-facing layer (as wgpu-hal's `Api` knows
+//! nothing of wgpu-core): what a runtime needs lives here ([`SendPtr`], [`DevAddr`],
+//! [`ALIGNMENT`], [`event`], [`hash_set`], [`dl`]), and a runtime's messages go through a
+//! function its creator passes. `tests/layering.rs` checks this from the source.
 
+pub mod dl;
+pub mod event;
+pub mod hash_set;
+#[cfg(test)]
+pub mod mock;
 pub mod sim;
 
+use std::ffi::c_void;
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex};
+pub use event::Event;
 
-use crate::ffi::SendPtr;
-
-/// A device address: a fake address inside the device's reserved range (see
-/// [`crate::address`]).
+/// A device address. For the simulator: a fake address inside the device's reserved range
+/// (see [`sim::address`]); a GPU runtime hands out its real device addresses.
 pub type DevAddr = usize;
+
+// Every runtime aligns its allocations to this; the layer above reports it as the buffer
+// types' alignment (exported in the C header as `GGML_HRX_ALIGNMENT`).
+/// Alignment of every device allocation and of tensors in HRX buffers, in bytes.
+pub const ALIGNMENT: usize = 256;
+
+/// A raw pointer that may travel to the device worker thread. Whoever builds one promises
+/// the memory stays valid (and unaliased for writes) until the queued work completes, which
+/// is what ggml promises for async transfers until `synchronize`.
+#[derive(Clone, Copy, Debug)]
+pub struct SendPtr(pub *mut c_void);
+// SAFETY: see the type's contract; the pointer is only dereferenced by the worker while the
+// caller keeps the memory alive.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above; the pointer value itself is plain data.
+unsafe impl Sync for SendPtr {}
 
 /// Where a tensor's bytes are for a queued node.
 #[derive(Clone, Copy, Debug)]
@@ -67,55 +93,6 @@ pub struct ExecJob {
     pub label: String,
 }
 
-/// A device event, as ggml's `ggml_backend_event`: recorded on a queue, waited on by the
-/// host or by another queue.
-#[derive(Default)]
-pub struct Event {
-    state: Mutex<(u64, u64)>,
-    cv: Condvar,
-}
-
-impl Event {
-    /// A new event that counts as already completed.
-    pub fn new() -> Arc<Event> {
-        Arc::new(Event::default())
-    }
-
-    /// Marks a new recording; returns its sequence number (to queue a signal for).
-    pub fn begin_record(&self) -> u64 {
-        let mut s = self.state.lock();
-        s.0 += 1;
-        s.0
-    }
-
-    /// The latest recording's sequence number.
-    pub fn recorded(&self) -> u64 {
-        self.state.lock().0
-    }
-
-    /// Marks recording `seq` complete.
-    pub fn signal(&self, seq: u64) {
-        let mut s = self.state.lock();
-        if seq > s.1 {
-            s.1 = seq;
-        }
-        self.cv.notify_all();
-    }
-
-    /// Blocks until recording `seq` is complete.
-    pub fn wait_for(&self, seq: u64) {
-        let mut s = self.state.lock();
-        while s.1 < seq {
-            self.cv.wait(&mut s);
-        }
-    }
-
-    /// Whether recording `seq` is complete.
-    pub fn is_done(&self, seq: u64) -> bool {
-        self.state.lock().1 >= seq
-    }
-}
-
 /// What the ggml-facing layer needs from a device. All data operations are queued (see the
 /// module documentation).
 pub trait Runtime: Send + Sync {
@@ -154,6 +131,9 @@ pub trait Runtime: Send + Sync {
     fn synchronize(&self) -> Result<(), String>;
     /// Sets the number of host threads the runtime may use to execute nodes.
     fn set_threads(&self, n: usize);
+    /// Whether the runtime's kernels can run `node` (the last question a claim asks: which
+    /// ops the device claims depends on what the chosen runtime can run). Not queued.
+    fn supports(&self, node: &ggml_sys::ggml_tensor) -> bool;
 }
 
 // SAFETY: a job holds plain copies of tensor structs; the runtime overwrites every pointer

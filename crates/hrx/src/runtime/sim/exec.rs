@@ -5,7 +5,8 @@ use std::ffi::c_void;
 
 use ggml_sys::{ggml_backend_t, ggml_cgraph, ggml_tensor, GGML_STATUS_SUCCESS};
 
-use crate::graph::OwnedHashSet;
+use super::cpu::cpu;
+use crate::runtime::hash_set::OwnedHashSet;
 use crate::runtime::{ExecJob, Loc};
 
 /// The worker's execution state: a CPU backend created on first use.
@@ -31,7 +32,7 @@ impl Drop for Executor {
 
 impl Executor {
     fn backend(&mut self, threads: usize) -> Result<ggml_backend_t, String> {
-        let cpu = crate::ggml::cpu().ok_or("libggml-cpu is not loaded in this process")?;
+        let cpu = cpu().ok_or("libggml-cpu is not loaded in this process")?;
         let b = match self.cpu {
             Some(b) => b,
             None => {

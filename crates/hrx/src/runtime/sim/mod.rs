@@ -9,8 +9,13 @@
 //!
 //! Execution: the worker builds shadow tensors whose `data` points into private memory (or
 //! at host-visible memory) and runs them as a small graph on a CPU backend created with
-//! `ggml_backend_cpu_init` (resolved at run time, see [`crate::ggml`]).
+//! `ggml_backend_cpu_init` (resolved at run time, see [`cpu`]).
+//!
+//! Like every runtime it knows nothing of the ggml-facing layer: messages for the user go
+//! through the `on_error` function its creator passes in.
 
+pub mod address;
+pub mod cpu;
 mod exec;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,9 +25,9 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{DevAddr, Event, ExecJob, HostSrc, Runtime};
-use crate::address::{RangeAllocator, Reservation};
-use crate::ffi::SendPtr;
+use address::{RangeAllocator, Reservation};
+
+use super::{DevAddr, Event, ExecJob, HostSrc, Runtime, SendPtr};
 
 enum Job {
     Upload(DevAddr, HostSrc),
@@ -83,9 +88,16 @@ pub struct SimDevice {
 
 impl SimDevice {
     /// Creates device `index` with `capacity` bytes of memory; `base_hint` asks for the
-    /// start of its address range (see [`crate::address`]). `None` when the host cannot
+    /// start of its address range (see [`address`]; [`Runtime::address_base`] tells where it
+    /// landed). `on_error` is called on the queue's thread with each error as it happens
+    /// (the same errors [`Runtime::synchronize`] returns later). `None` when the host cannot
     /// reserve the ranges.
-    pub fn new(index: usize, capacity: usize, base_hint: Option<usize>) -> Option<SimDevice> {
+    pub fn new(
+        index: usize,
+        capacity: usize,
+        base_hint: Option<usize>,
+        on_error: fn(&str),
+    ) -> Option<SimDevice> {
         let reservation = Reservation::new(capacity, base_hint)?;
         // SAFETY: a fresh private anonymous read-write mapping.
         let p = unsafe {
@@ -139,7 +151,7 @@ impl SimDevice {
                         ),
                     };
                     if let Some(e) = err {
-                        crate::log::error(&format!("HRX{index}: device queue: {e}\n"));
+                        on_error(&format!("HRX{index}: device queue: {e}\n"));
                         s.errors.lock().push(e);
                     }
                     let mut pr = s.progress.lock();
@@ -315,15 +327,22 @@ impl Runtime for SimDevice {
     fn set_threads(&self, n: usize) {
         self.shared.threads.store(n.max(1), Ordering::Relaxed);
     }
+
+    fn supports(&self, node: &ggml_sys::ggml_tensor) -> bool {
+        cpu::supports(node)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Errors are asserted through `synchronize`; nothing to print.
+    pub(crate) fn quiet(_: &str) {}
+
     #[test]
     fn transfers_round_trip_through_private_memory() {
-        let d = SimDevice::new(0, 1 << 20, None).unwrap();
+        let d = SimDevice::new(0, 1 << 20, None, quiet).unwrap();
         let a = d.alloc(1000).unwrap();
         let b = d.alloc(1000).unwrap();
         assert_eq!(a, d.address_base());
@@ -347,7 +366,7 @@ mod tests {
 
     #[test]
     fn events_order_work() {
-        let d = SimDevice::new(0, 1 << 16, None).unwrap();
+        let d = SimDevice::new(0, 1 << 16, None, quiet).unwrap();
         let ev = Event::new();
         let seq = ev.begin_record();
         d.signal(ev.clone(), seq);
@@ -358,7 +377,7 @@ mod tests {
 
     #[test]
     fn bad_addresses_are_reported_not_crashing() {
-        let d = SimDevice::new(0, 1 << 16, None).unwrap();
+        let d = SimDevice::new(0, 1 << 16, None, quiet).unwrap();
         d.fill(d.address_base() + (1 << 16), 0, 16);
         let e = d.synchronize().unwrap_err();
         assert!(e.contains("outside the device range"), "{e}");

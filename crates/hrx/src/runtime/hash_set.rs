@@ -1,3 +1,7 @@
+//! ggml's graph hash sets, read and built here in one place: the rule is shared by a runtime
+//! that runs ggml kernels (the simulator builds the set of its small graphs) and the layer
+//! above (it reads the scheduler's sets).
+//!
 //! Reading and building `ggml_cgraph` hash sets (`visited_hash_set` + `use_counts`), with
 //! ggml's hashing rule (`pointer >> 4`, linear probing, a `u32` bitset of used slots).
 //! Split graphs handed to a backend by the scheduler are views of the user's graph and

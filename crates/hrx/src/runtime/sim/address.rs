@@ -1,4 +1,4 @@
-//! Fake device addresses.
+//! Fake device addresses of the simulated device.
 //!
 //! Each HRX device reserves one range of the process's address space as large as its
 //! memory, with `mmap(PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)`: no access
@@ -13,13 +13,13 @@
 //! buffer's base. Here the base is where the reservation landed: by default wherever the
 //! kernel placed it; `GGML_HRX_FAKE_PTR_BASE=0x...` asks for that address (device N at
 //! base + N x capacity, rounded up to 64 KiB), taken only if free (`MAP_FIXED_NOREPLACE`),
-//! else the kernel's choice with a warning. Low addresses such as 0x1000 are refused by
+//! else the kernel's choice (the registry warns; it compares [`Reservation::base`] with
+//! the address it asked for). Low addresses such as 0x1000 are refused by
 //! Linux (`vm.mmap_min_addr`), and they would not fault for every offset anyway.
 
 use std::collections::BTreeMap;
 
-/// Alignment of every device allocation and of tensors in HRX buffers, in bytes.
-pub const ALIGNMENT: usize = 256;
+use crate::runtime::ALIGNMENT;
 
 /// A reserved, inaccessible range of addresses.
 #[derive(Debug)]
@@ -31,7 +31,8 @@ pub struct Reservation {
 impl Reservation {
     /// Reserves `len` bytes of address space with no access rights. `hint` asks for a fixed
     /// start (not replacing any mapping); when the kernel refuses it the reservation lands
-    /// where the kernel chooses. Returns `None` when no range of that size is available.
+    /// where the kernel chooses (the caller tells by comparing [`Reservation::base`] with
+    /// the hint). Returns `None` when no range of that size is available.
     pub fn new(len: usize, hint: Option<usize>) -> Option<Reservation> {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
         if let Some(h) = hint {
@@ -54,9 +55,6 @@ impl Reservation {
                 // SAFETY: unmapping the mapping just created.
                 unsafe { libc::munmap(p, len) };
             }
-            crate::log::warn(&format!(
-                "HRX: GGML_HRX_FAKE_PTR_BASE {h:#x} is not available; using a kernel-chosen range\n"
-            ));
         }
         // SAFETY: a fresh PROT_NONE anonymous mapping at a kernel-chosen address.
         let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_NONE, flags, -1, 0) };
@@ -179,15 +177,6 @@ impl RangeAllocator {
     }
 }
 
-/// Parses `GGML_HRX_FAKE_PTR_BASE`-style numbers: `0x` hex or decimal.
-pub fn parse_addr(s: &str) -> Option<usize> {
-    let s = s.trim();
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => usize::from_str_radix(h, 16).ok(),
-        None => s.parse().ok(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,9 +210,6 @@ mod tests {
         assert!(r.contains(r.base() + 4096, 16));
         assert!(!r.contains(r.base() + (1 << 20) - 8, 16));
         assert!(!r.contains(r.base() - 1, 1));
-        assert_eq!(parse_addr("0x1000"), Some(4096));
-        assert_eq!(parse_addr("4096"), Some(4096));
-        assert_eq!(parse_addr("zz"), None);
     }
 
     #[test]
