@@ -62,6 +62,30 @@ impl<T> Failed for *const T {
     }
 }
 
+/// Whether a panic raised at `file` comes from this crate's own code (cargo names a
+/// workspace member's files relative to the workspace root). Such a panic is caught by
+/// [`guard`], which reports it through ggml's logger.
+fn raised_by_hrx(file: &str) -> bool {
+    file.starts_with("crates/hrx/src/")
+}
+
+/// Installs, once, a panic hook that keeps the panics [`guard`] catches out of stderr: the
+/// default hook would print each one (with a backtrace under `RUST_BACKTRACE`) before the
+/// guard logs it through ggml's logger, where llama.cpp's log settings apply. Panics raised
+/// elsewhere go to the hook that was installed before (the application's, or our
+/// libggml-base's, which aborts through `ggml_abort` for its own). Called at load time.
+#[cfg_attr(test, allow(dead_code))]
+pub fn install_quiet_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| match info.location() {
+            Some(l) if raised_by_hrx(l.file()) => {}
+            _ => previous(info),
+        }));
+    });
+}
+
 /// Runs `body`, turning a panic into a logged [`Failed::failed`] value. `name` is the C
 /// function name used in the message.
 pub fn guard<T: Failed>(name: &str, body: impl FnOnce() -> T) -> T {
@@ -143,5 +167,13 @@ mod tests {
         assert_eq!(guard("t", || -> i32 { panic!("boom") }), -1);
         assert_eq!(guard_or("t", 7, || -> i32 { panic!("boom") }), 7);
         assert_eq!(guard("t", || 5usize), 5);
+    }
+
+    #[test]
+    fn own_panics_are_told_from_others() {
+        assert!(raised_by_hrx(std::panic::Location::caller().file()));
+        assert!(raised_by_hrx("crates/hrx/src/runtime/sim/mod.rs"));
+        assert!(!raised_by_hrx("src/sched/table.rs"));
+        assert!(!raised_by_hrx("/rustc/abc/library/core/src/option.rs"));
     }
 }

@@ -148,6 +148,18 @@ extern "C" fn hrx_autoregister() {
 #[link_section = ".init_array"]
 static HRX_AUTOREGISTER: extern "C" fn() = hrx_autoregister;
 
+/// At load: the panic hook that keeps caught panics out of stderr
+/// ([`ffi::install_quiet_panic_hook`]). Not in unit tests, whose assertions are panics.
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static HRX_QUIET_PANICS: extern "C" fn() = {
+    extern "C" fn install() {
+        ffi::install_quiet_panic_hook();
+    }
+    install
+};
+
 /// Returns the `HRX` backend registry (devices `HRX0`, ...). It lives for the process.
 /// NULL on an internal error.
 #[no_mangle]
