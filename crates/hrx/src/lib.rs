@@ -43,6 +43,7 @@ pub mod buffer;
 pub mod claims;
 pub mod context;
 pub mod device;
+pub mod env;
 pub mod event;
 pub mod ffi;
 pub mod ggml;
@@ -125,7 +126,12 @@ static AUTOREGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::Atomic
 /// library is initialized. Off by default.
 extern "C" fn hrx_autoregister() {
     guard("hrx_autoregister", || {
-        if std::env::var("GGML_HRX_AUTOREGISTER").ok().as_deref() != Some("1") {
+        if !crate::env::read(
+            "GGML_HRX_AUTOREGISTER",
+            false,
+            "0 (off)",
+            crate::env::switch,
+        ) {
             return;
         }
         // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.

@@ -37,9 +37,10 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    /// A reporter for device `device`, enabled by `GGML_HRX_REPORT` (any value but `0`).
+    /// A reporter for device `device`, enabled by `GGML_HRX_REPORT` (a switch: `1`, `on`,
+    /// ...; see [`crate::env::switch`]).
     pub fn new(device: usize) -> Reporter {
-        let enabled = std::env::var("GGML_HRX_REPORT").is_ok_and(|v| !v.is_empty() && v != "0");
+        let enabled = crate::env::read("GGML_HRX_REPORT", false, "0 (off)", crate::env::switch);
         Reporter {
             device,
             enabled,
