@@ -24,8 +24,12 @@ pub struct Record {
 /// One mapped library as reported: name, path, sha256.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Library {
+    /// The base name up to its first `.so` (`libggml-base`, `libllama`).
     pub name: String,
+    /// The file the process mapped, as `/proc/self/maps` names it (without ` (deleted)`).
     pub path: String,
+    /// sha256 of that file, read by the probe inside the process; null when it could not
+    /// read it.
     pub sha256: Option<String>,
 }
 

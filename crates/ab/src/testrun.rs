@@ -45,6 +45,7 @@ impl Watcher for CargoCounts {
     }
 }
 
+/// How one step went.
 struct Outcome {
     name: &'static str,
     ok: bool,
@@ -136,11 +137,25 @@ pub fn run(paths: &Paths) -> Result<u8> {
             seconds,
         });
     }
+    print!(
+        "{}",
+        summary(&results, &machine, started.elapsed().as_secs_f64())
+    );
+    let failed = results.iter().filter(|r| !r.ok).count();
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// The closing summary: a blank line, one line per step, the machine, the total time and
+/// the last line `N passed, M failed` (CI reads that one).
+fn summary(results: &[Outcome], machine: &str, total_seconds: f64) -> String {
+    use std::fmt::Write;
     let width = results.iter().map(|r| r.name.len()).max().unwrap_or(4);
-    println!();
-    println!("{:<width$}  result  time        detail", "step");
-    for r in &results {
-        println!(
+    let mut out = String::from("\n");
+    // Writing into a String cannot fail.
+    let _ = writeln!(out, "{:<width$}  result  time        detail", "step");
+    for r in results {
+        let _ = writeln!(
+            out,
             "{:<width$}  {:<6}  {:<10}  {}",
             r.name,
             if r.ok { "PASS" } else { "FAIL" },
@@ -150,10 +165,10 @@ pub fn run(paths: &Paths) -> Result<u8> {
     }
     let passed = results.iter().filter(|r| r.ok).count();
     let failed = results.len() - passed;
-    println!("machine: {machine}");
-    println!("total time {}", fmt_secs(started.elapsed().as_secs_f64()));
-    println!("{passed} passed, {failed} failed");
-    Ok(if failed == 0 { 0 } else { 1 })
+    let _ = writeln!(out, "machine: {machine}");
+    let _ = writeln!(out, "total time {}", fmt_secs(total_seconds));
+    let _ = writeln!(out, "{passed} passed, {failed} failed");
+    out
 }
 
 #[cfg(test)]
@@ -173,5 +188,44 @@ mod tests {
             Some((3, 2))
         );
         assert_eq!(cargo_result("running 3 tests"), None);
+    }
+
+    #[test]
+    fn the_summary_renders_exactly() {
+        let step = |name, ok, detail: &str, seconds| Outcome {
+            name,
+            ok,
+            detail: detail.into(),
+            seconds,
+        };
+        let results = [
+            step("fetch pins", true, "exit 0", 1.4),
+            step(
+                "cargo test --workspace --release",
+                true,
+                "exit 0; 412 tests passed, 0 failed in 31 test binaries",
+                421.7,
+            ),
+            step("scheduler differential", false, "exit 1", 12.0),
+            step(
+                "upstream suites, stock vs ours",
+                true,
+                "exit 0; values compared on this CPU",
+                2287.5,
+            ),
+        ];
+        let machine =
+            "AMD EPYC 7B13 64-Core Processor, 2 cores, CPU features: SSE3 SSSE3 AVX AVX2 F16C FMA";
+        let expected = "
+step                              result  time        detail
+fetch pins                        PASS    1.4 s       exit 0
+cargo test --workspace --release  PASS    7 min 02 s  exit 0; 412 tests passed, 0 failed in 31 test binaries
+scheduler differential            FAIL    12.0 s      exit 1
+upstream suites, stock vs ours    PASS    38 min 08 s  exit 0; values compared on this CPU
+machine: AMD EPYC 7B13 64-Core Processor, 2 cores, CPU features: SSE3 SSSE3 AVX AVX2 F16C FMA
+total time 45 min 23 s
+3 passed, 1 failed
+";
+        assert_eq!(summary(&results, machine, 2723.0), expected);
     }
 }

@@ -43,88 +43,91 @@ mod stats;
 
 use anyhow::{bail, Context, Result};
 use arms::{loadavg, Arm, Machine};
+use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Command-line options; see the crate documentation.
+#[derive(Parser, Debug)]
+#[command(
+    name = "bench",
+    about = "Benchmarks two libggml-base arms against each other (B/A): scheduler overhead, \
+             instruction counts, memory, real graphs, llama-bench end to end",
+    after_help = "Writes <OUT>/report.md and <OUT>/report.json. See docs/bench.md.",
+    // The hand-written parser this replaces let a repeated flag's last value win.
+    args_override_self = true
+)]
 struct Options {
+    /// libggml-base file of arm A, the baseline (default: target/llama-stock/bin/libggml-base.so.0).
+    #[arg(long, value_name = "LIB")]
     a: Option<PathBuf>,
+    /// libggml-base file of arm B, the candidate (default: the newer of
+    /// target/ours/lib/libggml-base.so.0 and target/release/libggml_base.so).
+    #[arg(long, value_name = "LIB")]
     b: Option<PathBuf>,
+    /// Scheduler-overhead rounds (one process per arm per round).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = at_least_one())]
     rounds: u32,
+    /// Timed iterations inside each scheduler-overhead process.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = at_least_one())]
     iters: u32,
+    /// End-to-end (llama-bench) rounds per device.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = at_least_one())]
     e2e_rounds: u32,
+    /// llama-bench repetitions inside each end-to-end run (its -r).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = at_least_one())]
     e2e_reps: u32,
+    /// The HRX backend library (default: the newer of target/ours/lib/libggml-hrx.so and
+    /// target/release/libggml_hrx.so).
+    #[arg(long, value_name = "LIB")]
     hrx: Option<PathBuf>,
+    /// Run nothing on HRX devices (no steady cycle, no end to end on HRX0).
+    #[arg(long)]
     no_hrx: bool,
+    /// Skip the end-to-end llama-bench runs.
+    #[arg(long)]
     no_e2e: bool,
+    /// Skip the callgrind instruction counts.
+    #[arg(long)]
     no_callgrind: bool,
+    /// test-llama-archs rounds (0: none).
+    #[arg(long, value_name = "N", default_value_t = 3)]
     archs_rounds: u32,
+    /// Only the architectures this matches (test-llama-archs -a), in every test-llama-archs run.
+    #[arg(long, value_name = "REGEX")]
     archs_filter: Option<String>,
+    /// Steady-cycle rounds on HRX0 and HRX0/HRX1 (0: not run).
+    #[arg(long, value_name = "N", default_value_t = 20)]
     cycle_rounds: u32,
+    /// Build nothing: use the stock and our libraries as they are.
+    #[arg(long)]
     no_build: bool,
+    /// Wall-clock budget of the end-to-end runs, in seconds, shared by the devices.
+    #[arg(long = "e2e-budget", value_name = "SECONDS", default_value_t = 900)]
     e2e_budget_s: u64,
+    /// Scheduler-overhead graphs, comma-separated.
+    #[arg(
+        long,
+        value_name = "GRAPHS",
+        value_delimiter = ',',
+        // Set, not append: `--graphs a --graphs b` means b, as before.
+        action = clap::ArgAction::Set,
+        default_value = "smollm2,deepseek"
+    )]
     graphs: Vec<String>,
+    /// Output folder (default: target/bench).
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }
 
-fn parse_args(args: &[String]) -> Result<Options> {
-    let mut o = Options {
-        a: None,
-        b: None,
-        rounds: 20,
-        iters: 100,
-        e2e_rounds: 8,
-        e2e_reps: 2,
-        hrx: None,
-        no_hrx: false,
-        no_e2e: false,
-        no_callgrind: false,
-        archs_rounds: 3,
-        archs_filter: None,
-        cycle_rounds: 20,
-        no_build: false,
-        e2e_budget_s: 900,
-        graphs: vec!["smollm2".into(), "deepseek".into()],
-        out: None,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{a} needs a value"));
-        match a.as_str() {
-            "--a" => o.a = Some(PathBuf::from(value()?)),
-            "--b" => o.b = Some(PathBuf::from(value()?)),
-            "--rounds" => o.rounds = value()?.parse()?,
-            "--iters" => o.iters = value()?.parse()?,
-            "--e2e-rounds" => o.e2e_rounds = value()?.parse()?,
-            "--e2e-reps" => o.e2e_reps = value()?.parse()?,
-            "--hrx" => o.hrx = Some(PathBuf::from(value()?)),
-            "--no-hrx" => o.no_hrx = true,
-            "--no-e2e" => o.no_e2e = true,
-            "--no-callgrind" => o.no_callgrind = true,
-            "--archs-rounds" => o.archs_rounds = value()?.parse()?,
-            "--archs-filter" => o.archs_filter = Some(value()?.clone()),
-            "--cycle-rounds" => o.cycle_rounds = value()?.parse()?,
-            "--no-build" => o.no_build = true,
-            "--e2e-budget" => o.e2e_budget_s = value()?.parse()?,
-            "--graphs" => o.graphs = value()?.split(',').map(str::to_string).collect(),
-            "--out" => o.out = Some(PathBuf::from(value()?)),
-            "-h" | "--help" => {
-                println!(
-                    "usage: bench [--a LIB] [--b LIB] [--rounds N] [--iters N] [--e2e-rounds N] \
-                     [--e2e-reps N] [--hrx LIB | --no-hrx] [--no-e2e] [--no-callgrind] \
-                     [--e2e-budget SECONDS] [--archs-rounds N] [--archs-filter REGEX] [--cycle-rounds N] \
-                     [--no-build] \
-                     [--graphs smollm2,deepseek] [--out DIR]"
-                );
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other} (try --help)"),
-        }
-    }
-    if o.rounds == 0 || o.iters == 0 || o.e2e_rounds == 0 || o.e2e_reps == 0 {
-        bail!("--rounds, --iters, --e2e-rounds and --e2e-reps must be at least 1");
-    }
-    Ok(o)
+/// Counts of rounds, iterations and repetitions: 0 would measure nothing.
+fn at_least_one() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(1..)
+}
+
+/// Parses the arguments after the program name.
+fn parse_args(args: &[String]) -> Result<Options, clap::Error> {
+    Options::try_parse_from(std::iter::once("bench").chain(args.iter().map(String::as_str)))
 }
 
 fn workspace_root() -> Result<PathBuf> {
@@ -147,14 +150,24 @@ fn progress(msg: &str) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Err(e) = real_main(&args) {
+    let opts = match parse_args(&args) {
+        Ok(o) => o,
+        // --help: printed on stdout, status 0.
+        Err(e) if !e.use_stderr() => e.exit(),
+        // bench has always exited 1 on every error, a usage error included.
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = real_main(&args, opts) {
         eprintln!("bench: error: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn real_main(args: &[String]) -> Result<()> {
-    let opts = parse_args(args)?;
+/// The whole run; `args` (as given) are recorded in the report.
+fn real_main(args: &[String], opts: Options) -> Result<()> {
     let ws = workspace_root()?;
     let target = ws.join("target");
     let out = opts.out.clone().unwrap_or_else(|| target.join("bench"));
@@ -541,4 +554,131 @@ fn render_args(args: &[String]) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        parse_args(&args)
+    }
+
+    #[test]
+    fn defaults() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(
+            (o.rounds, o.iters, o.e2e_rounds, o.e2e_reps),
+            (20, 100, 8, 2)
+        );
+        assert_eq!(
+            (o.archs_rounds, o.cycle_rounds, o.e2e_budget_s),
+            (3, 20, 900)
+        );
+        assert_eq!(o.graphs, ["smollm2", "deepseek"]);
+        assert!(!(o.no_hrx || o.no_e2e || o.no_callgrind || o.no_build));
+        assert_eq!((o.a, o.b, o.hrx, o.out), (None, None, None, None));
+        assert_eq!(o.archs_filter, None);
+    }
+
+    /// The full run the README's figures come from.
+    #[test]
+    fn the_readme_full_run() {
+        let o = parse(&["--e2e-rounds", "10", "--e2e-budget", "900"]).unwrap();
+        assert_eq!((o.e2e_rounds, o.e2e_budget_s), (10, 900));
+        assert_eq!(o.rounds, 20);
+    }
+
+    /// The README's quick settings (the fresh-clone measurement).
+    #[test]
+    fn the_readme_quick_run() {
+        let o = parse(&[
+            "--rounds",
+            "2",
+            "--iters",
+            "10",
+            "--no-callgrind",
+            "--archs-rounds",
+            "1",
+            "--cycle-rounds",
+            "2",
+            "--e2e-rounds",
+            "1",
+            "--e2e-budget",
+            "120",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.rounds, o.iters, o.archs_rounds, o.cycle_rounds),
+            (2, 10, 1, 2)
+        );
+        assert_eq!((o.e2e_rounds, o.e2e_budget_s), (1, 120));
+        assert!(o.no_callgrind);
+    }
+
+    /// docs/bench.md's noise baseline, and the remaining flags.
+    #[test]
+    fn every_other_flag() {
+        let o = parse(&[
+            "--b",
+            "target/llama-stock/bin/libggml-base.so.0",
+            "--out",
+            "target/bench-noise",
+            "--a",
+            "/a.so",
+            "--e2e-reps",
+            "3",
+            "--hrx",
+            "/h.so",
+            "--no-hrx",
+            "--no-e2e",
+            "--archs-filter",
+            "llama|qwen",
+            "--no-build",
+            "--graphs",
+            "smollm2",
+        ])
+        .unwrap();
+        assert_eq!(
+            o.b.as_deref(),
+            Some(Path::new("target/llama-stock/bin/libggml-base.so.0"))
+        );
+        assert_eq!(o.out.as_deref(), Some(Path::new("target/bench-noise")));
+        assert_eq!(o.a.as_deref(), Some(Path::new("/a.so")));
+        assert_eq!(o.hrx.as_deref(), Some(Path::new("/h.so")));
+        assert_eq!(o.e2e_reps, 3);
+        assert!(o.no_hrx && o.no_e2e && o.no_build);
+        assert_eq!(o.archs_filter.as_deref(), Some("llama|qwen"));
+        assert_eq!(o.graphs, ["smollm2"]);
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_its_last_value() {
+        let o = parse(&[
+            "--graphs", "a,b", "--graphs", "c", "--rounds", "4", "--rounds", "5",
+        ]);
+        let o = o.unwrap();
+        assert_eq!(o.graphs, ["c"]);
+        assert_eq!(o.rounds, 5);
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        let e = parse(&["--rounds", "0"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(
+            e.to_string().contains("'0'") && e.to_string().contains("--rounds"),
+            "{e}"
+        );
+        let e = parse(&["--e2e-budget", "15m"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("--e2e-budget"), "{e}");
+        let e = parse(&["--e2e-round", "3"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument);
+        assert!(e.use_stderr());
+        // --help is not an error: main prints it and exits 0.
+        assert!(!parse(&["--help"]).unwrap_err().use_stderr());
+    }
 }

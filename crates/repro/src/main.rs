@@ -39,6 +39,7 @@ mod prop;
 
 use anyhow::{bail, Context, Result};
 use child::{End, Finished};
+use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -48,7 +49,86 @@ use std::time::Duration;
 /// Number of reproducer cases the C program runs.
 const N_CASES: u32 = 32;
 
-/// Command-line options.
+/// The arms this tool knows, in their default order.
+const ARMS: [&str; 3] = ["stock", "patched", "ours"];
+
+/// The command line: the reproducer's options, or the `prop` subcommand.
+#[derive(Parser, Debug)]
+#[command(
+    name = "repro",
+    about = "The FILL + SET_ROWS in-place reproducer, run in three arms (stock, patched, ours)",
+    after_help = "Exit status: 0 when every check passed, 1 when a check failed, 2 when the tool \
+                  itself cannot run (a usage error included).",
+    // `repro --dev CPU prop` is a mistake, not a prop run with ignored options.
+    args_conflicts_with_subcommands = true,
+    // The hand-written parser this replaces let a repeated flag's last value win.
+    args_override_self = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Sub>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// The numeric property test of the in-place storage rule over random graphs.
+    Prop(prop::PropArgs),
+}
+
+/// The reproducer's options.
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// A device to run on; repeat for several (HRX0, CPU).
+    #[arg(long, value_name = "DEV", default_values = ["HRX0", "CPU"])]
+    dev: Vec<String>,
+    /// The arms, comma-separated, in the order they run.
+    #[arg(long, value_name = "ARMS", default_value = "stock,patched,ours", value_parser = parse_arms)]
+    arms: ArmList,
+    /// The workspace root (default: this crate's ../..).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// The stock libraries' folder (default: target/llama-stock/bin).
+    #[arg(long, value_name = "DIR")]
+    stock_dir: Option<PathBuf>,
+    /// The folder of our libggml-base.so.0 (default: target/ours/lib).
+    #[arg(long, value_name = "DIR")]
+    ours_dir: Option<PathBuf>,
+    /// The HRX backend library (default: target/release/libggml_hrx.so).
+    #[arg(long, value_name = "FILE")]
+    hrx: Option<PathBuf>,
+    /// The patch set of the patched arm (default: patches/).
+    #[arg(long, value_name = "DIR")]
+    patches: Option<PathBuf>,
+    /// Do not preload the ab-probe; read the mapped library from /proc/self/maps.
+    #[arg(long)]
+    no_probe: bool,
+    /// Skip the two stop variants.
+    #[arg(long)]
+    no_stop: bool,
+    /// Limit per child process, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    timeout: u64,
+}
+
+/// `--arms`: a comma-separated list of [`ARMS`] (empty names skipped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ArmList(Vec<String>);
+
+fn parse_arms(s: &str) -> Result<ArmList, String> {
+    let arms: Vec<String> = s
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    match arms.iter().find(|a| !ARMS.contains(&a.as_str())) {
+        Some(a) => Err(format!("unknown arm {a} (stock, patched, ours)")),
+        None => Ok(ArmList(arms)),
+    }
+}
+
+/// The reproducer's resolved options.
 struct Opts {
     root: PathBuf,
     devs: Vec<String>,
@@ -62,68 +142,28 @@ struct Opts {
     timeout: Duration,
 }
 
-fn usage() -> &'static str {
-    "usage: repro [--dev HRX0|CPU]... [--arms stock,patched,ours] [--root DIR] [--stock-dir DIR] \
-     [--ours-dir DIR] [--hrx FILE] [--patches DIR] [--no-probe] [--no-stop] [--timeout SECS]"
-}
-
-fn parse_opts() -> Result<Opts> {
-    let default_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut o = Opts {
-        root: default_root,
-        devs: Vec::new(),
-        arms: vec!["stock".into(), "patched".into(), "ours".into()],
-        stock_dir: None,
-        ours_dir: None,
-        hrx: None,
-        patches: None,
-        probe: true,
-        stop: true,
-        timeout: Duration::from_secs(300),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || {
-            args.next()
-                .with_context(|| format!("{a} needs a value\n{}", usage()))
-        };
-        match a.as_str() {
-            "--dev" => o.devs.push(val()?),
-            "--arms" => {
-                o.arms = val()?
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            }
-            "--root" => o.root = PathBuf::from(val()?),
-            "--stock-dir" => o.stock_dir = Some(PathBuf::from(val()?)),
-            "--ours-dir" => o.ours_dir = Some(PathBuf::from(val()?)),
-            "--hrx" => o.hrx = Some(PathBuf::from(val()?)),
-            "--patches" => o.patches = Some(PathBuf::from(val()?)),
-            "--timeout" => o.timeout = Duration::from_secs(val()?.parse()?),
-            "--no-probe" => o.probe = false,
-            "--no-stop" => o.stop = false,
-            "-h" | "--help" => {
-                println!("{}", usage());
-                std::process::exit(0);
-            }
-            _ => bail!("unknown argument {a}\n{}", usage()),
-        }
+impl RunArgs {
+    /// Resolves the workspace root (which must exist) and the timeout.
+    fn into_opts(self) -> Result<Opts> {
+        let root = self
+            .root
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."));
+        let root = root
+            .canonicalize()
+            .with_context(|| format!("workspace root {}", root.display()))?;
+        Ok(Opts {
+            root,
+            devs: self.dev,
+            arms: self.arms.0,
+            stock_dir: self.stock_dir,
+            ours_dir: self.ours_dir,
+            hrx: self.hrx,
+            patches: self.patches,
+            probe: !self.no_probe,
+            stop: !self.no_stop,
+            timeout: Duration::from_secs(self.timeout),
+        })
     }
-    if o.devs.is_empty() {
-        o.devs = vec!["HRX0".into(), "CPU".into()];
-    }
-    for a in &o.arms {
-        if !["stock", "patched", "ours"].contains(&a.as_str()) {
-            bail!("unknown arm {a} (stock, patched, ours)");
-        }
-    }
-    o.root = o
-        .root
-        .canonicalize()
-        .with_context(|| format!("workspace root {}", o.root.display()))?;
-    Ok(o)
 }
 
 /// One arm: a directory whose `libggml-base.so.0` goes first on `LD_LIBRARY_PATH`.
@@ -392,8 +432,7 @@ fn short(s: &str) -> &str {
     &s[..s.len().min(12)]
 }
 
-fn real_main() -> Result<bool> {
-    let o = parse_opts()?;
+fn real_main(o: Opts) -> Result<bool> {
     let target = o.root.join("target");
     let out_dir = target.join("repro");
     let logs = out_dir.join("logs");
@@ -650,16 +689,122 @@ fn real_main() -> Result<bool> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("prop") {
-        return prop::main(&args[1..]);
+    // clap exits with 2 on a usage error (0 for --help): the status of "cannot run".
+    let cli = Cli::parse();
+    if let Some(Sub::Prop(args)) = cli.cmd {
+        return prop::main(args);
     }
-    match real_main() {
+    match cli.run.into_opts().and_then(real_main) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("repro: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("repro").chain(args.iter().copied()))
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let cli = parse(args).unwrap();
+        assert!(cli.cmd.is_none(), "{args:?} parsed as a subcommand");
+        cli.run
+    }
+
+    /// `ab repro` (the main job and the test suite) passes no argument.
+    #[test]
+    fn defaults_are_both_devices_and_three_arms() {
+        let o = run_args(&[]).into_opts().unwrap();
+        assert_eq!(o.devs, ["HRX0", "CPU"]);
+        assert_eq!(o.arms, ["stock", "patched", "ours"]);
+        assert!(o.probe && o.stop);
+        assert_eq!(o.timeout, Duration::from_secs(300));
+        assert!(o.root.join("crates/repro/Cargo.toml").is_file());
+    }
+
+    /// The command lines of docs/inplace-rule.md and cabi-tests/inplace-repro/README.md.
+    #[test]
+    fn documented_command_lines() {
+        let o = run_args(&["--dev", "CPU", "--arms", "stock,patched"]);
+        assert_eq!(o.dev, ["CPU"]);
+        assert_eq!(o.arms, ArmList(vec!["stock".into(), "patched".into()]));
+        let o = run_args(&[
+            "--dev",
+            "HRX0",
+            "--dev",
+            "CPU",
+            "--stock-dir",
+            "/s",
+            "--ours-dir",
+            "/o",
+            "--hrx",
+            "/h.so",
+            "--patches",
+            "/p",
+            "--no-probe",
+            "--no-stop",
+            "--timeout",
+            "9",
+        ]);
+        assert_eq!(o.dev, ["HRX0", "CPU"]);
+        assert_eq!(o.stock_dir.as_deref(), Some(Path::new("/s")));
+        assert_eq!(o.ours_dir.as_deref(), Some(Path::new("/o")));
+        assert_eq!(o.hrx.as_deref(), Some(Path::new("/h.so")));
+        assert_eq!(o.patches.as_deref(), Some(Path::new("/p")));
+        assert!(o.no_probe && o.no_stop);
+        assert_eq!(o.timeout, 9);
+    }
+
+    #[test]
+    fn empty_arm_names_are_skipped() {
+        assert_eq!(
+            parse_arms("ours,,stock,"),
+            Ok(ArmList(vec!["ours".into(), "stock".into()]))
+        );
+    }
+
+    #[test]
+    fn a_missing_root_cannot_run() {
+        let e = run_args(&["--root", "/no/such/root"])
+            .into_opts()
+            .err()
+            .unwrap();
+        assert!(
+            format!("{e:#}").starts_with("workspace root /no/such/root"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        let e = parse(&["--arms", "stock,fixed"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(
+            e.to_string()
+                .contains("unknown arm fixed (stock, patched, ours)"),
+            "{e}"
+        );
+        // 2: the status of "the tool cannot run", as documented.
+        assert_eq!(e.exit_code(), 2);
+        let e = parse(&["--timeout", "5m"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("'5m' for '--timeout <SECS>'"), "{e}");
+        assert_eq!(
+            parse(&["--bogus"]).unwrap_err().kind(),
+            ErrorKind::UnknownArgument
+        );
+        // The reproducer's options do not go with the subcommand.
+        assert_eq!(
+            parse(&["--dev", "CPU", "prop"]).unwrap_err().kind(),
+            ErrorKind::ArgumentConflict
+        );
     }
 }

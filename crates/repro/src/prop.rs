@@ -19,72 +19,43 @@
 
 use crate::child::{self, End};
 use anyhow::{bail, Context, Result};
+use clap::Args;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-struct Opts {
+/// The options of `repro prop`.
+#[derive(Args, Debug)]
+pub struct PropArgs {
+    /// Number of seeds.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
     seeds: u64,
+    /// First seed.
+    #[arg(long, value_name = "S", default_value_t = 0)]
     start: u64,
+    /// The arm: ours, or the negative control stock (expected to fail).
+    #[arg(long, default_value = "ours", value_parser = ["ours", "stock"])]
     arm: String,
+    /// Seeds per child process (at least 1).
+    #[arg(long, value_name = "C", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     chunk: u64,
+    /// The stock libraries' folder (default: target/llama-stock/bin).
+    #[arg(long, value_name = "DIR")]
     stock_dir: Option<PathBuf>,
+    /// The folder of our libggml-base.so.0 (default: target/ours/lib).
+    #[arg(long, value_name = "DIR")]
     ours_dir: Option<PathBuf>,
+    /// The HRX backend library (default: target/release/libggml_hrx.so).
+    #[arg(long, value_name = "FILE")]
     hrx: Option<PathBuf>,
-    timeout: Duration,
+    /// Limit per child process, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    timeout: u64,
 }
 
-fn usage() -> &'static str {
-    "usage: repro prop [--seeds N] [--start S] [--arm ours|stock] [--chunk C] [--stock-dir DIR] \
-     [--ours-dir DIR] [--hrx FILE] [--timeout SECS]"
-}
-
-fn parse_opts(args: &[String]) -> Result<Opts> {
-    let mut o = Opts {
-        seeds: 2000,
-        start: 0,
-        arm: "ours".into(),
-        chunk: 500,
-        stock_dir: None,
-        ours_dir: None,
-        hrx: None,
-        timeout: Duration::from_secs(300),
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .cloned()
-                .with_context(|| format!("{a} needs a value\n{}", usage()))
-        };
-        match a.as_str() {
-            "--seeds" => o.seeds = val()?.parse().context("--seeds")?,
-            "--start" => o.start = val()?.parse().context("--start")?,
-            "--arm" => o.arm = val()?,
-            "--chunk" => o.chunk = val()?.parse().context("--chunk")?,
-            "--stock-dir" => o.stock_dir = Some(PathBuf::from(val()?)),
-            "--ours-dir" => o.ours_dir = Some(PathBuf::from(val()?)),
-            "--hrx" => o.hrx = Some(PathBuf::from(val()?)),
-            "--timeout" => o.timeout = Duration::from_secs(val()?.parse().context("--timeout")?),
-            "-h" | "--help" => {
-                println!("{}", usage());
-                std::process::exit(0);
-            }
-            _ => bail!("unknown argument {a}\n{}", usage()),
-        }
-    }
-    if o.arm != "ours" && o.arm != "stock" {
-        bail!("unknown arm {} (ours, stock)", o.arm);
-    }
-    if o.chunk == 0 {
-        bail!("--chunk must be at least 1");
-    }
-    Ok(o)
-}
-
-fn real_main(args: &[String]) -> Result<bool> {
-    let o = parse_opts(args)?;
+fn real_main(o: PropArgs) -> Result<bool> {
+    let timeout = Duration::from_secs(o.timeout);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
@@ -142,7 +113,7 @@ fn real_main(args: &[String]) -> Result<bool> {
             .env_remove("GGML_HRX_EAGER_OPS")
             .env_remove("LD_PRELOAD");
         let stem = logs.join(format!("prop-{}-{first}", o.arm));
-        let fin = child::run_logged(cmd, &stem, o.timeout)?;
+        let fin = child::run_logged(cmd, &stem, timeout)?;
         // Failing seeds and their detail lines.
         for l in fin.stdout.lines() {
             if (l.starts_with("seed ") && l.contains(" FAIL")) || l.starts_with("  ") {
@@ -185,8 +156,8 @@ fn real_main(args: &[String]) -> Result<bool> {
     Ok(failed == 0)
 }
 
-/// Entry point of `repro prop ARGS...`.
-pub fn main(args: &[String]) -> ExitCode {
+/// Entry point of `repro prop ARGS...`, once parsed.
+pub fn main(args: PropArgs) -> ExitCode {
     match real_main(args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -194,5 +165,79 @@ pub fn main(args: &[String]) -> ExitCode {
             eprintln!("repro prop: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<PropArgs, clap::Error> {
+        let argv = ["repro", "prop"].into_iter().chain(args.iter().copied());
+        match crate::Cli::try_parse_from(argv)?.cmd {
+            Some(crate::Sub::Prop(p)) => Ok(p),
+            None => panic!("`repro prop {args:?}` did not parse as prop"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let o = parse(&[]).unwrap();
+        assert_eq!((o.seeds, o.start, o.chunk, o.timeout), (2000, 0, 500, 300));
+        assert_eq!(o.arm, "ours");
+        assert_eq!((o.stock_dir, o.ours_dir, o.hrx), (None, None, None));
+    }
+
+    /// The test suite's step (`ab repro prop --seeds 2000`, crates/ab/src/test_steps.rs).
+    #[test]
+    fn the_test_suite_command_line() {
+        assert_eq!(parse(&["--seeds", "2000"]).unwrap().seeds, 2000);
+    }
+
+    #[test]
+    fn every_flag() {
+        let o = parse(&[
+            "--seeds",
+            "20",
+            "--start",
+            "7",
+            "--arm",
+            "stock",
+            "--chunk",
+            "3",
+            "--stock-dir",
+            "/s",
+            "--ours-dir",
+            "/o",
+            "--hrx",
+            "/h.so",
+            "--timeout",
+            "60",
+        ])
+        .unwrap();
+        assert_eq!((o.seeds, o.start, o.chunk, o.timeout), (20, 7, 3, 60));
+        assert_eq!(o.arm, "stock");
+        assert_eq!(o.stock_dir.as_deref(), Some(Path::new("/s")));
+        assert_eq!(o.ours_dir.as_deref(), Some(Path::new("/o")));
+        assert_eq!(o.hrx.as_deref(), Some(Path::new("/h.so")));
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        let e = parse(&["--arm", "patched"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+        assert!(
+            e.to_string().contains("[possible values: ours, stock]"),
+            "{e}"
+        );
+        assert_eq!(e.exit_code(), 2);
+        // A chunk of 0 seeds would never advance.
+        let e = parse(&["--chunk", "0"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("--chunk"), "{e}");
+        let e = parse(&["--seeds", "2k"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
     }
 }

@@ -13,6 +13,7 @@ mod outcome;
 mod program;
 
 use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
 use outcome::{
     classify, has_inplace_conflict, has_unusable_write, hazards_only_via_reuse, SeedRun, Verdict,
 };
@@ -25,7 +26,8 @@ use std::time::{Duration, Instant};
 /// The self-test perturbs every seed divisible by this in arm B.
 const PERTURB_EVERY: u64 = 7;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What arm B's in-place conflicts mean (`--b-inplace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum InplacePolicy {
     /// Expect no in-place conflict in B unless A and B are the same file content.
     Auto,
@@ -35,6 +37,59 @@ enum InplacePolicy {
     Ignore,
 }
 
+/// The command line, as clap parses it; [`Cli::options`] resolves the defaults that depend on
+/// the workspace and the machine.
+#[derive(Parser, Debug)]
+#[command(
+    name = "sched-diff",
+    about = "Scheduler differential test: one C driver over random graphs against two \
+             libggml-base.so.0 files, diffing what each scheduler decided",
+    after_help = "Exit status: 0 when every seed passed (with --self-test: when the detector \
+                  caught the perturbation and nothing else), 1 otherwise, 2 on a usage or \
+                  setup error. See docs/sched-diff.md.",
+    // The hand-written parser this replaces let a repeated flag's last value win; scripts
+    // that append an override to a default command line rely on that.
+    args_override_self = true
+)]
+struct Cli {
+    /// Arm A library (default target/llama-stock/bin/libggml-base.so.0).
+    #[arg(long, value_name = "LIB_A")]
+    a: Option<PathBuf>,
+    /// Arm B library (default target/ours/lib/libggml-base.so.0; with --self-test the
+    /// default is LIB_A).
+    #[arg(long, value_name = "LIB_B")]
+    b: Option<PathBuf>,
+    /// Number of seeds.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    seeds: u64,
+    /// First seed.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    start: u64,
+    /// Parallel workers (default: available CPUs; 0 means 1).
+    #[arg(long, value_name = "J")]
+    jobs: Option<usize>,
+    /// Seeds per driver process (default: seeds / (8 * jobs), clamped to 25..500; 0 means 1).
+    #[arg(long, value_name = "C")]
+    chunk: Option<u64>,
+    /// Unexplained differences printed in full.
+    #[arg(long, value_name = "K", default_value_t = 3)]
+    show: usize,
+    /// Limit per driver process, in seconds.
+    #[arg(long = "timeout-s", value_name = "T", default_value_t = 120)]
+    timeout_s: u64,
+    /// In-place conflicts in arm B: expect none (expect), report only (ignore), or expect
+    /// none unless A and B are the same file (auto).
+    #[arg(long, value_name = "P", value_enum, default_value_t = InplacePolicy::Auto)]
+    b_inplace: InplacePolicy,
+    /// Run B with SCHED_DIFF_PERTURB=7 (a silent extra backend assignment in every 7th
+    /// seed) and SCHED_DIFF_CRASH_SEED (a SIGSEGV in one of them); pass only if those
+    /// differences, and no others, are caught and the crash is confined to its seed.
+    #[arg(long)]
+    self_test: bool,
+}
+
+/// The resolved options of one run.
+#[derive(Debug)]
 struct Options {
     a: PathBuf,
     b: PathBuf,
@@ -48,78 +103,33 @@ struct Options {
     b_inplace: InplacePolicy,
 }
 
-const USAGE: &str = "\
-usage: sched-diff [--a LIB_A] [--b LIB_B] [--seeds N] [--start S] [--jobs J]
-                  [--chunk C] [--show K] [--timeout-s T] [--b-inplace auto|expect|ignore]
-                  [--self-test]
-
-  --a LIB_A      arm A library (default target/llama-stock/bin/libggml-base.so.0)
-  --b LIB_B      arm B library (default target/ours/lib/libggml-base.so.0;
-                 with --self-test the default is LIB_A)
-  --seeds N      number of seeds (default 500)
-  --start S      first seed (default 0)
-  --jobs J       parallel workers (default: available CPUs)
-  --chunk C      seeds per driver process (default: seeds / (8 * jobs), 25..500)
-  --show K       unexplained differences printed in full (default 3)
-  --timeout-s T  limit per driver process (default 120)
-  --b-inplace P  in-place conflicts in arm B: expect none (expect), report only
-                 (ignore), or expect none unless A and B are the same file (auto, default)
-  --self-test    run B with SCHED_DIFF_PERTURB=7 (a silent extra backend assignment in
-                 every 7th seed) and SCHED_DIFF_CRASH_SEED (a SIGSEGV in one of them); pass
-                 only if those differences, and no others, are caught and the crash is
-                 confined to its seed
-";
-
-fn parse_args(root: &Path) -> Result<Options> {
-    use lexopt::prelude::*;
-    let mut parser = lexopt::Parser::from_env();
-    let mut a = None;
-    let mut b = None;
-    let mut o = Options {
-        a: PathBuf::new(),
-        b: PathBuf::new(),
-        seeds: 500,
-        start: 0,
-        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        chunk: None,
-        show: 3,
-        timeout: Duration::from_secs(120),
-        self_test: false,
-        b_inplace: InplacePolicy::Auto,
-    };
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("a") => a = Some(PathBuf::from(parser.value()?)),
-            Long("b") => b = Some(PathBuf::from(parser.value()?)),
-            Long("seeds") => o.seeds = parser.value()?.parse()?,
-            Long("start") => o.start = parser.value()?.parse()?,
-            Long("jobs") => o.jobs = parser.value()?.parse::<usize>()?.max(1),
-            Long("chunk") => o.chunk = Some(parser.value()?.parse::<u64>()?.max(1)),
-            Long("show") => o.show = parser.value()?.parse()?,
-            Long("timeout-s") => o.timeout = Duration::from_secs(parser.value()?.parse()?),
-            Long("self-test") => o.self_test = true,
-            Long("b-inplace") => {
-                o.b_inplace = match parser.value()?.string()?.as_str() {
-                    "auto" => InplacePolicy::Auto,
-                    "expect" => InplacePolicy::Expect,
-                    "ignore" => InplacePolicy::Ignore,
-                    other => bail!("--b-inplace: unknown policy {other}"),
-                }
-            }
-            Short('h') | Long("help") => {
-                print!("{USAGE}");
-                std::process::exit(0);
-            }
-            _ => return Err(arg.unexpected().into()),
+impl Cli {
+    /// Fills in the defaults: the libraries under the workspace `root`, the CPU count.
+    fn options(self, root: &Path) -> Options {
+        let a = self
+            .a
+            .unwrap_or_else(|| root.join("target/llama-stock/bin/libggml-base.so.0"));
+        let b = match self.b {
+            Some(b) => b,
+            None if self.self_test => a.clone(),
+            None => root.join("target/ours/lib/libggml-base.so.0"),
+        };
+        Options {
+            a,
+            b,
+            seeds: self.seeds,
+            start: self.start,
+            jobs: self
+                .jobs
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1),
+            chunk: self.chunk.map(|c| c.max(1)),
+            show: self.show,
+            timeout: Duration::from_secs(self.timeout_s),
+            self_test: self.self_test,
+            b_inplace: self.b_inplace,
         }
     }
-    o.a = a.unwrap_or_else(|| root.join("target/llama-stock/bin/libggml-base.so.0"));
-    o.b = match b {
-        Some(b) => b,
-        None if o.self_test => o.a.clone(),
-        None => root.join("target/ours/lib/libggml-base.so.0"),
-    };
-    Ok(o)
 }
 
 /// One seed's results in both arms.
@@ -257,7 +267,7 @@ fn real_main() -> Result<bool> {
         .join("../..")
         .canonicalize()
         .context("workspace root")?;
-    let o = parse_args(&root)?;
+    let o = Cli::parse().options(&root);
     let work = root.join("target/sched-diff");
 
     let pins = pins::Pins::load(&root)?;
@@ -432,5 +442,107 @@ fn main() {
             eprintln!("sched-diff: error: {e:#}");
             std::process::exit(2);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        let argv = std::iter::once("sched-diff").chain(args.iter().copied());
+        Cli::try_parse_from(argv).map(|c| c.options(Path::new("/ws")))
+    }
+
+    #[test]
+    fn defaults_are_the_stock_and_our_libraries() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(
+            o.a,
+            Path::new("/ws/target/llama-stock/bin/libggml-base.so.0")
+        );
+        assert_eq!(o.b, Path::new("/ws/target/ours/lib/libggml-base.so.0"));
+        assert_eq!((o.seeds, o.start, o.show), (500, 0, 3));
+        assert_eq!(o.timeout, Duration::from_secs(120));
+        assert_eq!(o.chunk, None);
+        assert!(o.jobs >= 1);
+        assert_eq!(o.b_inplace, InplacePolicy::Auto);
+        assert!(!o.self_test);
+    }
+
+    /// The test suite's step (`ab sched-diff --seeds 2000`, crates/ab/src/test_steps.rs).
+    #[test]
+    fn the_test_suite_command_line() {
+        let o = parse(&["--seeds", "2000"]).unwrap();
+        assert_eq!(o.seeds, 2000);
+        assert_eq!(o.start, 0);
+    }
+
+    /// Every flag docs/sched-diff.md names, in one command line.
+    #[test]
+    fn every_flag() {
+        let o = parse(&[
+            "--a",
+            "/x/a.so",
+            "--b",
+            "/x/b.so",
+            "--seeds",
+            "1",
+            "--start",
+            "38",
+            "--jobs",
+            "0",
+            "--chunk",
+            "0",
+            "--show",
+            "7",
+            "--timeout-s",
+            "9",
+            "--b-inplace",
+            "ignore",
+        ])
+        .unwrap();
+        assert_eq!(o.a, Path::new("/x/a.so"));
+        assert_eq!(o.b, Path::new("/x/b.so"));
+        assert_eq!((o.seeds, o.start, o.show), (1, 38, 7));
+        // 0 workers or 0 seeds a chunk would never finish: both mean 1, as before.
+        assert_eq!(o.jobs, 1);
+        assert_eq!(o.chunk, Some(1));
+        assert_eq!(o.timeout, Duration::from_secs(9));
+        assert_eq!(o.b_inplace, InplacePolicy::Ignore);
+    }
+
+    #[test]
+    fn self_test_compares_arm_a_with_itself() {
+        let o = parse(&["--self-test", "--a", "/x/a.so"]).unwrap();
+        assert!(o.self_test);
+        assert_eq!(o.b, Path::new("/x/a.so"));
+        let o = parse(&["--self-test", "--b", "/x/b.so"]).unwrap();
+        assert_eq!(o.b, Path::new("/x/b.so"));
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_its_last_value() {
+        assert_eq!(parse(&["--seeds", "5", "--seeds", "6"]).unwrap().seeds, 6);
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        let e = parse(&["--seeds", "many"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("'many'"), "{e}");
+        assert!(e.to_string().contains("--seeds"), "{e}");
+        let e = parse(&["--b-inplace", "sometimes"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+        assert!(
+            e.to_string()
+                .contains("[possible values: auto, expect, ignore]"),
+            "{e}"
+        );
+        let e = parse(&["--seed", "3"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument);
+        // clap exits with 2 on every usage error: the status this tool documents.
+        assert_eq!(e.exit_code(), 2);
     }
 }

@@ -1,0 +1,125 @@
+//! Compares the runs of two arms, work by work: the `comparison` section of the report.
+
+use super::catalogue::Kind;
+use super::report::{ArmReport, Comparison, RunComparison};
+
+/// Compares the runs of two arms, work by work.
+pub fn compare(a: &ArmReport, b: &ArmReport) -> Comparison {
+    let mut runs = Vec::new();
+    for ra in &a.runs {
+        let Some(rb) = b.runs.iter().find(|r| r.name == ra.name) else {
+            continue;
+        };
+        let same_end =
+            ra.exit_code == rb.exit_code && ra.signal == rb.signal && ra.timed_out == rb.timed_out;
+        let (outputs_equal, counts_equal) = match ra.kind {
+            Kind::Generation => (Some(ra.output_text == rb.output_text), None),
+            _ => (
+                None,
+                Some(
+                    ra.passed == rb.passed
+                        && ra.failed == rb.failed
+                        && ra.not_supported == rb.not_supported
+                        && ra.failed_tests == rb.failed_tests,
+                ),
+            ),
+        };
+        runs.push(RunComparison {
+            name: ra.name.clone(),
+            same_end,
+            outputs_equal,
+            counts_equal,
+            equal: same_end && outputs_equal.unwrap_or(true) && counts_equal.unwrap_or(true),
+        });
+    }
+    let all_outputs_equal = runs.iter().all(|r| r.outputs_equal.unwrap_or(true));
+    let all_counts_equal = runs.iter().all(|r| r.counts_equal.unwrap_or(true));
+    Comparison {
+        same_file: a.intended.sha256 == b.intended.sha256,
+        proofs_ok: a.proof_ok && b.proof_ok,
+        all_equal: runs.iter().all(|r| r.equal),
+        all_outputs_equal,
+        all_counts_equal,
+        runs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{
+        arm, differing_report, generation, proof_ok, readme_report, run, suite, STOCK_SHA,
+    };
+    use super::*;
+
+    #[test]
+    fn equal_arms_compare_equal() {
+        let mk = || {
+            vec![
+                generation("Paris", 1.0),
+                suite("ctest", Kind::Ctest, 49, 0, 1.0),
+            ]
+        };
+        let mut a = arm("a", "x", STOCK_SHA, vec![]);
+        let mut b = arm("b", "x", STOCK_SHA, vec![]);
+        a.runs = mk();
+        b.runs = mk();
+        let c = compare(&a, &b);
+        assert!(c.same_file && c.proofs_ok);
+        assert!(c.all_equal && c.all_outputs_equal && c.all_counts_equal);
+        assert_eq!(c.runs.len(), 2);
+        assert_eq!(c.runs[0].outputs_equal, Some(true));
+        assert_eq!(c.runs[0].counts_equal, None);
+        assert_eq!(c.runs[1].outputs_equal, None);
+        assert_eq!(c.runs[1].counts_equal, Some(true));
+    }
+
+    #[test]
+    fn the_readme_run_differs_only_in_the_file() {
+        let c = readme_report().comparison;
+        assert!(!c.same_file);
+        assert!(c.proofs_ok && c.all_equal);
+    }
+
+    #[test]
+    fn differences_are_named() {
+        let c = differing_report().comparison;
+        assert!(!c.same_file && !c.proofs_ok && !c.all_equal);
+        assert!(!c.all_outputs_equal && !c.all_counts_equal);
+        let names: Vec<&str> = c.runs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "llama-simple",
+                "backend-ops ADD",
+                "backend-ops MUL_MAT",
+                "ctest"
+            ]
+        );
+        // Another text, same end.
+        assert_eq!(c.runs[0].outputs_equal, Some(false));
+        assert!(c.runs[0].same_end);
+        // A crash after the same counts, and a time-out with fewer: both end differently.
+        assert!(!c.runs[1].same_end && !c.runs[2].same_end);
+        assert_eq!(c.runs[1].counts_equal, Some(true));
+        assert_eq!(c.runs[2].counts_equal, Some(false));
+        assert!(!c.runs[1].equal && !c.runs[2].equal);
+        // Same counts and names, same end: equal, although its proof failed; the proof
+        // is judged on its own (`proofs_ok`).
+        assert!(c.runs[3].equal);
+    }
+
+    #[test]
+    fn a_work_one_arm_has_not_run_is_left_out() {
+        let mut a = arm("a", "x", STOCK_SHA, vec![]);
+        let mut b = arm("b", "x", STOCK_SHA, vec![]);
+        a.runs = vec![
+            run("ctest", Kind::Ctest, 0, 1.0, proof_ok(vec![])),
+            generation("Paris", 1.0),
+        ];
+        b.runs = vec![run("ctest", Kind::Ctest, 0, 1.0, proof_ok(vec![]))];
+        let c = compare(&a, &b);
+        assert_eq!(c.runs.len(), 1);
+        assert_eq!(c.runs[0].name, "ctest");
+        assert!(c.all_equal);
+    }
+}

@@ -1,0 +1,24 @@
+//! `ab ab`, the main job: the same work in two arms, a proof per run, `target/ab/report.json`
+//! and a readable table.
+//!
+//! Work (default): `llama-simple` greedy 32 tokens on the pinned model (output compared byte
+//! for byte), `test-backend-ops test -b CPU -o OP` for each op of
+//! [`catalogue::DEFAULT_OPS`] (`--full`: every op in one run), and the stock build's ctest
+//! suite without the model-labelled and network tests.
+//!
+//! One module per job:
+//! - [`catalogue`]: the work list (programs, arguments, time limits, `--only`);
+//! - [`report`]: the types of `report.json`, its contract, and writing it;
+//! - [`compare`]: the `comparison` section, work by work;
+//! - [`run`]: the orchestration (arms, each work in each arm with its proof);
+//! - [`table`]: the readable table.
+
+mod catalogue;
+mod compare;
+#[cfg(test)]
+mod fixtures;
+mod report;
+mod run;
+mod table;
+
+pub use run::{run, AbOptions};

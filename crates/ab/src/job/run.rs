@@ -1,0 +1,273 @@
+//! The orchestration of the main job: resolve the two arms, run every work in each arm with
+//! its proof, rewrite the report after every run, print the table.
+
+use super::catalogue::{works, Kind, Work};
+use super::compare::compare;
+use super::report::{self, ArmReport, Intended, Report, RunReport};
+use super::table::print_table;
+use crate::parse::{self, Counts};
+use crate::paths::{self, Paths};
+use crate::proc::{Stream, Watcher};
+use crate::proof::Library;
+use crate::swap::{self, Arm, Job};
+use crate::{fmt_secs, say};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Options of the main job.
+#[derive(Debug, Clone)]
+pub struct AbOptions {
+    /// libggml-base file of arm A (default: the llama build's own).
+    pub a: Option<PathBuf>,
+    /// libggml-base file of arm B (default: ours, built on demand).
+    pub b: Option<PathBuf>,
+    /// A backend library for `GGML_BACKEND_PATH`, in both arms.
+    pub backend: Option<PathBuf>,
+    /// A llama.cpp build folder instead of the pinned stock build.
+    pub llama_build: Option<PathBuf>,
+    /// test-backend-ops over every op in one run instead of [`super::catalogue::DEFAULT_OPS`].
+    pub full: bool,
+    /// Comma-separated work names or name prefixes (`simple`, `backend-ops`, `ctest`,
+    /// `backend-ops MUL_MAT`).
+    pub only: Option<String>,
+}
+
+/// Progress for a suite: counts case lines and shows ctest's result lines.
+struct SuiteWatch {
+    kind: Kind,
+    label: String,
+    ok: u64,
+    fail: u64,
+    started: Instant,
+}
+
+impl Watcher for SuiteWatch {
+    fn line(&mut self, stream: Stream, line: &str) {
+        if stream != Stream::Stdout {
+            return;
+        }
+        match self.kind {
+            Kind::BackendOps => match parse::backend_ops_case(&parse::strip_ansi(line)) {
+                Some(parse::CaseLine::Ok) => self.ok += 1,
+                Some(parse::CaseLine::Fail(name)) => {
+                    self.fail += 1;
+                    say(&format!("  {}: FAIL {}", self.label, name));
+                }
+                _ => {}
+            },
+            Kind::Ctest => {
+                if let Some((n, total, name, status)) = parse::ctest_result(line) {
+                    if status == "Passed" {
+                        self.ok += 1;
+                    } else {
+                        self.fail += 1;
+                    }
+                    say(&format!(
+                        "  {}: [{n}/{total}] {name}: {status} ({})",
+                        self.label,
+                        fmt_secs(self.started.elapsed().as_secs_f64())
+                    ));
+                }
+            }
+            Kind::Generation => {}
+        }
+    }
+    fn status(&self) -> Option<String> {
+        match self.kind {
+            Kind::Generation => None,
+            _ => Some(format!("{} ok, {} failed so far", self.ok, self.fail)),
+        }
+    }
+}
+
+/// Runs one work in one arm and builds its report entry.
+pub fn run_work(paths: &Paths, arm: &Arm, work: &Work) -> Result<RunReport> {
+    let label = format!("[{}] {}", arm.name, work.name);
+    let mut watch = SuiteWatch {
+        kind: work.kind,
+        label: label.clone(),
+        ok: 0,
+        fail: 0,
+        started: Instant::now(),
+    };
+    let job = Job {
+        name: &work.name,
+        program: work.program.clone(),
+        args: work.args.clone(),
+        timeout: work.timeout,
+        echo: false,
+        expect_base: true,
+    };
+    let o = swap::run(&paths.ab_dir(), &paths.probe(), arm, &job, &mut watch)?;
+    let stdout = String::from_utf8_lossy(&o.finished.stdout).into_owned();
+    let counts: Option<Counts> = match work.kind {
+        Kind::Generation => None,
+        Kind::BackendOps => Some(parse::backend_ops(&stdout)),
+        Kind::Ctest => Some(parse::ctest(&stdout)),
+    };
+    let mut command = vec![work.program.display().to_string()];
+    command.extend(work.args.iter().map(|a| a.to_string_lossy().into_owned()));
+    Ok(RunReport {
+        name: work.name.clone(),
+        kind: work.kind,
+        command,
+        exit_code: o.finished.exit_code,
+        signal: o.finished.signal.clone(),
+        timed_out: o.finished.timed_out,
+        passed: counts.as_ref().map(|c| c.passed),
+        failed: counts.as_ref().map(|c| c.failed),
+        not_supported: counts
+            .as_ref()
+            .filter(|_| work.kind == Kind::BackendOps)
+            .map(|c| c.not_supported),
+        failed_tests: counts.map(|c| c.failed_names).unwrap_or_default(),
+        output_text: (work.kind == Kind::Generation).then(|| stdout.clone()),
+        output_sha256: filehash::sha256_hex(&o.finished.stdout),
+        seconds: o.finished.seconds,
+        proof: o.proof,
+        log: o.log.display().to_string(),
+        probe_records: o.probe_file.display().to_string(),
+    })
+}
+
+fn intended(arm: &Arm) -> Intended {
+    Intended {
+        source: arm.source.display().to_string(),
+        path: arm.resolved.display().to_string(),
+        sha256: arm.sha256.clone(),
+    }
+}
+
+fn arm_report(arm: &Arm, runs: Vec<RunReport>) -> ArmReport {
+    let libraries: BTreeSet<Library> = runs
+        .iter()
+        .flat_map(|r| r.proof.libraries.iter().cloned())
+        .collect();
+    ArmReport {
+        name: arm.name.clone(),
+        intended: intended(arm),
+        swap_copy: arm.lib_copy.display().to_string(),
+        backend: arm.backend.as_ref().map(|(p, s)| Intended {
+            source: p.display().to_string(),
+            path: p.display().to_string(),
+            sha256: s.clone(),
+        }),
+        libraries: libraries.into_iter().collect(),
+        proof_ok: runs.iter().all(|r| r.proof.ok),
+        runs,
+    }
+}
+
+/// Resolves the two arms' files: `--a`/`--b`, else the build's own `libggml-base.so.0` and
+/// ours (built on demand).
+fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, PathBuf); 2]> {
+    let a = match &opts.a {
+        Some(f) => ("a".to_string(), f.clone()),
+        None => {
+            let f = paths::bin_dir(build).join("libggml-base.so.0");
+            if !f.exists() {
+                bail!(
+                    "{} not found: the llama.cpp build at {} has no libggml-base.so.0; name the file with --a",
+                    f.display(),
+                    build.display()
+                );
+            }
+            ("stock".to_string(), f)
+        }
+    };
+    let b = match &opts.b {
+        Some(f) => ("b".to_string(), f.clone()),
+        None => match crate::ours::build(paths) {
+            Ok(i) => ("ours".to_string(), i.base),
+            Err(e) => bail!(
+                "the default arm `ours` needs our libggml-base, which could not be built:\n{e:#}\n\
+                     pass --b FILE to compare another libggml-base file"
+            ),
+        },
+    };
+    Ok([a, b])
+}
+
+/// The main job. Returns the report (already written to `target/ab/report.json`).
+pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
+    let started = Instant::now();
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let build = match &opts.llama_build {
+        Some(d) => d
+            .canonicalize()
+            .with_context(|| format!("--llama-build {} not found", d.display()))?,
+        None => crate::stock::ensure(paths, false)?,
+    };
+    crate::ensure_probe(paths)?;
+    let files = arm_files(paths, opts, &build)?;
+    let ab_dir = paths.ab_dir();
+    let arms: Vec<Arm> = files
+        .iter()
+        .map(|(name, f)| Arm::prepare(&ab_dir, name, f, opts.backend.as_deref()))
+        .collect::<Result<_>>()?;
+    for arm in &arms {
+        say(&format!(
+            "arm {}: {} (sha256 {}) -> {}",
+            arm.name,
+            arm.resolved.display(),
+            arm.sha256,
+            arm.lib_copy.display()
+        ));
+    }
+    let works = works(paths, &build, opts.full, opts.only.as_deref())?;
+    let total = works.len() * arms.len();
+    let path = ab_dir.join("report.json");
+    let make = |runs: &[Vec<RunReport>], complete: bool| {
+        let arm_reports: Vec<ArmReport> = arms
+            .iter()
+            .zip(runs)
+            .map(|(a, r)| arm_report(a, r.clone()))
+            .collect();
+        let comparison = compare(&arm_reports[0], &arm_reports[1]);
+        Report {
+            version: 1,
+            complete,
+            llama_build: build.display().to_string(),
+            probe: paths.probe().display().to_string(),
+            started_unix,
+            seconds: started.elapsed().as_secs_f64(),
+            arms: arm_reports,
+            comparison,
+        }
+    };
+    let mut runs: Vec<Vec<RunReport>> = vec![Vec::new(), Vec::new()];
+    let mut k = 0;
+    for w in &works {
+        for (i, arm) in arms.iter().enumerate() {
+            k += 1;
+            say(&format!(
+                "[{k}/{total}] {} in arm {} ({} elapsed)",
+                w.name,
+                arm.name,
+                fmt_secs(started.elapsed().as_secs_f64())
+            ));
+            let r = run_work(paths, arm, w)?;
+            say(&format!("  -> {}", r.cell()));
+            for e in &r.proof.errors {
+                say(&format!("  PROOF FAILED: {e}"));
+            }
+            runs[i].push(r);
+            // Written after every run: an interrupted job leaves a partial report.
+            report::write(&path, &make(&runs, false))?;
+        }
+    }
+    let report = make(&runs, true);
+    report::write(&path, &report)?;
+    print_table(&report);
+    say(&format!(
+        "report: {} ({} total)",
+        path.display(),
+        fmt_secs(report.seconds)
+    ));
+    Ok(report)
+}
