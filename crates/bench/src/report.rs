@@ -820,8 +820,18 @@ impl Report {
 }
 
 #[cfg(test)]
+mod fixture;
+
+#[cfg(test)]
 mod tests {
-    use super::round_order;
+    use super::{fixture, round_order};
+
+    /// The whole document, as rendered before the renderer was split into one function per
+    /// section: the split must not change a byte.
+    #[test]
+    fn full_report_matches_snapshot() {
+        fixture::assert_snapshot("full", &fixture::report().markdown());
+    }
 
     #[test]
     fn arms_alternate_a_b_then_b_a() {
