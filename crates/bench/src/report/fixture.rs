@@ -2,11 +2,15 @@
 //! measured graph configurations and one that failed, real-graph and end-to-end runs, one
 //! end-to-end test whose B arm never ran, and every kind of error line the report prints.
 
-use super::*;
+use super::{BufferRow, E2eProbe, E2eRow, Report, SchedRow};
+use crate::archs::ArchsRun;
 use crate::archs_cycle::{CycleConfig, ModelRun};
-use crate::probe::Counter;
-use crate::sched::{HeapWindow, Section};
-use std::path::PathBuf;
+use crate::arms::{Arm, Machine};
+use crate::e2e;
+use crate::probe::{Counter, ProbeStats};
+use crate::sched::{Callgrind, Config, Heap, HeapWindow, Section};
+use crate::stats::{paired_ratios, Summary};
+use std::path::{Path, PathBuf};
 
 fn arm(key: &'static str, label: &str, source: &str, sha256: &str) -> Arm {
     Arm {
