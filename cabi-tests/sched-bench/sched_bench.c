@@ -1,10 +1,11 @@
 // sched-bench: times the ggml backend scheduler (ggml_backend_sched_*) on large graphs.
 //
-// The program defines its own fake devices through the ggml-backend-impl.h interfaces: a
-// device, a backend and a buffer type per device, the last device typed CPU (the scheduler
-// requires that). The buffer types hand out address space reserved with mmap (no heap, never
-// touched), tensor data accesses are no-ops, and graph_compute returns at once: every cycle
-// spent is the scheduler's (and ggml-alloc's, which it drives).
+// The program defines its fake devices with cabi-tests/common/fake_backend.h (the
+// ggml-backend-impl.h interfaces): a device, a backend and a buffer type per device, the last
+// device typed CPU (the scheduler requires that). The buffer types hand out address space
+// reserved with mmap (no heap, never touched), tensor data accesses are no-ops, and
+// graph_compute returns at once: every cycle spent is the scheduler's (and ggml-alloc's, which
+// it drives).
 //
 // It is linked against a libggml-base.so.0 at build time; which one it runs with is chosen by
 // LD_LIBRARY_PATH at run time. It prints one JSON object on stdout naming the library file it
@@ -28,6 +29,7 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "ggml-impl.h"
 #pragma GCC diagnostic pop
+#include "fake_backend.h"
 
 #include <dlfcn.h>
 #include <malloc.h>
@@ -37,7 +39,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #if defined(__has_include)
@@ -147,245 +148,59 @@ int posix_memalign(void ** out, size_t alignment, size_t size) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fake devices.
+// Fake devices (cabi-tests/common/fake_backend.h): buffers are address space only, tensor
+// data accesses are no-ops, graph_compute only counts the nodes it was given.
 
 #define MAX_DEV 3
 
-struct fake_dev {
-    const char *                      name;
-    enum ggml_backend_dev_type        type;
-    bool                              unsupported[GGML_OP_COUNT];
-    size_t                            alignment;
-    bool                              host;
-    struct ggml_backend_buffer_type   buft;
-    struct ggml_backend_device        dev;
-    struct ggml_backend               backend;
-    ggml_guid                         guid;
-};
+static struct fake_reg g_reg;
+// Per device, the ops it refuses (everything else is supported).
+static bool            g_unsupported[MAX_DEV][GGML_OP_COUNT];
+static long long       g_computed_nodes;
 
-static struct fake_dev         g_devs[MAX_DEV];
-static int                     g_ndev;
-static struct ggml_backend_reg g_reg;
-
-struct fake_buf {
-    void * base;
-    size_t size;
-};
-
-static void fb_free(ggml_backend_buffer_t buffer) {
-    struct fake_buf * fb = buffer->context;
-    if (fb->size) {
-        munmap(fb->base, fb->size);
-    }
-    __libc_free(fb);
-}
-
-static void * fb_get_base(ggml_backend_buffer_t buffer) {
-    struct fake_buf * fb = buffer->context;
-    return fb->base;
-}
-
-static void fb_memset(ggml_backend_buffer_t b, struct ggml_tensor * t, uint8_t v, size_t o, size_t s) {
-    (void) b; (void) t; (void) v; (void) o; (void) s;
-}
-
-static void fb_set(ggml_backend_buffer_t b, struct ggml_tensor * t, const void * d, size_t o, size_t s) {
-    (void) b; (void) t; (void) d; (void) o; (void) s;
-}
-
-static void fb_get(ggml_backend_buffer_t b, const struct ggml_tensor * t, void * d, size_t o, size_t s) {
-    (void) b; (void) t; (void) d; (void) o; (void) s;
-}
-
-static bool fb_cpy(ggml_backend_buffer_t b, const struct ggml_tensor * src, struct ggml_tensor * dst) {
-    (void) b; (void) src; (void) dst;
-    return true;
-}
-
-static void fb_clear(ggml_backend_buffer_t b, uint8_t v) {
-    (void) b; (void) v;
-}
-
-static const struct ggml_backend_buffer_i fake_buffer_i = {
-    .free_buffer   = fb_free,
-    .get_base      = fb_get_base,
-    .init_tensor   = NULL,
-    .memset_tensor = fb_memset,
-    .set_tensor    = fb_set,
-    .get_tensor    = fb_get,
-    .set_tensor_2d = NULL,
-    .get_tensor_2d = NULL,
-    .cpy_tensor    = fb_cpy,
-    .clear         = fb_clear,
-    .reset         = NULL,
-};
-
-static const char * bt_name(ggml_backend_buffer_type_t buft) {
-    return ((struct fake_dev *) buft->context)->name;
-}
-
-static ggml_backend_buffer_t bt_alloc(ggml_backend_buffer_type_t buft, size_t size) {
-    struct fake_dev * d  = buft->context;
-    struct fake_buf * fb = __libc_calloc(1, sizeof(*fb));
-    fb->size = size;
-    // Address space only: reserved, never touched (nothing reads or writes tensor data).
-    fb->base = size ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                    : (void *) (uintptr_t) d->alignment;
-    if (fb->base == MAP_FAILED) {
-        fprintf(stderr, "sched-bench: mmap of %zu bytes failed\n", size);
-        exit(3);
-    }
-    return ggml_backend_buffer_init(buft, fake_buffer_i, fb, size);
-}
-
-static size_t bt_align(ggml_backend_buffer_type_t buft) {
-    return ((struct fake_dev *) buft->context)->alignment;
-}
-
-static bool bt_is_host(ggml_backend_buffer_type_t buft) {
-    return ((struct fake_dev *) buft->context)->host;
-}
-
-static const struct ggml_backend_buffer_type_i fake_buft_i = {
-    .get_name       = bt_name,
-    .alloc_buffer   = bt_alloc,
-    .get_alignment  = bt_align,
-    .get_max_size   = NULL,
-    .get_alloc_size = NULL,
-    .is_host        = bt_is_host,
-};
-
-static const char * be_name(ggml_backend_t backend) {
-    return ((struct fake_dev *) backend->context)->name;
-}
-
-static void be_free(ggml_backend_t backend) {
-    (void) backend; // static storage
-}
-
-static long long g_computed_nodes;
-
-static enum ggml_status be_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph) {
-    (void) backend;
-    g_computed_nodes += ggml_graph_n_nodes(cgraph);
-    return GGML_STATUS_SUCCESS;
-}
-
-static const struct ggml_backend_i fake_backend_i = {
-    .get_name      = be_name,
-    .free          = be_free,
-    .graph_compute = be_compute,
-};
-
-static const char * dv_name(ggml_backend_dev_t dev) {
-    return ((struct fake_dev *) dev->context)->name;
-}
-
-static void dv_memory(ggml_backend_dev_t dev, size_t * free_mem, size_t * total) {
-    (void) dev;
-    *free_mem = 0;
-    *total    = 0;
-}
-
-static enum ggml_backend_dev_type dv_type(ggml_backend_dev_t dev) {
-    return ((struct fake_dev *) dev->context)->type;
-}
-
-static void dv_props(ggml_backend_dev_t dev, struct ggml_backend_dev_props * props) {
-    memset(props, 0, sizeof(*props));
-    props->name        = dv_name(dev);
-    props->description = dv_name(dev);
-    props->type        = dv_type(dev);
-}
-
-static ggml_backend_t dv_init(ggml_backend_dev_t dev, const char * params) {
-    (void) params;
-    return &((struct fake_dev *) dev->context)->backend;
-}
-
-static ggml_backend_buffer_type_t dv_buft(ggml_backend_dev_t dev) {
-    return &((struct fake_dev *) dev->context)->buft;
-}
-
-static bool dv_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor * op) {
-    return !((struct fake_dev *) dev->context)->unsupported[op->op];
-}
-
-static bool dv_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {
-    return buft == &((struct fake_dev *) dev->context)->buft;
+static bool dv_supports_op(const struct fake_dev * d, const struct ggml_tensor * op) {
+    return !g_unsupported[d->index][op->op];
 }
 
 // Like the GPU backends: offload ops with a weight in host memory when the batch is large.
-static bool dv_offload_op(ggml_backend_dev_t dev, const struct ggml_tensor * op) {
-    (void) dev;
+static bool dv_offload_op(const struct fake_dev * d, const struct ggml_tensor * op) {
+    (void) d;
     const int64_t batch = op->op == GGML_OP_MUL_MAT_ID ? op->ne[2] : op->ne[1];
     return batch >= 32 && op->op != GGML_OP_GET_ROWS;
 }
 
-static const struct ggml_backend_device_i fake_dev_i = {
-    .get_name        = dv_name,
-    .get_description = dv_name,
-    .get_memory      = dv_memory,
-    .get_type        = dv_type,
-    .get_props       = dv_props,
-    .init_backend    = dv_init,
-    .get_buffer_type = dv_buft,
-    .supports_op     = dv_supports_op,
-    .supports_buft   = dv_supports_buft,
-    .offload_op      = dv_offload_op,
-};
-
-static const char * rg_name(ggml_backend_reg_t reg) {
-    (void) reg;
-    return "FAKE";
+static void be_count_nodes(const struct fake_dev * d, struct ggml_cgraph * cgraph) {
+    (void) d;
+    g_computed_nodes += ggml_graph_n_nodes(cgraph);
 }
-
-static size_t rg_count(ggml_backend_reg_t reg) {
-    (void) reg;
-    return (size_t) g_ndev;
-}
-
-static ggml_backend_dev_t rg_get(ggml_backend_reg_t reg, size_t i) {
-    (void) reg;
-    return &g_devs[i].dev;
-}
-
-static const struct ggml_backend_reg_i fake_reg_i = {
-    .get_name         = rg_name,
-    .get_device_count = rg_count,
-    .get_device       = rg_get,
-};
 
 // Devices: FAKE0 (GPU, no ARGSORT), [FAKE1 (GPU, no ARGSORT, no ROPE)], FCPU (CPU, everything).
 static void make_devices(int n) {
     static const char * names[] = { "FAKE0", "FAKE1" };
-    g_ndev = n;
-    g_reg.api_version = GGML_BACKEND_API_VERSION;
-    g_reg.iface       = fake_reg_i;
+    fake_reg_init(&g_reg, "FAKE");
+    // The buffers' records come from glibc directly: the heap figures are the scheduler's.
+    g_reg.record_calloc = __libc_calloc;
+    g_reg.record_free   = __libc_free;
     for (int i = 0; i < n; i++) {
-        struct fake_dev * d = &g_devs[i];
         const bool cpu = i == n - 1;
-        d->name      = cpu ? "FCPU" : names[i];
-        d->type      = cpu ? GGML_BACKEND_DEVICE_TYPE_CPU : GGML_BACKEND_DEVICE_TYPE_GPU;
-        d->alignment = cpu ? 64 : 256;
-        d->host      = cpu;
         if (!cpu) {
-            d->unsupported[GGML_OP_ARGSORT] = true;
+            g_unsupported[i][GGML_OP_ARGSORT] = true;
             if (i == 1) {
-                d->unsupported[GGML_OP_ROPE] = true;
+                g_unsupported[i][GGML_OP_ROPE] = true;
             }
         }
-        d->buft.iface   = fake_buft_i;
-        d->buft.device  = &d->dev;
-        d->buft.context = d;
-        d->dev.iface    = fake_dev_i;
-        d->dev.reg      = &g_reg;
-        d->dev.context  = d;
-        d->guid[0] = (uint8_t) (0xf0 + i);
-        d->backend.guid    = &d->guid;
-        d->backend.iface   = fake_backend_i;
-        d->backend.device  = &d->dev;
-        d->backend.context = d;
+        struct fake_dev_desc desc = {
+            .name        = cpu ? "FCPU" : names[i],
+            .type        = cpu ? GGML_BACKEND_DEVICE_TYPE_CPU : GGML_BACKEND_DEVICE_TYPE_GPU,
+            .alignment   = cpu ? 64 : 256,
+            .host        = cpu,
+            .alloc       = FAKE_ALLOC_RESERVE,
+            .supports_op = dv_supports_op,
+            .offload_op  = dv_offload_op,
+            .on_compute  = be_count_nodes,
+        };
+        desc.guid[0] = (uint8_t) (0xf0 + i);
+        fake_reg_add(&g_reg, &desc);
     }
 }
 
@@ -417,17 +232,17 @@ static struct ggml_tensor * w1(struct ggml_context * c, int64_t a, const char * 
 }
 
 static int dev_of_layer(int il, int n_layer) {
-    return g_ndev == 2 ? 0 : (il < n_layer / 2 ? 0 : 1);
+    return g_reg.n_devs == 2 ? 0 : (il < n_layer / 2 ? 0 : 1);
 }
 
 static void alloc_weights(struct wctx * w) {
-    for (int d = 0; d < g_ndev; d++) {
+    for (int d = 0; d < g_reg.n_devs; d++) {
         if (w->ctx[d] && ggml_get_first_tensor(w->ctx[d])) {
-            ggml_backend_buffer_t b = ggml_backend_alloc_ctx_tensors_from_buft(w->ctx[d], &g_devs[d].buft);
+            ggml_backend_buffer_t b = ggml_backend_alloc_ctx_tensors_from_buft(w->ctx[d], &g_reg.devs[d].buft);
             ggml_backend_buffer_set_usage(b, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         }
         if (w->kv[d] && ggml_get_first_tensor(w->kv[d])) {
-            ggml_backend_alloc_ctx_tensors_from_buft(w->kv[d], &g_devs[d].buft);
+            ggml_backend_alloc_ctx_tensors_from_buft(w->kv[d], &g_reg.devs[d].buft);
         }
     }
 }
@@ -450,11 +265,11 @@ static void llama_make(struct llama_model * m, struct wctx * w, int n_layer) {
     m->n_layer = n_layer; m->n_embd = 576; m->n_head = 9; m->n_head_kv = 3; m->head_dim = 64;
     m->n_ff = 1536; m->n_vocab = 49152; m->n_ctx = 4096;
     m->layers = __libc_calloc((size_t) n_layer, sizeof(*m->layers));
-    for (int d = 0; d < g_ndev; d++) {
+    for (int d = 0; d < g_reg.n_devs; d++) {
         w->ctx[d] = new_meta_ctx(16 * (size_t) n_layer + 8);
         w->kv[d]  = new_meta_ctx(4 * (size_t) n_layer + 8);
     }
-    const int cpu = g_ndev - 1;
+    const int cpu = g_reg.n_devs - 1;
     const int last = dev_of_layer(n_layer - 1, n_layer);
     const int64_t E = m->n_embd, KV = (int64_t) m->n_head_kv * m->head_dim;
     m->tok_embd = ggml_new_tensor_2d(w->ctx[cpu], GGML_TYPE_Q4_1, E, m->n_vocab);
@@ -565,11 +380,11 @@ static void ds_make(struct ds_model * m, struct wctx * w, int n_layer) {
     m->vdim = 64; m->kv_lora = 256; m->n_expert = 64; m->n_used = 8; m->n_ff_exp = 512; m->n_ff = 2816;
     m->n_idx = 64; m->topk = 32; m->n_vocab = 32000; m->n_ctx = 2048;
     m->layers = __libc_calloc((size_t) n_layer, sizeof(*m->layers));
-    for (int d = 0; d < g_ndev; d++) {
+    for (int d = 0; d < g_reg.n_devs; d++) {
         w->ctx[d] = new_meta_ctx(24 * (size_t) n_layer + 8);
         w->kv[d]  = new_meta_ctx(4 * (size_t) n_layer + 8);
     }
-    const int cpu = g_ndev - 1;
+    const int cpu = g_reg.n_devs - 1;
     const int last = dev_of_layer(n_layer - 1, n_layer);
     const int64_t E = m->n_embd, H = m->n_head, QK = m->nope + m->rope;
     const enum ggml_type Q = GGML_TYPE_Q4_K;
@@ -865,7 +680,7 @@ int main(int argc, char ** argv) {
 
     ggml_backend_t backends[MAX_DEV];
     for (int i = 0; i < n_backends; i++) {
-        backends[i] = &g_devs[i].backend;
+        backends[i] = &g_reg.devs[i].backend;
     }
 
     // Setup: sched_new and the first allocation (which reserves the compute buffers).
@@ -983,7 +798,7 @@ int main(int argc, char ** argv) {
            g_computed_nodes / iters);
     printf("\"buffer_sizes\":[");
     for (int i = 0; i < n_backends; i++) {
-        printf("%s{\"backend\":\"%s\",\"bytes\":%zu}", i ? "," : "", g_devs[i].name, buf_size[i]);
+        printf("%s{\"backend\":\"%s\",\"bytes\":%zu}", i ? "," : "", g_reg.devs[i].desc.name, buf_size[i]);
     }
     printf("],\"ns\":{");
     print_summary("cycle", summarize(t_total, iters));

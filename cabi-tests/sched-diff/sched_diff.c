@@ -56,6 +56,8 @@
 #include "ggml-backend.h"
 #include "ggml.h"
 
+#include "fake_backend.h"
+
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -111,27 +113,24 @@ struct tdev {
     size_t        align;
     bool          reorder; // its graph_optimize reorders the nodes of its splits
 
-    struct ggml_backend_buffer_type buft;
-    struct ggml_backend_device      dev;
-    struct ggml_backend             backend;
+    struct fake_dev * fd; // its buffer type, device and backend (cabi-tests/common)
 };
 
-static struct tdev         g_devs[MAX_DEV];
-static int                 g_ndev;
-static struct ggml_backend_reg g_reg;
-static ggml_guid           g_guids[MAX_DEV];
+static struct tdev     g_devs[MAX_DEV];
+static int             g_ndev;
+static struct fake_reg g_reg;
 
 static bool is_view_op(enum ggml_op op) {
     return op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE || op == GGML_OP_TRANSPOSE;
 }
 
 static struct tdev * dev_of_buft(ggml_backend_buffer_type_t buft) {
-    for (int i = 0; i < g_ndev; i++) {
-        if (buft == &g_devs[i].buft) {
-            return &g_devs[i];
-        }
-    }
-    return NULL;
+    struct fake_dev * f = fake_dev_of_buft(&g_reg, buft);
+    return f ? (struct tdev *) f->desc.user : NULL;
+}
+
+static const struct tdev * tdev_of_backend(ggml_backend_t backend) {
+    return (const struct tdev *) fake_dev_of_backend(backend)->desc.user;
 }
 
 static bool tdev_supports_op_impl(const struct tdev * d, const struct ggml_tensor * op) {
@@ -151,7 +150,7 @@ static bool tdev_supports_op_impl(const struct tdev * d, const struct ggml_tenso
 }
 
 static bool tdev_supports_buft_impl(const struct tdev * d, ggml_backend_buffer_type_t buft) {
-    if (buft == &d->buft) {
+    if (buft == &d->fd->buft) {
         return true;
     }
     const struct tdev * o = dev_of_buft(buft);
@@ -164,138 +163,19 @@ static bool tdev_supports_buft_impl(const struct tdev * d, ggml_backend_buffer_t
     return (d->peer_mask & (1u << o->index)) != 0;
 }
 
-// buffers: plain host memory; every data transfer is logged
-
-struct tbuf {
-    void * mem;
-};
-
-static void tbuf_free(ggml_backend_buffer_t buffer) {
-    struct tbuf * t = (struct tbuf *) buffer->context;
-    free(t->mem);
-    free(t);
-}
-
-static void * tbuf_get_base(ggml_backend_buffer_t buffer) {
-    return ((struct tbuf *) buffer->context)->mem;
-}
+// buffers: plain host memory; every data transfer is logged (FAKE_ALLOC_HEAP, log)
 
 static const char * buf_name(ggml_backend_buffer_t buffer) {
     return buffer ? ggml_backend_buft_name(buffer->buft) : "-";
 }
 
-static void tbuf_memset(ggml_backend_buffer_t buffer, struct ggml_tensor * tensor, uint8_t value, size_t offset,
-                        size_t size) {
-    printf("  MEMSET %s %s %u %zu %zu\n", buf_name(buffer), tensor->name, (unsigned) value, offset, size);
-    memset((char *) tensor->data + offset, value, size);
-}
-
-static void tbuf_set(ggml_backend_buffer_t buffer, struct ggml_tensor * tensor, const void * data, size_t offset,
-                     size_t size) {
-    printf("  SET %s %s %zu %zu\n", buf_name(buffer), tensor->name, offset, size);
-    memcpy((char *) tensor->data + offset, data, size);
-}
-
-static void tbuf_get(ggml_backend_buffer_t buffer, const struct ggml_tensor * tensor, void * data, size_t offset,
-                     size_t size) {
-    printf("  GET %s %s %zu %zu\n", buf_name(buffer), tensor->name, offset, size);
-    memcpy(data, (const char *) tensor->data + offset, size);
-}
-
-static bool tbuf_cpy(ggml_backend_buffer_t buffer, const struct ggml_tensor * src, struct ggml_tensor * dst) {
-    if (src->buffer == NULL || dev_of_buft(src->buffer->buft) == NULL) {
-        return false;
-    }
-    printf("  CPY %s %s -> %s %s\n", buf_name(src->buffer), src->name, buf_name(buffer), dst->name);
-    memcpy(dst->data, src->data, ggml_nbytes(src));
-    return true;
-}
-
-static void tbuf_clear(ggml_backend_buffer_t buffer, uint8_t value) {
-    printf("  CLEAR %s %u\n", buf_name(buffer), (unsigned) value);
-    memset(((struct tbuf *) buffer->context)->mem, value, buffer->size);
-}
-
-static const struct ggml_backend_buffer_i tbuf_iface = {
-    /* .free_buffer   = */ tbuf_free,
-    /* .get_base      = */ tbuf_get_base,
-    /* .init_tensor   = */ NULL,
-    /* .memset_tensor = */ tbuf_memset,
-    /* .set_tensor    = */ tbuf_set,
-    /* .get_tensor    = */ tbuf_get,
-    /* .set_tensor_2d = */ NULL,
-    /* .get_tensor_2d = */ NULL,
-    /* .cpy_tensor    = */ tbuf_cpy,
-    /* .clear         = */ tbuf_clear,
-    /* .reset         = */ NULL,
-};
-
-// buffer types
-
-static const char * tbuft_get_name(ggml_backend_buffer_type_t buft) {
-    return ((struct tdev *) buft->context)->buft_name;
-}
-
-static ggml_backend_buffer_t tbuft_alloc_buffer(ggml_backend_buffer_type_t buft, size_t size) {
-    struct tdev * d     = (struct tdev *) buft->context;
-    size_t        alloc = (size + d->align - 1) / d->align * d->align;
-    struct tbuf * t     = (struct tbuf *) malloc(sizeof(*t));
-    if (t == NULL) {
-        return NULL;
-    }
-    t->mem = aligned_alloc(d->align, alloc);
-    if (t->mem == NULL) {
-        free(t);
-        return NULL;
-    }
-    printf("  ALLOCBUF %s %zu\n", d->buft_name, size);
-    return ggml_backend_buffer_init(buft, tbuf_iface, t, size);
-}
-
-static size_t tbuft_get_alignment(ggml_backend_buffer_type_t buft) {
-    return ((struct tdev *) buft->context)->align;
-}
-
-static bool tbuft_is_host(ggml_backend_buffer_type_t buft) {
-    return ((struct tdev *) buft->context)->buft_host;
-}
-
-static const struct ggml_backend_buffer_type_i tbuft_iface = {
-    /* .get_name       = */ tbuft_get_name,
-    /* .alloc_buffer   = */ tbuft_alloc_buffer,
-    /* .get_alignment  = */ tbuft_get_alignment,
-    /* .get_max_size   = */ NULL,
-    /* .get_alloc_size = */ NULL,
-    /* .is_host        = */ tbuft_is_host,
-};
-
-// backends: compute nothing, log what they are asked to run
-
-static const char * tbe_get_name(ggml_backend_t backend) {
-    return ((struct tdev *) backend->context)->name;
-}
-
-static void tbe_free(ggml_backend_t backend) {
-    (void) backend; // static storage
-}
-
-static enum ggml_status tbe_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph) {
-    int n = ggml_graph_n_nodes(cgraph);
-    printf("  RUN %s %d:", tbe_get_name(backend), n);
-    for (int i = 0; i < n; i++) {
-        printf(" %s", ggml_graph_node(cgraph, i)->name);
-    }
-    printf("\n");
-    return GGML_STATUS_SUCCESS;
-}
+// backends: compute nothing, log what they are asked to run (log)
 
 // Some devices reorder their splits in graph_optimize, as Vulkan and Metal do: in place,
 // pairwise, adjacent nodes where the second does not read the first swap places. The
 // scheduler must then find each node's backend by the node, not by its old position.
-static void tbe_graph_optimize(ggml_backend_t backend, struct ggml_cgraph * cgraph,
-                               struct ggml_backend_graph_optimize_params * params) {
-    (void) backend;
-    (void) params;
+static void tbe_graph_optimize(const struct fake_dev * dev, struct ggml_cgraph * cgraph) {
+    (void) dev;
     struct ggml_tensor ** nodes = ggml_graph_nodes(cgraph);
     int                   n     = ggml_graph_n_nodes(cgraph);
     for (int i = 0; i + 1 < n; i += 2) {
@@ -312,107 +192,19 @@ static void tbe_graph_optimize(ggml_backend_t backend, struct ggml_cgraph * cgra
     }
 }
 
-static const struct ggml_backend_i tbe_iface = {
-    /* .get_name            = */ tbe_get_name,
-    /* .free                = */ tbe_free,
-    /* .set_tensor_async    = */ NULL,
-    /* .get_tensor_async    = */ NULL,
-    /* .set_tensor_2d_async = */ NULL,
-    /* .get_tensor_2d_async = */ NULL,
-    /* .cpy_tensor_async    = */ NULL,
-    /* .synchronize         = */ NULL,
-    /* .graph_plan_create   = */ NULL,
-    /* .graph_plan_free     = */ NULL,
-    /* .graph_plan_update   = */ NULL,
-    /* .graph_plan_compute  = */ NULL,
-    /* .graph_compute       = */ tbe_graph_compute,
-    /* .event_record        = */ NULL,
-    /* .event_wait          = */ NULL,
-    /* .graph_optimize      = */ NULL,
-};
+// devices: the fake device's callbacks, answered from the drawn capabilities
 
-// devices
-
-static const char * tdev_get_name(ggml_backend_dev_t dev) {
-    return ((struct tdev *) dev->context)->name;
+static bool tdev_supports_op(const struct fake_dev * dev, const struct ggml_tensor * op) {
+    return tdev_supports_op_impl((const struct tdev *) dev->desc.user, op);
 }
 
-static const char * tdev_get_description(ggml_backend_dev_t dev) {
-    return ((struct tdev *) dev->context)->is_cpu ? "sched-diff CPU-like test device" : "sched-diff test device";
+static bool tdev_supports_buft(const struct fake_dev * dev, ggml_backend_buffer_type_t buft) {
+    return tdev_supports_buft_impl((const struct tdev *) dev->desc.user, buft);
 }
 
-static void tdev_get_memory(ggml_backend_dev_t dev, size_t * free_mem, size_t * total) {
-    (void) dev;
-    *free_mem = (size_t) 1 << 30;
-    *total    = (size_t) 1 << 30;
-}
-
-static enum ggml_backend_dev_type tdev_get_type(ggml_backend_dev_t dev) {
-    return ((struct tdev *) dev->context)->is_cpu ? GGML_BACKEND_DEVICE_TYPE_CPU : GGML_BACKEND_DEVICE_TYPE_GPU;
-}
-
-static void tdev_get_props(ggml_backend_dev_t dev, struct ggml_backend_dev_props * props) {
-    memset(props, 0, sizeof(*props));
-    props->name        = tdev_get_name(dev);
-    props->description = tdev_get_description(dev);
-    tdev_get_memory(dev, &props->memory_free, &props->memory_total);
-    props->type      = tdev_get_type(dev);
-    props->device_id = NULL;
-}
-
-static ggml_backend_t tdev_init_backend(ggml_backend_dev_t dev, const char * params) {
-    (void) params;
-    return &((struct tdev *) dev->context)->backend;
-}
-
-static ggml_backend_buffer_type_t tdev_get_buffer_type(ggml_backend_dev_t dev) {
-    return &((struct tdev *) dev->context)->buft;
-}
-
-static bool tdev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor * op) {
-    return tdev_supports_op_impl((const struct tdev *) dev->context, op);
-}
-
-static bool tdev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {
-    return tdev_supports_buft_impl((const struct tdev *) dev->context, buft);
-}
-
-static bool tdev_offload_op(ggml_backend_dev_t dev, const struct ggml_tensor * op) {
-    const struct tdev * d = (const struct tdev *) dev->context;
+static bool tdev_offload_op(const struct fake_dev * dev, const struct ggml_tensor * op) {
+    const struct tdev * d = (const struct tdev *) dev->desc.user;
     return d->offload[op->op] && op->ne[1] >= d->offload_min_rows;
-}
-
-static const struct ggml_backend_device_i tdev_iface_base = {
-    /* .get_name             = */ tdev_get_name,
-    /* .get_description      = */ tdev_get_description,
-    /* .get_memory           = */ tdev_get_memory,
-    /* .get_type             = */ tdev_get_type,
-    /* .get_props            = */ tdev_get_props,
-    /* .init_backend         = */ tdev_init_backend,
-    /* .get_buffer_type      = */ tdev_get_buffer_type,
-    /* .get_host_buffer_type = */ NULL,
-    /* .buffer_from_host_ptr = */ NULL,
-    /* .supports_op          = */ tdev_supports_op,
-    /* .supports_buft        = */ tdev_supports_buft,
-    /* .offload_op           = */ NULL,
-    /* .event_new            = */ NULL,
-    /* .event_free           = */ NULL,
-    /* .event_synchronize    = */ NULL,
-};
-
-static const char * treg_get_name(ggml_backend_reg_t reg) {
-    (void) reg;
-    return "SCHED_DIFF";
-}
-
-static size_t treg_get_device_count(ggml_backend_reg_t reg) {
-    (void) reg;
-    return (size_t) g_ndev;
-}
-
-static ggml_backend_dev_t treg_get_device(ggml_backend_reg_t reg, size_t index) {
-    (void) reg;
-    return index < (size_t) g_ndev ? &g_devs[index].dev : NULL;
 }
 
 // ops the generator can emit; devices draw their support from this list
@@ -428,13 +220,7 @@ static void setup_devices(rng_t * r, int n) {
 
     memset(g_devs, 0, sizeof(g_devs));
     g_ndev = n;
-
-    g_reg.api_version           = GGML_BACKEND_API_VERSION;
-    g_reg.iface.get_name        = treg_get_name;
-    g_reg.iface.get_device_count = treg_get_device_count;
-    g_reg.iface.get_device      = treg_get_device;
-    g_reg.iface.get_proc_address = NULL;
-    g_reg.context               = NULL;
+    fake_reg_init(&g_reg, "SCHED_DIFF");
 
     for (int i = 0; i < n; i++) {
         struct tdev * d = &g_devs[i];
@@ -476,31 +262,29 @@ static void setup_devices(rng_t * r, int n) {
             d->buft_host = true;
         }
         d->align = aligns[rng_int(r, 0, 4)];
-
-        d->buft.iface   = tbuft_iface;
-        d->buft.device  = &d->dev;
-        d->buft.context = d;
-
-        d->dev.iface = tdev_iface_base;
-        if (d->has_offload) {
-            d->dev.iface.offload_op = tdev_offload_op;
-        }
-        d->dev.reg     = &g_reg;
-        d->dev.context = d;
-
-        memset(g_guids[i], 0, sizeof(g_guids[i]));
-        g_guids[i][0]     = 0x5d;
-        g_guids[i][1]     = (uint8_t) i;
-        d->backend.guid   = &g_guids[i];
         // Read from the generator's state without drawing, so that every other choice of a
         // seed stays what it was before reordering devices existed.
-        d->reorder        = !d->is_cpu && (r->s >> 17) % 3 == 0;
-        d->backend.iface  = tbe_iface;
-        if (d->reorder) {
-            d->backend.iface.graph_optimize = tbe_graph_optimize;
-        }
-        d->backend.device = &d->dev;
-        d->backend.context = d;
+        d->reorder = !d->is_cpu && (r->s >> 17) % 3 == 0;
+
+        struct fake_dev_desc desc = {
+            .name           = d->name,
+            .buft_name      = d->buft_name,
+            .description    = d->is_cpu ? "sched-diff CPU-like test device" : "sched-diff test device",
+            .type           = d->is_cpu ? GGML_BACKEND_DEVICE_TYPE_CPU : GGML_BACKEND_DEVICE_TYPE_GPU,
+            .alignment      = d->align,
+            .host           = d->buft_host,
+            .memory         = (size_t) 1 << 30,
+            .alloc          = FAKE_ALLOC_HEAP,
+            .log            = true,
+            .supports_op    = tdev_supports_op,
+            .supports_buft  = tdev_supports_buft,
+            .offload_op     = d->has_offload ? tdev_offload_op : NULL,
+            .graph_optimize = d->reorder ? tbe_graph_optimize : NULL,
+            .user           = d,
+        };
+        desc.guid[0] = 0x5d;
+        desc.guid[1] = (uint8_t) i;
+        d->fd        = fake_reg_add(&g_reg, &desc);
     }
 }
 
@@ -622,7 +406,7 @@ static struct ggml_tensor * new_pre(struct gen * g, enum ggml_type type, const i
     struct ggml_context *   ctx = ggml_init(p);
     struct ggml_tensor *    t   = ggml_new_tensor(ctx, type, 4, ne);
     ggml_format_name(t, "%c%d", usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS ? 'w' : 'c', g->counter++);
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, &g_devs[dev].buft);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, &g_devs[dev].fd->buft);
     if (buf == NULL) {
         printf("PREFAIL %s\n", t->name);
         ggml_free(ctx);
@@ -647,7 +431,7 @@ static int writable_dev(struct gen * g, enum ggml_op op) {
     for (int d = 0; d < g_ndev; d++) {
         bool ok = false;
         for (int b = 0; b < g_ndev && !ok; b++) {
-            ok = tdev_supports_buft_impl(&g_devs[b], &g_devs[d].buft) &&
+            ok = tdev_supports_buft_impl(&g_devs[b], &g_devs[d].fd->buft) &&
                  (g_devs[b].is_cpu || g_devs[b].sup[op] == SUP_YES);
         }
         if (ok) {
@@ -1195,7 +979,7 @@ static struct gen * build_graph(uint64_t seed, int variant, struct ggml_cgraph *
 
 static void apply_user(struct gen * g, ggml_backend_sched_t sched) {
     for (int u = 0; u < g->nuser; u++) {
-        ggml_backend_sched_set_tensor_backend(sched, g->user_node[u], &g_devs[g->user_dev[u]].backend);
+        ggml_backend_sched_set_tensor_backend(sched, g->user_node[u], &g_devs[g->user_dev[u]].fd->backend);
     }
 }
 
@@ -1298,7 +1082,7 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
         const char *         rule   = "unknown";
         const char *         alloc  = "none";
         if (nb != NULL && root->buffer != NULL) {
-            bool can = tdev_supports_buft_impl((const struct tdev *) nb->context, root->buffer->buft);
+            bool can = tdev_supports_buft_impl(tdev_of_backend(nb), root->buffer->buft);
             bool pre = ggml_backend_buffer_get_usage(root->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE;
             // ggml-alloc may place a node over a parent's memory in another backend's buffer
             bool reused = !pre && rb != NULL && root->buffer->buft != ggml_backend_sched_get_buffer_type(sched, rb);
@@ -1311,7 +1095,7 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
             ggml_backend_buffer_type_t sbuft =
                 pre ? root->buffer->buft : rb ? ggml_backend_sched_get_buffer_type(sched, rb) : NULL;
             if (sbuft != NULL) {
-                bool scan = tdev_supports_buft_impl((const struct tdev *) nb->context, sbuft);
+                bool scan = tdev_supports_buft_impl(tdev_of_backend(nb), sbuft);
                 bool ok   = pre ? scan : (nb == rb || (scan && ggml_backend_buft_is_host(sbuft)));
                 rule      = ok ? "ok" : "violated";
             }
@@ -1358,7 +1142,7 @@ static void run_seed(uint64_t seed, uint64_t perturb, const char * crash_seed) {
 
     ggml_backend_t backends[MAX_DEV];
     for (int i = 0; i < n_backends; i++) {
-        backends[i] = &g_devs[i].backend;
+        backends[i] = &g_devs[i].fd->backend;
     }
     ggml_backend_sched_t sched = ggml_backend_sched_new(backends, NULL, n_backends, GRAPH_SIZE, parallel, op_offload);
     if (use_cb) {

@@ -17,8 +17,24 @@ pub fn compile(
     args: &[&str],
     libs: &[&std::ffi::OsStr],
 ) -> Result<PathBuf> {
-    if let Err(e) = fs::metadata(src) {
-        bail!("{}: {e}", src.display());
+    compile_sources(&[src], out, includes, args, libs)
+}
+
+/// [`compile`] for a program of several C files (`srcs[0]` is the one errors name).
+pub fn compile_sources(
+    srcs: &[&Path],
+    out: &Path,
+    includes: &[PathBuf],
+    args: &[&str],
+    libs: &[&std::ffi::OsStr],
+) -> Result<PathBuf> {
+    let Some(src) = srcs.first() else {
+        bail!("no C source to compile into {}", out.display());
+    };
+    for s in srcs {
+        if let Err(e) = fs::metadata(s) {
+            bail!("{}: {e}", s.display());
+        }
     }
     if let Some(dir) = out.parent() {
         fs::create_dir_all(dir)?;
@@ -38,7 +54,7 @@ pub fn compile(
     for dir in includes {
         cmd.arg("-I").arg(dir);
     }
-    cmd.arg(src).arg("-o").arg(out).args(libs);
+    cmd.args(srcs).arg("-o").arg(out).args(libs);
     let status = cmd.status().with_context(|| format!("running {cc}"))?;
     if !status.success() {
         bail!("compiling {} failed ({status})", src.display());

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 /// Calls of one scheduler function in one process.
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
 pub struct Counter {
+    /// Calls made.
     pub calls: i64,
     /// Total wall time inside the function, ns.
     pub ns: i64,
@@ -34,7 +35,9 @@ impl Counter {
 pub struct ProbeStats {
     /// The libggml-base file the calls went to.
     pub lib: String,
+    /// `ggml_backend_sched_alloc_graph`.
     pub alloc_graph: Counter,
+    /// `ggml_backend_sched_reserve`.
     pub reserve: Counter,
     /// `ggml_backend_sched_reset` (nodes 0); absent from lines of older probes.
     #[serde(default)]

@@ -99,18 +99,27 @@ pub struct Run {
     pub heap: Heap,
 }
 
-/// Compiles the C program into `<out>/sched-bench` ([`crate::cbuild::compile`]): headers from
-/// the pinned tree (`ggml/include`, `ggml/src`), linked to `<stock_lib_dir>/libggml-base.so.0`.
+/// Compiles the C program into `<out>/sched-bench` ([`crate::cbuild::compile_sources`]), with the
+/// shared fake backend (`cabi-tests/common`): headers from the pinned tree (`ggml/include`,
+/// `ggml/src`), linked to `<stock_lib_dir>/libggml-base.so.0`.
 pub fn build_program(
     ws: &Path,
     upstream: &Path,
     stock_lib_dir: &Path,
     out: &Path,
 ) -> Result<PathBuf> {
-    crate::cbuild::compile(
-        &ws.join("cabi-tests/sched-bench/sched_bench.c"),
+    let common = ws.join("cabi-tests/common");
+    crate::cbuild::compile_sources(
+        &[
+            &ws.join("cabi-tests/sched-bench/sched_bench.c"),
+            &common.join("fake_backend.c"),
+        ],
         &out.join("sched-bench"),
-        &[upstream.join("ggml/include"), upstream.join("ggml/src")],
+        &[
+            upstream.join("ggml/include"),
+            upstream.join("ggml/src"),
+            common,
+        ],
         &[],
         &[
             "-L".as_ref(),

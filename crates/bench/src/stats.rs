@@ -8,10 +8,16 @@ use serde::Serialize;
 pub struct Summary {
     /// Number of values summarized.
     pub n: usize,
+    /// The 50th percentile, in the sample's unit (ns, tokens/s or a ratio: the field that
+    /// holds the summary says which).
     pub median: f64,
+    /// The smallest value.
     pub min: f64,
+    /// The largest value.
     pub max: f64,
+    /// The 25th percentile.
     pub p25: f64,
+    /// The 75th percentile.
     pub p75: f64,
 }
 

@@ -70,9 +70,15 @@ impl Arm {
 }
 
 /// Compiles `src` with the flags the brief fixes (C11, `-Wall -Wextra -Wpedantic -Werror`)
-/// against the pinned headers, linked against `link_dir/libggml-base.so.0`, into
-/// `work/sched_diff`. The compiler is `$CC` or `cc`.
+/// against the pinned headers, together with the shared fake backend
+/// (`cabi-tests/common/fake_backend.c`, found beside `src`'s directory), linked against
+/// `link_dir/libggml-base.so.0`, into `work/sched_diff`. The compiler is `$CC` or `cc`.
 pub fn compile(src: &Path, ggml_dir: &Path, link_dir: &Path, work: &Path) -> Result<Program> {
+    let common = src
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."))
+        .join("common");
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
     let exe = work.join("sched_diff");
     let tmp = work.join(format!("sched_diff.tmp{}", std::process::id()));
@@ -89,7 +95,9 @@ pub fn compile(src: &Path, ggml_dir: &Path, link_dir: &Path, work: &Path) -> Res
         ])
         .arg(format!("-I{}", ggml_dir.join("include").display()))
         .arg(format!("-I{}", ggml_dir.join("src").display()))
+        .arg(format!("-I{}", common.display()))
         .arg(src)
+        .arg(common.join("fake_backend.c"))
         .arg("-o")
         .arg(&tmp)
         .arg(format!("-L{}", link_dir.display()))
