@@ -28,10 +28,15 @@ impl Config {
 /// A distribution of per-iteration times inside one process, nanoseconds.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize)]
 pub struct Dist {
+    /// Median over the process's iterations, ns.
     pub median: i64,
+    /// Fastest iteration, ns.
     pub min: i64,
+    /// Slowest iteration, ns.
     pub max: i64,
+    /// 25th percentile, ns.
     pub p25: i64,
+    /// 75th percentile, ns.
     pub p75: i64,
 }
 
@@ -53,8 +58,11 @@ pub struct Phases {
 /// Heap traffic in one measured window (bytes are `malloc_usable_size` bytes).
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 pub struct HeapWindow {
+    /// `malloc`-family calls inside the window.
     pub allocs: i64,
+    /// `free` calls inside the window.
     pub frees: i64,
+    /// Bytes requested by those allocations, in total.
     pub bytes: i64,
     /// Highest live-byte count above the window's start.
     pub peak: i64,
@@ -66,17 +74,24 @@ pub struct HeapWindow {
 /// `split_graph`, one full cycle and one `reserve` (each the iteration with the highest peak).
 #[derive(Debug, Clone, Copy, Deserialize, Serialize)]
 pub struct Heap {
+    /// `ggml_backend_sched_new`.
     pub sched_new: HeapWindow,
+    /// The first `alloc_graph`, which reserves the compute buffers.
     pub first_alloc: HeapWindow,
+    /// One `split_graph`.
     pub split_graph: HeapWindow,
+    /// One full cycle (reset, alloc_graph, graph_compute).
     pub cycle: HeapWindow,
+    /// One `ggml_backend_sched_reserve`.
     pub reserve: HeapWindow,
 }
 
 /// A compute buffer size the scheduler reported for one backend.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 pub struct BufferSize {
+    /// The backend's name (`FAKE0`, `FCPU`, ...).
     pub backend: String,
+    /// Its compute buffer, bytes (`ggml_backend_sched_get_buffer_size`).
     pub bytes: u64,
 }
 
@@ -85,17 +100,29 @@ pub struct BufferSize {
 pub struct Run {
     /// The libggml-base file the process actually mapped (resolved with `dladdr`).
     pub lib: String,
+    /// The benchmark graph (`smollm2`, `deepseek`).
     pub graph: String,
+    /// Backends the scheduler was made with (the fake devices, CPU last).
     pub backends: u32,
+    /// Tokens in the graph's batch.
     pub tokens: u32,
+    /// Nodes of the graph.
     pub nodes: u32,
+    /// Leafs of the graph.
     pub leafs: u32,
+    /// Splits the scheduler made.
     pub splits: u32,
+    /// Split-input copies the scheduler made.
     pub copies: u32,
+    /// Timed iterations.
     pub iters: u32,
+    /// Iterations inside the callgrind-instrumented section (0 outside callgrind).
     pub callgrind_iters: u32,
+    /// Compute buffer size per backend after the run.
     pub buffer_sizes: Vec<BufferSize>,
+    /// Per-iteration times of each phase.
     pub ns: Phases,
+    /// Heap traffic of each window.
     pub heap: Heap,
 }
 
@@ -191,9 +218,9 @@ fn parse(output: &std::process::Output, cfg: &Config, arm: &Arm) -> Result<Run> 
 pub struct Callgrind {
     /// Instructions executed per cycle (total Ir of the instrumented section / iterations).
     pub ir_per_cycle: u64,
-    /// The callgrind output file.
     /// Iterations instrumented (the annotated counts are totals over these).
     pub iters: u32,
+    /// The callgrind output file.
     pub out_file: PathBuf,
     /// The top functions by self cost (from `callgrind_annotate`), as printed.
     pub top: Vec<String>,
