@@ -112,11 +112,11 @@ pub struct Run {
     pub leafs: u32,
     /// Splits the scheduler made.
     pub splits: u32,
-    /// Split-input copies the scheduler made.
+    /// Pipeline copies of the scheduler (`ggml_backend_sched_get_n_copies`: 1 without `parallel`).
     pub copies: u32,
     /// Timed iterations.
     pub iters: u32,
-    /// Iterations inside the callgrind-instrumented section (0 outside callgrind).
+    /// Iterations inside the callgrind-instrumented section (0 when not run under callgrind).
     pub callgrind_iters: u32,
     /// Compute buffer size per backend after the run.
     pub buffer_sizes: Vec<BufferSize>,
