@@ -19,7 +19,7 @@ use crate::buffer_type::{
     ggml_backend_buft_get_alignment, ggml_backend_buft_get_alloc_size,
     ggml_backend_buft_get_max_size, ggml_backend_buft_is_host, ggml_backend_buft_name,
 };
-use crate::ffi::{self, boundary, non_null, non_null_mut};
+use crate::ffi::{self, export, non_null, non_null_mut};
 use crate::iface::required;
 use crate::multi_buffer::{
     ggml_backend_buffer_is_multi_buffer, ggml_backend_multi_buffer_set_usage,
@@ -37,21 +37,20 @@ pub(crate) unsafe fn buffer_ref<'a>(
     unsafe { non_null(buffer, func, "buffer") }
 }
 
-/// Creates a buffer of type `buft` over the backend's `context`, `size` bytes, usage "any"
-/// (stock `ggml_backend_buffer_init`). Backends call this from their `alloc_buffer`. The
-/// caller owns the result; free it with [`ggml_backend_buffer_free`], which hands `context`
-/// back to `iface.free_buffer`.
-///
-/// # Safety
-/// `iface`'s callbacks must accept the returned buffer and `context`.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_init(
-    buft: ggml_backend_buffer_type_t,
-    iface: ggml_backend_buffer_i,
-    context: *mut c_void,
-    size: usize,
-) -> ggml_backend_buffer_t {
-    boundary("ggml_backend_buffer_init", || {
+export! {
+    /// Creates a buffer of type `buft` over the backend's `context`, `size` bytes, usage "any"
+    /// (stock `ggml_backend_buffer_init`). Backends call this from their `alloc_buffer`. The
+    /// caller owns the result; free it with [`ggml_backend_buffer_free`], which hands `context`
+    /// back to `iface.free_buffer`.
+    ///
+    /// # Safety
+    /// `iface`'s callbacks must accept the returned buffer and `context`.
+    pub unsafe fn ggml_backend_buffer_init(
+        buft: ggml_backend_buffer_type_t,
+        iface: ggml_backend_buffer_i,
+        context: *mut c_void,
+        size: usize,
+    ) -> ggml_backend_buffer_t {
         Box::into_raw(Box::new(ggml_backend_buffer {
             iface,
             buft,
@@ -59,31 +58,28 @@ pub unsafe extern "C" fn ggml_backend_buffer_init(
             size,
             usage: GGML_BACKEND_BUFFER_USAGE_ANY,
         }))
-    })
+    }
 }
 
-/// The name of the buffer's type (stock `ggml_backend_buffer_name`). Aborts on NULL.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_name(buffer: ggml_backend_buffer_t) -> *const c_char {
-    const F: &str = "ggml_backend_buffer_name";
-    // SAFETY: caller contract; the buffer's type is live while the buffer is.
-    boundary(F, || unsafe {
-        ggml_backend_buft_name(buffer_ref(buffer, F).buft)
-    })
+export! {
+    /// The name of the buffer's type (stock `ggml_backend_buffer_name`). Aborts on NULL.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_name(buffer: ggml_backend_buffer_t) -> *const c_char {
+        // SAFETY: caller contract; the buffer's type is live while the buffer is.
+        unsafe { ggml_backend_buft_name(buffer_ref(buffer, F).buft) }
+    }
 }
 
-/// Frees `buffer`: the backend's `free_buffer` first (when it has one), then the struct
-/// itself (stock `ggml_backend_buffer_free`). NULL is a no-op.
-///
-/// # Safety
-/// `buffer` must be NULL or a live buffer made by [`ggml_backend_buffer_init`], not used
-/// afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_free(buffer: ggml_backend_buffer_t) {
-    boundary("ggml_backend_buffer_free", || {
+export! {
+    /// Frees `buffer`: the backend's `free_buffer` first (when it has one), then the struct
+    /// itself (stock `ggml_backend_buffer_free`). NULL is a no-op.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or a live buffer made by [`ggml_backend_buffer_init`], not used
+    /// afterwards.
+    pub unsafe fn ggml_backend_buffer_free(buffer: ggml_backend_buffer_t) {
         if buffer.is_null() {
             return;
         }
@@ -95,32 +91,28 @@ pub unsafe extern "C" fn ggml_backend_buffer_free(buffer: ggml_backend_buffer_t)
         // SAFETY: the struct was allocated by Box in ggml_backend_buffer_init and is not used
         // again.
         drop(unsafe { Box::from_raw(buffer) });
-    })
+    }
 }
 
-/// The buffer's size in bytes (stock `ggml_backend_buffer_get_size`). Aborts on NULL.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_get_size(buffer: ggml_backend_buffer_t) -> usize {
-    const F: &str = "ggml_backend_buffer_get_size";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe { buffer_ref(buffer, F) }.size)
+export! {
+    /// The buffer's size in bytes (stock `ggml_backend_buffer_get_size`). Aborts on NULL.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_get_size(buffer: ggml_backend_buffer_t) -> usize {
+        // SAFETY: caller contract.
+        unsafe { buffer_ref(buffer, F) }.size
+    }
 }
 
-/// The buffer's base address (stock `ggml_backend_buffer_get_base`): NULL for a zero-sized
-/// buffer (unless it is a meta buffer) and for one without `get_base` (a multi-buffer);
-/// otherwise the backend's answer, which must not be NULL (abort). Aborts on a NULL buffer.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_get_base(
-    buffer: ggml_backend_buffer_t,
-) -> *mut c_void {
-    const F: &str = "ggml_backend_buffer_get_base";
-    boundary(F, || {
+export! {
+    /// The buffer's base address (stock `ggml_backend_buffer_get_base`): NULL for a zero-sized
+    /// buffer (unless it is a meta buffer) and for one without `get_base` (a multi-buffer);
+    /// otherwise the backend's answer, which must not be NULL (abort). Aborts on a NULL buffer.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_get_base(buffer: ggml_backend_buffer_t) -> *mut c_void {
         // SAFETY: caller contract.
         let b = unsafe { buffer_ref(buffer, F) };
         // SAFETY: `buffer` is live; the meta check only compares its interface.
@@ -136,22 +128,20 @@ pub unsafe extern "C" fn ggml_backend_buffer_get_base(
             ffi::fatal(F, "backend buffer base cannot be NULL");
         }
         base
-    })
+    }
 }
 
-/// Lets the buffer's backend initialise `tensor` once it has an address in `buffer` (stock
-/// `ggml_backend_buffer_init_tensor`); success when the backend needs nothing. Aborts on a
-/// NULL buffer.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer; `tensor` must point to a live tensor.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_init_tensor(
-    buffer: ggml_backend_buffer_t,
-    tensor: *mut ggml_tensor,
-) -> ggml_status {
-    const F: &str = "ggml_backend_buffer_init_tensor";
-    boundary(F, || {
+export! {
+    /// Lets the buffer's backend initialise `tensor` once it has an address in `buffer` (stock
+    /// `ggml_backend_buffer_init_tensor`); success when the backend needs nothing. Aborts on a
+    /// NULL buffer.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer; `tensor` must point to a live tensor.
+    pub unsafe fn ggml_backend_buffer_init_tensor(
+        buffer: ggml_backend_buffer_t,
+        tensor: *mut ggml_tensor,
+    ) -> ggml_status {
         // SAFETY: caller contract.
         let b = unsafe { buffer_ref(buffer, F) };
         match b.iface.init_tensor {
@@ -159,18 +149,16 @@ pub unsafe extern "C" fn ggml_backend_buffer_init_tensor(
             Some(f) => unsafe { f(buffer, tensor) },
             None => GGML_STATUS_SUCCESS,
         }
-    })
+    }
 }
 
-/// Sets every byte of the buffer to `value` (stock `ggml_backend_buffer_clear`); nothing for a
-/// zero-sized buffer. Aborts on NULL.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_clear(buffer: ggml_backend_buffer_t, value: u8) {
-    const F: &str = "ggml_backend_buffer_clear";
-    boundary(F, || {
+export! {
+    /// Sets every byte of the buffer to `value` (stock `ggml_backend_buffer_clear`); nothing for a
+    /// zero-sized buffer. Aborts on NULL.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_clear(buffer: ggml_backend_buffer_t, value: u8) {
         // SAFETY: caller contract.
         let b = unsafe { buffer_ref(buffer, F) };
         if b.size == 0 {
@@ -178,77 +166,67 @@ pub unsafe extern "C" fn ggml_backend_buffer_clear(buffer: ggml_backend_buffer_t
         }
         // SAFETY: the backend's callback, called with its own buffer.
         unsafe { required(b.iface.clear, F, "clear")(buffer, value) }
-    })
+    }
 }
 
-/// The alignment of the buffer's type (stock `ggml_backend_buffer_get_alignment`).
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_get_alignment(buffer: ggml_backend_buffer_t) -> usize {
-    const F: &str = "ggml_backend_buffer_get_alignment";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe {
-        ggml_backend_buft_get_alignment(buffer_ref(buffer, F).buft)
-    })
+export! {
+    /// The alignment of the buffer's type (stock `ggml_backend_buffer_get_alignment`).
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_get_alignment(buffer: ggml_backend_buffer_t) -> usize {
+        // SAFETY: caller contract.
+        unsafe { ggml_backend_buft_get_alignment(buffer_ref(buffer, F).buft) }
+    }
 }
 
-/// The max size of the buffer's type (stock `ggml_backend_buffer_get_max_size`).
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_get_max_size(buffer: ggml_backend_buffer_t) -> usize {
-    const F: &str = "ggml_backend_buffer_get_max_size";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe {
-        ggml_backend_buft_get_max_size(buffer_ref(buffer, F).buft)
-    })
+export! {
+    /// The max size of the buffer's type (stock `ggml_backend_buffer_get_max_size`).
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_get_max_size(buffer: ggml_backend_buffer_t) -> usize {
+        // SAFETY: caller contract.
+        unsafe { ggml_backend_buft_get_max_size(buffer_ref(buffer, F).buft) }
+    }
 }
 
-/// Bytes `tensor` needs in the buffer's type (stock `ggml_backend_buffer_get_alloc_size`).
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer; `tensor` must point to a live tensor.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_get_alloc_size(
-    buffer: ggml_backend_buffer_t,
-    tensor: *const ggml_tensor,
-) -> usize {
-    const F: &str = "ggml_backend_buffer_get_alloc_size";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe {
-        ggml_backend_buft_get_alloc_size(buffer_ref(buffer, F).buft, tensor)
-    })
+export! {
+    /// Bytes `tensor` needs in the buffer's type (stock `ggml_backend_buffer_get_alloc_size`).
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer; `tensor` must point to a live tensor.
+    pub unsafe fn ggml_backend_buffer_get_alloc_size(
+        buffer: ggml_backend_buffer_t,
+        tensor: *const ggml_tensor,
+    ) -> usize {
+        // SAFETY: caller contract.
+        unsafe { ggml_backend_buft_get_alloc_size(buffer_ref(buffer, F).buft, tensor) }
+    }
 }
 
-/// Whether the buffer's type is host memory (stock `ggml_backend_buffer_is_host`).
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_is_host(buffer: ggml_backend_buffer_t) -> bool {
-    const F: &str = "ggml_backend_buffer_is_host";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe {
-        ggml_backend_buft_is_host(buffer_ref(buffer, F).buft)
-    })
+export! {
+    /// Whether the buffer's type is host memory (stock `ggml_backend_buffer_is_host`).
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_is_host(buffer: ggml_backend_buffer_t) -> bool {
+        // SAFETY: caller contract.
+        unsafe { ggml_backend_buft_is_host(buffer_ref(buffer, F).buft) }
+    }
 }
 
-/// Records how the buffer is used (weights, compute, any) and passes the usage on to the
-/// parts of a multi-buffer or a meta buffer (stock `ggml_backend_buffer_set_usage`). Aborts on
-/// NULL.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_set_usage(
-    buffer: ggml_backend_buffer_t,
-    usage: ggml_backend_buffer_usage,
-) {
-    const F: &str = "ggml_backend_buffer_set_usage";
-    boundary(F, || {
+export! {
+    /// Records how the buffer is used (weights, compute, any) and passes the usage on to the
+    /// parts of a multi-buffer or a meta buffer (stock `ggml_backend_buffer_set_usage`). Aborts on
+    /// NULL.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_set_usage(
+        buffer: ggml_backend_buffer_t,
+        usage: ggml_backend_buffer_usage,
+    ) {
         // SAFETY: caller contract.
         unsafe { non_null_mut(buffer, F, "buffer") }.usage = usage;
         // SAFETY: `buffer` is live; both checks only compare its interface.
@@ -259,66 +237,62 @@ pub unsafe extern "C" fn ggml_backend_buffer_set_usage(
                 ggml_sys::ggml_backend_meta_buffer_set_usage(buffer, usage);
             }
         }
-    })
+    }
 }
 
-/// The buffer's usage (stock `ggml_backend_buffer_get_usage`). Aborts on NULL.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_get_usage(
-    buffer: ggml_backend_buffer_t,
-) -> ggml_backend_buffer_usage {
-    const F: &str = "ggml_backend_buffer_get_usage";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe { buffer_ref(buffer, F) }.usage)
+export! {
+    /// The buffer's usage (stock `ggml_backend_buffer_get_usage`). Aborts on NULL.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_get_usage(
+        buffer: ggml_backend_buffer_t,
+    ) -> ggml_backend_buffer_usage {
+        // SAFETY: caller contract.
+        unsafe { buffer_ref(buffer, F) }.usage
+    }
 }
 
-/// The buffer's type (stock `ggml_backend_buffer_get_type`). Aborts on NULL.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_get_type(
-    buffer: ggml_backend_buffer_t,
-) -> ggml_backend_buffer_type_t {
-    const F: &str = "ggml_backend_buffer_get_type";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe { buffer_ref(buffer, F) }.buft)
+export! {
+    /// The buffer's type (stock `ggml_backend_buffer_get_type`). Aborts on NULL.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_get_type(
+        buffer: ggml_backend_buffer_t,
+    ) -> ggml_backend_buffer_type_t {
+        // SAFETY: caller contract.
+        unsafe { buffer_ref(buffer, F) }.buft
+    }
 }
 
-/// Lets the backend drop per-tensor state of the buffer (stock `ggml_backend_buffer_reset`);
-/// nothing when it has no `reset`. Aborts on NULL.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_reset(buffer: ggml_backend_buffer_t) {
-    const F: &str = "ggml_backend_buffer_reset";
-    boundary(F, || {
+export! {
+    /// Lets the backend drop per-tensor state of the buffer (stock `ggml_backend_buffer_reset`);
+    /// nothing when it has no `reset`. Aborts on NULL.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_reset(buffer: ggml_backend_buffer_t) {
         // SAFETY: caller contract.
         if let Some(f) = unsafe { buffer_ref(buffer, F) }.iface.reset {
             // SAFETY: the backend's callback, called with its own buffer.
             unsafe { f(buffer) }
         }
-    })
+    }
 }
 
-/// Copies `src` into `dst` through the `cpy_tensor` of the buffer that holds `dst`'s storage
-/// (its view source's buffer for a view), stock `ggml_backend_buffer_copy_tensor`. Returns
-/// false when that buffer has no `cpy_tensor` or the backend declines, so the caller falls
-/// back to a copy through host memory. Aborts when `src`, `dst` or `dst`'s buffer is NULL.
-///
-/// # Safety
-/// `src` and `dst` must be NULL or point to live tensors.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_copy_tensor(
-    src: *const ggml_tensor,
-    dst: *mut ggml_tensor,
-) -> bool {
-    const F: &str = "ggml_backend_buffer_copy_tensor";
-    boundary(F, || {
+export! {
+    /// Copies `src` into `dst` through the `cpy_tensor` of the buffer that holds `dst`'s storage
+    /// (its view source's buffer for a view), stock `ggml_backend_buffer_copy_tensor`. Returns
+    /// false when that buffer has no `cpy_tensor` or the backend declines, so the caller falls
+    /// back to a copy through host memory. Aborts when `src`, `dst` or `dst`'s buffer is NULL.
+    ///
+    /// # Safety
+    /// `src` and `dst` must be NULL or point to live tensors.
+    pub unsafe fn ggml_backend_buffer_copy_tensor(
+        src: *const ggml_tensor,
+        dst: *mut ggml_tensor,
+    ) -> bool {
         // SAFETY: caller contract.
         let d = unsafe { non_null(dst, F, "dst") };
         // SAFETY: `d` is live, so is its view source when set.
@@ -330,5 +304,5 @@ pub unsafe extern "C" fn ggml_backend_buffer_copy_tensor(
             Some(f) => unsafe { f(dst_buf, src, dst) },
             None => false,
         }
-    })
+    }
 }

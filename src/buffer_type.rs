@@ -12,7 +12,7 @@ use ggml_sys::{
 };
 
 use crate::buffer::ggml_backend_buffer_init;
-use crate::ffi::{self, boundary, non_null};
+use crate::ffi::{self, export, non_null};
 use crate::iface::required;
 use crate::tensor::op_is_empty;
 
@@ -28,36 +28,32 @@ pub(crate) unsafe fn buft_ref<'a>(
     unsafe { non_null(buft, func, "buft") }
 }
 
-/// The buffer type's name (stock `ggml_backend_buft_name`). The string is owned by the buffer
-/// type. Aborts when `buft` is NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
-    const F: &str = "ggml_backend_buft_name";
-    boundary(F, || {
+export! {
+    /// The buffer type's name (stock `ggml_backend_buft_name`). The string is owned by the buffer
+    /// type. Aborts when `buft` is NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
         // SAFETY: caller contract.
         let b = unsafe { buft_ref(buft, F) };
         // SAFETY: the backend's callback, called with its own buffer type.
         unsafe { required(b.iface.get_name, F, "get_name")(buft) }
-    })
+    }
 }
 
-/// Allocates a buffer of `size` bytes of this type (stock `ggml_backend_buft_alloc_buffer`).
-/// A zero `size` returns a dummy buffer of size 0 with an empty interface, without asking the
-/// backend; otherwise the backend's `alloc_buffer` decides (NULL when it fails). The caller
-/// owns the result and frees it with `ggml_backend_buffer_free`. Aborts when `buft` is NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_alloc_buffer(
-    buft: ggml_backend_buffer_type_t,
-    size: usize,
-) -> ggml_backend_buffer_t {
-    const F: &str = "ggml_backend_buft_alloc_buffer";
-    boundary(F, || {
+export! {
+    /// Allocates a buffer of `size` bytes of this type (stock `ggml_backend_buft_alloc_buffer`).
+    /// A zero `size` returns a dummy buffer of size 0 with an empty interface, without asking the
+    /// backend; otherwise the backend's `alloc_buffer` decides (NULL when it fails). The caller
+    /// owns the result and frees it with `ggml_backend_buffer_free`. Aborts when `buft` is NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_alloc_buffer(
+        buft: ggml_backend_buffer_type_t,
+        size: usize,
+    ) -> ggml_backend_buffer_t {
         // SAFETY: caller contract.
         let b = unsafe { buft_ref(buft, F) };
         if size == 0 {
@@ -68,36 +64,30 @@ pub unsafe extern "C" fn ggml_backend_buft_alloc_buffer(
         }
         // SAFETY: the backend's callback, called with its own buffer type.
         unsafe { required(b.iface.alloc_buffer, F, "alloc_buffer")(buft, size) }
-    })
+    }
 }
 
-/// The alignment in bytes of tensor addresses in buffers of this type (stock
-/// `ggml_backend_buft_get_alignment`). Aborts when `buft` is NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_get_alignment(
-    buft: ggml_backend_buffer_type_t,
-) -> usize {
-    const F: &str = "ggml_backend_buft_get_alignment";
-    boundary(F, || {
+export! {
+    /// The alignment in bytes of tensor addresses in buffers of this type (stock
+    /// `ggml_backend_buft_get_alignment`). Aborts when `buft` is NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_get_alignment(buft: ggml_backend_buffer_type_t) -> usize {
         // SAFETY: caller contract.
         let b = unsafe { buft_ref(buft, F) };
         // SAFETY: the backend's callback, called with its own buffer type.
         unsafe { required(b.iface.get_alignment, F, "get_alignment")(buft) }
-    })
+    }
 }
 
-/// The largest buffer in bytes this type can allocate (stock `ggml_backend_buft_get_max_size`);
-/// `SIZE_MAX` when the backend does not say. Aborts when `buft` is NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
-    const F: &str = "ggml_backend_buft_get_max_size";
-    boundary(F, || {
+export! {
+    /// The largest buffer in bytes this type can allocate (stock `ggml_backend_buft_get_max_size`);
+    /// `SIZE_MAX` when the backend does not say. Aborts when `buft` is NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
         // SAFETY: caller contract.
         let b = unsafe { buft_ref(buft, F) };
         match b.iface.get_max_size {
@@ -105,19 +95,18 @@ pub unsafe extern "C" fn ggml_backend_buft_get_max_size(buft: ggml_backend_buffe
             Some(f) => unsafe { f(buft) },
             None => usize::MAX,
         }
-    })
+    }
 }
 
-/// Whether an allocation larger than `ggml_nbytes` is legitimate for the result of `op`, i.e.
-/// a backend may pad such tensors (stock `ggml_op_alloc_size_may_expand`).
-///
-/// # Safety
-/// None beyond the C ABI: any `op` value is accepted.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_op_alloc_size_may_expand(op: ggml_sys::ggml_op) -> bool {
-    boundary("ggml_op_alloc_size_may_expand", || {
+export! {
+    /// Whether an allocation larger than `ggml_nbytes` is legitimate for the result of `op`, i.e.
+    /// a backend may pad such tensors (stock `ggml_op_alloc_size_may_expand`).
+    ///
+    /// # Safety
+    /// None beyond the C ABI: any `op` value is accepted.
+    pub unsafe fn ggml_op_alloc_size_may_expand(op: ggml_sys::ggml_op) -> bool {
         op_alloc_size_may_expand(op)
-    })
+    }
 }
 
 /// The pure rule behind [`ggml_op_alloc_size_may_expand`].
@@ -163,20 +152,18 @@ fn alloc_size_too_large(size: usize, nbytes: usize, op: ggml_sys::ggml_op) -> ! 
     )
 }
 
-/// Bytes to allocate for `tensor` in a buffer of this type (stock
-/// `ggml_backend_buft_get_alloc_size`): the backend's answer, or `ggml_nbytes` when it has no
-/// `get_alloc_size`. Aborts when `buft` is NULL, and when the backend asks for more than
-/// `ggml_nbytes` for an op that may not expand (see [`alloc_size_allowed`]), as stock does.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type; `tensor` must point to a live tensor.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_get_alloc_size(
-    buft: ggml_backend_buffer_type_t,
-    tensor: *const ggml_tensor,
-) -> usize {
-    const F: &str = "ggml_backend_buft_get_alloc_size";
-    boundary(F, || {
+export! {
+    /// Bytes to allocate for `tensor` in a buffer of this type (stock
+    /// `ggml_backend_buft_get_alloc_size`): the backend's answer, or `ggml_nbytes` when it has no
+    /// `get_alloc_size`. Aborts when `buft` is NULL, and when the backend asks for more than
+    /// `ggml_nbytes` for an op that may not expand (see [`alloc_size_allowed`]), as stock does.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type; `tensor` must point to a live tensor.
+    pub unsafe fn ggml_backend_buft_get_alloc_size(
+        buft: ggml_backend_buffer_type_t,
+        tensor: *const ggml_tensor,
+    ) -> usize {
         // SAFETY: caller contract.
         let b = unsafe { buft_ref(buft, F) };
         // SAFETY: caller contract: `tensor` is NULL or a live tensor.
@@ -198,19 +185,17 @@ pub unsafe extern "C" fn ggml_backend_buft_get_alloc_size(
             alloc_size_too_large(size, nbytes, t.op);
         }
         size
-    })
+    }
 }
 
-/// Whether buffers of this type live in host memory, readable through `tensor->data` (stock
-/// `ggml_backend_buft_is_host`); `false` when the backend does not say. Aborts when `buft` is
-/// NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
-    const F: &str = "ggml_backend_buft_is_host";
-    boundary(F, || {
+export! {
+    /// Whether buffers of this type live in host memory, readable through `tensor->data` (stock
+    /// `ggml_backend_buft_is_host`); `false` when the backend does not say. Aborts when `buft` is
+    /// NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
         // SAFETY: caller contract.
         let b = unsafe { buft_ref(buft, F) };
         match b.iface.is_host {
@@ -218,21 +203,21 @@ pub unsafe extern "C" fn ggml_backend_buft_is_host(buft: ggml_backend_buffer_typ
             Some(f) => unsafe { f(buft) },
             None => false,
         }
-    })
+    }
 }
 
-/// The device that owns this buffer type, NULL for the plain CPU types (stock
-/// `ggml_backend_buft_get_device`). Aborts when `buft` is NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_get_device(
-    buft: ggml_backend_buffer_type_t,
-) -> ggml_backend_dev_t {
-    const F: &str = "ggml_backend_buft_get_device";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe { buft_ref(buft, F) }.device)
+export! {
+    /// The device that owns this buffer type, NULL for the plain CPU types (stock
+    /// `ggml_backend_buft_get_device`). Aborts when `buft` is NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_get_device(
+        buft: ggml_backend_buffer_type_t,
+    ) -> ggml_backend_dev_t {
+        // SAFETY: caller contract.
+        unsafe { buft_ref(buft, F) }.device
+    }
 }
 
 #[cfg(test)]

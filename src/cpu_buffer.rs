@@ -18,7 +18,7 @@ use ggml_sys::{
 };
 
 use crate::buffer::{buffer_ref, ggml_backend_buffer_init, ggml_backend_buffer_is_host};
-use crate::ffi::{self, boundary, non_null};
+use crate::ffi::{self, boundary, export, non_null};
 
 /// Alignment in bytes of tensor addresses in the CPU buffer types (stock `TENSOR_ALIGNMENT`).
 pub const TENSOR_ALIGNMENT: usize = 32;
@@ -217,29 +217,28 @@ impl StaticBuft {
 static CPU_BUFT: StaticBuft = StaticBuft::new(cpu_buft_get_name);
 static CPU_MAPPED_BUFT: StaticBuft = StaticBuft::new(cpu_mapped_buft_get_name);
 
-/// The "CPU" buffer type: host memory from `ggml_aligned_malloc`, alignment 32, no max size,
-/// no device (stock `ggml_backend_cpu_buffer_type`). A static object; never freed.
-///
-/// # Safety
-/// None beyond the C ABI.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_cpu_buffer_type() -> ggml_backend_buffer_type_t {
-    boundary("ggml_backend_cpu_buffer_type", || CPU_BUFT.get())
+export! {
+    /// The "CPU" buffer type: host memory from `ggml_aligned_malloc`, alignment 32, no max size,
+    /// no device (stock `ggml_backend_cpu_buffer_type`). A static object; never freed.
+    ///
+    /// # Safety
+    /// None beyond the C ABI.
+    pub unsafe fn ggml_backend_cpu_buffer_type() -> ggml_backend_buffer_type_t {
+        CPU_BUFT.get()
+    }
 }
 
-/// Wraps `size` bytes of caller-owned host memory at `ptr` in a buffer of type "CPU_Mapped"
-/// (stock `ggml_backend_cpu_buffer_from_ptr`). Freeing the buffer leaves the memory alone.
-/// Aborts unless `ptr` is aligned to 32 bytes.
-///
-/// # Safety
-/// `ptr` must be valid for `size` bytes while the buffer lives.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_cpu_buffer_from_ptr(
-    ptr: *mut c_void,
-    size: usize,
-) -> ggml_backend_buffer_t {
-    const F: &str = "ggml_backend_cpu_buffer_from_ptr";
-    boundary(F, || {
+export! {
+    /// Wraps `size` bytes of caller-owned host memory at `ptr` in a buffer of type "CPU_Mapped"
+    /// (stock `ggml_backend_cpu_buffer_from_ptr`). Freeing the buffer leaves the memory alone.
+    /// Aborts unless `ptr` is aligned to 32 bytes.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for `size` bytes while the buffer lives.
+    pub unsafe fn ggml_backend_cpu_buffer_from_ptr(
+        ptr: *mut c_void,
+        size: usize,
+    ) -> ggml_backend_buffer_t {
         if (ptr as usize) & (TENSOR_ALIGNMENT - 1) != 0 {
             ffi::fatal(
                 F,
@@ -248,7 +247,7 @@ pub unsafe extern "C" fn ggml_backend_cpu_buffer_from_ptr(
         }
         // SAFETY: CPU_BUFFER_FROM_PTR_I accepts any host pointer valid for `size` bytes.
         unsafe { ggml_backend_buffer_init(CPU_MAPPED_BUFT.get(), CPU_BUFFER_FROM_PTR_I, ptr, size) }
-    })
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use ggml_sys::{
 
 use crate::backend::ggml_backend_graph_compute;
 use crate::buffer::ggml_backend_buffer_free;
-use crate::ffi::{self, boundary, non_null};
+use crate::ffi::{self, export, non_null};
 use crate::tensor::{ggml_backend_tensor_copy, ggml_backend_view_init};
 
 /// Whether `op` only reinterprets its source's storage (no computation of its own): the nodes
@@ -42,9 +42,9 @@ struct Copier {
     ctx_allocated: *mut ggml_context,
     /// Context of the duplicated views.
     ctx_unallocated: *mut ggml_context,
+    /// The exported function its aborts name.
+    func: &'static str,
 }
-
-const COPY_FN: &str = "ggml_backend_graph_copy";
 
 impl Copier {
     /// Returns the duplicate of `src`, making it (and, first, those of its view source and
@@ -55,9 +55,9 @@ impl Copier {
     /// have room for every duplicate.
     unsafe fn dup(&mut self, src: *mut ggml_tensor) -> *mut ggml_tensor {
         // SAFETY: caller contract.
-        let s = unsafe { non_null(src, COPY_FN, "src") };
+        let s = unsafe { non_null(src, self.func, "src") };
         if s.data.is_null() {
-            ffi::fatal(COPY_FN, "graph must be allocated (a tensor has no data)");
+            ffi::fatal(self.func, "graph must be allocated (a tensor has no data)");
         }
         if let Some(&d) = self.copies.get(&src) {
             return d;
@@ -70,7 +70,7 @@ impl Copier {
         // SAFETY: live context with room (sized by the caller); `s` is live.
         let dst = unsafe { ggml_sys::ggml_dup_tensor(ctx, s) };
         if dst.is_null() {
-            ffi::fatal(COPY_FN, "ggml_dup_tensor failed");
+            ffi::fatal(self.func, "ggml_dup_tensor failed");
         }
         // Registered before the recursion, as "in progress" (NULL): graphs may reference a node
         // from its own sources (`ggml_cast` sets `src[1]` to its result), and such a back edge
@@ -121,7 +121,7 @@ impl Copier {
             let status = unsafe { ggml_backend_view_init(dst) };
             if status != GGML_STATUS_SUCCESS {
                 ffi::fatal(
-                    COPY_FN,
+                    self.func,
                     &format!("ggml_backend_view_init failed with status {status}"),
                 );
             }
@@ -156,24 +156,23 @@ const FAILED_COPY: GraphCopy = GraphCopy {
     graph: std::ptr::null_mut(),
 };
 
-/// Copies `graph` (allocated, computed or not) to `backend` (stock `ggml_backend_graph_copy`):
-/// every tensor reachable from its nodes is duplicated with the same layout, the ones with
-/// storage are allocated in one buffer of the backend's default type and filled with the
-/// source data, and a new graph lists the copies of the nodes in order. On failure (context or
-/// buffer allocation) it logs an error and returns all-NULL fields. The caller owns the result
-/// and frees it with [`ggml_backend_graph_copy_free`]. Aborts when `graph` is NULL or a tensor
-/// of it has no data.
-///
-/// # Safety
-/// `backend` a live backend; `graph` NULL or a live, allocated graph.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_graph_copy(
-    backend: ggml_backend_t,
-    graph: *mut ggml_cgraph,
-) -> GraphCopy {
-    boundary(COPY_FN, || {
+export! {
+    /// Copies `graph` (allocated, computed or not) to `backend` (stock `ggml_backend_graph_copy`):
+    /// every tensor reachable from its nodes is duplicated with the same layout, the ones with
+    /// storage are allocated in one buffer of the backend's default type and filled with the
+    /// source data, and a new graph lists the copies of the nodes in order. On failure (context or
+    /// buffer allocation) it logs an error and returns all-NULL fields. The caller owns the result
+    /// and frees it with [`ggml_backend_graph_copy_free`]. Aborts when `graph` is NULL or a tensor
+    /// of it has no data.
+    ///
+    /// # Safety
+    /// `backend` a live backend; `graph` NULL or a live, allocated graph.
+    pub unsafe fn ggml_backend_graph_copy(
+        backend: ggml_backend_t,
+        graph: *mut ggml_cgraph,
+    ) -> GraphCopy {
         // SAFETY: caller contract.
-        let g = unsafe { non_null(graph, COPY_FN, "graph") };
+        let g = unsafe { non_null(graph, F, "graph") };
         // SAFETY: pure size computations of ggml.
         let mem_size = unsafe {
             let n_tensors = ggml_sys::ggml_hash_size(g.visited_hash_set.size);
@@ -196,9 +195,7 @@ pub unsafe extern "C" fn ggml_backend_graph_copy(
             }
         };
         if ctx_allocated.is_null() || ctx_unallocated.is_null() {
-            ffi::log::error(&format!(
-                "{COPY_FN}: failed to allocate context for graph copy\n"
-            ));
+            ffi::log::error(&format!("{F}: failed to allocate context for graph copy\n"));
             release();
             return FAILED_COPY;
         }
@@ -207,6 +204,7 @@ pub unsafe extern "C" fn ggml_backend_graph_copy(
             initialised: HashSet::new(),
             ctx_allocated,
             ctx_unallocated,
+            func: F,
         };
         // SAFETY: live graph.
         let originals = unsafe { nodes(g) };
@@ -217,9 +215,7 @@ pub unsafe extern "C" fn ggml_backend_graph_copy(
         // SAFETY: live context and backend.
         let buffer = unsafe { ggml_sys::ggml_backend_alloc_ctx_tensors(ctx_allocated, backend) };
         if buffer.is_null() {
-            ffi::log::error(&format!(
-                "{COPY_FN}: failed to allocate buffer for graph copy\n"
-            ));
+            ffi::log::error(&format!("{F}: failed to allocate buffer for graph copy\n"));
             release();
             return FAILED_COPY;
         }
@@ -244,54 +240,51 @@ pub unsafe extern "C" fn ggml_backend_graph_copy(
             ctx_unallocated,
             graph: copy,
         }
-    })
+    }
 }
 
-/// Frees a graph copy: its buffer and both contexts (stock `ggml_backend_graph_copy_free`).
-/// All-NULL fields (a failed copy) are fine.
-///
-/// # Safety
-/// `copy` came from [`ggml_backend_graph_copy`] and is not used afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_graph_copy_free(copy: GraphCopy) {
-    boundary("ggml_backend_graph_copy_free", || {
+export! {
+    /// Frees a graph copy: its buffer and both contexts (stock `ggml_backend_graph_copy_free`).
+    /// All-NULL fields (a failed copy) are fine.
+    ///
+    /// # Safety
+    /// `copy` came from [`ggml_backend_graph_copy`] and is not used afterwards.
+    pub unsafe fn ggml_backend_graph_copy_free(copy: GraphCopy) {
         // SAFETY: caller contract; all three accept NULL.
         unsafe {
             ggml_backend_buffer_free(copy.buffer);
             ggml_sys::ggml_free(copy.ctx_allocated);
             ggml_sys::ggml_free(copy.ctx_unallocated);
         }
-    })
+    }
 }
 
-/// Runs `graph` on `backend1` and a copy of it on `backend2`, handing pairs of corresponding
-/// nodes to `callback(index, node1, node2, user_data)` (stock
-/// `ggml_backend_compare_graph_backend`). Returns false only when the copy fails.
-///
-/// - `num_test_nodes == 0`: node by node, each a one-node graph view computed on both
-///   backends; view ops (VIEW, RESHAPE, PERMUTE, TRANSPOSE) are computed but not compared; a
-///   callback returning false stops the walk.
-/// - otherwise: both whole graphs are computed once and the callback sees every node that is
-///   one of `test_nodes` (its return value is ignored); aborts when `test_nodes` is NULL or
-///   none of them is a node of `graph`.
-///
-/// Aborts when `callback` is NULL and would be called.
-///
-/// # Safety
-/// Live backends; `graph` a live, allocated graph usable by `backend1`; `test_nodes` NULL or
-/// `num_test_nodes` tensor pointers.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_compare_graph_backend(
-    backend1: ggml_backend_t,
-    backend2: ggml_backend_t,
-    graph: *mut ggml_cgraph,
-    callback: ggml_backend_eval_callback,
-    user_data: *mut c_void,
-    test_nodes: *const *const ggml_tensor,
-    num_test_nodes: usize,
-) -> bool {
-    const F: &str = "ggml_backend_compare_graph_backend";
-    boundary(F, || {
+export! {
+    /// Runs `graph` on `backend1` and a copy of it on `backend2`, handing pairs of corresponding
+    /// nodes to `callback(index, node1, node2, user_data)` (stock
+    /// `ggml_backend_compare_graph_backend`). Returns false only when the copy fails.
+    ///
+    /// - `num_test_nodes == 0`: node by node, each a one-node graph view computed on both
+    ///   backends; view ops (VIEW, RESHAPE, PERMUTE, TRANSPOSE) are computed but not compared; a
+    ///   callback returning false stops the walk.
+    /// - otherwise: both whole graphs are computed once and the callback sees every node that is
+    ///   one of `test_nodes` (its return value is ignored); aborts when `test_nodes` is NULL or
+    ///   none of them is a node of `graph`.
+    ///
+    /// Aborts when `callback` is NULL and would be called.
+    ///
+    /// # Safety
+    /// Live backends; `graph` a live, allocated graph usable by `backend1`; `test_nodes` NULL or
+    /// `num_test_nodes` tensor pointers.
+    pub unsafe fn ggml_backend_compare_graph_backend(
+        backend1: ggml_backend_t,
+        backend2: ggml_backend_t,
+        graph: *mut ggml_cgraph,
+        callback: ggml_backend_eval_callback,
+        user_data: *mut c_void,
+        test_nodes: *const *const ggml_tensor,
+        num_test_nodes: usize,
+    ) -> bool {
         // SAFETY: caller contract.
         let copy = unsafe { ggml_backend_graph_copy(backend2, graph) };
         if copy.buffer.is_null() {
@@ -358,7 +351,7 @@ pub unsafe extern "C" fn ggml_backend_compare_graph_backend(
         // SAFETY: made above, not used afterwards.
         unsafe { ggml_backend_graph_copy_free(copy) };
         true
-    })
+    }
 }
 
 #[cfg(test)]

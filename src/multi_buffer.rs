@@ -10,7 +10,7 @@ use crate::buffer::{
     buffer_ref, ggml_backend_buffer_clear, ggml_backend_buffer_free, ggml_backend_buffer_get_size,
     ggml_backend_buffer_init, ggml_backend_buffer_set_usage,
 };
-use crate::ffi::{self, boundary, non_null};
+use crate::ffi::{self, boundary, export, non_null};
 
 /// The `context` of a multi-buffer: the buffers it owns.
 struct MultiBuffer {
@@ -53,20 +53,18 @@ unsafe extern "C" fn multi_buffer_clear(buffer: ggml_backend_buffer_t, value: u8
     })
 }
 
-/// Makes one buffer owning the `n_buffers` buffers at `buffers` (stock
-/// `ggml_backend_multi_buffer_alloc_buffer`): type of the first, size the sum of all. The
-/// parts are owned by the result from now on (freed with it); the array itself stays the
-/// caller's. Aborts when `n_buffers` is 0 or `buffers` is NULL.
-///
-/// # Safety
-/// `buffers` must point to `n_buffers` live buffers.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_multi_buffer_alloc_buffer(
-    buffers: *mut ggml_backend_buffer_t,
-    n_buffers: usize,
-) -> ggml_backend_buffer_t {
-    const F: &str = "ggml_backend_multi_buffer_alloc_buffer";
-    boundary(F, || {
+export! {
+    /// Makes one buffer owning the `n_buffers` buffers at `buffers` (stock
+    /// `ggml_backend_multi_buffer_alloc_buffer`): type of the first, size the sum of all. The
+    /// parts are owned by the result from now on (freed with it); the array itself stays the
+    /// caller's. Aborts when `n_buffers` is 0 or `buffers` is NULL.
+    ///
+    /// # Safety
+    /// `buffers` must point to `n_buffers` live buffers.
+    pub unsafe fn ggml_backend_multi_buffer_alloc_buffer(
+        buffers: *mut ggml_backend_buffer_t,
+        n_buffers: usize,
+    ) -> ggml_backend_buffer_t {
         if n_buffers == 0 {
             ffi::fatal(
                 F,
@@ -92,42 +90,36 @@ pub unsafe extern "C" fn ggml_backend_multi_buffer_alloc_buffer(
         let ctx = Box::into_raw(Box::new(MultiBuffer { parts }));
         // SAFETY: the interface above accepts exactly this context.
         unsafe { ggml_backend_buffer_init(buft, iface, ctx.cast(), total) }
-    })
+    }
 }
 
-/// Whether `buffer` is a multi-buffer (stock `ggml_backend_buffer_is_multi_buffer`). Aborts on
-/// NULL.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_is_multi_buffer(
-    buffer: ggml_backend_buffer_t,
-) -> bool {
-    const F: &str = "ggml_backend_buffer_is_multi_buffer";
-    boundary(F, || {
+export! {
+    /// Whether `buffer` is a multi-buffer (stock `ggml_backend_buffer_is_multi_buffer`). Aborts on
+    /// NULL.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_is_multi_buffer(buffer: ggml_backend_buffer_t) -> bool {
         // SAFETY: caller contract.
         let b = unsafe { buffer_ref(buffer, F) };
         // Identity by address: `multi_buffer_free` is a single non-generic function of this
         // library, so every multi-buffer carries the same pointer and no other buffer does.
         let ours = multi_buffer_free as unsafe extern "C" fn(ggml_backend_buffer_t) as usize;
         b.iface.free_buffer.map(|f| f as usize) == Some(ours)
-    })
+    }
 }
 
-/// Sets `usage` on every part of the multi-buffer `buffer` (stock
-/// `ggml_backend_multi_buffer_set_usage`). Aborts when `buffer` is NULL or not a
-/// multi-buffer.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_multi_buffer_set_usage(
-    buffer: ggml_backend_buffer_t,
-    usage: ggml_backend_buffer_usage,
-) {
-    const F: &str = "ggml_backend_multi_buffer_set_usage";
-    boundary(F, || {
+export! {
+    /// Sets `usage` on every part of the multi-buffer `buffer` (stock
+    /// `ggml_backend_multi_buffer_set_usage`). Aborts when `buffer` is NULL or not a
+    /// multi-buffer.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_multi_buffer_set_usage(
+        buffer: ggml_backend_buffer_t,
+        usage: ggml_backend_buffer_usage,
+    ) {
         // SAFETY: caller contract.
         if !unsafe { ggml_backend_buffer_is_multi_buffer(buffer) } {
             ffi::fatal(F, "the buffer is not a multi-buffer");
@@ -137,5 +129,5 @@ pub unsafe extern "C" fn ggml_backend_multi_buffer_set_usage(
             // SAFETY: parts are live while the multi-buffer is.
             unsafe { ggml_backend_buffer_set_usage(part, usage) };
         }
-    })
+    }
 }

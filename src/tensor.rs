@@ -19,7 +19,7 @@ use crate::buffer::{
     ggml_backend_buffer_get_base, ggml_backend_buffer_get_size, ggml_backend_buffer_init_tensor,
     ggml_backend_buffer_is_host,
 };
-use crate::ffi::{self, boundary, non_null, non_null_mut};
+use crate::ffi::{self, export, non_null, non_null_mut};
 use crate::iface::required;
 
 /// Whether `op` creates no data of its own (a view or a leaf): stock's `ggml_op_is_empty`.
@@ -169,22 +169,20 @@ unsafe fn checked_access<'a>(
     Some((buf, unsafe { &*buf }))
 }
 
-/// Writes `size` bytes from host memory `data` into `tensor` at byte `offset`, through its
-/// buffer's `set_tensor` (stock `ggml_backend_tensor_set`). Blocking. A zero `size` does
-/// nothing (the tensor still needs a buffer). Aborts on a NULL tensor, a tensor without buffer
-/// or data, or a range outside the tensor.
-///
-/// # Safety
-/// `tensor` must be NULL or a live tensor; `data` must be readable for `size` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_set(
-    tensor: *mut ggml_tensor,
-    data: *const c_void,
-    offset: usize,
-    size: usize,
-) {
-    const F: &str = "ggml_backend_tensor_set";
-    boundary(F, || {
+export! {
+    /// Writes `size` bytes from host memory `data` into `tensor` at byte `offset`, through its
+    /// buffer's `set_tensor` (stock `ggml_backend_tensor_set`). Blocking. A zero `size` does
+    /// nothing (the tensor still needs a buffer). Aborts on a NULL tensor, a tensor without buffer
+    /// or data, or a range outside the tensor.
+    ///
+    /// # Safety
+    /// `tensor` must be NULL or a live tensor; `data` must be readable for `size` bytes.
+    pub unsafe fn ggml_backend_tensor_set(
+        tensor: *mut ggml_tensor,
+        data: *const c_void,
+        offset: usize,
+        size: usize,
+    ) {
         // SAFETY: caller contract.
         if let Some((buf_ptr, buf)) =
             unsafe { checked_access(tensor, offset, size, Access::Write, F) }
@@ -193,24 +191,22 @@ pub unsafe extern "C" fn ggml_backend_tensor_set(
             // SAFETY: checked range; the backend's callback with its own buffer.
             unsafe { set(buf_ptr, tensor, data, offset, size) }
         }
-    })
+    }
 }
 
-/// Reads `size` bytes of `tensor` at byte `offset` into host memory `data`, through its
-/// buffer's `get_tensor` (stock `ggml_backend_tensor_get`). Blocking. Same checks as
-/// [`ggml_backend_tensor_set`].
-///
-/// # Safety
-/// `tensor` must be NULL or a live tensor; `data` must be writable for `size` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_get(
-    tensor: *const ggml_tensor,
-    data: *mut c_void,
-    offset: usize,
-    size: usize,
-) {
-    const F: &str = "ggml_backend_tensor_get";
-    boundary(F, || {
+export! {
+    /// Reads `size` bytes of `tensor` at byte `offset` into host memory `data`, through its
+    /// buffer's `get_tensor` (stock `ggml_backend_tensor_get`). Blocking. Same checks as
+    /// [`ggml_backend_tensor_set`].
+    ///
+    /// # Safety
+    /// `tensor` must be NULL or a live tensor; `data` must be writable for `size` bytes.
+    pub unsafe fn ggml_backend_tensor_get(
+        tensor: *const ggml_tensor,
+        data: *mut c_void,
+        offset: usize,
+        size: usize,
+    ) {
         // SAFETY: caller contract.
         if let Some((buf_ptr, buf)) =
             unsafe { checked_access(tensor, offset, size, Access::Read, F) }
@@ -219,28 +215,26 @@ pub unsafe extern "C" fn ggml_backend_tensor_get(
             // SAFETY: checked range; the backend's callback with its own buffer.
             unsafe { get(buf_ptr, tensor, data, offset, size) }
         }
-    })
+    }
 }
 
-/// Writes `n_copies` rows of `size` bytes: row `i` from `data + i*stride_data` to tensor byte
-/// `offset + i*stride_tensor` (stock `ggml_backend_tensor_set_2d`). Uses the buffer's
-/// `set_tensor_2d` when it has one and `n_copies > 1`, otherwise one
-/// [`ggml_backend_tensor_set`] per row. Aborts like [`ggml_backend_tensor_set`].
-///
-/// # Safety
-/// `tensor` must be NULL or a live tensor; `data` must be readable for every row.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_set_2d(
-    tensor: *mut ggml_tensor,
-    data: *const c_void,
-    offset: usize,
-    size: usize,
-    n_copies: usize,
-    stride_tensor: usize,
-    stride_data: usize,
-) {
-    const F: &str = "ggml_backend_tensor_set_2d";
-    boundary(F, || {
+export! {
+    /// Writes `n_copies` rows of `size` bytes: row `i` from `data + i*stride_data` to tensor byte
+    /// `offset + i*stride_tensor` (stock `ggml_backend_tensor_set_2d`). Uses the buffer's
+    /// `set_tensor_2d` when it has one and `n_copies > 1`, otherwise one
+    /// [`ggml_backend_tensor_set`] per row. Aborts like [`ggml_backend_tensor_set`].
+    ///
+    /// # Safety
+    /// `tensor` must be NULL or a live tensor; `data` must be readable for every row.
+    pub unsafe fn ggml_backend_tensor_set_2d(
+        tensor: *mut ggml_tensor,
+        data: *const c_void,
+        offset: usize,
+        size: usize,
+        n_copies: usize,
+        stride_tensor: usize,
+        stride_data: usize,
+    ) {
         // SAFETY: caller contract.
         let t = unsafe { non_null(tensor, F, "tensor") };
         // SAFETY: `t` is live.
@@ -278,27 +272,25 @@ pub unsafe extern "C" fn ggml_backend_tensor_set_2d(
                 stride_data,
             )
         }
-    })
+    }
 }
 
-/// Reads `n_copies` rows of `size` bytes: tensor byte `offset + i*stride_tensor` to
-/// `data + i*stride_data` (stock `ggml_backend_tensor_get_2d`). Same dispatch and checks as
-/// [`ggml_backend_tensor_set_2d`].
-///
-/// # Safety
-/// `tensor` must be NULL or a live tensor; `data` must be writable for every row.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_get_2d(
-    tensor: *const ggml_tensor,
-    data: *mut c_void,
-    offset: usize,
-    size: usize,
-    n_copies: usize,
-    stride_tensor: usize,
-    stride_data: usize,
-) {
-    const F: &str = "ggml_backend_tensor_get_2d";
-    boundary(F, || {
+export! {
+    /// Reads `n_copies` rows of `size` bytes: tensor byte `offset + i*stride_tensor` to
+    /// `data + i*stride_data` (stock `ggml_backend_tensor_get_2d`). Same dispatch and checks as
+    /// [`ggml_backend_tensor_set_2d`].
+    ///
+    /// # Safety
+    /// `tensor` must be NULL or a live tensor; `data` must be writable for every row.
+    pub unsafe fn ggml_backend_tensor_get_2d(
+        tensor: *const ggml_tensor,
+        data: *mut c_void,
+        offset: usize,
+        size: usize,
+        n_copies: usize,
+        stride_tensor: usize,
+        stride_data: usize,
+    ) {
         // SAFETY: caller contract.
         let t = unsafe { non_null(tensor, F, "tensor") };
         // SAFETY: `t` is live.
@@ -336,7 +328,7 @@ pub unsafe extern "C" fn ggml_backend_tensor_get_2d(
                 stride_data,
             )
         }
-    })
+    }
 }
 
 /// Aborts naming `func` unless `t` has data and the rows lie inside it.
@@ -364,22 +356,20 @@ fn check_rows(
     }
 }
 
-/// Fills `size` bytes of `tensor` at byte `offset` with `value` through its buffer's
-/// `memset_tensor` (stock `ggml_backend_tensor_memset`). A zero `size` does nothing, not even
-/// the buffer check. Aborts on a NULL tensor, a missing buffer or data, a range outside the
-/// tensor, or a buffer without `memset_tensor`.
-///
-/// # Safety
-/// `tensor` must be NULL or a live tensor.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_memset(
-    tensor: *mut ggml_tensor,
-    value: u8,
-    offset: usize,
-    size: usize,
-) {
-    const F: &str = "ggml_backend_tensor_memset";
-    boundary(F, || {
+export! {
+    /// Fills `size` bytes of `tensor` at byte `offset` with `value` through its buffer's
+    /// `memset_tensor` (stock `ggml_backend_tensor_memset`). A zero `size` does nothing, not even
+    /// the buffer check. Aborts on a NULL tensor, a missing buffer or data, a range outside the
+    /// tensor, or a buffer without `memset_tensor`.
+    ///
+    /// # Safety
+    /// `tensor` must be NULL or a live tensor.
+    pub unsafe fn ggml_backend_tensor_memset(
+        tensor: *mut ggml_tensor,
+        value: u8,
+        offset: usize,
+        size: usize,
+    ) {
         // SAFETY: caller contract.
         let t = unsafe { non_null(tensor, F, "tensor") };
         if size == 0 {
@@ -393,27 +383,25 @@ pub unsafe extern "C" fn ggml_backend_tensor_memset(
             // SAFETY: checked range; the backend's callback with its own buffer.
             unsafe { memset(buf_ptr, tensor, value, offset, size) }
         }
-    })
+    }
 }
 
-/// Queues a write of `size` bytes from `data` into `tensor` at `offset` on `backend` (stock
-/// `ggml_backend_tensor_set_async`): through the backend's `set_tensor_async`, or, when it has
-/// none, a synchronize followed by a blocking [`ggml_backend_tensor_set`]. `data` must stay
-/// valid until the backend is synchronized. Aborts on NULL backend or tensor, a tensor without
-/// data, or a range outside it.
-///
-/// # Safety
-/// `backend` and `tensor` must be NULL or live; `data` readable for `size` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_set_async(
-    backend: ggml_backend_t,
-    tensor: *mut ggml_tensor,
-    data: *const c_void,
-    offset: usize,
-    size: usize,
-) {
-    const F: &str = "ggml_backend_tensor_set_async";
-    boundary(F, || {
+export! {
+    /// Queues a write of `size` bytes from `data` into `tensor` at `offset` on `backend` (stock
+    /// `ggml_backend_tensor_set_async`): through the backend's `set_tensor_async`, or, when it has
+    /// none, a synchronize followed by a blocking [`ggml_backend_tensor_set`]. `data` must stay
+    /// valid until the backend is synchronized. Aborts on NULL backend or tensor, a tensor without
+    /// data, or a range outside it.
+    ///
+    /// # Safety
+    /// `backend` and `tensor` must be NULL or live; `data` readable for `size` bytes.
+    pub unsafe fn ggml_backend_tensor_set_async(
+        backend: ggml_backend_t,
+        tensor: *mut ggml_tensor,
+        data: *const c_void,
+        offset: usize,
+        size: usize,
+    ) {
         // SAFETY: caller contract.
         let be = unsafe { backend_ref(backend, F) };
         // SAFETY: caller contract.
@@ -430,26 +418,24 @@ pub unsafe extern "C" fn ggml_backend_tensor_set_async(
                 }
             }
         }
-    })
+    }
 }
 
-/// Queues a read of `size` bytes of `tensor` at `offset` into `data` on `backend` (stock
-/// `ggml_backend_tensor_get_async`); the data is there after the backend is synchronized.
-/// Fallback and checks as [`ggml_backend_tensor_set_async`].
-///
-/// # Safety
-/// `backend` and `tensor` must be NULL or live; `data` writable for `size` bytes until the
-/// backend is synchronized.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_get_async(
-    backend: ggml_backend_t,
-    tensor: *const ggml_tensor,
-    data: *mut c_void,
-    offset: usize,
-    size: usize,
-) {
-    const F: &str = "ggml_backend_tensor_get_async";
-    boundary(F, || {
+export! {
+    /// Queues a read of `size` bytes of `tensor` at `offset` into `data` on `backend` (stock
+    /// `ggml_backend_tensor_get_async`); the data is there after the backend is synchronized.
+    /// Fallback and checks as [`ggml_backend_tensor_set_async`].
+    ///
+    /// # Safety
+    /// `backend` and `tensor` must be NULL or live; `data` writable for `size` bytes until the
+    /// backend is synchronized.
+    pub unsafe fn ggml_backend_tensor_get_async(
+        backend: ggml_backend_t,
+        tensor: *const ggml_tensor,
+        data: *mut c_void,
+        offset: usize,
+        size: usize,
+    ) {
         // SAFETY: caller contract.
         let be = unsafe { backend_ref(backend, F) };
         // SAFETY: caller contract.
@@ -466,7 +452,7 @@ pub unsafe extern "C" fn ggml_backend_tensor_get_async(
                 }
             }
         }
-    })
+    }
 }
 
 /// The checks of the single-range async accessors: data present and range inside (even when
@@ -487,26 +473,24 @@ fn check_async(t: &ggml_tensor, offset: usize, size: usize, access: Access, func
     }
 }
 
-/// Queued form of [`ggml_backend_tensor_set_2d`] on `backend` (stock
-/// `ggml_backend_tensor_set_2d_async`): the backend's `set_tensor_2d_async` when it has one and
-/// `n_copies > 1`, else one [`ggml_backend_tensor_set_async`] per row.
-///
-/// # Safety
-/// `backend` and `tensor` must be NULL or live; every row of `data` readable until the backend
-/// is synchronized.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_set_2d_async(
-    backend: ggml_backend_t,
-    tensor: *mut ggml_tensor,
-    data: *const c_void,
-    offset: usize,
-    size: usize,
-    n_copies: usize,
-    stride_tensor: usize,
-    stride_data: usize,
-) {
-    const F: &str = "ggml_backend_tensor_set_2d_async";
-    boundary(F, || {
+export! {
+    /// Queued form of [`ggml_backend_tensor_set_2d`] on `backend` (stock
+    /// `ggml_backend_tensor_set_2d_async`): the backend's `set_tensor_2d_async` when it has one and
+    /// `n_copies > 1`, else one [`ggml_backend_tensor_set_async`] per row.
+    ///
+    /// # Safety
+    /// `backend` and `tensor` must be NULL or live; every row of `data` readable until the backend
+    /// is synchronized.
+    pub unsafe fn ggml_backend_tensor_set_2d_async(
+        backend: ggml_backend_t,
+        tensor: *mut ggml_tensor,
+        data: *const c_void,
+        offset: usize,
+        size: usize,
+        n_copies: usize,
+        stride_tensor: usize,
+        stride_data: usize,
+    ) {
         // SAFETY: caller contract.
         let be = unsafe { backend_ref(backend, F) };
         // SAFETY: caller contract.
@@ -546,28 +530,26 @@ pub unsafe extern "C" fn ggml_backend_tensor_set_2d_async(
                 stride_data,
             )
         }
-    })
+    }
 }
 
-/// Queued form of [`ggml_backend_tensor_get_2d`] on `backend` (stock
-/// `ggml_backend_tensor_get_2d_async`); dispatch as [`ggml_backend_tensor_set_2d_async`].
-///
-/// # Safety
-/// `backend` and `tensor` must be NULL or live; every row of `data` writable until the backend
-/// is synchronized.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_get_2d_async(
-    backend: ggml_backend_t,
-    tensor: *const ggml_tensor,
-    data: *mut c_void,
-    offset: usize,
-    size: usize,
-    n_copies: usize,
-    stride_tensor: usize,
-    stride_data: usize,
-) {
-    const F: &str = "ggml_backend_tensor_get_2d_async";
-    boundary(F, || {
+export! {
+    /// Queued form of [`ggml_backend_tensor_get_2d`] on `backend` (stock
+    /// `ggml_backend_tensor_get_2d_async`); dispatch as [`ggml_backend_tensor_set_2d_async`].
+    ///
+    /// # Safety
+    /// `backend` and `tensor` must be NULL or live; every row of `data` writable until the backend
+    /// is synchronized.
+    pub unsafe fn ggml_backend_tensor_get_2d_async(
+        backend: ggml_backend_t,
+        tensor: *const ggml_tensor,
+        data: *mut c_void,
+        offset: usize,
+        size: usize,
+        n_copies: usize,
+        stride_tensor: usize,
+        stride_data: usize,
+    ) {
         // SAFETY: caller contract.
         let be = unsafe { backend_ref(backend, F) };
         // SAFETY: caller contract.
@@ -607,21 +589,19 @@ pub unsafe extern "C" fn ggml_backend_tensor_get_2d_async(
                 stride_data,
             )
         }
-    })
+    }
 }
 
-/// Copies all of `src` into `dst` (stock `ggml_backend_tensor_copy`), blocking: a write from
-/// `src`'s memory when `src`'s buffer is host memory, else a read into `dst`'s memory when
-/// `dst`'s is, else the destination buffer's `cpy_tensor`, else a round trip through a
-/// temporary host allocation. Nothing when `src == dst`. Aborts when the layouts (type,
-/// shape, strides) differ.
-///
-/// # Safety
-/// `src` and `dst` must be NULL or live, allocated tensors.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_copy(src: *const ggml_tensor, dst: *mut ggml_tensor) {
-    const F: &str = "ggml_backend_tensor_copy";
-    boundary(F, || {
+export! {
+    /// Copies all of `src` into `dst` (stock `ggml_backend_tensor_copy`), blocking: a write from
+    /// `src`'s memory when `src`'s buffer is host memory, else a read into `dst`'s memory when
+    /// `dst`'s is, else the destination buffer's `cpy_tensor`, else a round trip through a
+    /// temporary host allocation. Nothing when `src == dst`. Aborts when the layouts (type,
+    /// shape, strides) differ.
+    ///
+    /// # Safety
+    /// `src` and `dst` must be NULL or live, allocated tensors.
+    pub unsafe fn ggml_backend_tensor_copy(src: *const ggml_tensor, dst: *mut ggml_tensor) {
         // SAFETY: caller contract.
         let (s, d) = unsafe { (non_null(src, F, "src"), non_null(dst, F, "dst")) };
         if !same_layout(s, d) {
@@ -632,7 +612,7 @@ pub unsafe extern "C" fn ggml_backend_tensor_copy(src: *const ggml_tensor, dst: 
         }
         // SAFETY: live tensors and their buffers.
         unsafe { copy_blocking(src, dst) }
-    })
+    }
 }
 
 /// The body of [`ggml_backend_tensor_copy`] after its checks.
@@ -657,23 +637,21 @@ unsafe fn copy_blocking(src: *const ggml_tensor, dst: *mut ggml_tensor) {
     }
 }
 
-/// Queues a copy of `src` (on `backend_src`) into `dst` (on `backend_dst`), stock
-/// `ggml_backend_tensor_copy_async`: the destination backend's `cpy_tensor_async` when it has
-/// one and accepts; otherwise both backends are synchronized and the copy is done blocking
-/// with [`ggml_backend_tensor_copy`]. Nothing when `src == dst`. Aborts when the layouts
-/// differ or `backend_dst` is NULL (and `backend_src` is NULL on the fallback path).
-///
-/// # Safety
-/// Backends NULL or live; `src`, `dst` NULL or live, allocated tensors.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_copy_async(
-    backend_src: ggml_backend_t,
-    backend_dst: ggml_backend_t,
-    src: *const ggml_tensor,
-    dst: *mut ggml_tensor,
-) {
-    const F: &str = "ggml_backend_tensor_copy_async";
-    boundary(F, || {
+export! {
+    /// Queues a copy of `src` (on `backend_src`) into `dst` (on `backend_dst`), stock
+    /// `ggml_backend_tensor_copy_async`: the destination backend's `cpy_tensor_async` when it has
+    /// one and accepts; otherwise both backends are synchronized and the copy is done blocking
+    /// with [`ggml_backend_tensor_copy`]. Nothing when `src == dst`. Aborts when the layouts
+    /// differ or `backend_dst` is NULL (and `backend_src` is NULL on the fallback path).
+    ///
+    /// # Safety
+    /// Backends NULL or live; `src`, `dst` NULL or live, allocated tensors.
+    pub unsafe fn ggml_backend_tensor_copy_async(
+        backend_src: ggml_backend_t,
+        backend_dst: ggml_backend_t,
+        src: *const ggml_tensor,
+        dst: *mut ggml_tensor,
+    ) {
         // SAFETY: caller contract.
         let (s, d) = unsafe { (non_null(src, F, "src"), non_null(dst, F, "dst")) };
         if !same_layout(s, d) {
@@ -696,23 +674,21 @@ pub unsafe extern "C" fn ggml_backend_tensor_copy_async(
             ggml_backend_synchronize(backend_dst);
             ggml_backend_tensor_copy(src, dst);
         }
-    })
+    }
 }
 
-/// Places `tensor` at address `addr` of `buffer` and lets the backend initialise it (stock
-/// `ggml_backend_tensor_alloc`). Aborts when the tensor already has a buffer or data, is a
-/// view, or `addr .. addr + alloc_size` leaves the buffer (unchecked for meta buffers).
-///
-/// # Safety
-/// `buffer` NULL or live; `tensor` NULL or a live tensor.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_tensor_alloc(
-    buffer: ggml_backend_buffer_t,
-    tensor: *mut ggml_tensor,
-    addr: *mut c_void,
-) -> ggml_status {
-    const F: &str = "ggml_backend_tensor_alloc";
-    boundary(F, || {
+export! {
+    /// Places `tensor` at address `addr` of `buffer` and lets the backend initialise it (stock
+    /// `ggml_backend_tensor_alloc`). Aborts when the tensor already has a buffer or data, is a
+    /// view, or `addr .. addr + alloc_size` leaves the buffer (unchecked for meta buffers).
+    ///
+    /// # Safety
+    /// `buffer` NULL or live; `tensor` NULL or a live tensor.
+    pub unsafe fn ggml_backend_tensor_alloc(
+        buffer: ggml_backend_buffer_t,
+        tensor: *mut ggml_tensor,
+        addr: *mut c_void,
+    ) -> ggml_status {
         // SAFETY: caller contract.
         let t = unsafe { non_null_mut(tensor, F, "tensor") };
         ggml_sys_assert(t.buffer.is_null(), F, "tensor->buffer == NULL");
@@ -747,19 +723,17 @@ pub unsafe extern "C" fn ggml_backend_tensor_alloc(
         t.data = addr;
         // SAFETY: live buffer and tensor.
         unsafe { ggml_backend_buffer_init_tensor(buffer, tensor) }
-    })
+    }
 }
 
-/// Gives the view `tensor` its view source's buffer and the address `view_src->data +
-/// view_offs`, then lets the backend initialise it (stock `ggml_backend_view_init`). Aborts when
-/// the tensor already has a buffer, is not a view, or its source is not allocated.
-///
-/// # Safety
-/// `tensor` NULL or a live tensor whose `view_src` is live.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_view_init(tensor: *mut ggml_tensor) -> ggml_status {
-    const F: &str = "ggml_backend_view_init";
-    boundary(F, || {
+export! {
+    /// Gives the view `tensor` its view source's buffer and the address `view_src->data +
+    /// view_offs`, then lets the backend initialise it (stock `ggml_backend_view_init`). Aborts when
+    /// the tensor already has a buffer, is not a view, or its source is not allocated.
+    ///
+    /// # Safety
+    /// `tensor` NULL or a live tensor whose `view_src` is live.
+    pub unsafe fn ggml_backend_view_init(tensor: *mut ggml_tensor) -> ggml_status {
         // SAFETY: caller contract.
         let t = unsafe { non_null_mut(tensor, F, "tensor") };
         ggml_sys_assert(t.buffer.is_null(), F, "tensor->buffer == NULL");
@@ -772,7 +746,7 @@ pub unsafe extern "C" fn ggml_backend_view_init(tensor: *mut ggml_tensor) -> ggm
         t.data = v.data.cast::<u8>().wrapping_add(t.view_offs).cast();
         // SAFETY: live buffer and tensor.
         unsafe { ggml_backend_buffer_init_tensor(t.buffer, tensor) }
-    })
+    }
 }
 
 /// Aborts with stock's `GGML_ASSERT(cond) failed` wording unless `ok`.
