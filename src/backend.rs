@@ -12,14 +12,9 @@ use ggml_sys::{
     ggml_backend_graph_plan_t, ggml_backend_t, ggml_cgraph, ggml_guid_t, ggml_status, ggml_tensor,
 };
 
-use crate::buffer_type::{
-    ggml_backend_buft_alloc_buffer, ggml_backend_buft_get_alignment, ggml_backend_buft_get_max_size,
-};
-use crate::device::{
-    ggml_backend_dev_buffer_type, ggml_backend_dev_offload_op, ggml_backend_dev_supports_buft,
-    ggml_backend_dev_supports_op,
-};
-use crate::ffi::{export, non_null};
+use crate::buffer_type::{self, buft_ref};
+use crate::device::{self, dev_ref};
+use crate::ffi::{export, handle, non_null};
 use crate::iface::required;
 
 /// Borrows the backend behind `backend`, aborting naming `func` when it is NULL.
@@ -53,10 +48,17 @@ export! {
         // SAFETY: caller contract.
         match unsafe { backend.as_ref() } {
             None => c"NULL".as_ptr(),
-            // SAFETY: the backend's callback with itself.
-            Some(b) => unsafe { required(b.iface.get_name, F, "get_name")(backend) },
+            Some(b) => name(b),
         }
     }
+}
+
+/// The body of [`ggml_backend_name`] for a backend that is not NULL, for the library's own
+/// callers.
+pub(crate) fn name(backend: &ggml_backend) -> *const c_char {
+    let f = required(backend.iface.get_name, "ggml_backend_name", "get_name");
+    // SAFETY: the backend's own callback with itself, live while borrowed.
+    unsafe { f(handle(backend)) }
 }
 
 export! {
@@ -82,9 +84,24 @@ export! {
     pub unsafe fn ggml_backend_get_default_buffer_type(
         backend: ggml_backend_t,
     ) -> ggml_backend_buffer_type_t {
-        // SAFETY: caller contract; a live backend's device is live.
-        unsafe { ggml_backend_dev_buffer_type(backend_ref(backend, F).device) }
+        // SAFETY: caller contract.
+        default_buffer_type(unsafe { backend_ref(backend, F) })
     }
+}
+
+/// The body of [`ggml_backend_get_default_buffer_type`], for the library's own callers. Aborts
+/// when the backend has no device, naming `ggml_backend_dev_buffer_type` as stock's call chain
+/// does.
+pub(crate) fn default_buffer_type(backend: &ggml_backend) -> ggml_backend_buffer_type_t {
+    // SAFETY: a live backend's device is NULL or live for the process.
+    device::buffer_type(unsafe { dev_ref(backend.device, "ggml_backend_dev_buffer_type") })
+}
+
+/// The default buffer type of `backend`, borrowed, for the functions that ask it about
+/// alignment, size or allocation; aborts naming `func` when the device gives NULL.
+fn default_buft<'a>(backend: &ggml_backend, func: &str) -> &'a ggml_sys::ggml_backend_buffer_type {
+    // SAFETY: a device's buffer type is NULL or a live object of its backend library.
+    unsafe { buft_ref(default_buffer_type(backend), func) }
 }
 
 export! {
@@ -98,9 +115,8 @@ export! {
         size: usize,
     ) -> ggml_backend_buffer_t {
         // SAFETY: caller contract.
-        unsafe {
-            ggml_backend_buft_alloc_buffer(ggml_backend_get_default_buffer_type(backend), size)
-        }
+        let b = unsafe { backend_ref(backend, F) };
+        buffer_type::alloc_buffer(default_buft(b, "ggml_backend_buft_alloc_buffer"), size)
     }
 }
 
@@ -111,8 +127,13 @@ export! {
     /// `backend` must be NULL or point to a live backend.
     pub unsafe fn ggml_backend_get_alignment(backend: ggml_backend_t) -> usize {
         // SAFETY: caller contract.
-        unsafe { ggml_backend_buft_get_alignment(ggml_backend_get_default_buffer_type(backend)) }
+        alignment(unsafe { backend_ref(backend, F) })
     }
+}
+
+/// The body of [`ggml_backend_get_alignment`], for the library's own callers.
+pub(crate) fn alignment(backend: &ggml_backend) -> usize {
+    buffer_type::alignment(default_buft(backend, "ggml_backend_buft_get_alignment"))
 }
 
 export! {
@@ -122,8 +143,13 @@ export! {
     /// `backend` must be NULL or point to a live backend.
     pub unsafe fn ggml_backend_get_max_size(backend: ggml_backend_t) -> usize {
         // SAFETY: caller contract.
-        unsafe { ggml_backend_buft_get_max_size(ggml_backend_get_default_buffer_type(backend)) }
+        max_size(unsafe { backend_ref(backend, F) })
     }
+}
+
+/// The body of [`ggml_backend_get_max_size`], for the library's own callers.
+pub(crate) fn max_size(backend: &ggml_backend) -> usize {
+    buffer_type::max_size(default_buft(backend, "ggml_backend_buft_get_max_size"))
 }
 
 export! {
@@ -134,10 +160,15 @@ export! {
     /// `backend` must be NULL or point to a live backend.
     pub unsafe fn ggml_backend_synchronize(backend: ggml_backend_t) {
         // SAFETY: caller contract.
-        if let Some(f) = unsafe { backend_ref(backend, F) }.iface.synchronize {
-            // SAFETY: the backend's callback with itself.
-            unsafe { f(backend) }
-        }
+        synchronize(unsafe { backend_ref(backend, F) })
+    }
+}
+
+/// The body of [`ggml_backend_synchronize`], for the library's own callers.
+pub(crate) fn synchronize(backend: &ggml_backend) {
+    if let Some(f) = backend.iface.synchronize {
+        // SAFETY: the backend's own callback with itself, live while borrowed.
+        unsafe { f(handle(backend)) }
     }
 }
 
@@ -204,11 +235,11 @@ export! {
         cgraph: *mut ggml_cgraph,
     ) -> ggml_status {
         // SAFETY: caller contract.
-        unsafe {
-            let status = ggml_backend_graph_compute_async(backend, cgraph);
-            ggml_backend_synchronize(backend);
-            status
-        }
+        let b = unsafe { backend_ref(backend, F) };
+        // SAFETY: caller contract.
+        let status = unsafe { graph_compute_async(b, cgraph) };
+        synchronize(b);
+        status
     }
 }
 
@@ -222,11 +253,26 @@ export! {
         backend: ggml_backend_t,
         cgraph: *mut ggml_cgraph,
     ) -> ggml_status {
-        // SAFETY: caller contract.
-        let b = unsafe { backend_ref(backend, F) };
-        // SAFETY: the backend's callback.
-        unsafe { required(b.iface.graph_compute, F, "graph_compute")(backend, cgraph) }
+        // SAFETY: caller contract for both pointers.
+        unsafe { graph_compute_async(backend_ref(backend, F), cgraph) }
     }
+}
+
+/// The body of [`ggml_backend_graph_compute_async`], for the library's own callers.
+///
+/// # Safety
+/// `cgraph` must be a live graph whose tensors the backend can use.
+pub(crate) unsafe fn graph_compute_async(
+    backend: &ggml_backend,
+    cgraph: *mut ggml_cgraph,
+) -> ggml_status {
+    let f = required(
+        backend.iface.graph_compute,
+        "ggml_backend_graph_compute_async",
+        "graph_compute",
+    );
+    // SAFETY: the backend's own callback with itself and a graph it can use.
+    unsafe { f(handle(backend), cgraph) }
 }
 
 export! {
@@ -238,9 +284,19 @@ export! {
         backend: ggml_backend_t,
         op: *const ggml_tensor,
     ) -> bool {
-        // SAFETY: caller contract.
-        unsafe { ggml_backend_dev_supports_op(backend_ref(backend, F).device, op) }
+        // SAFETY: caller contract for both pointers.
+        unsafe { supports_op(backend_ref(backend, F), op) }
     }
+}
+
+/// The body of [`ggml_backend_supports_op`], for the library's own callers (the scheduler asks
+/// it for every node and backend).
+///
+/// # Safety
+/// `op` must point to a live tensor.
+pub(crate) unsafe fn supports_op(backend: &ggml_backend, op: *const ggml_tensor) -> bool {
+    // SAFETY: a live backend's device is NULL or live for the process; `op` is live.
+    unsafe { device::supports_op(dev_ref(backend.device, "ggml_backend_dev_supports_op"), op) }
 }
 
 export! {
@@ -252,8 +308,25 @@ export! {
         backend: ggml_backend_t,
         buft: ggml_backend_buffer_type_t,
     ) -> bool {
-        // SAFETY: caller contract.
-        unsafe { ggml_backend_dev_supports_buft(backend_ref(backend, F).device, buft) }
+        // SAFETY: caller contract for both pointers.
+        unsafe { supports_buft(backend_ref(backend, F), buft) }
+    }
+}
+
+/// The body of [`ggml_backend_supports_buft`], for the library's own callers.
+///
+/// # Safety
+/// `buft` must point to a live buffer type.
+pub(crate) unsafe fn supports_buft(
+    backend: &ggml_backend,
+    buft: ggml_backend_buffer_type_t,
+) -> bool {
+    // SAFETY: a live backend's device is NULL or live for the process; `buft` is live.
+    unsafe {
+        device::supports_buft(
+            dev_ref(backend.device, "ggml_backend_dev_supports_buft"),
+            buft,
+        )
     }
 }
 
@@ -264,9 +337,18 @@ export! {
     /// # Safety
     /// `backend` NULL or live; `op` a live tensor.
     pub unsafe fn ggml_backend_offload_op(backend: ggml_backend_t, op: *const ggml_tensor) -> bool {
-        // SAFETY: caller contract.
-        unsafe { ggml_backend_dev_offload_op(backend_ref(backend, F).device, op) }
+        // SAFETY: caller contract for both pointers.
+        unsafe { offload_op(backend_ref(backend, F), op) }
     }
+}
+
+/// The body of [`ggml_backend_offload_op`], for the library's own callers.
+///
+/// # Safety
+/// `op` must point to a live tensor.
+pub(crate) unsafe fn offload_op(backend: &ggml_backend, op: *const ggml_tensor) -> bool {
+    // SAFETY: a live backend's device is NULL or live for the process; `op` is live.
+    unsafe { device::offload_op(dev_ref(backend.device, "ggml_backend_dev_offload_op"), op) }
 }
 
 export! {

@@ -15,11 +15,8 @@ use ggml_sys::{
     GGML_STATUS_SUCCESS,
 };
 
-use crate::buffer_type::{
-    ggml_backend_buft_get_alignment, ggml_backend_buft_get_alloc_size,
-    ggml_backend_buft_get_max_size, ggml_backend_buft_is_host, ggml_backend_buft_name,
-};
-use crate::ffi::{self, export, non_null, non_null_mut};
+use crate::buffer_type::{self, buft_ref};
+use crate::ffi::{self, export, handle, non_null, non_null_mut};
 use crate::iface::required;
 use crate::multi_buffer::{
     ggml_backend_buffer_is_multi_buffer, ggml_backend_multi_buffer_set_usage,
@@ -35,6 +32,14 @@ pub(crate) unsafe fn buffer_ref<'a>(
 ) -> &'a ggml_backend_buffer {
     // SAFETY: forwarded from the caller.
     unsafe { non_null(buffer, func, "buffer") }
+}
+
+/// The type of `buffer`, borrowed; aborts naming `func` (the buffer type function that needs
+/// it) when it is NULL, as the call through that function did.
+fn buft_of<'a>(buffer: &ggml_backend_buffer, func: &str) -> &'a ggml_sys::ggml_backend_buffer_type {
+    // SAFETY: a buffer's type is NULL or a live object of its backend library, which outlives
+    // every buffer of it.
+    unsafe { buft_ref(buffer.buft, func) }
 }
 
 export! {
@@ -67,8 +72,11 @@ export! {
     /// # Safety
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_name(buffer: ggml_backend_buffer_t) -> *const c_char {
-        // SAFETY: caller contract; the buffer's type is live while the buffer is.
-        unsafe { ggml_backend_buft_name(buffer_ref(buffer, F).buft) }
+        // SAFETY: caller contract.
+        buffer_type::name(buft_of(
+            unsafe { buffer_ref(buffer, F) },
+            "ggml_backend_buft_name",
+        ))
     }
 }
 
@@ -114,21 +122,28 @@ export! {
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_get_base(buffer: ggml_backend_buffer_t) -> *mut c_void {
         // SAFETY: caller contract.
-        let b = unsafe { buffer_ref(buffer, F) };
-        // SAFETY: `buffer` is live; the meta check only compares its interface.
-        if b.size == 0 && !unsafe { ggml_sys::ggml_backend_buffer_is_meta(buffer) } {
-            return std::ptr::null_mut();
-        }
-        let Some(get_base) = b.iface.get_base else {
-            return std::ptr::null_mut();
-        };
-        // SAFETY: the backend's callback, called with its own buffer.
-        let base = unsafe { get_base(buffer) };
-        if base.is_null() {
-            ffi::fatal(F, "backend buffer base cannot be NULL");
-        }
-        base
+        base(unsafe { buffer_ref(buffer, F) })
     }
+}
+
+/// The body of [`ggml_backend_buffer_get_base`], for the library's own callers.
+pub(crate) fn base(buffer: &ggml_backend_buffer) -> *mut c_void {
+    // SAFETY: `buffer` is live; the meta check only compares its interface.
+    if buffer.size == 0 && !unsafe { ggml_sys::ggml_backend_buffer_is_meta(handle(buffer)) } {
+        return std::ptr::null_mut();
+    }
+    let Some(get_base) = buffer.iface.get_base else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the backend's own callback with its buffer, live while borrowed.
+    let base = unsafe { get_base(handle(buffer)) };
+    if base.is_null() {
+        ffi::fatal(
+            "ggml_backend_buffer_get_base",
+            "backend buffer base cannot be NULL",
+        );
+    }
+    base
 }
 
 export! {
@@ -142,13 +157,24 @@ export! {
         buffer: ggml_backend_buffer_t,
         tensor: *mut ggml_tensor,
     ) -> ggml_status {
-        // SAFETY: caller contract.
-        let b = unsafe { buffer_ref(buffer, F) };
-        match b.iface.init_tensor {
-            // SAFETY: the backend's callback, called with its own buffer.
-            Some(f) => unsafe { f(buffer, tensor) },
-            None => GGML_STATUS_SUCCESS,
-        }
+        // SAFETY: caller contract for both pointers.
+        unsafe { init_tensor(buffer_ref(buffer, F), tensor) }
+    }
+}
+
+/// The body of [`ggml_backend_buffer_init_tensor`], for the library's own callers.
+///
+/// # Safety
+/// `tensor` must point to a live tensor placed in `buffer`, not borrowed elsewhere (the backend
+/// may write it).
+pub(crate) unsafe fn init_tensor(
+    buffer: &ggml_backend_buffer,
+    tensor: *mut ggml_tensor,
+) -> ggml_status {
+    match buffer.iface.init_tensor {
+        // SAFETY: the backend's own callback with its buffer and a tensor placed in it.
+        Some(f) => unsafe { f(handle(buffer), tensor) },
+        None => GGML_STATUS_SUCCESS,
     }
 }
 
@@ -176,8 +202,13 @@ export! {
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_get_alignment(buffer: ggml_backend_buffer_t) -> usize {
         // SAFETY: caller contract.
-        unsafe { ggml_backend_buft_get_alignment(buffer_ref(buffer, F).buft) }
+        alignment(unsafe { buffer_ref(buffer, F) })
     }
+}
+
+/// The body of [`ggml_backend_buffer_get_alignment`], for the library's own callers.
+pub(crate) fn alignment(buffer: &ggml_backend_buffer) -> usize {
+    buffer_type::alignment(buft_of(buffer, "ggml_backend_buft_get_alignment"))
 }
 
 export! {
@@ -187,7 +218,8 @@ export! {
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_get_max_size(buffer: ggml_backend_buffer_t) -> usize {
         // SAFETY: caller contract.
-        unsafe { ggml_backend_buft_get_max_size(buffer_ref(buffer, F).buft) }
+        let b = unsafe { buffer_ref(buffer, F) };
+        buffer_type::max_size(buft_of(b, "ggml_backend_buft_get_max_size"))
     }
 }
 
@@ -201,8 +233,16 @@ export! {
         tensor: *const ggml_tensor,
     ) -> usize {
         // SAFETY: caller contract.
-        unsafe { ggml_backend_buft_get_alloc_size(buffer_ref(buffer, F).buft, tensor) }
+        let b = unsafe { buffer_ref(buffer, F) };
+        // SAFETY: caller contract.
+        let t = unsafe { non_null(tensor, "ggml_backend_buft_get_alloc_size", "tensor") };
+        alloc_size(b, t)
     }
+}
+
+/// The body of [`ggml_backend_buffer_get_alloc_size`], for the library's own callers.
+pub(crate) fn alloc_size(buffer: &ggml_backend_buffer, tensor: &ggml_tensor) -> usize {
+    buffer_type::alloc_size(buft_of(buffer, "ggml_backend_buft_get_alloc_size"), tensor)
 }
 
 export! {
@@ -212,8 +252,14 @@ export! {
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_is_host(buffer: ggml_backend_buffer_t) -> bool {
         // SAFETY: caller contract.
-        unsafe { ggml_backend_buft_is_host(buffer_ref(buffer, F).buft) }
+        is_host(unsafe { buffer_ref(buffer, F) })
     }
+}
+
+/// The body of [`ggml_backend_buffer_is_host`], for the library's own callers (the scheduler
+/// asks it for every input of a split).
+pub(crate) fn is_host(buffer: &ggml_backend_buffer) -> bool {
+    buffer_type::is_host(buft_of(buffer, "ggml_backend_buft_is_host"))
 }
 
 export! {
@@ -293,16 +339,25 @@ export! {
         src: *const ggml_tensor,
         dst: *mut ggml_tensor,
     ) -> bool {
-        // SAFETY: caller contract.
-        let d = unsafe { non_null(dst, F, "dst") };
-        // SAFETY: `d` is live, so is its view source when set.
-        let dst_buf = unsafe { crate::tensor::storage_buffer(d) };
-        // SAFETY: a tensor's buffer is live while the tensor is.
-        let b = unsafe { non_null(dst_buf, F, "dst->buffer") };
-        match b.iface.cpy_tensor {
-            // SAFETY: the backend's callback, called with its own buffer.
-            Some(f) => unsafe { f(dst_buf, src, dst) },
-            None => false,
-        }
+        // SAFETY: caller contract for both pointers.
+        unsafe { copy_tensor(src, non_null(dst, F, "dst"), F) }
+    }
+}
+
+/// The body of [`ggml_backend_buffer_copy_tensor`], whose name `func` its aborts carry, for
+/// the library's own callers.
+///
+/// # Safety
+/// `src` must point to a live tensor (it goes to the backend as is, unchecked as in stock).
+pub(crate) unsafe fn copy_tensor(src: *const ggml_tensor, dst: &ggml_tensor, func: &str) -> bool {
+    // SAFETY: `dst` is live, so is its view source when set.
+    let dst_buf = unsafe { crate::tensor::meta::storage_buffer(dst) };
+    // SAFETY: a tensor's buffer is live while the tensor is.
+    let b = unsafe { non_null(dst_buf, func, "dst->buffer") };
+    match b.iface.cpy_tensor {
+        // SAFETY: the buffer's own callback with live tensors; it writes `dst`'s data, not its
+        // header.
+        Some(f) => unsafe { f(handle(b), src, handle(dst)) },
+        None => false,
     }
 }

@@ -8,13 +8,14 @@
 use std::os::raw::c_char;
 
 use ggml_sys::{
-    ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_dev_t, ggml_tensor,
+    ggml_backend_buffer_t, ggml_backend_buffer_type, ggml_backend_buffer_type_t,
+    ggml_backend_dev_t, ggml_tensor,
 };
 
 use crate::buffer::ggml_backend_buffer_init;
-use crate::ffi::{self, export, non_null};
+use crate::ffi::{self, export, handle, non_null};
 use crate::iface::required;
-use crate::tensor::op_is_empty;
+use crate::tensor::meta::{nbytes, op_is_empty};
 
 /// Borrows the buffer type behind `buft`, aborting naming `func` when it is NULL.
 ///
@@ -23,7 +24,7 @@ use crate::tensor::op_is_empty;
 pub(crate) unsafe fn buft_ref<'a>(
     buft: ggml_backend_buffer_type_t,
     func: &str,
-) -> &'a ggml_sys::ggml_backend_buffer_type {
+) -> &'a ggml_backend_buffer_type {
     // SAFETY: forwarded from the caller.
     unsafe { non_null(buft, func, "buft") }
 }
@@ -36,10 +37,15 @@ export! {
     /// `buft` must be NULL or point to a live buffer type.
     pub unsafe fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
         // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        // SAFETY: the backend's callback, called with its own buffer type.
-        unsafe { required(b.iface.get_name, F, "get_name")(buft) }
+        name(unsafe { buft_ref(buft, F) })
     }
+}
+
+/// The body of [`ggml_backend_buft_name`], for the library's own callers.
+pub(crate) fn name(buft: &ggml_backend_buffer_type) -> *const c_char {
+    let f = required(buft.iface.get_name, "ggml_backend_buft_name", "get_name");
+    // SAFETY: the backend's own callback with its buffer type, live while borrowed.
+    unsafe { f(handle(buft)) }
 }
 
 export! {
@@ -55,16 +61,25 @@ export! {
         size: usize,
     ) -> ggml_backend_buffer_t {
         // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        if size == 0 {
-            // SAFETY: an all-NULL interface is valid for a zero-sized buffer.
-            return unsafe {
-                ggml_backend_buffer_init(buft, Default::default(), std::ptr::null_mut(), 0)
-            };
-        }
-        // SAFETY: the backend's callback, called with its own buffer type.
-        unsafe { required(b.iface.alloc_buffer, F, "alloc_buffer")(buft, size) }
+        alloc_buffer(unsafe { buft_ref(buft, F) }, size)
     }
+}
+
+/// The body of [`ggml_backend_buft_alloc_buffer`], for the library's own callers.
+pub(crate) fn alloc_buffer(buft: &ggml_backend_buffer_type, size: usize) -> ggml_backend_buffer_t {
+    if size == 0 {
+        // SAFETY: an all-NULL interface is valid for a zero-sized buffer.
+        return unsafe {
+            ggml_backend_buffer_init(handle(buft), Default::default(), std::ptr::null_mut(), 0)
+        };
+    }
+    let f = required(
+        buft.iface.alloc_buffer,
+        "ggml_backend_buft_alloc_buffer",
+        "alloc_buffer",
+    );
+    // SAFETY: the backend's own callback with its buffer type, live while borrowed.
+    unsafe { f(handle(buft), size) }
 }
 
 export! {
@@ -75,10 +90,19 @@ export! {
     /// `buft` must be NULL or point to a live buffer type.
     pub unsafe fn ggml_backend_buft_get_alignment(buft: ggml_backend_buffer_type_t) -> usize {
         // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        // SAFETY: the backend's callback, called with its own buffer type.
-        unsafe { required(b.iface.get_alignment, F, "get_alignment")(buft) }
+        alignment(unsafe { buft_ref(buft, F) })
     }
+}
+
+/// The body of [`ggml_backend_buft_get_alignment`], for the library's own callers.
+pub(crate) fn alignment(buft: &ggml_backend_buffer_type) -> usize {
+    let f = required(
+        buft.iface.get_alignment,
+        "ggml_backend_buft_get_alignment",
+        "get_alignment",
+    );
+    // SAFETY: the backend's own callback with its buffer type, live while borrowed.
+    unsafe { f(handle(buft)) }
 }
 
 export! {
@@ -89,12 +113,16 @@ export! {
     /// `buft` must be NULL or point to a live buffer type.
     pub unsafe fn ggml_backend_buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
         // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        match b.iface.get_max_size {
-            // SAFETY: the backend's callback, called with its own buffer type.
-            Some(f) => unsafe { f(buft) },
-            None => usize::MAX,
-        }
+        max_size(unsafe { buft_ref(buft, F) })
+    }
+}
+
+/// The body of [`ggml_backend_buft_get_max_size`], for the library's own callers.
+pub(crate) fn max_size(buft: &ggml_backend_buffer_type) -> usize {
+    match buft.iface.get_max_size {
+        // SAFETY: the backend's own callback with its buffer type, live while borrowed.
+        Some(f) => unsafe { f(handle(buft)) },
+        None => usize::MAX,
     }
 }
 
@@ -164,28 +192,32 @@ export! {
         buft: ggml_backend_buffer_type_t,
         tensor: *const ggml_tensor,
     ) -> usize {
-        // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        // SAFETY: caller contract: `tensor` is NULL or a live tensor.
-        let t = unsafe { non_null(tensor, F, "tensor") };
-        let Some(f) = b.iface.get_alloc_size else {
-            return crate::tensor::nbytes(t);
-        };
-        // SAFETY: the backend's callback, called with its own buffer type.
-        let size = unsafe { f(buft, tensor) };
-        let nbytes = crate::tensor::nbytes(t);
-        // The type is looked up only when the size exceeds nbytes: gallocr calls this per
-        // tensor, several times a graph.
-        // SAFETY: pure function of the type id.
-        if size > nbytes
-            && !alloc_size_allowed(size, nbytes, t.op, unsafe {
-                ggml_sys::ggml_is_quantized(t.type_)
-            })
-        {
-            alloc_size_too_large(size, nbytes, t.op);
-        }
-        size
+        // SAFETY: caller contract: both are NULL or live.
+        let (b, t) = unsafe { (buft_ref(buft, F), non_null(tensor, F, "tensor")) };
+        alloc_size(b, t)
     }
+}
+
+/// The body of [`ggml_backend_buft_get_alloc_size`], for the library's own callers.
+pub(crate) fn alloc_size(buft: &ggml_backend_buffer_type, tensor: &ggml_tensor) -> usize {
+    let nbytes = nbytes(tensor);
+    let Some(f) = buft.iface.get_alloc_size else {
+        return nbytes;
+    };
+    // SAFETY: the backend's own callback with its buffer type and a live tensor, both borrowed
+    // for the call.
+    let size = unsafe { f(handle(buft), tensor) };
+    // The type is looked up only when the size exceeds nbytes: gallocr calls this per
+    // tensor, several times a graph.
+    // SAFETY: a pure function of the type id.
+    if size > nbytes
+        && !alloc_size_allowed(size, nbytes, tensor.op, unsafe {
+            ggml_sys::ggml_is_quantized(tensor.type_)
+        })
+    {
+        alloc_size_too_large(size, nbytes, tensor.op);
+    }
+    size
 }
 
 export! {
@@ -197,12 +229,16 @@ export! {
     /// `buft` must be NULL or point to a live buffer type.
     pub unsafe fn ggml_backend_buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
         // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        match b.iface.is_host {
-            // SAFETY: the backend's callback, called with its own buffer type.
-            Some(f) => unsafe { f(buft) },
-            None => false,
-        }
+        is_host(unsafe { buft_ref(buft, F) })
+    }
+}
+
+/// The body of [`ggml_backend_buft_is_host`], for the library's own callers.
+pub(crate) fn is_host(buft: &ggml_backend_buffer_type) -> bool {
+    match buft.iface.is_host {
+        // SAFETY: the backend's own callback with its buffer type, live while borrowed.
+        Some(f) => unsafe { f(handle(buft)) },
+        None => false,
     }
 }
 

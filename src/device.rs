@@ -13,14 +13,17 @@ use ggml_sys::{
     ggml_backend_t, ggml_tensor,
 };
 
-use crate::ffi::{export, non_null};
+use crate::ffi::{export, handle, non_null};
 use crate::iface::required;
 
 /// Borrows the device behind `device`, aborting naming `func` when it is NULL.
 ///
 /// # Safety
 /// `device` must be NULL or point to a live device.
-unsafe fn dev_ref<'a>(device: ggml_backend_dev_t, func: &str) -> &'a ggml_backend_device {
+pub(crate) unsafe fn dev_ref<'a>(
+    device: ggml_backend_dev_t,
+    func: &str,
+) -> &'a ggml_backend_device {
     // SAFETY: forwarded from the caller.
     unsafe { non_null(device, func, "device") }
 }
@@ -146,15 +149,20 @@ export! {
     pub unsafe fn ggml_backend_dev_buffer_type(
         device: ggml_backend_dev_t,
     ) -> ggml_backend_buffer_type_t {
-        // SAFETY: caller contract; the device's callback with itself.
-        unsafe {
-            required(
-                dev_ref(device, F).iface.get_buffer_type,
-                F,
-                "get_buffer_type",
-            )(device)
-        }
+        // SAFETY: caller contract.
+        buffer_type(unsafe { dev_ref(device, F) })
     }
+}
+
+/// The body of [`ggml_backend_dev_buffer_type`], for the library's own callers.
+pub(crate) fn buffer_type(device: &ggml_backend_device) -> ggml_backend_buffer_type_t {
+    let f = required(
+        device.iface.get_buffer_type,
+        "ggml_backend_dev_buffer_type",
+        "get_buffer_type",
+    );
+    // SAFETY: the device's own callback with the device it belongs to, live while borrowed.
+    unsafe { f(handle(device)) }
 }
 
 export! {
@@ -205,9 +213,23 @@ export! {
         device: ggml_backend_dev_t,
         op: *const ggml_tensor,
     ) -> bool {
-        // SAFETY: caller contract; the device's callback with itself.
-        unsafe { required(dev_ref(device, F).iface.supports_op, F, "supports_op")(device, op) }
+        // SAFETY: caller contract for both pointers.
+        unsafe { supports_op(dev_ref(device, F), op) }
     }
+}
+
+/// The body of [`ggml_backend_dev_supports_op`], for the library's own callers.
+///
+/// # Safety
+/// `op` must point to a live tensor (it goes to the backend as is).
+pub(crate) unsafe fn supports_op(device: &ggml_backend_device, op: *const ggml_tensor) -> bool {
+    let f = required(
+        device.iface.supports_op,
+        "ggml_backend_dev_supports_op",
+        "supports_op",
+    );
+    // SAFETY: the device's own callback with the device it belongs to; `op` is live.
+    unsafe { f(handle(device), op) }
 }
 
 export! {
@@ -219,11 +241,26 @@ export! {
         device: ggml_backend_dev_t,
         buft: ggml_backend_buffer_type_t,
     ) -> bool {
-        // SAFETY: caller contract; the device's callback with itself.
-        unsafe {
-            required(dev_ref(device, F).iface.supports_buft, F, "supports_buft")(device, buft)
-        }
+        // SAFETY: caller contract for both pointers.
+        unsafe { supports_buft(dev_ref(device, F), buft) }
     }
+}
+
+/// The body of [`ggml_backend_dev_supports_buft`], for the library's own callers.
+///
+/// # Safety
+/// `buft` must point to a live buffer type (it goes to the backend as is).
+pub(crate) unsafe fn supports_buft(
+    device: &ggml_backend_device,
+    buft: ggml_backend_buffer_type_t,
+) -> bool {
+    let f = required(
+        device.iface.supports_buft,
+        "ggml_backend_dev_supports_buft",
+        "supports_buft",
+    );
+    // SAFETY: the device's own callback with the device it belongs to; `buft` is live.
+    unsafe { f(handle(device), buft) }
 }
 
 export! {
@@ -236,12 +273,20 @@ export! {
         device: ggml_backend_dev_t,
         op: *const ggml_tensor,
     ) -> bool {
-        // SAFETY: caller contract.
-        match unsafe { dev_ref(device, F) }.iface.offload_op {
-            // SAFETY: the device's callback with itself.
-            Some(f) => unsafe { f(device, op) },
-            None => false,
-        }
+        // SAFETY: caller contract for both pointers.
+        unsafe { offload_op(dev_ref(device, F), op) }
+    }
+}
+
+/// The body of [`ggml_backend_dev_offload_op`], for the library's own callers.
+///
+/// # Safety
+/// `op` must point to a live tensor (it goes to the backend as is).
+pub(crate) unsafe fn offload_op(device: &ggml_backend_device, op: *const ggml_tensor) -> bool {
+    match device.iface.offload_op {
+        // SAFETY: the device's own callback with the device it belongs to; `op` is live.
+        Some(f) => unsafe { f(handle(device), op) },
+        None => false,
     }
 }
 

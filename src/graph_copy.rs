@@ -21,17 +21,8 @@ use ggml_sys::{
 use crate::backend::ggml_backend_graph_compute;
 use crate::buffer::ggml_backend_buffer_free;
 use crate::ffi::{self, export, non_null};
+use crate::tensor::meta::is_view_op;
 use crate::tensor::{ggml_backend_tensor_copy, ggml_backend_view_init};
-
-/// Whether `op` only reinterprets its source's storage (no computation of its own): the nodes
-/// whose results [`ggml_backend_compare_graph_backend`] does not hand to the callback.
-pub fn is_view_op(op: ggml_sys::ggml_op) -> bool {
-    use ggml_sys::*;
-    matches!(
-        op,
-        GGML_OP_VIEW | GGML_OP_RESHAPE | GGML_OP_PERMUTE | GGML_OP_TRANSPOSE
-    )
-}
 
 /// The state of one graph copy: originals mapped to their duplicates, and which originals
 /// already had their duplicate's data or view set up.

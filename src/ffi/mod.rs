@@ -174,6 +174,17 @@ fn null_argument(func: &str, arg: &str) -> ! {
     fatal(func, &format!("argument `{arg}` is NULL"))
 }
 
+/// The C handle of an ABI object that the library holds as a checked reference, to hand back
+/// to the object's own callbacks (the internal functions behind the exports take references;
+/// ggml's callbacks take mutable pointers). Sound because the callbacks reached this way
+/// (`supports_op`, `get_alignment`, `set_tensor` ...) read the struct's `iface` and `context`
+/// and change only what `context` points to, never the struct itself; a callback that frees the
+/// struct (`free`, `free_buffer`) is called with the caller's own pointer instead.
+#[inline(always)]
+pub fn handle<T>(r: &T) -> *mut T {
+    std::ptr::from_ref(r).cast_mut()
+}
+
 /// Mutable form of [`non_null`].
 ///
 /// # Safety

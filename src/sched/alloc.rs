@@ -60,7 +60,8 @@ impl Sched {
         self.pool.reset();
         (*graph).uid = ggml_sys::ggml_graph_next_uid();
         let g = &*graph;
-        let live = Live::new(&self.backends, &self.bufts);
+        // SAFETY: the scheduler's own lists (see `Sched::backend`).
+        let live = unsafe { Live::new(&self.backends, &self.bufts) };
 
         let mut ids = std::mem::take(&mut self.graph_ids);
         ids.rebuild(&mut self.table, g);
@@ -277,8 +278,8 @@ impl Sched {
                 }
             }
             // Inputs may move: wait for every backend (without touching the copy index).
-            for &b in &self.backends {
-                ggml_sys::ggml_backend_synchronize(b);
+            for b in 0..self.backends.len() {
+                crate::backend::synchronize(self.backend(b));
             }
             if !ggml_sys::ggml_gallocr_reserve_n(
                 self.galloc,

@@ -7,6 +7,7 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Caps};
 use super::table::{Cause, GraphIds, Table};
+use crate::tensor::meta;
 
 /// The highest-priority backend that can use the buffer holding `t`'s storage and runs `op`
 /// (stock's `ggml_backend_sched_backend_from_buffer`); `None` when `t` has no storage or no
@@ -19,7 +20,7 @@ pub unsafe fn backend_from_buffer(
     t: &ggml_tensor,
     op: *const ggml_tensor,
 ) -> Option<usize> {
-    let buffer = caps::storage_buffer(t);
+    let buffer = meta::storage_buffer(t);
     if buffer.is_null() {
         return None;
     }
@@ -52,7 +53,7 @@ pub unsafe fn from_current(
             return Some((b, Cause::PreAllocatedView));
         }
     }
-    let buffer = caps::storage_buffer(t);
+    let buffer = meta::storage_buffer(t);
     if !buffer.is_null() {
         stop_unusable_storage(caps, tp, buffer, named_stop);
     }

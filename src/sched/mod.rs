@@ -105,6 +105,14 @@ pub fn env_int(name: &str) -> Option<i32> {
 }
 
 impl Sched {
+    /// Backend `b`, borrowed, for the layer's internal functions.
+    pub(crate) fn backend(&self, b: usize) -> &ggml_sys::ggml_backend {
+        // SAFETY: `ggml_backend_sched_new` aborts unless every backend is non-NULL (it borrows
+        // each through `backend_ref`), and its contract keeps them live for the scheduler's
+        // lifetime.
+        unsafe { &*self.backends[b] }
+    }
+
     /// The index of `backend` in the list (its priority), if it is one of ours.
     pub(crate) fn backend_index(&self, backend: ggml_backend_t) -> Option<usize> {
         self.backends.iter().position(|&b| b == backend)
@@ -149,9 +157,8 @@ impl Sched {
 
     /// Waits for every backend; without an allocated graph, the next graph uses copy 0.
     pub(crate) fn synchronize(&mut self) {
-        for &b in &self.backends {
-            // SAFETY: the backends outlive the scheduler (caller's contract).
-            unsafe { ggml_sys::ggml_backend_synchronize(b) };
+        for b in 0..self.backends.len() {
+            crate::backend::synchronize(self.backend(b));
         }
         if !self.is_alloc {
             self.next_copy = 0;
@@ -252,21 +259,22 @@ export! {
         let mut buft_list = Vec::with_capacity(list.len());
         let mut events = Vec::with_capacity(list.len());
         for (b, &backend) in list.iter().enumerate() {
+            let be = crate::backend::backend_ref(backend, F);
             let buft = if bufts.is_null() {
-                ggml_sys::ggml_backend_get_default_buffer_type(backend)
+                crate::backend::default_buffer_type(be)
             } else {
                 *bufts.add(b)
             };
             crate::ggml_assert!(
                 F,
-                ggml_sys::ggml_backend_supports_buft(backend, buft),
+                crate::backend::supports_buft(be, buft),
                 "GGML_ASSERT(ggml_backend_supports_buft(backends[b], sched->bufts[b])) failed"
             );
             buft_list.push(buft);
             let mut row = Vec::new();
             if n_copies > 1 {
                 for _ in 0..n_copies {
-                    row.push(ggml_sys::ggml_backend_event_new((*backend).device));
+                    row.push(ggml_sys::ggml_backend_event_new(be.device));
                 }
             }
             events.push(row);
