@@ -107,6 +107,23 @@ impl Rows {
         }
     }
 
+    /// `n_copies` rows, as the `_2d` entry points take them.
+    pub(crate) fn strided(
+        offset: usize,
+        size: usize,
+        n_copies: usize,
+        stride_tensor: usize,
+        stride_data: usize,
+    ) -> Rows {
+        Rows {
+            offset,
+            size,
+            n_copies,
+            stride_tensor,
+            stride_data,
+        }
+    }
+
     /// Row `i` alone, and its host address from `data`. The sums wrap as C's `size_t` does;
     /// the range check of the row then catches an offset that wrapped.
     fn row(&self, i: usize, data: *mut c_void) -> (Rows, *mut c_void) {
@@ -272,6 +289,32 @@ pub(crate) unsafe fn access(
     }
 }
 
+/// [`access`] for the entry points, which hold the tensor as a C pointer: borrows it, aborting
+/// naming `func` when it is NULL.
+///
+/// # Safety
+/// `tensor` must be NULL or live; `data` as for [`access`].
+unsafe fn access_c(
+    target: Target<'_>,
+    access: Access,
+    tensor: *const ggml_tensor,
+    data: *mut c_void,
+    rows: Rows,
+    func: &str,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        self::access(
+            target,
+            access,
+            non_null(tensor, func, "tensor"),
+            data,
+            rows,
+            func,
+        )
+    }
+}
+
 /// One range of [`access`]. A buffer target does nothing for a zero size (after checking the
 /// buffer); a queue checks the range even then, and without a callback of its own
 /// synchronizes and goes through the buffer.
@@ -333,18 +376,12 @@ export! {
         offset: usize,
         size: usize,
     ) {
+        // `access` takes host memory as one pointer type for both directions; a write only
+        // reads through it.
+        let data = data.cast_mut();
+        let rows = Rows::one(offset, size);
         // SAFETY: caller contract for both pointers.
-        unsafe {
-            let t = non_null(tensor, F, "tensor");
-            access(
-                Target::Buffer,
-                Access::Write,
-                t,
-                data.cast_mut(),
-                Rows::one(offset, size),
-                F,
-            )
-        }
+        unsafe { access_c(Target::Buffer, Access::Write, tensor, data, rows, F) }
     }
 }
 
@@ -361,18 +398,9 @@ export! {
         offset: usize,
         size: usize,
     ) {
+        let rows = Rows::one(offset, size);
         // SAFETY: caller contract for both pointers.
-        unsafe {
-            let t = non_null(tensor, F, "tensor");
-            access(
-                Target::Buffer,
-                Access::Read,
-                t,
-                data,
-                Rows::one(offset, size),
-                F,
-            )
-        }
+        unsafe { access_c(Target::Buffer, Access::Read, tensor, data, rows, F) }
     }
 }
 
@@ -393,18 +421,12 @@ export! {
         stride_tensor: usize,
         stride_data: usize,
     ) {
-        let rows = Rows {
-            offset,
-            size,
-            n_copies,
-            stride_tensor,
-            stride_data,
-        };
+        // `access` takes host memory as one pointer type for both directions; a write only
+        // reads through it.
+        let data = data.cast_mut();
+        let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
         // SAFETY: caller contract for both pointers.
-        unsafe {
-            let t = non_null(tensor, F, "tensor");
-            access(Target::Buffer, Access::Write, t, data.cast_mut(), rows, F)
-        }
+        unsafe { access_c(Target::Buffer, Access::Write, tensor, data, rows, F) }
     }
 }
 
@@ -424,18 +446,9 @@ export! {
         stride_tensor: usize,
         stride_data: usize,
     ) {
-        let rows = Rows {
-            offset,
-            size,
-            n_copies,
-            stride_tensor,
-            stride_data,
-        };
+        let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
         // SAFETY: caller contract for both pointers.
-        unsafe {
-            let t = non_null(tensor, F, "tensor");
-            access(Target::Buffer, Access::Read, t, data, rows, F)
-        }
+        unsafe { access_c(Target::Buffer, Access::Read, tensor, data, rows, F) }
     }
 }
 
@@ -484,19 +497,14 @@ export! {
         offset: usize,
         size: usize,
     ) {
-        // SAFETY: caller contract for the three pointers.
-        unsafe {
-            let be = backend_ref(backend, F);
-            let t = non_null(tensor, F, "tensor");
-            access(
-                Target::Queue(be),
-                Access::Write,
-                t,
-                data.cast_mut(),
-                Rows::one(offset, size),
-                F,
-            )
-        }
+        // `access` takes host memory as one pointer type for both directions; a write only
+        // reads through it.
+        let data = data.cast_mut();
+        let rows = Rows::one(offset, size);
+        // SAFETY: caller contract.
+        let be = unsafe { backend_ref(backend, F) };
+        // SAFETY: caller contract for both pointers.
+        unsafe { access_c(Target::Queue(be), Access::Write, tensor, data, rows, F) }
     }
 }
 
@@ -515,19 +523,11 @@ export! {
         offset: usize,
         size: usize,
     ) {
-        // SAFETY: caller contract for the three pointers.
-        unsafe {
-            let be = backend_ref(backend, F);
-            let t = non_null(tensor, F, "tensor");
-            access(
-                Target::Queue(be),
-                Access::Read,
-                t,
-                data,
-                Rows::one(offset, size),
-                F,
-            )
-        }
+        let rows = Rows::one(offset, size);
+        // SAFETY: caller contract.
+        let be = unsafe { backend_ref(backend, F) };
+        // SAFETY: caller contract for both pointers.
+        unsafe { access_c(Target::Queue(be), Access::Read, tensor, data, rows, F) }
     }
 }
 
@@ -549,26 +549,14 @@ export! {
         stride_tensor: usize,
         stride_data: usize,
     ) {
-        let rows = Rows {
-            offset,
-            size,
-            n_copies,
-            stride_tensor,
-            stride_data,
-        };
-        // SAFETY: caller contract for the three pointers.
-        unsafe {
-            let be = backend_ref(backend, F);
-            let t = non_null(tensor, F, "tensor");
-            access(
-                Target::Queue(be),
-                Access::Write,
-                t,
-                data.cast_mut(),
-                rows,
-                F,
-            )
-        }
+        // `access` takes host memory as one pointer type for both directions; a write only
+        // reads through it.
+        let data = data.cast_mut();
+        let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
+        // SAFETY: caller contract.
+        let be = unsafe { backend_ref(backend, F) };
+        // SAFETY: caller contract for both pointers.
+        unsafe { access_c(Target::Queue(be), Access::Write, tensor, data, rows, F) }
     }
 }
 
@@ -589,19 +577,11 @@ export! {
         stride_tensor: usize,
         stride_data: usize,
     ) {
-        let rows = Rows {
-            offset,
-            size,
-            n_copies,
-            stride_tensor,
-            stride_data,
-        };
-        // SAFETY: caller contract for the three pointers.
-        unsafe {
-            let be = backend_ref(backend, F);
-            let t = non_null(tensor, F, "tensor");
-            access(Target::Queue(be), Access::Read, t, data, rows, F)
-        }
+        let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
+        // SAFETY: caller contract.
+        let be = unsafe { backend_ref(backend, F) };
+        // SAFETY: caller contract for both pointers.
+        unsafe { access_c(Target::Queue(be), Access::Read, tensor, data, rows, F) }
     }
 }
 
