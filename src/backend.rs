@@ -234,13 +234,23 @@ export! {
         backend: ggml_backend_t,
         cgraph: *mut ggml_cgraph,
     ) -> ggml_status {
-        // SAFETY: caller contract.
-        let b = unsafe { backend_ref(backend, F) };
-        // SAFETY: caller contract.
-        let status = unsafe { graph_compute_async(b, cgraph) };
-        synchronize(b);
-        status
+        // SAFETY: caller contract for both pointers.
+        unsafe { graph_compute(backend_ref(backend, F), cgraph) }
     }
+}
+
+/// The body of [`ggml_backend_graph_compute`], for the library's own callers.
+///
+/// # Safety
+/// `cgraph` must be a live graph whose tensors the backend can use.
+pub(crate) unsafe fn graph_compute(
+    backend: &ggml_backend,
+    cgraph: *mut ggml_cgraph,
+) -> ggml_status {
+    // SAFETY: the caller's contract.
+    let status = unsafe { graph_compute_async(backend, cgraph) };
+    synchronize(backend);
+    status
 }
 
 export! {

@@ -18,9 +18,7 @@ use ggml_sys::{
 use crate::buffer_type::{self, buft_ref};
 use crate::ffi::{self, export, handle, non_null, non_null_mut};
 use crate::iface::required;
-use crate::multi_buffer::{
-    ggml_backend_buffer_is_multi_buffer, ggml_backend_multi_buffer_set_usage,
-};
+use crate::multi_buffer;
 
 /// Borrows the buffer behind `buffer`, aborting naming `func` when it is NULL.
 ///
@@ -56,14 +54,24 @@ export! {
         context: *mut c_void,
         size: usize,
     ) -> ggml_backend_buffer_t {
-        Box::into_raw(Box::new(ggml_backend_buffer {
-            iface,
-            buft,
-            context,
-            size,
-            usage: GGML_BACKEND_BUFFER_USAGE_ANY,
-        }))
+        new(buft, iface, context, size)
     }
+}
+
+/// The body of [`ggml_backend_buffer_init`], for the library's own buffer types.
+pub(crate) fn new(
+    buft: ggml_backend_buffer_type_t,
+    iface: ggml_backend_buffer_i,
+    context: *mut c_void,
+    size: usize,
+) -> ggml_backend_buffer_t {
+    Box::into_raw(Box::new(ggml_backend_buffer {
+        iface,
+        buft,
+        context,
+        size,
+        usage: GGML_BACKEND_BUFFER_USAGE_ANY,
+    }))
 }
 
 export! {
@@ -88,18 +96,27 @@ export! {
     /// `buffer` must be NULL or a live buffer made by [`ggml_backend_buffer_init`], not used
     /// afterwards.
     pub unsafe fn ggml_backend_buffer_free(buffer: ggml_backend_buffer_t) {
-        if buffer.is_null() {
-            return;
-        }
-        // SAFETY: non-NULL and live by the caller's contract.
-        if let Some(f) = unsafe { (*buffer).iface.free_buffer } {
-            // SAFETY: the backend's callback, called once with its own buffer.
-            unsafe { f(buffer) };
-        }
-        // SAFETY: the struct was allocated by Box in ggml_backend_buffer_init and is not used
-        // again.
-        drop(unsafe { Box::from_raw(buffer) });
+        // SAFETY: caller contract.
+        unsafe { free(buffer) }
     }
+}
+
+/// The body of [`ggml_backend_buffer_free`], for the library's own callers. It takes the C
+/// pointer, not a borrow: the struct is freed.
+///
+/// # Safety
+/// `buffer` must be NULL or a live buffer made by [`new`], not used afterwards.
+pub(crate) unsafe fn free(buffer: ggml_backend_buffer_t) {
+    if buffer.is_null() {
+        return;
+    }
+    // SAFETY: non-NULL and live by the caller's contract.
+    if let Some(f) = unsafe { (*buffer).iface.free_buffer } {
+        // SAFETY: the backend's callback, called once with its own buffer.
+        unsafe { f(buffer) };
+    }
+    // SAFETY: the struct was allocated by Box in `new` and is not used again.
+    drop(unsafe { Box::from_raw(buffer) });
 }
 
 export! {
@@ -186,13 +203,19 @@ export! {
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_clear(buffer: ggml_backend_buffer_t, value: u8) {
         // SAFETY: caller contract.
-        let b = unsafe { buffer_ref(buffer, F) };
-        if b.size == 0 {
-            return;
-        }
-        // SAFETY: the backend's callback, called with its own buffer.
-        unsafe { required(b.iface.clear, F, "clear")(buffer, value) }
+        clear(unsafe { buffer_ref(buffer, F) }, value)
     }
+}
+
+/// The body of [`ggml_backend_buffer_clear`], for the library's own callers.
+pub(crate) fn clear(buffer: &ggml_backend_buffer, value: u8) {
+    if buffer.size == 0 {
+        return;
+    }
+    let f = required(buffer.iface.clear, "ggml_backend_buffer_clear", "clear");
+    // SAFETY: the backend's own callback with its buffer; it writes the memory behind
+    // `context`, not the struct.
+    unsafe { f(handle(buffer), value) }
 }
 
 export! {
@@ -274,14 +297,23 @@ export! {
         usage: ggml_backend_buffer_usage,
     ) {
         // SAFETY: caller contract.
-        unsafe { non_null_mut(buffer, F, "buffer") }.usage = usage;
-        // SAFETY: `buffer` is live; both checks only compare its interface.
-        unsafe {
-            if ggml_backend_buffer_is_multi_buffer(buffer) {
-                ggml_backend_multi_buffer_set_usage(buffer, usage);
-            } else if ggml_sys::ggml_backend_buffer_is_meta(buffer) {
-                ggml_sys::ggml_backend_meta_buffer_set_usage(buffer, usage);
-            }
+        set_usage(unsafe { non_null_mut(buffer, F, "buffer") }, usage)
+    }
+}
+
+/// The body of [`ggml_backend_buffer_set_usage`], for the library's own callers.
+pub(crate) fn set_usage(buffer: &mut ggml_backend_buffer, usage: ggml_backend_buffer_usage) {
+    buffer.usage = usage;
+    if multi_buffer::is_multi_buffer(buffer) {
+        multi_buffer::set_parts_usage(buffer, usage);
+        return;
+    }
+    let ptr = std::ptr::from_mut(buffer);
+    // SAFETY: a live buffer; the meta check only compares its interface, and a meta buffer's
+    // usage is passed on by ggml's own code.
+    unsafe {
+        if ggml_sys::ggml_backend_buffer_is_meta(ptr) {
+            ggml_sys::ggml_backend_meta_buffer_set_usage(ptr, usage);
         }
     }
 }

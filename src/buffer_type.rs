@@ -12,7 +12,6 @@ use ggml_sys::{
     ggml_backend_dev_t, ggml_tensor,
 };
 
-use crate::buffer::ggml_backend_buffer_init;
 use crate::ffi::{self, export, handle, non_null};
 use crate::iface::required;
 use crate::tensor::meta::{nbytes, op_is_empty};
@@ -68,10 +67,8 @@ export! {
 /// The body of [`ggml_backend_buft_alloc_buffer`], for the library's own callers.
 pub(crate) fn alloc_buffer(buft: &ggml_backend_buffer_type, size: usize) -> ggml_backend_buffer_t {
     if size == 0 {
-        // SAFETY: an all-NULL interface is valid for a zero-sized buffer.
-        return unsafe {
-            ggml_backend_buffer_init(handle(buft), Default::default(), std::ptr::null_mut(), 0)
-        };
+        // A dummy buffer: an all-NULL interface is valid for a zero-sized buffer.
+        return crate::buffer::new(handle(buft), Default::default(), std::ptr::null_mut(), 0);
     }
     let f = required(
         buft.iface.alloc_buffer,

@@ -17,7 +17,7 @@ use ggml_sys::{
     ggml_backend_buffer_type_i, ggml_backend_buffer_type_t, ggml_tensor,
 };
 
-use crate::buffer::{buffer_ref, ggml_backend_buffer_init, ggml_backend_buffer_is_host};
+use crate::buffer::{self, buffer_ref};
 use crate::ffi::{self, boundary, export, non_null};
 
 /// Alignment in bytes of tensor addresses in the CPU buffer types (stock `TENSOR_ALIGNMENT`).
@@ -104,8 +104,8 @@ unsafe extern "C" fn cpu_buffer_cpy_tensor(
     boundary(F, || {
         // SAFETY: live tensors by the caller's contract.
         let (s, d) = unsafe { (non_null(src, F, "src"), non_null(dst, F, "dst")) };
-        // SAFETY: a live tensor's buffer is live.
-        if !unsafe { ggml_backend_buffer_is_host(s.buffer) } {
+        // SAFETY: a live tensor's buffer is NULL (abort) or live.
+        if !buffer::is_host(unsafe { buffer_ref(s.buffer, F) }) {
             return false;
         }
         // SAFETY: both tensors are in host memory, `dst` has `src`'s layout (checked by the
@@ -170,8 +170,8 @@ unsafe extern "C" fn cpu_buft_alloc_buffer(
             crate::ffi::log::error(&format!("{F}: failed to allocate buffer of size {size}\n"));
             return std::ptr::null_mut();
         }
-        // SAFETY: CPU_BUFFER_I accepts an aligned allocation of `size` bytes as context.
-        unsafe { ggml_backend_buffer_init(buft, CPU_BUFFER_I, data, size) }
+        // CPU_BUFFER_I accepts an aligned allocation of `size` bytes as context.
+        buffer::new(buft, CPU_BUFFER_I, data, size)
     })
 }
 
@@ -245,8 +245,8 @@ export! {
                 &format!("buffer pointer must be aligned to {TENSOR_ALIGNMENT} bytes: {ptr:p}"),
             );
         }
-        // SAFETY: CPU_BUFFER_FROM_PTR_I accepts any host pointer valid for `size` bytes.
-        unsafe { ggml_backend_buffer_init(CPU_MAPPED_BUFT.get(), CPU_BUFFER_FROM_PTR_I, ptr, size) }
+        // CPU_BUFFER_FROM_PTR_I accepts any host pointer valid for `size` bytes.
+        buffer::new(CPU_MAPPED_BUFT.get(), CPU_BUFFER_FROM_PTR_I, ptr, size)
     }
 }
 

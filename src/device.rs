@@ -89,9 +89,16 @@ export! {
     /// # Safety
     /// `device` must be NULL or point to a live device.
     pub unsafe fn ggml_backend_dev_type(device: ggml_backend_dev_t) -> DevType {
-        // SAFETY: caller contract; the device's callback with itself.
-        unsafe { required(dev_ref(device, F).iface.get_type, F, "get_type")(device) }
+        // SAFETY: caller contract.
+        dev_type(unsafe { dev_ref(device, F) })
     }
+}
+
+/// The body of [`ggml_backend_dev_type`], for the library's own callers.
+pub(crate) fn dev_type(device: &ggml_backend_device) -> DevType {
+    let f = required(device.iface.get_type, "ggml_backend_dev_type", "get_type");
+    // SAFETY: the device's own callback with itself, live while borrowed.
+    unsafe { f(handle(device)) }
 }
 
 export! {

@@ -3,10 +3,13 @@
 //! it and is freed through that device.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use ggml_sys::{ggml_backend_dev_t, ggml_backend_event_t, ggml_backend_t};
+use ggml_sys::{
+    ggml_backend, ggml_backend_dev_t, ggml_backend_device, ggml_backend_event,
+    ggml_backend_event_t, ggml_backend_t,
+};
 
 use crate::backend::backend_ref;
-use crate::ffi::{export, non_null};
+use crate::ffi::{export, handle, non_null};
 use crate::iface::required;
 
 export! {
@@ -17,11 +20,16 @@ export! {
     /// `device` must be NULL or point to a live device.
     pub unsafe fn ggml_backend_event_new(device: ggml_backend_dev_t) -> ggml_backend_event_t {
         // SAFETY: caller contract.
-        match unsafe { device.as_ref() }.and_then(|d| d.iface.event_new) {
-            // SAFETY: the device's callback with itself.
-            Some(f) => unsafe { f(device) },
-            None => std::ptr::null_mut(),
-        }
+        unsafe { device.as_ref() }.map_or(std::ptr::null_mut(), new)
+    }
+}
+
+/// The body of [`ggml_backend_event_new`] for a device, for the library's own callers.
+pub(crate) fn new(device: &ggml_backend_device) -> ggml_backend_event_t {
+    match device.iface.event_new {
+        // SAFETY: the device's own callback with itself, live while borrowed.
+        Some(f) => unsafe { f(handle(device)) },
+        None => std::ptr::null_mut(),
     }
 }
 
@@ -33,14 +41,26 @@ export! {
     /// `event` must be NULL or a live event, not used afterwards.
     pub unsafe fn ggml_backend_event_free(event: ggml_backend_event_t) {
         // SAFETY: caller contract.
-        let Some(e) = (unsafe { event.as_ref() }) else {
-            return;
-        };
-        // SAFETY: an event's device outlives it.
-        let dev = unsafe { non_null(e.device, F, "event->device") };
-        // SAFETY: the device's callback with its own event.
-        unsafe { required(dev.iface.event_free, F, "event_free")(e.device, event) }
+        unsafe { free(event) }
     }
+}
+
+/// The body of [`ggml_backend_event_free`], for the library's own callers. It takes the C
+/// pointer, not a borrow: the device's callback frees the event.
+///
+/// # Safety
+/// `event` must be NULL or a live event, not used afterwards.
+pub(crate) unsafe fn free(event: ggml_backend_event_t) {
+    const F: &str = "ggml_backend_event_free";
+    // SAFETY: caller contract. The borrow ends before the callback frees the event.
+    let Some(device) = (unsafe { event.as_ref() }).map(|e| e.device) else {
+        return;
+    };
+    // SAFETY: an event's device outlives it.
+    let dev = unsafe { non_null(device, F, "event->device") };
+    let f = required(dev.iface.event_free, F, "event_free");
+    // SAFETY: the device's own callback with its own event, freed once.
+    unsafe { f(device, event) }
 }
 
 export! {
@@ -50,11 +70,23 @@ export! {
     /// # Safety
     /// `backend` NULL or live; `event` a live event usable by that backend.
     pub unsafe fn ggml_backend_event_record(event: ggml_backend_event_t, backend: ggml_backend_t) {
-        // SAFETY: caller contract.
-        let b = unsafe { backend_ref(backend, F) };
-        // SAFETY: the backend's callback.
-        unsafe { required(b.iface.event_record, F, "event_record")(backend, event) }
+        // SAFETY: caller contract for both pointers.
+        unsafe { record(event, backend_ref(backend, F)) }
     }
+}
+
+/// The body of [`ggml_backend_event_record`], for the library's own callers.
+///
+/// # Safety
+/// `event` must be a live event usable by `backend`.
+pub(crate) unsafe fn record(event: ggml_backend_event_t, backend: &ggml_backend) {
+    let f = required(
+        backend.iface.event_record,
+        "ggml_backend_event_record",
+        "event_record",
+    );
+    // SAFETY: the backend's own callback with itself and an event it can use.
+    unsafe { f(handle(backend), event) }
 }
 
 export! {
@@ -65,12 +97,18 @@ export! {
     /// `event` must be NULL or a live event.
     pub unsafe fn ggml_backend_event_synchronize(event: ggml_backend_event_t) {
         // SAFETY: caller contract.
-        let e = unsafe { non_null(event, F, "event") };
-        // SAFETY: an event's device outlives it.
-        let dev = unsafe { non_null(e.device, F, "event->device") };
-        // SAFETY: the device's callback with its own event.
-        unsafe { required(dev.iface.event_synchronize, F, "event_synchronize")(e.device, event) }
+        synchronize(unsafe { non_null(event, F, "event") })
     }
+}
+
+/// The body of [`ggml_backend_event_synchronize`], for the library's own callers.
+pub(crate) fn synchronize(event: &ggml_backend_event) {
+    const F: &str = "ggml_backend_event_synchronize";
+    // SAFETY: an event's device is NULL or live and outlives it.
+    let dev = unsafe { non_null(event.device, F, "event->device") };
+    let f = required(dev.iface.event_synchronize, F, "event_synchronize");
+    // SAFETY: the device's own callback with its own event, live while borrowed.
+    unsafe { f(event.device, handle(event)) }
 }
 
 export! {
@@ -80,9 +118,21 @@ export! {
     /// # Safety
     /// `backend` NULL or live; `event` a live event.
     pub unsafe fn ggml_backend_event_wait(backend: ggml_backend_t, event: ggml_backend_event_t) {
-        // SAFETY: caller contract.
-        let b = unsafe { backend_ref(backend, F) };
-        // SAFETY: the backend's callback.
-        unsafe { required(b.iface.event_wait, F, "event_wait")(backend, event) }
+        // SAFETY: caller contract for both pointers.
+        unsafe { wait(backend_ref(backend, F), event) }
     }
+}
+
+/// The body of [`ggml_backend_event_wait`], for the library's own callers.
+///
+/// # Safety
+/// `event` must be a live event.
+pub(crate) unsafe fn wait(backend: &ggml_backend, event: ggml_backend_event_t) {
+    let f = required(
+        backend.iface.event_wait,
+        "ggml_backend_event_wait",
+        "event_wait",
+    );
+    // SAFETY: the backend's own callback with itself and a live event.
+    unsafe { f(handle(backend), event) }
 }

@@ -18,11 +18,11 @@ use ggml_sys::{
     ggml_context, ggml_init_params, ggml_tensor, GGML_STATUS_SUCCESS,
 };
 
-use crate::backend::ggml_backend_graph_compute;
-use crate::buffer::ggml_backend_buffer_free;
+use crate::backend::{self, backend_ref};
+use crate::buffer;
 use crate::ffi::{self, export, non_null};
+use crate::tensor;
 use crate::tensor::meta::is_view_op;
-use crate::tensor::{ggml_backend_tensor_copy, ggml_backend_view_init};
 
 /// The state of one graph copy: originals mapped to their duplicates, and which originals
 /// already had their duplicate's data or view set up.
@@ -108,8 +108,9 @@ impl Copier {
         if !d.view_src.is_null() {
             // SAFETY: the view source was duplicated along with `src`.
             unsafe { self.init(s.view_src) };
-            // SAFETY: live view whose source is allocated.
-            let status = unsafe { ggml_backend_view_init(dst) };
+            // SAFETY: a view just made by `dup`, not otherwise borrowed, whose source is
+            // initialised.
+            let status = unsafe { tensor::view_init(&mut *dst, self.func) };
             if status != GGML_STATUS_SUCCESS {
                 ffi::fatal(
                     self.func,
@@ -118,7 +119,7 @@ impl Copier {
             }
         } else {
             // SAFETY: both live and allocated, same layout by construction.
-            unsafe { ggml_backend_tensor_copy(src, dst) };
+            unsafe { tensor::copy(s, d, self.func) };
         }
         for &sub in s.src.iter().filter(|p| !p.is_null()) {
             // SAFETY: sources were duplicated along with `src`.
@@ -138,6 +139,15 @@ unsafe fn nodes<'a>(g: &ggml_cgraph) -> &'a [*mut ggml_tensor] {
     }
     // SAFETY: a live graph has `n_nodes` valid entries at `nodes`.
     unsafe { std::slice::from_raw_parts(g.nodes, n) }
+}
+
+/// Computes `g` on `backend` and waits, aborting naming `func` when `backend` is NULL.
+///
+/// # Safety
+/// `backend` NULL or live; `g` a live graph whose tensors it can use.
+unsafe fn compute(backend: ggml_backend_t, g: *mut ggml_cgraph, func: &str) {
+    // SAFETY: the caller's contract.
+    unsafe { backend::graph_compute(backend_ref(backend, func), g) };
 }
 
 const FAILED_COPY: GraphCopy = GraphCopy {
@@ -163,74 +173,85 @@ export! {
         graph: *mut ggml_cgraph,
     ) -> GraphCopy {
         // SAFETY: caller contract.
-        let g = unsafe { non_null(graph, F, "graph") };
-        // SAFETY: pure size computations of ggml.
-        let mem_size = unsafe {
-            let n_tensors = ggml_sys::ggml_hash_size(g.visited_hash_set.size);
-            ggml_sys::ggml_tensor_overhead() * n_tensors
-                + ggml_sys::ggml_graph_overhead_custom(g.size as usize, false)
-        };
-        let params = ggml_init_params {
-            mem_size,
-            mem_buffer: std::ptr::null_mut(),
-            no_alloc: true,
-        };
-        // SAFETY: plain context creation.
-        let (ctx_allocated, ctx_unallocated) =
-            unsafe { (ggml_sys::ggml_init(params), ggml_sys::ggml_init(params)) };
-        let release = || {
-            // SAFETY: ggml_free accepts NULL and contexts made above.
-            unsafe {
-                ggml_sys::ggml_free(ctx_allocated);
-                ggml_sys::ggml_free(ctx_unallocated);
-            }
-        };
-        if ctx_allocated.is_null() || ctx_unallocated.is_null() {
-            ffi::log::error(&format!("{F}: failed to allocate context for graph copy\n"));
-            release();
-            return FAILED_COPY;
-        }
-        let mut copier = Copier {
-            copies: HashMap::new(),
-            initialised: HashSet::new(),
-            ctx_allocated,
-            ctx_unallocated,
-            func: F,
-        };
-        // SAFETY: live graph.
-        let originals = unsafe { nodes(g) };
-        for &node in originals {
-            // SAFETY: nodes of a live graph and everything they reach are live.
-            unsafe { copier.dup(node) };
-        }
-        // SAFETY: live context and backend.
-        let buffer = unsafe { ggml_sys::ggml_backend_alloc_ctx_tensors(ctx_allocated, backend) };
-        if buffer.is_null() {
-            ffi::log::error(&format!("{F}: failed to allocate buffer for graph copy\n"));
-            release();
-            return FAILED_COPY;
-        }
-        for &node in originals {
-            // SAFETY: every node was duplicated; storage is allocated.
-            unsafe { copier.init(node) };
-        }
-        // SAFETY: live context sized for a graph of `g.size` nodes.
-        let copy =
-            unsafe { ggml_sys::ggml_new_graph_custom(ctx_allocated, g.size as usize, false) };
-        // SAFETY: the new graph has room for `g.size >= n_nodes` nodes.
+        unsafe { copy(backend, non_null(graph, F, "graph"), F) }
+    }
+}
+
+/// The body of [`ggml_backend_graph_copy`], whose name (or that of the entry point using it)
+/// `func` its messages carry.
+///
+/// # Safety
+/// `backend` a live backend; `g` a live, allocated graph.
+unsafe fn copy(backend: ggml_backend_t, g: &ggml_cgraph, func: &'static str) -> GraphCopy {
+    // SAFETY: pure size computations of ggml.
+    let mem_size = unsafe {
+        let n_tensors = ggml_sys::ggml_hash_size(g.visited_hash_set.size);
+        ggml_sys::ggml_tensor_overhead() * n_tensors
+            + ggml_sys::ggml_graph_overhead_custom(g.size as usize, false)
+    };
+    let params = ggml_init_params {
+        mem_size,
+        mem_buffer: std::ptr::null_mut(),
+        no_alloc: true,
+    };
+    // SAFETY: plain context creation.
+    let (ctx_allocated, ctx_unallocated) =
+        unsafe { (ggml_sys::ggml_init(params), ggml_sys::ggml_init(params)) };
+    let release = || {
+        // SAFETY: ggml_free accepts NULL and contexts made above.
         unsafe {
-            let c = &mut *copy;
-            for (i, node) in originals.iter().enumerate() {
-                *c.nodes.add(i) = copier.copies[node];
-            }
-            c.n_nodes = g.n_nodes;
+            ggml_sys::ggml_free(ctx_allocated);
+            ggml_sys::ggml_free(ctx_unallocated);
         }
-        GraphCopy {
-            buffer,
-            ctx_allocated,
-            ctx_unallocated,
-            graph: copy,
+    };
+    if ctx_allocated.is_null() || ctx_unallocated.is_null() {
+        ffi::log::error(&format!(
+            "{func}: failed to allocate context for graph copy\n"
+        ));
+        release();
+        return FAILED_COPY;
+    }
+    let mut copier = Copier {
+        copies: HashMap::new(),
+        initialised: HashSet::new(),
+        ctx_allocated,
+        ctx_unallocated,
+        func,
+    };
+    // SAFETY: live graph.
+    let originals = unsafe { nodes(g) };
+    for &node in originals {
+        // SAFETY: nodes of a live graph and everything they reach are live.
+        unsafe { copier.dup(node) };
+    }
+    // SAFETY: live context and backend.
+    let buffer = unsafe { ggml_sys::ggml_backend_alloc_ctx_tensors(ctx_allocated, backend) };
+    if buffer.is_null() {
+        ffi::log::error(&format!(
+            "{func}: failed to allocate buffer for graph copy\n"
+        ));
+        release();
+        return FAILED_COPY;
+    }
+    for &node in originals {
+        // SAFETY: every node was duplicated; storage is allocated.
+        unsafe { copier.init(node) };
+    }
+    // SAFETY: live context sized for a graph of `g.size` nodes.
+    let copy = unsafe { ggml_sys::ggml_new_graph_custom(ctx_allocated, g.size as usize, false) };
+    // SAFETY: the new graph has room for `g.size >= n_nodes` nodes.
+    unsafe {
+        let c = &mut *copy;
+        for (i, node) in originals.iter().enumerate() {
+            *c.nodes.add(i) = copier.copies[node];
         }
+        c.n_nodes = g.n_nodes;
+    }
+    GraphCopy {
+        buffer,
+        ctx_allocated,
+        ctx_unallocated,
+        graph: copy,
     }
 }
 
@@ -241,12 +262,21 @@ export! {
     /// # Safety
     /// `copy` came from [`ggml_backend_graph_copy`] and is not used afterwards.
     pub unsafe fn ggml_backend_graph_copy_free(copy: GraphCopy) {
-        // SAFETY: caller contract; all three accept NULL.
-        unsafe {
-            ggml_backend_buffer_free(copy.buffer);
-            ggml_sys::ggml_free(copy.ctx_allocated);
-            ggml_sys::ggml_free(copy.ctx_unallocated);
-        }
+        // SAFETY: caller contract.
+        unsafe { free(copy) }
+    }
+}
+
+/// The body of [`ggml_backend_graph_copy_free`].
+///
+/// # Safety
+/// `copy` came from [`copy`] and is not used afterwards.
+unsafe fn free(copy: GraphCopy) {
+    // SAFETY: the copy owns its buffer and contexts; all three accept NULL.
+    unsafe {
+        buffer::free(copy.buffer);
+        ggml_sys::ggml_free(copy.ctx_allocated);
+        ggml_sys::ggml_free(copy.ctx_unallocated);
     }
 }
 
@@ -277,7 +307,7 @@ export! {
         num_test_nodes: usize,
     ) -> bool {
         // SAFETY: caller contract.
-        let copy = unsafe { ggml_backend_graph_copy(backend2, graph) };
+        let copy = unsafe { self::copy(backend2, non_null(graph, F, "graph"), F) };
         if copy.buffer.is_null() {
             return false;
         }
@@ -300,8 +330,8 @@ export! {
             let wanted = unsafe { std::slice::from_raw_parts(test_nodes, num_test_nodes) };
             // SAFETY: live backends and graphs.
             unsafe {
-                ggml_backend_graph_compute(backend1, g1);
-                ggml_backend_graph_compute(backend2, g2);
+                compute(backend1, g1, F);
+                compute(backend2, g2, F);
             }
             let mut verified = false;
             for (i, (&t1, &t2)) in n1.iter().zip(n2).enumerate() {
@@ -326,8 +356,8 @@ export! {
                 unsafe {
                     let mut v1 = ggml_sys::ggml_graph_view(g1, i, i + 1);
                     let mut v2 = ggml_sys::ggml_graph_view(g2, i, i + 1);
-                    ggml_backend_graph_compute(backend1, &mut v1);
-                    ggml_backend_graph_compute(backend2, &mut v2);
+                    compute(backend1, &mut v1, F);
+                    compute(backend2, &mut v2, F);
                 }
                 // SAFETY: a live node.
                 if is_view_op(unsafe { (*t1).op }) {
@@ -340,7 +370,7 @@ export! {
             }
         }
         // SAFETY: made above, not used afterwards.
-        unsafe { ggml_backend_graph_copy_free(copy) };
+        unsafe { free(copy) };
         true
     }
 }

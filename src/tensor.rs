@@ -750,20 +750,32 @@ export! {
     /// `tensor` NULL or a live tensor whose `view_src` is live.
     pub unsafe fn ggml_backend_view_init(tensor: *mut ggml_tensor) -> ggml_status {
         // SAFETY: caller contract.
-        let t = unsafe { non_null_mut(tensor, F, "tensor") };
-        ggml_sys_assert(t.buffer.is_null(), F, "tensor->buffer == NULL");
-        ggml_sys_assert(!t.view_src.is_null(), F, "tensor->view_src != NULL");
-        // SAFETY: checked non-NULL; live by contract.
-        let v = unsafe { &*t.view_src };
-        ggml_sys_assert(!v.buffer.is_null(), F, "tensor->view_src->buffer != NULL");
-        ggml_sys_assert(!v.data.is_null(), F, "tensor->view_src->data != NULL");
-        t.buffer = v.buffer;
-        t.data = v.data.cast::<u8>().wrapping_add(t.view_offs).cast();
-        // SAFETY: the view source's buffer, checked non-NULL, is live while the source is.
-        let b = unsafe { &*v.buffer };
-        // SAFETY: a tensor now placed in `b`; `t` is not used past this point.
-        unsafe { buffer::init_tensor(b, tensor) }
+        unsafe { view_init(non_null_mut(tensor, F, "tensor"), F) }
     }
+}
+
+/// The body of [`ggml_backend_view_init`], whose name (or that of the entry point using it)
+/// `func` its aborts carry.
+///
+/// # Safety
+/// `t.view_src` must be NULL or a live tensor.
+pub(crate) unsafe fn view_init(t: &mut ggml_tensor, func: &str) -> ggml_status {
+    ggml_sys_assert(t.buffer.is_null(), func, "tensor->buffer == NULL");
+    ggml_sys_assert(!t.view_src.is_null(), func, "tensor->view_src != NULL");
+    // SAFETY: checked non-NULL; live by contract.
+    let v = unsafe { &*t.view_src };
+    ggml_sys_assert(
+        !v.buffer.is_null(),
+        func,
+        "tensor->view_src->buffer != NULL",
+    );
+    ggml_sys_assert(!v.data.is_null(), func, "tensor->view_src->data != NULL");
+    t.buffer = v.buffer;
+    t.data = v.data.cast::<u8>().wrapping_add(t.view_offs).cast();
+    // SAFETY: the view source's buffer, checked non-NULL, is live while the source is.
+    let b = unsafe { &*v.buffer };
+    // SAFETY: a tensor now placed in `b`, passed through its exclusive borrow.
+    unsafe { buffer::init_tensor(b, std::ptr::from_mut(t)) }
 }
 
 /// Aborts with stock's `GGML_ASSERT(cond) failed` wording unless `ok`.

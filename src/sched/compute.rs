@@ -11,6 +11,7 @@ use ggml_sys::{ggml_backend_t, ggml_status, ggml_tensor};
 use super::Sched;
 use crate::backend::{self, backend_ref};
 use crate::buffer::{self, buffer_ref};
+use crate::event;
 use crate::ffi::non_null;
 use crate::tensor::{self, meta, Access, Rows, Target};
 
@@ -23,7 +24,7 @@ impl Sched {
         if event.is_null() {
             backend::synchronize(self.backend(b));
         } else {
-            ggml_sys::ggml_backend_event_synchronize(event);
+            event::synchronize(&*event);
         }
     }
 
@@ -174,7 +175,7 @@ impl Sched {
                 if event.is_null() {
                     backend::synchronize(be);
                 } else {
-                    ggml_sys::ggml_backend_event_wait(backend, event);
+                    event::wait(be, event);
                 }
                 let g = &*split.graph.get();
                 let first = if g.n_nodes > 0 {
@@ -240,7 +241,7 @@ impl Sched {
             }
 
             if !event.is_null() {
-                ggml_sys::ggml_backend_event_record(event, backend);
+                event::record(event, be);
             }
             prev_backend = Some(sb);
         }

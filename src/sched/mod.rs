@@ -192,8 +192,8 @@ impl Drop for Sched {
         for row in &self.events {
             for &e in row {
                 if !e.is_null() {
-                    // SAFETY: the event was made by ggml_backend_event_new for this scheduler.
-                    unsafe { ggml_sys::ggml_backend_event_free(e) };
+                    // SAFETY: the event was made for this scheduler and is freed once, here.
+                    unsafe { crate::event::free(e) };
                 }
             }
         }
@@ -248,7 +248,8 @@ export! {
         crate::ggml_assert!(F, !backends.is_null());
         let list = std::slice::from_raw_parts(backends, n_backends as usize).to_vec();
         let last = list[list.len() - 1];
-        let ty = ggml_sys::ggml_backend_dev_type(ggml_sys::ggml_backend_get_device(last));
+        let last_device = crate::backend::backend_ref(last, F).device;
+        let ty = crate::device::dev_type(crate::device::dev_ref(last_device, F));
         crate::ggml_assert!(F, ty == ggml_sys::GGML_BACKEND_DEVICE_TYPE_CPU, "GGML_ASSERT(ggml_backend_dev_type(ggml_backend_get_device(backends[n_backends - 1])) == GGML_BACKEND_DEVICE_TYPE_CPU) failed");
 
         let n_copies = if parallel {
@@ -274,7 +275,12 @@ export! {
             let mut row = Vec::new();
             if n_copies > 1 {
                 for _ in 0..n_copies {
-                    row.push(ggml_sys::ggml_backend_event_new(be.device));
+                    // A NULL device makes no event, as `ggml_backend_event_new` says.
+                    row.push(
+                        be.device
+                            .as_ref()
+                            .map_or(ptr::null_mut(), crate::event::new),
+                    );
                 }
             }
             events.push(row);
