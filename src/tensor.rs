@@ -247,22 +247,15 @@ pub(crate) unsafe fn access(
     rows: Rows,
     func: &str,
 ) {
-    let strided = rows.n_copies > 1;
-    match target {
+    let took = match target {
         Target::Buffer => {
             let b = storage(t, func);
             let f = match access {
                 Access::Write => b.iface.set_tensor_2d.map(RowsFn::Set),
                 Access::Read => b.iface.get_tensor_2d.map(RowsFn::Get),
             };
-            if let Some(f) = f.filter(|_| strided) {
-                if rows.size != 0 {
-                    check_range(t, rows, access, func);
-                    // SAFETY: the buffer's own callback; rows checked; `data` by contract.
-                    unsafe { f.call(handle(b), t, data, rows) };
-                }
-                return;
-            }
+            // SAFETY: the buffer's own callback; `data` by the caller's contract.
+            unsafe { strided(f, handle(b), access, t, data, rows, func) }
         }
         Target::Queue(be) => {
             if t.data.is_null() {
@@ -272,21 +265,44 @@ pub(crate) unsafe fn access(
                 Access::Write => be.iface.set_tensor_2d_async.map(RowsFn::Set),
                 Access::Read => be.iface.get_tensor_2d_async.map(RowsFn::Get),
             };
-            if let Some(f) = f.filter(|_| strided) {
-                if rows.size != 0 {
-                    check_range(t, rows, access, func);
-                    // SAFETY: the backend's own callback; rows checked; `data` by contract.
-                    unsafe { f.call(handle(be), t, data, rows) };
-                }
-                return;
-            }
+            // SAFETY: the backend's own callback; `data` by the caller's contract.
+            unsafe { strided(f, handle(be), access, t, data, rows, func) }
         }
+    };
+    if took {
+        return;
     }
     for i in 0..rows.n_copies {
         let (row, at) = rows.row(i, data);
         // SAFETY: row `i` of `data` is valid by the caller's contract.
         unsafe { access_range(target, access, t, at, row, func) };
     }
+}
+
+/// The strided path of [`access`]: when there are several rows and the target has a strided
+/// callback `f` (of handle `h`), checks the rows and hands them all to it (nothing for a zero
+/// `size`), and returns true; otherwise returns false, and the rows go one by one.
+///
+/// # Safety
+/// `h` is `f`'s own buffer or backend; `data` as for [`access`].
+unsafe fn strided<H>(
+    f: Option<RowsFn<H>>,
+    h: H,
+    access: Access,
+    t: &ggml_tensor,
+    data: *mut c_void,
+    rows: Rows,
+    func: &str,
+) -> bool {
+    let Some(f) = f.filter(|_| rows.n_copies > 1) else {
+        return false;
+    };
+    if rows.size != 0 {
+        check_range(t, rows, access, func);
+        // SAFETY: the caller's contract; the rows lie in `t`, which has data.
+        unsafe { f.call(h, t, data, rows) };
+    }
+    true
 }
 
 /// [`access`] for the entry points, which hold the tensor as a C pointer: borrows it, aborting
