@@ -108,12 +108,10 @@ unsafe extern "C" fn cpu_buffer_cpy_tensor(
         if !buffer::is_host(unsafe { buffer_ref(s.buffer, F) }) {
             return false;
         }
+        let n = crate::tensor::meta::nbytes(s);
         // SAFETY: both tensors are in host memory, `dst` has `src`'s layout (checked by the
         // caller), so `ggml_nbytes(src)` bytes are valid at both addresses.
-        unsafe {
-            let n = ggml_sys::ggml_nbytes(s);
-            std::ptr::copy(s.data.cast::<u8>(), d.data.cast::<u8>(), n);
-        }
+        unsafe { std::ptr::copy(s.data.cast::<u8>(), d.data.cast::<u8>(), n) }
         true
     })
 }
