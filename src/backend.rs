@@ -14,7 +14,7 @@ use ggml_sys::{
 
 use crate::buffer_type::{self, buft_ref};
 use crate::device::{self, dev_ref};
-use crate::ffi::{export, handle, non_null};
+use crate::ffi::{c_name, export, handle, non_null};
 use crate::iface::required;
 
 /// Borrows the backend behind `backend`, aborting naming `func` when it is NULL.
@@ -56,7 +56,11 @@ export! {
 /// The body of [`ggml_backend_name`] for a backend that is not NULL, for the library's own
 /// callers.
 pub(crate) fn name(backend: &ggml_backend) -> *const c_char {
-    let f = required(backend.iface.get_name, "ggml_backend_name", "get_name");
+    let f = required(
+        backend.iface.get_name,
+        c_name!(ggml_backend_name),
+        "get_name",
+    );
     // SAFETY: the backend's own callback with itself, live while borrowed.
     unsafe { f(handle(backend)) }
 }
@@ -94,7 +98,12 @@ export! {
 /// does.
 pub(crate) fn default_buffer_type(backend: &ggml_backend) -> ggml_backend_buffer_type_t {
     // SAFETY: a live backend's device is NULL or live for the process.
-    device::buffer_type(unsafe { dev_ref(backend.device, "ggml_backend_dev_buffer_type") })
+    device::buffer_type(unsafe {
+        dev_ref(
+            backend.device,
+            c_name!(device::ggml_backend_dev_buffer_type),
+        )
+    })
 }
 
 /// The default buffer type of `backend`, borrowed, for the functions that ask it about
@@ -116,7 +125,10 @@ export! {
     ) -> ggml_backend_buffer_t {
         // SAFETY: caller contract.
         let b = unsafe { backend_ref(backend, F) };
-        buffer_type::alloc_buffer(default_buft(b, "ggml_backend_buft_alloc_buffer"), size)
+        buffer_type::alloc_buffer(
+            default_buft(b, c_name!(buffer_type::ggml_backend_buft_alloc_buffer)),
+            size,
+        )
     }
 }
 
@@ -133,7 +145,10 @@ export! {
 
 /// The body of [`ggml_backend_get_alignment`], for the library's own callers.
 pub(crate) fn alignment(backend: &ggml_backend) -> usize {
-    buffer_type::alignment(default_buft(backend, "ggml_backend_buft_get_alignment"))
+    buffer_type::alignment(default_buft(
+        backend,
+        c_name!(buffer_type::ggml_backend_buft_get_alignment),
+    ))
 }
 
 export! {
@@ -149,7 +164,10 @@ export! {
 
 /// The body of [`ggml_backend_get_max_size`], for the library's own callers.
 pub(crate) fn max_size(backend: &ggml_backend) -> usize {
-    buffer_type::max_size(default_buft(backend, "ggml_backend_buft_get_max_size"))
+    buffer_type::max_size(default_buft(
+        backend,
+        c_name!(buffer_type::ggml_backend_buft_get_max_size),
+    ))
 }
 
 export! {
@@ -278,7 +296,7 @@ pub(crate) unsafe fn graph_compute_async(
 ) -> ggml_status {
     let f = required(
         backend.iface.graph_compute,
-        "ggml_backend_graph_compute_async",
+        c_name!(ggml_backend_graph_compute_async),
         "graph_compute",
     );
     // SAFETY: the backend's own callback with itself and a graph it can use.
@@ -306,7 +324,15 @@ export! {
 /// `op` must point to a live tensor.
 pub(crate) unsafe fn supports_op(backend: &ggml_backend, op: *const ggml_tensor) -> bool {
     // SAFETY: a live backend's device is NULL or live for the process; `op` is live.
-    unsafe { device::supports_op(dev_ref(backend.device, "ggml_backend_dev_supports_op"), op) }
+    unsafe {
+        device::supports_op(
+            dev_ref(
+                backend.device,
+                c_name!(device::ggml_backend_dev_supports_op),
+            ),
+            op,
+        )
+    }
 }
 
 export! {
@@ -334,7 +360,10 @@ pub(crate) unsafe fn supports_buft(
     // SAFETY: a live backend's device is NULL or live for the process; `buft` is live.
     unsafe {
         device::supports_buft(
-            dev_ref(backend.device, "ggml_backend_dev_supports_buft"),
+            dev_ref(
+                backend.device,
+                c_name!(device::ggml_backend_dev_supports_buft),
+            ),
             buft,
         )
     }
@@ -358,7 +387,12 @@ export! {
 /// `op` must point to a live tensor.
 pub(crate) unsafe fn offload_op(backend: &ggml_backend, op: *const ggml_tensor) -> bool {
     // SAFETY: a live backend's device is NULL or live for the process; `op` is live.
-    unsafe { device::offload_op(dev_ref(backend.device, "ggml_backend_dev_offload_op"), op) }
+    unsafe {
+        device::offload_op(
+            dev_ref(backend.device, c_name!(device::ggml_backend_dev_offload_op)),
+            op,
+        )
+    }
 }
 
 export! {

@@ -16,7 +16,7 @@ use ggml_sys::{
 };
 
 use crate::buffer_type::{self, buft_ref};
-use crate::ffi::{self, export, handle, non_null, non_null_mut};
+use crate::ffi::{self, c_name, export, handle, non_null, non_null_mut};
 use crate::iface::required;
 use crate::multi_buffer;
 
@@ -83,7 +83,7 @@ export! {
         // SAFETY: caller contract.
         buffer_type::name(buft_of(
             unsafe { buffer_ref(buffer, F) },
-            "ggml_backend_buft_name",
+            c_name!(buffer_type::ggml_backend_buft_name),
         ))
     }
 }
@@ -156,7 +156,7 @@ pub(crate) fn base(buffer: &ggml_backend_buffer) -> *mut c_void {
     let base = unsafe { get_base(handle(buffer)) };
     if base.is_null() {
         ffi::fatal(
-            "ggml_backend_buffer_get_base",
+            c_name!(ggml_backend_buffer_get_base),
             "backend buffer base cannot be NULL",
         );
     }
@@ -212,7 +212,11 @@ pub(crate) fn clear(buffer: &ggml_backend_buffer, value: u8) {
     if buffer.size == 0 {
         return;
     }
-    let f = required(buffer.iface.clear, "ggml_backend_buffer_clear", "clear");
+    let f = required(
+        buffer.iface.clear,
+        c_name!(ggml_backend_buffer_clear),
+        "clear",
+    );
     // SAFETY: the backend's own callback with its buffer; it writes the memory behind
     // `context`, not the struct.
     unsafe { f(handle(buffer), value) }
@@ -231,7 +235,10 @@ export! {
 
 /// The body of [`ggml_backend_buffer_get_alignment`], for the library's own callers.
 pub(crate) fn alignment(buffer: &ggml_backend_buffer) -> usize {
-    buffer_type::alignment(buft_of(buffer, "ggml_backend_buft_get_alignment"))
+    buffer_type::alignment(buft_of(
+        buffer,
+        c_name!(buffer_type::ggml_backend_buft_get_alignment),
+    ))
 }
 
 export! {
@@ -242,7 +249,10 @@ export! {
     pub unsafe fn ggml_backend_buffer_get_max_size(buffer: ggml_backend_buffer_t) -> usize {
         // SAFETY: caller contract.
         let b = unsafe { buffer_ref(buffer, F) };
-        buffer_type::max_size(buft_of(b, "ggml_backend_buft_get_max_size"))
+        buffer_type::max_size(buft_of(
+            b,
+            c_name!(buffer_type::ggml_backend_buft_get_max_size),
+        ))
     }
 }
 
@@ -258,14 +268,26 @@ export! {
         // SAFETY: caller contract.
         let b = unsafe { buffer_ref(buffer, F) };
         // SAFETY: caller contract.
-        let t = unsafe { non_null(tensor, "ggml_backend_buft_get_alloc_size", "tensor") };
+        let t = unsafe {
+            non_null(
+                tensor,
+                c_name!(buffer_type::ggml_backend_buft_get_alloc_size),
+                "tensor",
+            )
+        };
         alloc_size(b, t)
     }
 }
 
 /// The body of [`ggml_backend_buffer_get_alloc_size`], for the library's own callers.
 pub(crate) fn alloc_size(buffer: &ggml_backend_buffer, tensor: &ggml_tensor) -> usize {
-    buffer_type::alloc_size(buft_of(buffer, "ggml_backend_buft_get_alloc_size"), tensor)
+    buffer_type::alloc_size(
+        buft_of(
+            buffer,
+            c_name!(buffer_type::ggml_backend_buft_get_alloc_size),
+        ),
+        tensor,
+    )
 }
 
 export! {
@@ -282,7 +304,10 @@ export! {
 /// The body of [`ggml_backend_buffer_is_host`], for the library's own callers (the scheduler
 /// asks it for every input of a split).
 pub(crate) fn is_host(buffer: &ggml_backend_buffer) -> bool {
-    buffer_type::is_host(buft_of(buffer, "ggml_backend_buft_is_host"))
+    buffer_type::is_host(buft_of(
+        buffer,
+        c_name!(buffer_type::ggml_backend_buft_is_host),
+    ))
 }
 
 export! {

@@ -12,7 +12,7 @@ use ggml_sys::{
     ggml_backend_dev_t, ggml_tensor,
 };
 
-use crate::ffi::{self, export, handle, non_null};
+use crate::ffi::{self, c_name, export, handle, non_null};
 use crate::iface::required;
 use crate::tensor::meta::{nbytes, op_is_empty};
 
@@ -42,7 +42,11 @@ export! {
 
 /// The body of [`ggml_backend_buft_name`], for the library's own callers.
 pub(crate) fn name(buft: &ggml_backend_buffer_type) -> *const c_char {
-    let f = required(buft.iface.get_name, "ggml_backend_buft_name", "get_name");
+    let f = required(
+        buft.iface.get_name,
+        c_name!(ggml_backend_buft_name),
+        "get_name",
+    );
     // SAFETY: the backend's own callback with its buffer type, live while borrowed.
     unsafe { f(handle(buft)) }
 }
@@ -72,7 +76,7 @@ pub(crate) fn alloc_buffer(buft: &ggml_backend_buffer_type, size: usize) -> ggml
     }
     let f = required(
         buft.iface.alloc_buffer,
-        "ggml_backend_buft_alloc_buffer",
+        c_name!(ggml_backend_buft_alloc_buffer),
         "alloc_buffer",
     );
     // SAFETY: the backend's own callback with its buffer type, live while borrowed.
@@ -95,7 +99,7 @@ export! {
 pub(crate) fn alignment(buft: &ggml_backend_buffer_type) -> usize {
     let f = required(
         buft.iface.get_alignment,
-        "ggml_backend_buft_get_alignment",
+        c_name!(ggml_backend_buft_get_alignment),
         "get_alignment",
     );
     // SAFETY: the backend's own callback with its buffer type, live while borrowed.
@@ -168,7 +172,7 @@ fn alloc_size_too_large(size: usize, nbytes: usize, op: ggml_sys::ggml_op) -> ! 
     // SAFETY: ggml_op_name returns a static string for every op value.
     let name = unsafe { std::ffi::CStr::from_ptr(ggml_sys::ggml_op_name(op)) };
     ffi::fatal(
-        "ggml_backend_buft_get_alloc_size",
+        c_name!(ggml_backend_buft_get_alloc_size),
         &format!(
             "buffer type returned alloc size {size} > ggml_nbytes {nbytes} for op {} \
              (not allowed to expand: update ggml_op_alloc_size_may_expand)",

@@ -13,7 +13,7 @@ use ggml_sys::{
     ggml_backend_t, ggml_tensor,
 };
 
-use crate::ffi::{export, handle, non_null};
+use crate::ffi::{c_name, export, handle, non_null};
 use crate::iface::required;
 
 /// Borrows the device behind `device`, aborting naming `func` when it is NULL.
@@ -96,7 +96,11 @@ export! {
 
 /// The body of [`ggml_backend_dev_type`], for the library's own callers.
 pub(crate) fn dev_type(device: &ggml_backend_device) -> DevType {
-    let f = required(device.iface.get_type, "ggml_backend_dev_type", "get_type");
+    let f = required(
+        device.iface.get_type,
+        c_name!(ggml_backend_dev_type),
+        "get_type",
+    );
     // SAFETY: the device's own callback with itself, live while borrowed.
     unsafe { f(handle(device)) }
 }
@@ -165,7 +169,7 @@ export! {
 pub(crate) fn buffer_type(device: &ggml_backend_device) -> ggml_backend_buffer_type_t {
     let f = required(
         device.iface.get_buffer_type,
-        "ggml_backend_dev_buffer_type",
+        c_name!(ggml_backend_dev_buffer_type),
         "get_buffer_type",
     );
     // SAFETY: the device's own callback with the device it belongs to, live while borrowed.
@@ -232,7 +236,7 @@ export! {
 pub(crate) unsafe fn supports_op(device: &ggml_backend_device, op: *const ggml_tensor) -> bool {
     let f = required(
         device.iface.supports_op,
-        "ggml_backend_dev_supports_op",
+        c_name!(ggml_backend_dev_supports_op),
         "supports_op",
     );
     // SAFETY: the device's own callback with the device it belongs to; `op` is live.
@@ -263,7 +267,7 @@ pub(crate) unsafe fn supports_buft(
 ) -> bool {
     let f = required(
         device.iface.supports_buft,
-        "ggml_backend_dev_supports_buft",
+        c_name!(ggml_backend_dev_supports_buft),
         "supports_buft",
     );
     // SAFETY: the device's own callback with the device it belongs to; `buft` is live.

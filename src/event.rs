@@ -9,7 +9,7 @@ use ggml_sys::{
 };
 
 use crate::backend::backend_ref;
-use crate::ffi::{export, handle, non_null};
+use crate::ffi::{c_name, export, handle, non_null};
 use crate::iface::required;
 
 export! {
@@ -51,7 +51,7 @@ export! {
 /// # Safety
 /// `event` must be NULL or a live event, not used afterwards.
 pub(crate) unsafe fn free(event: ggml_backend_event_t) {
-    const F: &str = "ggml_backend_event_free";
+    const F: &str = c_name!(ggml_backend_event_free);
     // SAFETY: caller contract. The borrow ends before the callback frees the event.
     let Some(device) = (unsafe { event.as_ref() }).map(|e| e.device) else {
         return;
@@ -82,7 +82,7 @@ export! {
 pub(crate) unsafe fn record(event: ggml_backend_event_t, backend: &ggml_backend) {
     let f = required(
         backend.iface.event_record,
-        "ggml_backend_event_record",
+        c_name!(ggml_backend_event_record),
         "event_record",
     );
     // SAFETY: the backend's own callback with itself and an event it can use.
@@ -103,7 +103,7 @@ export! {
 
 /// The body of [`ggml_backend_event_synchronize`], for the library's own callers.
 pub(crate) fn synchronize(event: &ggml_backend_event) {
-    const F: &str = "ggml_backend_event_synchronize";
+    const F: &str = c_name!(ggml_backend_event_synchronize);
     // SAFETY: an event's device is NULL or live and outlives it.
     let dev = unsafe { non_null(event.device, F, "event->device") };
     let f = required(dev.iface.event_synchronize, F, "event_synchronize");
@@ -130,7 +130,7 @@ export! {
 pub(crate) unsafe fn wait(backend: &ggml_backend, event: ggml_backend_event_t) {
     let f = required(
         backend.iface.event_wait,
-        "ggml_backend_event_wait",
+        c_name!(ggml_backend_event_wait),
         "event_wait",
     );
     // SAFETY: the backend's own callback with itself and a live event.

@@ -9,7 +9,7 @@ use ggml_sys::{
 };
 
 use crate::buffer::{self, buffer_ref};
-use crate::ffi::{self, boundary, export, non_null};
+use crate::ffi::{self, boundary, c_name, export, non_null};
 
 /// The `context` of a multi-buffer: the buffers it owns, each checked non-NULL when the
 /// multi-buffer was made.
@@ -135,7 +135,7 @@ export! {
 pub(crate) fn set_parts_usage(buffer: &ggml_backend_buffer, usage: ggml_backend_buffer_usage) {
     if !is_multi_buffer(buffer) {
         ffi::fatal(
-            "ggml_backend_multi_buffer_set_usage",
+            c_name!(ggml_backend_multi_buffer_set_usage),
             "the buffer is not a multi-buffer",
         );
     }

@@ -29,8 +29,9 @@ use std::ffi::CString;
 /// [`boundary`], and binds the C name, taken from the function itself, to a constant `F: &str`
 /// visible in the body: the name the body gives [`non_null`], [`fatal`],
 /// [`crate::iface::required`] and [`crate::ggml_assert!`], so that their messages name the
-/// exported function and no function spells its own name twice. The body is the closure's, so
-/// a `return` in it returns from the exported function.
+/// exported function and no export spells its own name (an internal function that raises
+/// messages for an export names it with [`c_name!`]). The body is the closure's, so a `return`
+/// in it returns from the exported function.
 macro_rules! export {
     (
         $(#[$attr:meta])*
@@ -47,6 +48,24 @@ macro_rules! export {
     };
 }
 pub(crate) use export;
+
+/// The C name of an exported function, for an internal function's messages: `c_name!(f)` for
+/// one of this module, `c_name!(module::f)` for one of another module of the crate. Expands to
+/// `stringify!(f)` after a `use` of the function, so a name that is not (or no longer) an item
+/// of the crate fails to build instead of leaving a stale message.
+macro_rules! c_name {
+    ($f:ident) => {{
+        #[allow(unused_imports)]
+        use self::$f as _;
+        stringify!($f)
+    }};
+    ($m:ident :: $f:ident) => {{
+        #[allow(unused_imports)]
+        use $crate::$m::$f as _;
+        stringify!($f)
+    }};
+}
+pub(crate) use c_name;
 
 /// Installs [`on_panic`] when the library is loaded, before any exported function runs: a
 /// constructor in `.init_array`, so that [`boundary`] itself costs nothing.

@@ -11,6 +11,7 @@ use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
 use super::caps::{self, Live};
 use super::split::{self, SplitCtx};
 use super::{assign, expand, fill, inplace, upgrade, Sched};
+use crate::ffi::c_name;
 
 /// Tensors a backend asked to keep allocated until a node (the key) has run.
 type AllocDeps = HashMap<*mut ggml_tensor, Vec<*mut ggml_tensor>>;
@@ -199,7 +200,7 @@ impl Sched {
             }
         }
         crate::ggml_assert!(
-            "ggml_backend_sched_split_graph",
+            c_name!(sched::ggml_backend_sched_split_graph),
             n_dep_added == n_dep_nodes,
             "GGML_ASSERT(n_dep_nodes_added == n_dep_nodes) failed: a backend added an allocation dependency on a tensor that is not a node of its split"
         );

@@ -7,6 +7,7 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Caps};
 use super::table::{Cause, GraphIds, Table};
+use crate::ffi::c_name;
 use crate::tensor::meta;
 
 /// The highest-priority backend that can use the buffer holding `t`'s storage and runs `op`
@@ -105,7 +106,7 @@ unsafe fn stop_unusable_storage(
         super::inplace::stop(caps, tp, (*buffer).buft, &[tp]);
     }
     crate::ffi::fatal(
-        "ggml_backend_sched_split_graph",
+        c_name!(sched::ggml_backend_sched_split_graph),
         &format!(
             "pre-allocated tensor ({}) in a buffer ({}) that cannot run the operation ({})",
             caps::name(t),

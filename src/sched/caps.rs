@@ -7,6 +7,7 @@ use ggml_sys::{ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_t
 use crate::backend;
 use crate::buffer::{self, buffer_ref};
 use crate::buffer_type::{self, buft_ref};
+use crate::ffi::c_name;
 
 /// The questions the scheduler's passes ask. Backend indices are priorities: 0 is the
 /// highest, the last one is the CPU.
@@ -127,11 +128,13 @@ impl Caps for Live<'_> {
     }
     unsafe fn buffer_is_host(&self, buf: ggml_backend_buffer_t) -> bool {
         // SAFETY: buf is NULL (abort) or a live buffer (the trait's contract).
-        buffer::is_host(unsafe { buffer_ref(buf, "ggml_backend_buffer_is_host") })
+        buffer::is_host(unsafe { buffer_ref(buf, c_name!(buffer::ggml_backend_buffer_is_host)) })
     }
     unsafe fn buft_is_host(&self, buft: ggml_backend_buffer_type_t) -> bool {
         // SAFETY: buft is NULL (abort) or a live buffer type (the trait's contract).
-        buffer_type::is_host(unsafe { buft_ref(buft, "ggml_backend_buft_is_host") })
+        buffer_type::is_host(unsafe {
+            buft_ref(buft, c_name!(buffer_type::ggml_backend_buft_is_host))
+        })
     }
     fn backend_name(&self, b: usize) -> String {
         // SAFETY: a backend's name lives as long as the backend.
@@ -139,7 +142,12 @@ impl Caps for Live<'_> {
     }
     unsafe fn buft_name(&self, buft: ggml_backend_buffer_type_t) -> String {
         // SAFETY: buft is NULL (abort) or a live buffer type whose name lives as long.
-        unsafe { cstr(buffer_type::name(buft_ref(buft, "ggml_backend_buft_name"))) }
+        unsafe {
+            cstr(buffer_type::name(buft_ref(
+                buft,
+                c_name!(buffer_type::ggml_backend_buft_name),
+            )))
+        }
     }
 }
 

@@ -21,6 +21,7 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 use super::caps::{self, Caps};
 use super::table::{Cause, PtrIndex, Table};
 use super::upgrade::buffer_supported;
+use crate::ffi::c_name;
 use crate::tensor::meta;
 
 /// Whether `t` writes into storage it does not own: it is a view (`view_src` set) made by an
@@ -74,7 +75,7 @@ pub(crate) unsafe fn stop(
         )
     };
     crate::ffi::fatal(
-        "ggml_backend_sched_split_graph",
+        c_name!(sched::ggml_backend_sched_split_graph),
         &format!(
             "in-place node '{}' (op {}) writes the storage of '{}', which {}; backends: {}",
             caps::name(&*w),

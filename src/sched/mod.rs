@@ -37,7 +37,7 @@ use ggml_sys::{
     ggml_backend_sched_t, ggml_backend_t, ggml_cgraph, ggml_gallocr_t, ggml_status, ggml_tensor,
 };
 
-use crate::ffi::{export, fatal, non_null, non_null_mut};
+use crate::ffi::{c_name, export, fatal, non_null, non_null_mut};
 use ctx::CtxPool;
 use split::Split;
 use table::{Cause, GraphIds, Table};
@@ -172,7 +172,7 @@ impl Sched {
     pub(crate) unsafe fn alloc_graph(&mut self, graph: *mut ggml_cgraph) -> bool {
         if self.is_alloc {
             fatal(
-                "ggml_backend_sched_alloc_graph",
+                c_name!(ggml_backend_sched_alloc_graph),
                 "GGML_ASSERT(!sched->is_alloc) failed",
             );
         }

@@ -10,6 +10,7 @@ use rustc_hash::FxHashMap;
 
 use ggml_sys::ggml_tensor;
 
+use crate::ffi::c_name;
 use crate::tensor::meta;
 
 /// Why a tensor was placed on its backend. Every placement records one; `GGML_SCHED_DEBUG=2`
@@ -304,7 +305,7 @@ type SeenNode = (
 #[inline(never)]
 fn null_in_graph(what: &str, i: usize) -> ! {
     crate::ffi::fatal(
-        "ggml_backend_sched_split_graph",
+        c_name!(sched::ggml_backend_sched_split_graph),
         &format!("graph {what} {i} is NULL"),
     )
 }
