@@ -2,7 +2,9 @@
 //! its device. A backend is created by its device (`ggml_backend_dev_init`) and owned by the
 //! caller until [`ggml_backend_free`]. A NULL backend aborts wherever stock asserts on it;
 //! [`ggml_backend_name`], [`ggml_backend_guid`] and [`ggml_backend_free`] accept NULL as stock
-//! does.
+//! does. The internal functions behind the exports that ask the backend's device (or its
+//! default buffer type) abort on a NULL one naming the device (or buffer type) function that
+//! needs it, the function that stock's call chain reaches.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use std::os::raw::c_char;
@@ -56,11 +58,8 @@ export! {
 /// The body of [`ggml_backend_name`] for a backend that is not NULL, for the library's own
 /// callers.
 pub(crate) fn name(backend: &ggml_backend) -> *const c_char {
-    let f = required(
-        backend.iface.get_name,
-        c_name!(ggml_backend_name),
-        "get_name",
-    );
+    const F: &str = c_name!(ggml_backend_name);
+    let f = required(backend.iface.get_name, F, "get_name");
     // SAFETY: the backend's own callback with itself, live while borrowed.
     unsafe { f(handle(backend)) }
 }
@@ -97,13 +96,9 @@ export! {
 /// when the backend has no device, naming `ggml_backend_dev_buffer_type` as stock's call chain
 /// does.
 pub(crate) fn default_buffer_type(backend: &ggml_backend) -> ggml_backend_buffer_type_t {
+    const F: &str = c_name!(device::ggml_backend_dev_buffer_type);
     // SAFETY: a live backend's device is NULL or live for the process.
-    device::buffer_type(unsafe {
-        dev_ref(
-            backend.device,
-            c_name!(device::ggml_backend_dev_buffer_type),
-        )
-    })
+    device::buffer_type(unsafe { dev_ref(backend.device, F) })
 }
 
 /// The default buffer type of `backend`, borrowed, for the functions that ask it about
@@ -145,10 +140,8 @@ export! {
 
 /// The body of [`ggml_backend_get_alignment`], for the library's own callers.
 pub(crate) fn alignment(backend: &ggml_backend) -> usize {
-    buffer_type::alignment(default_buft(
-        backend,
-        c_name!(buffer_type::ggml_backend_buft_get_alignment),
-    ))
+    const F: &str = c_name!(buffer_type::ggml_backend_buft_get_alignment);
+    buffer_type::alignment(default_buft(backend, F))
 }
 
 export! {
@@ -164,10 +157,8 @@ export! {
 
 /// The body of [`ggml_backend_get_max_size`], for the library's own callers.
 pub(crate) fn max_size(backend: &ggml_backend) -> usize {
-    buffer_type::max_size(default_buft(
-        backend,
-        c_name!(buffer_type::ggml_backend_buft_get_max_size),
-    ))
+    const F: &str = c_name!(buffer_type::ggml_backend_buft_get_max_size);
+    buffer_type::max_size(default_buft(backend, F))
 }
 
 export! {
@@ -294,11 +285,8 @@ pub(crate) unsafe fn graph_compute_async(
     backend: &ggml_backend,
     cgraph: *mut ggml_cgraph,
 ) -> ggml_status {
-    let f = required(
-        backend.iface.graph_compute,
-        c_name!(ggml_backend_graph_compute_async),
-        "graph_compute",
-    );
+    const F: &str = c_name!(ggml_backend_graph_compute_async);
+    let f = required(backend.iface.graph_compute, F, "graph_compute");
     // SAFETY: the backend's own callback with itself and a graph it can use.
     unsafe { f(handle(backend), cgraph) }
 }
@@ -323,16 +311,9 @@ export! {
 /// # Safety
 /// `op` must point to a live tensor.
 pub(crate) unsafe fn supports_op(backend: &ggml_backend, op: *const ggml_tensor) -> bool {
+    const F: &str = c_name!(device::ggml_backend_dev_supports_op);
     // SAFETY: a live backend's device is NULL or live for the process; `op` is live.
-    unsafe {
-        device::supports_op(
-            dev_ref(
-                backend.device,
-                c_name!(device::ggml_backend_dev_supports_op),
-            ),
-            op,
-        )
-    }
+    unsafe { device::supports_op(dev_ref(backend.device, F), op) }
 }
 
 export! {
@@ -357,16 +338,9 @@ pub(crate) unsafe fn supports_buft(
     backend: &ggml_backend,
     buft: ggml_backend_buffer_type_t,
 ) -> bool {
+    const F: &str = c_name!(device::ggml_backend_dev_supports_buft);
     // SAFETY: a live backend's device is NULL or live for the process; `buft` is live.
-    unsafe {
-        device::supports_buft(
-            dev_ref(
-                backend.device,
-                c_name!(device::ggml_backend_dev_supports_buft),
-            ),
-            buft,
-        )
-    }
+    unsafe { device::supports_buft(dev_ref(backend.device, F), buft) }
 }
 
 export! {
@@ -386,13 +360,9 @@ export! {
 /// # Safety
 /// `op` must point to a live tensor.
 pub(crate) unsafe fn offload_op(backend: &ggml_backend, op: *const ggml_tensor) -> bool {
+    const F: &str = c_name!(device::ggml_backend_dev_offload_op);
     // SAFETY: a live backend's device is NULL or live for the process; `op` is live.
-    unsafe {
-        device::offload_op(
-            dev_ref(backend.device, c_name!(device::ggml_backend_dev_offload_op)),
-            op,
-        )
-    }
+    unsafe { device::offload_op(dev_ref(backend.device, F), op) }
 }
 
 export! {

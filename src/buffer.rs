@@ -145,6 +145,7 @@ export! {
 
 /// The body of [`ggml_backend_buffer_get_base`], for the library's own callers.
 pub(crate) fn base(buffer: &ggml_backend_buffer) -> *mut c_void {
+    const F: &str = c_name!(ggml_backend_buffer_get_base);
     // SAFETY: `buffer` is live; the meta check only compares its interface.
     if buffer.size == 0 && !unsafe { ggml_sys::ggml_backend_buffer_is_meta(handle(buffer)) } {
         return std::ptr::null_mut();
@@ -155,10 +156,7 @@ pub(crate) fn base(buffer: &ggml_backend_buffer) -> *mut c_void {
     // SAFETY: the backend's own callback with its buffer, live while borrowed.
     let base = unsafe { get_base(handle(buffer)) };
     if base.is_null() {
-        ffi::fatal(
-            c_name!(ggml_backend_buffer_get_base),
-            "backend buffer base cannot be NULL",
-        );
+        ffi::fatal(F, "backend buffer base cannot be NULL");
     }
     base
 }
@@ -209,14 +207,11 @@ export! {
 
 /// The body of [`ggml_backend_buffer_clear`], for the library's own callers.
 pub(crate) fn clear(buffer: &ggml_backend_buffer, value: u8) {
+    const F: &str = c_name!(ggml_backend_buffer_clear);
     if buffer.size == 0 {
         return;
     }
-    let f = required(
-        buffer.iface.clear,
-        c_name!(ggml_backend_buffer_clear),
-        "clear",
-    );
+    let f = required(buffer.iface.clear, F, "clear");
     // SAFETY: the backend's own callback with its buffer; it writes the memory behind
     // `context`, not the struct.
     unsafe { f(handle(buffer), value) }
@@ -235,10 +230,8 @@ export! {
 
 /// The body of [`ggml_backend_buffer_get_alignment`], for the library's own callers.
 pub(crate) fn alignment(buffer: &ggml_backend_buffer) -> usize {
-    buffer_type::alignment(buft_of(
-        buffer,
-        c_name!(buffer_type::ggml_backend_buft_get_alignment),
-    ))
+    const F: &str = c_name!(buffer_type::ggml_backend_buft_get_alignment);
+    buffer_type::alignment(buft_of(buffer, F))
 }
 
 export! {
@@ -281,13 +274,8 @@ export! {
 
 /// The body of [`ggml_backend_buffer_get_alloc_size`], for the library's own callers.
 pub(crate) fn alloc_size(buffer: &ggml_backend_buffer, tensor: &ggml_tensor) -> usize {
-    buffer_type::alloc_size(
-        buft_of(
-            buffer,
-            c_name!(buffer_type::ggml_backend_buft_get_alloc_size),
-        ),
-        tensor,
-    )
+    const F: &str = c_name!(buffer_type::ggml_backend_buft_get_alloc_size);
+    buffer_type::alloc_size(buft_of(buffer, F), tensor)
 }
 
 export! {
@@ -304,10 +292,8 @@ export! {
 /// The body of [`ggml_backend_buffer_is_host`], for the library's own callers (the scheduler
 /// asks it for every input of a split).
 pub(crate) fn is_host(buffer: &ggml_backend_buffer) -> bool {
-    buffer_type::is_host(buft_of(
-        buffer,
-        c_name!(buffer_type::ggml_backend_buft_is_host),
-    ))
+    const F: &str = c_name!(buffer_type::ggml_backend_buft_is_host);
+    buffer_type::is_host(buft_of(buffer, F))
 }
 
 export! {

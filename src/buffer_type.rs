@@ -42,11 +42,8 @@ export! {
 
 /// The body of [`ggml_backend_buft_name`], for the library's own callers.
 pub(crate) fn name(buft: &ggml_backend_buffer_type) -> *const c_char {
-    let f = required(
-        buft.iface.get_name,
-        c_name!(ggml_backend_buft_name),
-        "get_name",
-    );
+    const F: &str = c_name!(ggml_backend_buft_name);
+    let f = required(buft.iface.get_name, F, "get_name");
     // SAFETY: the backend's own callback with its buffer type, live while borrowed.
     unsafe { f(handle(buft)) }
 }
@@ -70,15 +67,12 @@ export! {
 
 /// The body of [`ggml_backend_buft_alloc_buffer`], for the library's own callers.
 pub(crate) fn alloc_buffer(buft: &ggml_backend_buffer_type, size: usize) -> ggml_backend_buffer_t {
+    const F: &str = c_name!(ggml_backend_buft_alloc_buffer);
     if size == 0 {
         // A dummy buffer: an all-NULL interface is valid for a zero-sized buffer.
         return crate::buffer::new(handle(buft), Default::default(), std::ptr::null_mut(), 0);
     }
-    let f = required(
-        buft.iface.alloc_buffer,
-        c_name!(ggml_backend_buft_alloc_buffer),
-        "alloc_buffer",
-    );
+    let f = required(buft.iface.alloc_buffer, F, "alloc_buffer");
     // SAFETY: the backend's own callback with its buffer type, live while borrowed.
     unsafe { f(handle(buft), size) }
 }
@@ -97,11 +91,8 @@ export! {
 
 /// The body of [`ggml_backend_buft_get_alignment`], for the library's own callers.
 pub(crate) fn alignment(buft: &ggml_backend_buffer_type) -> usize {
-    let f = required(
-        buft.iface.get_alignment,
-        c_name!(ggml_backend_buft_get_alignment),
-        "get_alignment",
-    );
+    const F: &str = c_name!(ggml_backend_buft_get_alignment);
+    let f = required(buft.iface.get_alignment, F, "get_alignment");
     // SAFETY: the backend's own callback with its buffer type, live while borrowed.
     unsafe { f(handle(buft)) }
 }
@@ -169,10 +160,11 @@ pub fn alloc_size_allowed(
 #[cold]
 #[inline(never)]
 fn alloc_size_too_large(size: usize, nbytes: usize, op: ggml_sys::ggml_op) -> ! {
+    const F: &str = c_name!(ggml_backend_buft_get_alloc_size);
     // SAFETY: ggml_op_name returns a static string for every op value.
     let name = unsafe { std::ffi::CStr::from_ptr(ggml_sys::ggml_op_name(op)) };
     ffi::fatal(
-        c_name!(ggml_backend_buft_get_alloc_size),
+        F,
         &format!(
             "buffer type returned alloc size {size} > ggml_nbytes {nbytes} for op {} \
              (not allowed to expand: update ggml_op_alloc_size_may_expand)",

@@ -96,11 +96,8 @@ export! {
 
 /// The body of [`ggml_backend_dev_type`], for the library's own callers.
 pub(crate) fn dev_type(device: &ggml_backend_device) -> DevType {
-    let f = required(
-        device.iface.get_type,
-        c_name!(ggml_backend_dev_type),
-        "get_type",
-    );
+    const F: &str = c_name!(ggml_backend_dev_type);
+    let f = required(device.iface.get_type, F, "get_type");
     // SAFETY: the device's own callback with itself, live while borrowed.
     unsafe { f(handle(device)) }
 }
@@ -167,11 +164,8 @@ export! {
 
 /// The body of [`ggml_backend_dev_buffer_type`], for the library's own callers.
 pub(crate) fn buffer_type(device: &ggml_backend_device) -> ggml_backend_buffer_type_t {
-    let f = required(
-        device.iface.get_buffer_type,
-        c_name!(ggml_backend_dev_buffer_type),
-        "get_buffer_type",
-    );
+    const F: &str = c_name!(ggml_backend_dev_buffer_type);
+    let f = required(device.iface.get_buffer_type, F, "get_buffer_type");
     // SAFETY: the device's own callback with the device it belongs to, live while borrowed.
     unsafe { f(handle(device)) }
 }
@@ -234,11 +228,8 @@ export! {
 /// # Safety
 /// `op` must point to a live tensor (it goes to the backend as is).
 pub(crate) unsafe fn supports_op(device: &ggml_backend_device, op: *const ggml_tensor) -> bool {
-    let f = required(
-        device.iface.supports_op,
-        c_name!(ggml_backend_dev_supports_op),
-        "supports_op",
-    );
+    const F: &str = c_name!(ggml_backend_dev_supports_op);
+    let f = required(device.iface.supports_op, F, "supports_op");
     // SAFETY: the device's own callback with the device it belongs to; `op` is live.
     unsafe { f(handle(device), op) }
 }
@@ -265,11 +256,8 @@ pub(crate) unsafe fn supports_buft(
     device: &ggml_backend_device,
     buft: ggml_backend_buffer_type_t,
 ) -> bool {
-    let f = required(
-        device.iface.supports_buft,
-        c_name!(ggml_backend_dev_supports_buft),
-        "supports_buft",
-    );
+    const F: &str = c_name!(ggml_backend_dev_supports_buft);
+    let f = required(device.iface.supports_buft, F, "supports_buft");
     // SAFETY: the device's own callback with the device it belongs to; `buft` is live.
     unsafe { f(handle(device), buft) }
 }

@@ -80,11 +80,8 @@ export! {
 /// # Safety
 /// `event` must be a live event usable by `backend`.
 pub(crate) unsafe fn record(event: ggml_backend_event_t, backend: &ggml_backend) {
-    let f = required(
-        backend.iface.event_record,
-        c_name!(ggml_backend_event_record),
-        "event_record",
-    );
+    const F: &str = c_name!(ggml_backend_event_record);
+    let f = required(backend.iface.event_record, F, "event_record");
     // SAFETY: the backend's own callback with itself and an event it can use.
     unsafe { f(handle(backend), event) }
 }
@@ -128,11 +125,8 @@ export! {
 /// # Safety
 /// `event` must be a live event.
 pub(crate) unsafe fn wait(backend: &ggml_backend, event: ggml_backend_event_t) {
-    let f = required(
-        backend.iface.event_wait,
-        c_name!(ggml_backend_event_wait),
-        "event_wait",
-    );
+    const F: &str = c_name!(ggml_backend_event_wait);
+    let f = required(backend.iface.event_wait, F, "event_wait");
     // SAFETY: the backend's own callback with itself and a live event.
     unsafe { f(handle(backend), event) }
 }

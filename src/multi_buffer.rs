@@ -133,11 +133,9 @@ export! {
 
 /// The body of [`ggml_backend_multi_buffer_set_usage`], for the library's own callers.
 pub(crate) fn set_parts_usage(buffer: &ggml_backend_buffer, usage: ggml_backend_buffer_usage) {
+    const F: &str = c_name!(ggml_backend_multi_buffer_set_usage);
     if !is_multi_buffer(buffer) {
-        ffi::fatal(
-            c_name!(ggml_backend_multi_buffer_set_usage),
-            "the buffer is not a multi-buffer",
-        );
+        ffi::fatal(F, "the buffer is not a multi-buffer");
     }
     // SAFETY: checked to be a multi-buffer.
     for &part in unsafe { parts(buffer) } {
