@@ -243,7 +243,7 @@ export! {
         backend: ggml_backend_t,
         cgraph: *mut ggml_cgraph,
     ) -> ggml_status {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the backend is NULL (abort) or live and `cgraph` a graph it can use (`# Safety`).
         unsafe { graph_compute(backend_ref(backend, F), cgraph) }
     }
 }
@@ -272,7 +272,7 @@ export! {
         backend: ggml_backend_t,
         cgraph: *mut ggml_cgraph,
     ) -> ggml_status {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the backend is NULL (abort) or live and `cgraph` a graph it can use (`# Safety`).
         unsafe { graph_compute_async(backend_ref(backend, F), cgraph) }
     }
 }
@@ -300,7 +300,7 @@ export! {
         backend: ggml_backend_t,
         op: *const ggml_tensor,
     ) -> bool {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the backend is NULL (abort) or live and `op` a live tensor (`# Safety`).
         unsafe { supports_op(backend_ref(backend, F), op) }
     }
 }
@@ -325,7 +325,7 @@ export! {
         backend: ggml_backend_t,
         buft: ggml_backend_buffer_type_t,
     ) -> bool {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the backend is NULL (abort) or live and `buft` a live buffer type (`# Safety`).
         unsafe { supports_buft(backend_ref(backend, F), buft) }
     }
 }
@@ -350,7 +350,7 @@ export! {
     /// # Safety
     /// `backend` NULL or live; `op` a live tensor.
     pub unsafe fn ggml_backend_offload_op(backend: ggml_backend_t, op: *const ggml_tensor) -> bool {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the backend is NULL (abort) or live and `op` a live tensor (`# Safety`).
         unsafe { offload_op(backend_ref(backend, F), op) }
     }
 }

@@ -172,7 +172,8 @@ export! {
         buffer: ggml_backend_buffer_t,
         tensor: *mut ggml_tensor,
     ) -> ggml_status {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the buffer is NULL (abort) or live and `tensor` a live tensor placed in it (`#
+        // Safety`).
         unsafe { init_tensor(buffer_ref(buffer, F), tensor) }
     }
 }
@@ -382,7 +383,7 @@ export! {
         src: *const ggml_tensor,
         dst: *mut ggml_tensor,
     ) -> bool {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: `dst` is NULL (abort) or live and `src` is live (`# Safety`).
         unsafe { copy_tensor(src, non_null(dst, F, "dst"), F) }
     }
 }

@@ -202,13 +202,12 @@ pub(crate) fn alloc_size(buft: &ggml_backend_buffer_type, tensor: &ggml_tensor) 
     let size = unsafe { f(handle(buft), tensor) };
     // The type is looked up only when the size exceeds nbytes: gallocr calls this per
     // tensor, several times a graph.
-    // SAFETY: a pure function of the type id.
-    if size > nbytes
-        && !alloc_size_allowed(size, nbytes, tensor.op, unsafe {
-            ggml_sys::ggml_is_quantized(tensor.type_)
-        })
-    {
-        alloc_size_too_large(size, nbytes, tensor.op);
+    if size > nbytes {
+        // SAFETY: a pure function of the type id.
+        let quantized = unsafe { ggml_sys::ggml_is_quantized(tensor.type_) };
+        if !alloc_size_allowed(size, nbytes, tensor.op, quantized) {
+            alloc_size_too_large(size, nbytes, tensor.op);
+        }
     }
     size
 }

@@ -218,7 +218,7 @@ export! {
         device: ggml_backend_dev_t,
         op: *const ggml_tensor,
     ) -> bool {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the device is NULL (abort) or live and `op` a live tensor (`# Safety`).
         unsafe { supports_op(dev_ref(device, F), op) }
     }
 }
@@ -243,7 +243,7 @@ export! {
         device: ggml_backend_dev_t,
         buft: ggml_backend_buffer_type_t,
     ) -> bool {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the device is NULL (abort) or live and `buft` a live buffer type (`# Safety`).
         unsafe { supports_buft(dev_ref(device, F), buft) }
     }
 }
@@ -272,7 +272,7 @@ export! {
         device: ggml_backend_dev_t,
         op: *const ggml_tensor,
     ) -> bool {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the device is NULL (abort) or live and `op` a live tensor (`# Safety`).
         unsafe { offload_op(dev_ref(device, F), op) }
     }
 }

@@ -70,7 +70,8 @@ export! {
     /// # Safety
     /// `backend` NULL or live; `event` a live event usable by that backend.
     pub unsafe fn ggml_backend_event_record(event: ggml_backend_event_t, backend: ggml_backend_t) {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the backend is NULL (abort) or live and `event` a live event it can use (`#
+        // Safety`).
         unsafe { record(event, backend_ref(backend, F)) }
     }
 }
@@ -115,7 +116,7 @@ export! {
     /// # Safety
     /// `backend` NULL or live; `event` a live event.
     pub unsafe fn ggml_backend_event_wait(backend: ggml_backend_t, event: ggml_backend_event_t) {
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: the backend is NULL (abort) or live and `event` a live event (`# Safety`).
         unsafe { wait(backend_ref(backend, F), event) }
     }
 }

@@ -396,7 +396,8 @@ export! {
         // reads through it.
         let data = data.cast_mut();
         let rows = Rows::one(offset, size);
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
+        // (`# Safety`).
         unsafe { access_c(Target::Buffer, Access::Write, tensor, data, rows, F) }
     }
 }
@@ -415,7 +416,8 @@ export! {
         size: usize,
     ) {
         let rows = Rows::one(offset, size);
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
+        // (`# Safety`).
         unsafe { access_c(Target::Buffer, Access::Read, tensor, data, rows, F) }
     }
 }
@@ -441,7 +443,8 @@ export! {
         // reads through it.
         let data = data.cast_mut();
         let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
+        // (`# Safety`).
         unsafe { access_c(Target::Buffer, Access::Write, tensor, data, rows, F) }
     }
 }
@@ -463,7 +466,8 @@ export! {
         stride_data: usize,
     ) {
         let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
+        // (`# Safety`).
         unsafe { access_c(Target::Buffer, Access::Read, tensor, data, rows, F) }
     }
 }
@@ -519,7 +523,8 @@ export! {
         let rows = Rows::one(offset, size);
         // SAFETY: caller contract.
         let be = unsafe { backend_ref(backend, F) };
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
+        // until the backend is synchronized (`# Safety`).
         unsafe { access_c(Target::Queue(be), Access::Write, tensor, data, rows, F) }
     }
 }
@@ -542,7 +547,8 @@ export! {
         let rows = Rows::one(offset, size);
         // SAFETY: caller contract.
         let be = unsafe { backend_ref(backend, F) };
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
+        // until the backend is synchronized (`# Safety`).
         unsafe { access_c(Target::Queue(be), Access::Read, tensor, data, rows, F) }
     }
 }
@@ -571,7 +577,8 @@ export! {
         let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
         // SAFETY: caller contract.
         let be = unsafe { backend_ref(backend, F) };
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
+        // until the backend is synchronized (`# Safety`).
         unsafe { access_c(Target::Queue(be), Access::Write, tensor, data, rows, F) }
     }
 }
@@ -596,7 +603,8 @@ export! {
         let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
         // SAFETY: caller contract.
         let be = unsafe { backend_ref(backend, F) };
-        // SAFETY: caller contract for both pointers.
+        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
+        // until the backend is synchronized (`# Safety`).
         unsafe { access_c(Target::Queue(be), Access::Read, tensor, data, rows, F) }
     }
 }
