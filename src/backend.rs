@@ -2,7 +2,9 @@
 //! its device. A backend is created by its device (`ggml_backend_dev_init`) and owned by the
 //! caller until [`ggml_backend_free`]. A NULL backend aborts wherever stock asserts on it;
 //! [`ggml_backend_name`], [`ggml_backend_guid`] and [`ggml_backend_free`] accept NULL as stock
-//! does.
+//! does. The internal functions behind the exports that ask the backend's device (or its
+//! default buffer type) abort on a NULL one naming the device (or buffer type) function that
+//! needs it, the function that stock's call chain reaches.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use std::os::raw::c_char;
@@ -12,14 +14,9 @@ use ggml_sys::{
     ggml_backend_graph_plan_t, ggml_backend_t, ggml_cgraph, ggml_guid_t, ggml_status, ggml_tensor,
 };
 
-use crate::buffer_type::{
-    ggml_backend_buft_alloc_buffer, ggml_backend_buft_get_alignment, ggml_backend_buft_get_max_size,
-};
-use crate::device::{
-    ggml_backend_dev_buffer_type, ggml_backend_dev_offload_op, ggml_backend_dev_supports_buft,
-    ggml_backend_dev_supports_op,
-};
-use crate::ffi::{boundary, non_null};
+use crate::buffer_type::{self, buft_ref};
+use crate::device::{self, dev_ref};
+use crate::ffi::{c_name, export, handle, non_null};
 use crate::iface::required;
 
 /// Borrows the backend behind `backend`, aborting naming `func` when it is NULL.
@@ -31,281 +28,350 @@ pub(crate) unsafe fn backend_ref<'a>(backend: ggml_backend_t, func: &str) -> &'a
     unsafe { non_null(backend, func, "backend") }
 }
 
-/// The backend's 16-byte identity, owned by the backend (stock `ggml_backend_guid`); NULL for a
-/// NULL backend.
-///
-/// # Safety
-/// `backend` must be NULL or point to a live backend.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_guid(backend: ggml_backend_t) -> ggml_guid_t {
-    boundary("ggml_backend_guid", || {
+export! {
+    /// The backend's 16-byte identity, owned by the backend (stock `ggml_backend_guid`); NULL for a
+    /// NULL backend.
+    ///
+    /// # Safety
+    /// `backend` must be NULL or point to a live backend.
+    pub unsafe fn ggml_backend_guid(backend: ggml_backend_t) -> ggml_guid_t {
         // SAFETY: caller contract.
         unsafe { backend.as_ref() }.map_or(std::ptr::null_mut(), |b| b.guid)
-    })
+    }
 }
 
-/// The backend's name, owned by the backend (stock `ggml_backend_name`); the static string
-/// `"NULL"` for a NULL backend.
-///
-/// # Safety
-/// `backend` must be NULL or point to a live backend.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_name(backend: ggml_backend_t) -> *const c_char {
-    const F: &str = "ggml_backend_name";
-    boundary(F, || {
+export! {
+    /// The backend's name, owned by the backend (stock `ggml_backend_name`); the static string
+    /// `"NULL"` for a NULL backend.
+    ///
+    /// # Safety
+    /// `backend` must be NULL or point to a live backend.
+    pub unsafe fn ggml_backend_name(backend: ggml_backend_t) -> *const c_char {
         // SAFETY: caller contract.
         match unsafe { backend.as_ref() } {
             None => c"NULL".as_ptr(),
-            // SAFETY: the backend's callback with itself.
-            Some(b) => unsafe { required(b.iface.get_name, F, "get_name")(backend) },
+            Some(b) => name(b),
         }
-    })
+    }
 }
 
-/// Frees the backend through its own `free` (stock `ggml_backend_free`); NULL is a no-op.
-///
-/// # Safety
-/// `backend` must be NULL or a live backend, not used afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_free(backend: ggml_backend_t) {
-    const F: &str = "ggml_backend_free";
-    boundary(F, || {
+/// The body of [`ggml_backend_name`] for a backend that is not NULL, for the library's own
+/// callers.
+pub(crate) fn name(backend: &ggml_backend) -> *const c_char {
+    const F: &str = c_name!(ggml_backend_name);
+    let f = required(backend.iface.get_name, F, "get_name");
+    // SAFETY: the backend's own callback with itself, live while borrowed.
+    unsafe { f(handle(backend)) }
+}
+
+export! {
+    /// Frees the backend through its own `free` (stock `ggml_backend_free`); NULL is a no-op.
+    ///
+    /// # Safety
+    /// `backend` must be NULL or a live backend, not used afterwards.
+    pub unsafe fn ggml_backend_free(backend: ggml_backend_t) {
         // SAFETY: caller contract.
         if let Some(b) = unsafe { backend.as_ref() } {
             // SAFETY: the backend's callback, once.
             unsafe { required(b.iface.free, F, "free")(backend) }
         }
-    })
+    }
 }
 
-/// The default buffer type of the backend's device (stock
-/// `ggml_backend_get_default_buffer_type`). Aborts on NULL.
-///
-/// # Safety
-/// `backend` must be NULL or point to a live backend.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_get_default_buffer_type(
-    backend: ggml_backend_t,
-) -> ggml_backend_buffer_type_t {
-    const F: &str = "ggml_backend_get_default_buffer_type";
-    // SAFETY: caller contract; a live backend's device is live.
-    boundary(F, || unsafe {
-        ggml_backend_dev_buffer_type(backend_ref(backend, F).device)
-    })
-}
-
-/// Allocates `size` bytes of the backend's default buffer type (stock
-/// `ggml_backend_alloc_buffer`); the caller owns the result (NULL on failure).
-///
-/// # Safety
-/// `backend` must be NULL or point to a live backend.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_alloc_buffer(
-    backend: ggml_backend_t,
-    size: usize,
-) -> ggml_backend_buffer_t {
-    boundary("ggml_backend_alloc_buffer", || {
+export! {
+    /// The default buffer type of the backend's device (stock
+    /// `ggml_backend_get_default_buffer_type`). Aborts on NULL.
+    ///
+    /// # Safety
+    /// `backend` must be NULL or point to a live backend.
+    pub unsafe fn ggml_backend_get_default_buffer_type(
+        backend: ggml_backend_t,
+    ) -> ggml_backend_buffer_type_t {
         // SAFETY: caller contract.
-        unsafe {
-            ggml_backend_buft_alloc_buffer(ggml_backend_get_default_buffer_type(backend), size)
-        }
-    })
+        default_buffer_type(unsafe { backend_ref(backend, F) })
+    }
 }
 
-/// Alignment of the backend's default buffer type (stock `ggml_backend_get_alignment`).
-///
-/// # Safety
-/// `backend` must be NULL or point to a live backend.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_get_alignment(backend: ggml_backend_t) -> usize {
-    boundary("ggml_backend_get_alignment", || {
+/// The body of [`ggml_backend_get_default_buffer_type`], for the library's own callers. Aborts
+/// when the backend has no device, naming `ggml_backend_dev_buffer_type` as stock's call chain
+/// does.
+pub(crate) fn default_buffer_type(backend: &ggml_backend) -> ggml_backend_buffer_type_t {
+    const F: &str = c_name!(device::ggml_backend_dev_buffer_type);
+    // SAFETY: a live backend's device is NULL or live for the process.
+    device::buffer_type(unsafe { dev_ref(backend.device, F) })
+}
+
+/// The default buffer type of `backend`, borrowed, for the functions that ask it about
+/// alignment, size or allocation; aborts naming `func` when the device gives NULL.
+fn default_buft<'a>(backend: &ggml_backend, func: &str) -> &'a ggml_sys::ggml_backend_buffer_type {
+    // SAFETY: a device's buffer type is NULL or a live object of its backend library.
+    unsafe { buft_ref(default_buffer_type(backend), func) }
+}
+
+export! {
+    /// Allocates `size` bytes of the backend's default buffer type (stock
+    /// `ggml_backend_alloc_buffer`); the caller owns the result (NULL on failure).
+    ///
+    /// # Safety
+    /// `backend` must be NULL or point to a live backend.
+    pub unsafe fn ggml_backend_alloc_buffer(
+        backend: ggml_backend_t,
+        size: usize,
+    ) -> ggml_backend_buffer_t {
         // SAFETY: caller contract.
-        unsafe { ggml_backend_buft_get_alignment(ggml_backend_get_default_buffer_type(backend)) }
-    })
+        let b = unsafe { backend_ref(backend, F) };
+        buffer_type::alloc_buffer(
+            default_buft(b, c_name!(buffer_type::ggml_backend_buft_alloc_buffer)),
+            size,
+        )
+    }
 }
 
-/// Max buffer size of the backend's default buffer type (stock `ggml_backend_get_max_size`).
-///
-/// # Safety
-/// `backend` must be NULL or point to a live backend.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_get_max_size(backend: ggml_backend_t) -> usize {
-    boundary("ggml_backend_get_max_size", || {
+export! {
+    /// Alignment of the backend's default buffer type (stock `ggml_backend_get_alignment`).
+    ///
+    /// # Safety
+    /// `backend` must be NULL or point to a live backend.
+    pub unsafe fn ggml_backend_get_alignment(backend: ggml_backend_t) -> usize {
         // SAFETY: caller contract.
-        unsafe { ggml_backend_buft_get_max_size(ggml_backend_get_default_buffer_type(backend)) }
-    })
+        alignment(unsafe { backend_ref(backend, F) })
+    }
 }
 
-/// Waits until everything queued on the backend is done (stock `ggml_backend_synchronize`);
-/// nothing for a backend without `synchronize`. Aborts on NULL.
-///
-/// # Safety
-/// `backend` must be NULL or point to a live backend.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_synchronize(backend: ggml_backend_t) {
-    const F: &str = "ggml_backend_synchronize";
-    boundary(F, || {
+/// The body of [`ggml_backend_get_alignment`], for the library's own callers.
+pub(crate) fn alignment(backend: &ggml_backend) -> usize {
+    const F: &str = c_name!(buffer_type::ggml_backend_buft_get_alignment);
+    buffer_type::alignment(default_buft(backend, F))
+}
+
+export! {
+    /// Max buffer size of the backend's default buffer type (stock `ggml_backend_get_max_size`).
+    ///
+    /// # Safety
+    /// `backend` must be NULL or point to a live backend.
+    pub unsafe fn ggml_backend_get_max_size(backend: ggml_backend_t) -> usize {
         // SAFETY: caller contract.
-        if let Some(f) = unsafe { backend_ref(backend, F) }.iface.synchronize {
-            // SAFETY: the backend's callback with itself.
-            unsafe { f(backend) }
-        }
-    })
+        max_size(unsafe { backend_ref(backend, F) })
+    }
 }
 
-/// Makes a reusable plan for computing `cgraph` (stock `ggml_backend_graph_plan_create`); the
-/// caller frees it with [`ggml_backend_graph_plan_free`]. Aborts on NULL or when the backend
-/// has no plans.
-///
-/// # Safety
-/// `backend` NULL or live; `cgraph` a live graph.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_graph_plan_create(
-    backend: ggml_backend_t,
-    cgraph: *mut ggml_cgraph,
-) -> ggml_backend_graph_plan_t {
-    const F: &str = "ggml_backend_graph_plan_create";
-    boundary(F, || {
+/// The body of [`ggml_backend_get_max_size`], for the library's own callers.
+pub(crate) fn max_size(backend: &ggml_backend) -> usize {
+    const F: &str = c_name!(buffer_type::ggml_backend_buft_get_max_size);
+    buffer_type::max_size(default_buft(backend, F))
+}
+
+export! {
+    /// Waits until everything queued on the backend is done (stock `ggml_backend_synchronize`);
+    /// nothing for a backend without `synchronize`. Aborts on NULL.
+    ///
+    /// # Safety
+    /// `backend` must be NULL or point to a live backend.
+    pub unsafe fn ggml_backend_synchronize(backend: ggml_backend_t) {
+        // SAFETY: caller contract.
+        synchronize(unsafe { backend_ref(backend, F) })
+    }
+}
+
+/// The body of [`ggml_backend_synchronize`], for the library's own callers.
+pub(crate) fn synchronize(backend: &ggml_backend) {
+    if let Some(f) = backend.iface.synchronize {
+        // SAFETY: the backend's own callback with itself, live while borrowed.
+        unsafe { f(handle(backend)) }
+    }
+}
+
+export! {
+    /// Makes a reusable plan for computing `cgraph` (stock `ggml_backend_graph_plan_create`); the
+    /// caller frees it with [`ggml_backend_graph_plan_free`]. Aborts on NULL or when the backend
+    /// has no plans.
+    ///
+    /// # Safety
+    /// `backend` NULL or live; `cgraph` a live graph.
+    pub unsafe fn ggml_backend_graph_plan_create(
+        backend: ggml_backend_t,
+        cgraph: *mut ggml_cgraph,
+    ) -> ggml_backend_graph_plan_t {
         // SAFETY: caller contract.
         let b = unsafe { backend_ref(backend, F) };
         // SAFETY: the backend's callback.
         unsafe { required(b.iface.graph_plan_create, F, "graph_plan_create")(backend, cgraph) }
-    })
+    }
 }
 
-/// Frees a plan of this backend (stock `ggml_backend_graph_plan_free`). Aborts on NULL or when
-/// the backend has no plans.
-///
-/// # Safety
-/// `backend` NULL or live; `plan` made by this backend, not used afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_graph_plan_free(
-    backend: ggml_backend_t,
-    plan: ggml_backend_graph_plan_t,
-) {
-    const F: &str = "ggml_backend_graph_plan_free";
-    boundary(F, || {
+export! {
+    /// Frees a plan of this backend (stock `ggml_backend_graph_plan_free`). Aborts on NULL or when
+    /// the backend has no plans.
+    ///
+    /// # Safety
+    /// `backend` NULL or live; `plan` made by this backend, not used afterwards.
+    pub unsafe fn ggml_backend_graph_plan_free(
+        backend: ggml_backend_t,
+        plan: ggml_backend_graph_plan_t,
+    ) {
         // SAFETY: caller contract.
         let b = unsafe { backend_ref(backend, F) };
         // SAFETY: the backend's callback.
         unsafe { required(b.iface.graph_plan_free, F, "graph_plan_free")(backend, plan) }
-    })
+    }
 }
 
-/// Computes a plan of this backend (stock `ggml_backend_graph_plan_compute`). Aborts on NULL or
-/// when the backend has no plans.
-///
-/// # Safety
-/// `backend` NULL or live; `plan` a live plan of this backend.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_graph_plan_compute(
-    backend: ggml_backend_t,
-    plan: ggml_backend_graph_plan_t,
-) -> ggml_status {
-    const F: &str = "ggml_backend_graph_plan_compute";
-    boundary(F, || {
+export! {
+    /// Computes a plan of this backend (stock `ggml_backend_graph_plan_compute`). Aborts on NULL or
+    /// when the backend has no plans.
+    ///
+    /// # Safety
+    /// `backend` NULL or live; `plan` a live plan of this backend.
+    pub unsafe fn ggml_backend_graph_plan_compute(
+        backend: ggml_backend_t,
+        plan: ggml_backend_graph_plan_t,
+    ) -> ggml_status {
         // SAFETY: caller contract.
         let b = unsafe { backend_ref(backend, F) };
         // SAFETY: the backend's callback.
         unsafe { required(b.iface.graph_plan_compute, F, "graph_plan_compute")(backend, plan) }
-    })
+    }
 }
 
-/// Computes `cgraph` and waits for it (stock `ggml_backend_graph_compute`): the status of
-/// [`ggml_backend_graph_compute_async`], after a synchronize.
+export! {
+    /// Computes `cgraph` and waits for it (stock `ggml_backend_graph_compute`): the status of
+    /// [`ggml_backend_graph_compute_async`], after a synchronize.
+    ///
+    /// # Safety
+    /// `backend` NULL or live; `cgraph` a live graph whose tensors the backend can use.
+    pub unsafe fn ggml_backend_graph_compute(
+        backend: ggml_backend_t,
+        cgraph: *mut ggml_cgraph,
+    ) -> ggml_status {
+        // SAFETY: the backend is NULL (abort) or live and `cgraph` a graph it can use (`# Safety`).
+        unsafe { graph_compute(backend_ref(backend, F), cgraph) }
+    }
+}
+
+/// The body of [`ggml_backend_graph_compute`], for the library's own callers.
 ///
 /// # Safety
-/// `backend` NULL or live; `cgraph` a live graph whose tensors the backend can use.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_graph_compute(
-    backend: ggml_backend_t,
+/// `cgraph` must be a live graph whose tensors the backend can use.
+pub(crate) unsafe fn graph_compute(
+    backend: &ggml_backend,
     cgraph: *mut ggml_cgraph,
 ) -> ggml_status {
-    boundary("ggml_backend_graph_compute", || {
-        // SAFETY: caller contract.
-        unsafe {
-            let status = ggml_backend_graph_compute_async(backend, cgraph);
-            ggml_backend_synchronize(backend);
-            status
-        }
-    })
+    // SAFETY: the caller's contract.
+    let status = unsafe { graph_compute_async(backend, cgraph) };
+    synchronize(backend);
+    status
 }
 
-/// Queues the computation of `cgraph` (stock `ggml_backend_graph_compute_async`). Aborts on
-/// NULL.
+export! {
+    /// Queues the computation of `cgraph` (stock `ggml_backend_graph_compute_async`). Aborts on
+    /// NULL.
+    ///
+    /// # Safety
+    /// `backend` NULL or live; `cgraph` a live graph whose tensors the backend can use.
+    pub unsafe fn ggml_backend_graph_compute_async(
+        backend: ggml_backend_t,
+        cgraph: *mut ggml_cgraph,
+    ) -> ggml_status {
+        // SAFETY: the backend is NULL (abort) or live and `cgraph` a graph it can use (`# Safety`).
+        unsafe { graph_compute_async(backend_ref(backend, F), cgraph) }
+    }
+}
+
+/// The body of [`ggml_backend_graph_compute_async`], for the library's own callers.
 ///
 /// # Safety
-/// `backend` NULL or live; `cgraph` a live graph whose tensors the backend can use.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_graph_compute_async(
-    backend: ggml_backend_t,
+/// `cgraph` must be a live graph whose tensors the backend can use.
+pub(crate) unsafe fn graph_compute_async(
+    backend: &ggml_backend,
     cgraph: *mut ggml_cgraph,
 ) -> ggml_status {
-    const F: &str = "ggml_backend_graph_compute_async";
-    boundary(F, || {
-        // SAFETY: caller contract.
-        let b = unsafe { backend_ref(backend, F) };
-        // SAFETY: the backend's callback.
-        unsafe { required(b.iface.graph_compute, F, "graph_compute")(backend, cgraph) }
-    })
+    const F: &str = c_name!(ggml_backend_graph_compute_async);
+    let f = required(backend.iface.graph_compute, F, "graph_compute");
+    // SAFETY: the backend's own callback with itself and a graph it can use.
+    unsafe { f(handle(backend), cgraph) }
 }
 
-/// Whether the backend's device can compute `op` (stock `ggml_backend_supports_op`).
-///
-/// # Safety
-/// `backend` NULL or live; `op` a live tensor.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_supports_op(
-    backend: ggml_backend_t,
-    op: *const ggml_tensor,
-) -> bool {
-    const F: &str = "ggml_backend_supports_op";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe {
-        ggml_backend_dev_supports_op(backend_ref(backend, F).device, op)
-    })
+export! {
+    /// Whether the backend's device can compute `op` (stock `ggml_backend_supports_op`).
+    ///
+    /// # Safety
+    /// `backend` NULL or live; `op` a live tensor.
+    pub unsafe fn ggml_backend_supports_op(
+        backend: ggml_backend_t,
+        op: *const ggml_tensor,
+    ) -> bool {
+        // SAFETY: the backend is NULL (abort) or live and `op` a live tensor (`# Safety`).
+        unsafe { supports_op(backend_ref(backend, F), op) }
+    }
 }
 
-/// Whether the backend's device can use buffers of `buft` (stock `ggml_backend_supports_buft`).
+/// The body of [`ggml_backend_supports_op`], for the library's own callers (the scheduler asks
+/// it for every node and backend).
 ///
 /// # Safety
-/// `backend` NULL or live; `buft` a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_supports_buft(
-    backend: ggml_backend_t,
+/// `op` must point to a live tensor.
+pub(crate) unsafe fn supports_op(backend: &ggml_backend, op: *const ggml_tensor) -> bool {
+    const F: &str = c_name!(device::ggml_backend_dev_supports_op);
+    // SAFETY: a live backend's device is NULL or live for the process; `op` is live.
+    unsafe { device::supports_op(dev_ref(backend.device, F), op) }
+}
+
+export! {
+    /// Whether the backend's device can use buffers of `buft` (stock `ggml_backend_supports_buft`).
+    ///
+    /// # Safety
+    /// `backend` NULL or live; `buft` a live buffer type.
+    pub unsafe fn ggml_backend_supports_buft(
+        backend: ggml_backend_t,
+        buft: ggml_backend_buffer_type_t,
+    ) -> bool {
+        // SAFETY: the backend is NULL (abort) or live and `buft` a live buffer type (`# Safety`).
+        unsafe { supports_buft(backend_ref(backend, F), buft) }
+    }
+}
+
+/// The body of [`ggml_backend_supports_buft`], for the library's own callers.
+///
+/// # Safety
+/// `buft` must point to a live buffer type.
+pub(crate) unsafe fn supports_buft(
+    backend: &ggml_backend,
     buft: ggml_backend_buffer_type_t,
 ) -> bool {
-    const F: &str = "ggml_backend_supports_buft";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe {
-        ggml_backend_dev_supports_buft(backend_ref(backend, F).device, buft)
-    })
+    const F: &str = c_name!(device::ggml_backend_dev_supports_buft);
+    // SAFETY: a live backend's device is NULL or live for the process; `buft` is live.
+    unsafe { device::supports_buft(dev_ref(backend.device, F), buft) }
 }
 
-/// Whether the backend's device wants `op` offloaded to it although its weights live in host
-/// memory (stock `ggml_backend_offload_op`).
-///
-/// # Safety
-/// `backend` NULL or live; `op` a live tensor.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_offload_op(
-    backend: ggml_backend_t,
-    op: *const ggml_tensor,
-) -> bool {
-    const F: &str = "ggml_backend_offload_op";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe {
-        ggml_backend_dev_offload_op(backend_ref(backend, F).device, op)
-    })
+export! {
+    /// Whether the backend's device wants `op` offloaded to it although its weights live in host
+    /// memory (stock `ggml_backend_offload_op`).
+    ///
+    /// # Safety
+    /// `backend` NULL or live; `op` a live tensor.
+    pub unsafe fn ggml_backend_offload_op(backend: ggml_backend_t, op: *const ggml_tensor) -> bool {
+        // SAFETY: the backend is NULL (abort) or live and `op` a live tensor (`# Safety`).
+        unsafe { offload_op(backend_ref(backend, F), op) }
+    }
 }
 
-/// The backend's device (stock `ggml_backend_get_device`). Aborts on NULL.
+/// The body of [`ggml_backend_offload_op`], for the library's own callers.
 ///
 /// # Safety
-/// `backend` must be NULL or point to a live backend.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_get_device(backend: ggml_backend_t) -> ggml_backend_dev_t {
-    const F: &str = "ggml_backend_get_device";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe { backend_ref(backend, F) }.device)
+/// `op` must point to a live tensor.
+pub(crate) unsafe fn offload_op(backend: &ggml_backend, op: *const ggml_tensor) -> bool {
+    const F: &str = c_name!(device::ggml_backend_dev_offload_op);
+    // SAFETY: a live backend's device is NULL or live for the process; `op` is live.
+    unsafe { device::offload_op(dev_ref(backend.device, F), op) }
+}
+
+export! {
+    /// The backend's device (stock `ggml_backend_get_device`). Aborts on NULL.
+    ///
+    /// # Safety
+    /// `backend` must be NULL or point to a live backend.
+    pub unsafe fn ggml_backend_get_device(backend: ggml_backend_t) -> ggml_backend_dev_t {
+        // SAFETY: caller contract.
+        unsafe { backend_ref(backend, F) }.device
+    }
 }

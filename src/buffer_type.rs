@@ -8,13 +8,13 @@
 use std::os::raw::c_char;
 
 use ggml_sys::{
-    ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_dev_t, ggml_tensor,
+    ggml_backend_buffer_t, ggml_backend_buffer_type, ggml_backend_buffer_type_t,
+    ggml_backend_dev_t, ggml_tensor,
 };
 
-use crate::buffer::ggml_backend_buffer_init;
-use crate::ffi::{self, boundary, non_null};
+use crate::ffi::{self, c_name, export, handle, non_null};
 use crate::iface::required;
-use crate::tensor::op_is_empty;
+use crate::tensor::meta::{nbytes, op_is_empty};
 
 /// Borrows the buffer type behind `buft`, aborting naming `func` when it is NULL.
 ///
@@ -23,101 +23,110 @@ use crate::tensor::op_is_empty;
 pub(crate) unsafe fn buft_ref<'a>(
     buft: ggml_backend_buffer_type_t,
     func: &str,
-) -> &'a ggml_sys::ggml_backend_buffer_type {
+) -> &'a ggml_backend_buffer_type {
     // SAFETY: forwarded from the caller.
     unsafe { non_null(buft, func, "buft") }
 }
 
-/// The buffer type's name (stock `ggml_backend_buft_name`). The string is owned by the buffer
-/// type. Aborts when `buft` is NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
-    const F: &str = "ggml_backend_buft_name";
-    boundary(F, || {
+export! {
+    /// The buffer type's name (stock `ggml_backend_buft_name`). The string is owned by the buffer
+    /// type. Aborts when `buft` is NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
         // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        // SAFETY: the backend's callback, called with its own buffer type.
-        unsafe { required(b.iface.get_name, F, "get_name")(buft) }
-    })
+        name(unsafe { buft_ref(buft, F) })
+    }
 }
 
-/// Allocates a buffer of `size` bytes of this type (stock `ggml_backend_buft_alloc_buffer`).
-/// A zero `size` returns a dummy buffer of size 0 with an empty interface, without asking the
-/// backend; otherwise the backend's `alloc_buffer` decides (NULL when it fails). The caller
-/// owns the result and frees it with `ggml_backend_buffer_free`. Aborts when `buft` is NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_alloc_buffer(
-    buft: ggml_backend_buffer_type_t,
-    size: usize,
-) -> ggml_backend_buffer_t {
-    const F: &str = "ggml_backend_buft_alloc_buffer";
-    boundary(F, || {
-        // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        if size == 0 {
-            // SAFETY: an all-NULL interface is valid for a zero-sized buffer.
-            return unsafe {
-                ggml_backend_buffer_init(buft, Default::default(), std::ptr::null_mut(), 0)
-            };
-        }
-        // SAFETY: the backend's callback, called with its own buffer type.
-        unsafe { required(b.iface.alloc_buffer, F, "alloc_buffer")(buft, size) }
-    })
+/// The body of [`ggml_backend_buft_name`], for the library's own callers.
+pub(crate) fn name(buft: &ggml_backend_buffer_type) -> *const c_char {
+    const F: &str = c_name!(ggml_backend_buft_name);
+    let f = required(buft.iface.get_name, F, "get_name");
+    // SAFETY: the backend's own callback with its buffer type, live while borrowed.
+    unsafe { f(handle(buft)) }
 }
 
-/// The alignment in bytes of tensor addresses in buffers of this type (stock
-/// `ggml_backend_buft_get_alignment`). Aborts when `buft` is NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_get_alignment(
-    buft: ggml_backend_buffer_type_t,
-) -> usize {
-    const F: &str = "ggml_backend_buft_get_alignment";
-    boundary(F, || {
+export! {
+    /// Allocates a buffer of `size` bytes of this type (stock `ggml_backend_buft_alloc_buffer`).
+    /// A zero `size` returns a dummy buffer of size 0 with an empty interface, without asking the
+    /// backend; otherwise the backend's `alloc_buffer` decides (NULL when it fails). The caller
+    /// owns the result and frees it with `ggml_backend_buffer_free`. Aborts when `buft` is NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_alloc_buffer(
+        buft: ggml_backend_buffer_type_t,
+        size: usize,
+    ) -> ggml_backend_buffer_t {
         // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        // SAFETY: the backend's callback, called with its own buffer type.
-        unsafe { required(b.iface.get_alignment, F, "get_alignment")(buft) }
-    })
+        alloc_buffer(unsafe { buft_ref(buft, F) }, size)
+    }
 }
 
-/// The largest buffer in bytes this type can allocate (stock `ggml_backend_buft_get_max_size`);
-/// `SIZE_MAX` when the backend does not say. Aborts when `buft` is NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
-    const F: &str = "ggml_backend_buft_get_max_size";
-    boundary(F, || {
-        // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        match b.iface.get_max_size {
-            // SAFETY: the backend's callback, called with its own buffer type.
-            Some(f) => unsafe { f(buft) },
-            None => usize::MAX,
-        }
-    })
+/// The body of [`ggml_backend_buft_alloc_buffer`], for the library's own callers.
+pub(crate) fn alloc_buffer(buft: &ggml_backend_buffer_type, size: usize) -> ggml_backend_buffer_t {
+    const F: &str = c_name!(ggml_backend_buft_alloc_buffer);
+    if size == 0 {
+        // A dummy buffer: an all-NULL interface is valid for a zero-sized buffer.
+        return crate::buffer::new(handle(buft), Default::default(), std::ptr::null_mut(), 0);
+    }
+    let f = required(buft.iface.alloc_buffer, F, "alloc_buffer");
+    // SAFETY: the backend's own callback with its buffer type, live while borrowed.
+    unsafe { f(handle(buft), size) }
 }
 
-/// Whether an allocation larger than `ggml_nbytes` is legitimate for the result of `op`, i.e.
-/// a backend may pad such tensors (stock `ggml_op_alloc_size_may_expand`).
-///
-/// # Safety
-/// None beyond the C ABI: any `op` value is accepted.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_op_alloc_size_may_expand(op: ggml_sys::ggml_op) -> bool {
-    boundary("ggml_op_alloc_size_may_expand", || {
+export! {
+    /// The alignment in bytes of tensor addresses in buffers of this type (stock
+    /// `ggml_backend_buft_get_alignment`). Aborts when `buft` is NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_get_alignment(buft: ggml_backend_buffer_type_t) -> usize {
+        // SAFETY: caller contract.
+        alignment(unsafe { buft_ref(buft, F) })
+    }
+}
+
+/// The body of [`ggml_backend_buft_get_alignment`], for the library's own callers.
+pub(crate) fn alignment(buft: &ggml_backend_buffer_type) -> usize {
+    const F: &str = c_name!(ggml_backend_buft_get_alignment);
+    let f = required(buft.iface.get_alignment, F, "get_alignment");
+    // SAFETY: the backend's own callback with its buffer type, live while borrowed.
+    unsafe { f(handle(buft)) }
+}
+
+export! {
+    /// The largest buffer in bytes this type can allocate (stock `ggml_backend_buft_get_max_size`);
+    /// `SIZE_MAX` when the backend does not say. Aborts when `buft` is NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
+        // SAFETY: caller contract.
+        max_size(unsafe { buft_ref(buft, F) })
+    }
+}
+
+/// The body of [`ggml_backend_buft_get_max_size`], for the library's own callers.
+pub(crate) fn max_size(buft: &ggml_backend_buffer_type) -> usize {
+    match buft.iface.get_max_size {
+        // SAFETY: the backend's own callback with its buffer type, live while borrowed.
+        Some(f) => unsafe { f(handle(buft)) },
+        None => usize::MAX,
+    }
+}
+
+export! {
+    /// Whether an allocation larger than `ggml_nbytes` is legitimate for the result of `op`, i.e.
+    /// a backend may pad such tensors (stock `ggml_op_alloc_size_may_expand`).
+    ///
+    /// # Safety
+    /// None beyond the C ABI: any `op` value is accepted.
+    pub unsafe fn ggml_op_alloc_size_may_expand(op: ggml_sys::ggml_op) -> bool {
         op_alloc_size_may_expand(op)
-    })
+    }
 }
 
 /// The pure rule behind [`ggml_op_alloc_size_may_expand`].
@@ -151,10 +160,11 @@ pub fn alloc_size_allowed(
 #[cold]
 #[inline(never)]
 fn alloc_size_too_large(size: usize, nbytes: usize, op: ggml_sys::ggml_op) -> ! {
+    const F: &str = c_name!(ggml_backend_buft_get_alloc_size);
     // SAFETY: ggml_op_name returns a static string for every op value.
     let name = unsafe { std::ffi::CStr::from_ptr(ggml_sys::ggml_op_name(op)) };
     ffi::fatal(
-        "ggml_backend_buft_get_alloc_size",
+        F,
         &format!(
             "buffer type returned alloc size {size} > ggml_nbytes {nbytes} for op {} \
              (not allowed to expand: update ggml_op_alloc_size_may_expand)",
@@ -163,76 +173,79 @@ fn alloc_size_too_large(size: usize, nbytes: usize, op: ggml_sys::ggml_op) -> ! 
     )
 }
 
-/// Bytes to allocate for `tensor` in a buffer of this type (stock
-/// `ggml_backend_buft_get_alloc_size`): the backend's answer, or `ggml_nbytes` when it has no
-/// `get_alloc_size`. Aborts when `buft` is NULL, and when the backend asks for more than
-/// `ggml_nbytes` for an op that may not expand (see [`alloc_size_allowed`]), as stock does.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type; `tensor` must point to a live tensor.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_get_alloc_size(
-    buft: ggml_backend_buffer_type_t,
-    tensor: *const ggml_tensor,
-) -> usize {
-    const F: &str = "ggml_backend_buft_get_alloc_size";
-    boundary(F, || {
-        // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        // SAFETY: caller contract: `tensor` is NULL or a live tensor.
-        let t = unsafe { non_null(tensor, F, "tensor") };
-        let Some(f) = b.iface.get_alloc_size else {
-            return crate::tensor::nbytes(t);
-        };
-        // SAFETY: the backend's callback, called with its own buffer type.
-        let size = unsafe { f(buft, tensor) };
-        let nbytes = crate::tensor::nbytes(t);
-        // The type is looked up only when the size exceeds nbytes: gallocr calls this per
-        // tensor, several times a graph.
-        // SAFETY: pure function of the type id.
-        if size > nbytes
-            && !alloc_size_allowed(size, nbytes, t.op, unsafe {
-                ggml_sys::ggml_is_quantized(t.type_)
-            })
-        {
-            alloc_size_too_large(size, nbytes, t.op);
-        }
-        size
-    })
+export! {
+    /// Bytes to allocate for `tensor` in a buffer of this type (stock
+    /// `ggml_backend_buft_get_alloc_size`): the backend's answer, or `ggml_nbytes` when it has no
+    /// `get_alloc_size`. Aborts when `buft` is NULL, and when the backend asks for more than
+    /// `ggml_nbytes` for an op that may not expand (see [`alloc_size_allowed`]), as stock does.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type; `tensor` must point to a live tensor.
+    pub unsafe fn ggml_backend_buft_get_alloc_size(
+        buft: ggml_backend_buffer_type_t,
+        tensor: *const ggml_tensor,
+    ) -> usize {
+        // SAFETY: caller contract: both are NULL or live.
+        let (b, t) = unsafe { (buft_ref(buft, F), non_null(tensor, F, "tensor")) };
+        alloc_size(b, t)
+    }
 }
 
-/// Whether buffers of this type live in host memory, readable through `tensor->data` (stock
-/// `ggml_backend_buft_is_host`); `false` when the backend does not say. Aborts when `buft` is
-/// NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
-    const F: &str = "ggml_backend_buft_is_host";
-    boundary(F, || {
-        // SAFETY: caller contract.
-        let b = unsafe { buft_ref(buft, F) };
-        match b.iface.is_host {
-            // SAFETY: the backend's callback, called with its own buffer type.
-            Some(f) => unsafe { f(buft) },
-            None => false,
+/// The body of [`ggml_backend_buft_get_alloc_size`], for the library's own callers.
+pub(crate) fn alloc_size(buft: &ggml_backend_buffer_type, tensor: &ggml_tensor) -> usize {
+    let nbytes = nbytes(tensor);
+    let Some(f) = buft.iface.get_alloc_size else {
+        return nbytes;
+    };
+    // SAFETY: the backend's own callback with its buffer type and a live tensor, both borrowed
+    // for the call.
+    let size = unsafe { f(handle(buft), tensor) };
+    // The type is looked up only when the size exceeds nbytes: gallocr calls this per
+    // tensor, several times a graph.
+    if size > nbytes {
+        // SAFETY: a pure function of the type id.
+        let quantized = unsafe { ggml_sys::ggml_is_quantized(tensor.type_) };
+        if !alloc_size_allowed(size, nbytes, tensor.op, quantized) {
+            alloc_size_too_large(size, nbytes, tensor.op);
         }
-    })
+    }
+    size
 }
 
-/// The device that owns this buffer type, NULL for the plain CPU types (stock
-/// `ggml_backend_buft_get_device`). Aborts when `buft` is NULL.
-///
-/// # Safety
-/// `buft` must be NULL or point to a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buft_get_device(
-    buft: ggml_backend_buffer_type_t,
-) -> ggml_backend_dev_t {
-    const F: &str = "ggml_backend_buft_get_device";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe { buft_ref(buft, F) }.device)
+export! {
+    /// Whether buffers of this type live in host memory, readable through `tensor->data` (stock
+    /// `ggml_backend_buft_is_host`); `false` when the backend does not say. Aborts when `buft` is
+    /// NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
+        // SAFETY: caller contract.
+        is_host(unsafe { buft_ref(buft, F) })
+    }
+}
+
+/// The body of [`ggml_backend_buft_is_host`], for the library's own callers.
+pub(crate) fn is_host(buft: &ggml_backend_buffer_type) -> bool {
+    match buft.iface.is_host {
+        // SAFETY: the backend's own callback with its buffer type, live while borrowed.
+        Some(f) => unsafe { f(handle(buft)) },
+        None => false,
+    }
+}
+
+export! {
+    /// The device that owns this buffer type, NULL for the plain CPU types (stock
+    /// `ggml_backend_buft_get_device`). Aborts when `buft` is NULL.
+    ///
+    /// # Safety
+    /// `buft` must be NULL or point to a live buffer type.
+    pub unsafe fn ggml_backend_buft_get_device(
+        buft: ggml_backend_buffer_type_t,
+    ) -> ggml_backend_dev_t {
+        // SAFETY: caller contract.
+        unsafe { buft_ref(buft, F) }.device
+    }
 }
 
 #[cfg(test)]

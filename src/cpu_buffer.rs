@@ -17,8 +17,8 @@ use ggml_sys::{
     ggml_backend_buffer_type_i, ggml_backend_buffer_type_t, ggml_tensor,
 };
 
-use crate::buffer::{buffer_ref, ggml_backend_buffer_init, ggml_backend_buffer_is_host};
-use crate::ffi::{self, boundary, non_null};
+use crate::buffer::{self, buffer_ref};
+use crate::ffi::{self, boundary, export, non_null};
 
 /// Alignment in bytes of tensor addresses in the CPU buffer types (stock `TENSOR_ALIGNMENT`).
 pub const TENSOR_ALIGNMENT: usize = 32;
@@ -104,16 +104,14 @@ unsafe extern "C" fn cpu_buffer_cpy_tensor(
     boundary(F, || {
         // SAFETY: live tensors by the caller's contract.
         let (s, d) = unsafe { (non_null(src, F, "src"), non_null(dst, F, "dst")) };
-        // SAFETY: a live tensor's buffer is live.
-        if !unsafe { ggml_backend_buffer_is_host(s.buffer) } {
+        // SAFETY: a live tensor's buffer is NULL (abort) or live.
+        if !buffer::is_host(unsafe { buffer_ref(s.buffer, F) }) {
             return false;
         }
+        let n = crate::tensor::meta::nbytes(s);
         // SAFETY: both tensors are in host memory, `dst` has `src`'s layout (checked by the
         // caller), so `ggml_nbytes(src)` bytes are valid at both addresses.
-        unsafe {
-            let n = ggml_sys::ggml_nbytes(s);
-            std::ptr::copy(s.data.cast::<u8>(), d.data.cast::<u8>(), n);
-        }
+        unsafe { std::ptr::copy(s.data.cast::<u8>(), d.data.cast::<u8>(), n) }
         true
     })
 }
@@ -170,8 +168,8 @@ unsafe extern "C" fn cpu_buft_alloc_buffer(
             crate::ffi::log::error(&format!("{F}: failed to allocate buffer of size {size}\n"));
             return std::ptr::null_mut();
         }
-        // SAFETY: CPU_BUFFER_I accepts an aligned allocation of `size` bytes as context.
-        unsafe { ggml_backend_buffer_init(buft, CPU_BUFFER_I, data, size) }
+        // CPU_BUFFER_I accepts an aligned allocation of `size` bytes as context.
+        buffer::new(buft, CPU_BUFFER_I, data, size)
     })
 }
 
@@ -217,38 +215,37 @@ impl StaticBuft {
 static CPU_BUFT: StaticBuft = StaticBuft::new(cpu_buft_get_name);
 static CPU_MAPPED_BUFT: StaticBuft = StaticBuft::new(cpu_mapped_buft_get_name);
 
-/// The "CPU" buffer type: host memory from `ggml_aligned_malloc`, alignment 32, no max size,
-/// no device (stock `ggml_backend_cpu_buffer_type`). A static object; never freed.
-///
-/// # Safety
-/// None beyond the C ABI.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_cpu_buffer_type() -> ggml_backend_buffer_type_t {
-    boundary("ggml_backend_cpu_buffer_type", || CPU_BUFT.get())
+export! {
+    /// The "CPU" buffer type: host memory from `ggml_aligned_malloc`, alignment 32, no max size,
+    /// no device (stock `ggml_backend_cpu_buffer_type`). A static object; never freed.
+    ///
+    /// # Safety
+    /// None beyond the C ABI.
+    pub unsafe fn ggml_backend_cpu_buffer_type() -> ggml_backend_buffer_type_t {
+        CPU_BUFT.get()
+    }
 }
 
-/// Wraps `size` bytes of caller-owned host memory at `ptr` in a buffer of type "CPU_Mapped"
-/// (stock `ggml_backend_cpu_buffer_from_ptr`). Freeing the buffer leaves the memory alone.
-/// Aborts unless `ptr` is aligned to 32 bytes.
-///
-/// # Safety
-/// `ptr` must be valid for `size` bytes while the buffer lives.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_cpu_buffer_from_ptr(
-    ptr: *mut c_void,
-    size: usize,
-) -> ggml_backend_buffer_t {
-    const F: &str = "ggml_backend_cpu_buffer_from_ptr";
-    boundary(F, || {
+export! {
+    /// Wraps `size` bytes of caller-owned host memory at `ptr` in a buffer of type "CPU_Mapped"
+    /// (stock `ggml_backend_cpu_buffer_from_ptr`). Freeing the buffer leaves the memory alone.
+    /// Aborts unless `ptr` is aligned to 32 bytes.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for `size` bytes while the buffer lives.
+    pub unsafe fn ggml_backend_cpu_buffer_from_ptr(
+        ptr: *mut c_void,
+        size: usize,
+    ) -> ggml_backend_buffer_t {
         if (ptr as usize) & (TENSOR_ALIGNMENT - 1) != 0 {
             ffi::fatal(
                 F,
                 &format!("buffer pointer must be aligned to {TENSOR_ALIGNMENT} bytes: {ptr:p}"),
             );
         }
-        // SAFETY: CPU_BUFFER_FROM_PTR_I accepts any host pointer valid for `size` bytes.
-        unsafe { ggml_backend_buffer_init(CPU_MAPPED_BUFT.get(), CPU_BUFFER_FROM_PTR_I, ptr, size) }
-    })
+        // CPU_BUFFER_FROM_PTR_I accepts any host pointer valid for `size` bytes.
+        buffer::new(CPU_MAPPED_BUFT.get(), CPU_BUFFER_FROM_PTR_I, ptr, size)
+    }
 }
 
 #[cfg(test)]

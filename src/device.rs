@@ -13,14 +13,17 @@ use ggml_sys::{
     ggml_backend_t, ggml_tensor,
 };
 
-use crate::ffi::{boundary, non_null};
+use crate::ffi::{c_name, export, handle, non_null};
 use crate::iface::required;
 
 /// Borrows the device behind `device`, aborting naming `func` when it is NULL.
 ///
 /// # Safety
 /// `device` must be NULL or point to a live device.
-unsafe fn dev_ref<'a>(device: ggml_backend_dev_t, func: &str) -> &'a ggml_backend_device {
+pub(crate) unsafe fn dev_ref<'a>(
+    device: ggml_backend_dev_t,
+    func: &str,
+) -> &'a ggml_backend_device {
     // SAFETY: forwarded from the caller.
     unsafe { non_null(device, func, "device") }
 }
@@ -34,27 +37,23 @@ unsafe fn reg_ref<'a>(reg: ggml_backend_reg_t, func: &str) -> &'a ggml_backend_r
     unsafe { non_null(reg, func, "reg") }
 }
 
-/// The device's short name, e.g. "CPU" (stock `ggml_backend_dev_name`).
-///
-/// # Safety
-/// `device` must be NULL or point to a live device.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_name(device: ggml_backend_dev_t) -> *const c_char {
-    const F: &str = "ggml_backend_dev_name";
-    boundary(F, || {
+export! {
+    /// The device's short name, e.g. "CPU" (stock `ggml_backend_dev_name`).
+    ///
+    /// # Safety
+    /// `device` must be NULL or point to a live device.
+    pub unsafe fn ggml_backend_dev_name(device: ggml_backend_dev_t) -> *const c_char {
         // SAFETY: caller contract; the device's callback with itself.
         unsafe { required(dev_ref(device, F).iface.get_name, F, "get_name")(device) }
-    })
+    }
 }
 
-/// The device's description (stock `ggml_backend_dev_description`).
-///
-/// # Safety
-/// `device` must be NULL or point to a live device.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_description(device: ggml_backend_dev_t) -> *const c_char {
-    const F: &str = "ggml_backend_dev_description";
-    boundary(F, || {
+export! {
+    /// The device's description (stock `ggml_backend_dev_description`).
+    ///
+    /// # Safety
+    /// `device` must be NULL or point to a live device.
+    pub unsafe fn ggml_backend_dev_description(device: ggml_backend_dev_t) -> *const c_char {
         // SAFETY: caller contract; the device's callback with itself.
         unsafe {
             required(
@@ -63,235 +62,250 @@ pub unsafe extern "C" fn ggml_backend_dev_description(device: ggml_backend_dev_t
                 "get_description",
             )(device)
         }
-    })
+    }
 }
 
-/// Writes the device's free and total memory in bytes to `free` and `total` (stock
-/// `ggml_backend_dev_memory`).
-///
-/// # Safety
-/// `device` NULL or live; `free` and `total` writable.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_memory(
-    device: ggml_backend_dev_t,
-    free: *mut usize,
-    total: *mut usize,
-) {
-    const F: &str = "ggml_backend_dev_memory";
-    boundary(F, || {
+export! {
+    /// Writes the device's free and total memory in bytes to `free` and `total` (stock
+    /// `ggml_backend_dev_memory`).
+    ///
+    /// # Safety
+    /// `device` NULL or live; `free` and `total` writable.
+    pub unsafe fn ggml_backend_dev_memory(
+        device: ggml_backend_dev_t,
+        free: *mut usize,
+        total: *mut usize,
+    ) {
         // SAFETY: caller contract; the device's callback with itself.
         unsafe {
             required(dev_ref(device, F).iface.get_memory, F, "get_memory")(device, free, total)
         }
-    })
+    }
 }
 
-/// The device's type: CPU, GPU, integrated GPU, accelerator (stock `ggml_backend_dev_type`).
-///
-/// # Safety
-/// `device` must be NULL or point to a live device.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_type(device: ggml_backend_dev_t) -> DevType {
-    const F: &str = "ggml_backend_dev_type";
-    boundary(F, || {
-        // SAFETY: caller contract; the device's callback with itself.
-        unsafe { required(dev_ref(device, F).iface.get_type, F, "get_type")(device) }
-    })
+export! {
+    /// The device's type: CPU, GPU, integrated GPU, accelerator (stock `ggml_backend_dev_type`).
+    ///
+    /// # Safety
+    /// `device` must be NULL or point to a live device.
+    pub unsafe fn ggml_backend_dev_type(device: ggml_backend_dev_t) -> DevType {
+        // SAFETY: caller contract.
+        dev_type(unsafe { dev_ref(device, F) })
+    }
 }
 
-/// Zeroes `*props`, then lets the device fill it in (stock `ggml_backend_dev_get_props`).
-/// Aborts when `device` or `props` is NULL.
-///
-/// # Safety
-/// `device` NULL or live; `props` NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_get_props(
-    device: ggml_backend_dev_t,
-    props: *mut ggml_backend_dev_props,
-) {
-    const F: &str = "ggml_backend_dev_get_props";
-    boundary(F, || {
+/// The body of [`ggml_backend_dev_type`], for the library's own callers.
+pub(crate) fn dev_type(device: &ggml_backend_device) -> DevType {
+    const F: &str = c_name!(ggml_backend_dev_type);
+    let f = required(device.iface.get_type, F, "get_type");
+    // SAFETY: the device's own callback with itself, live while borrowed.
+    unsafe { f(handle(device)) }
+}
+
+export! {
+    /// Zeroes `*props`, then lets the device fill it in (stock `ggml_backend_dev_get_props`).
+    /// Aborts when `device` or `props` is NULL.
+    ///
+    /// # Safety
+    /// `device` NULL or live; `props` NULL or writable.
+    pub unsafe fn ggml_backend_dev_get_props(
+        device: ggml_backend_dev_t,
+        props: *mut ggml_backend_dev_props,
+    ) {
         // SAFETY: caller contract.
         let d = unsafe { dev_ref(device, F) };
         // SAFETY: caller contract: `props` is writable.
         unsafe { *crate::ffi::non_null_mut(props, F, "props") = ggml_backend_dev_props::default() };
         // SAFETY: the device's callback with itself.
         unsafe { required(d.iface.get_props, F, "get_props")(device, props) }
-    })
+    }
 }
 
-/// The registration the device belongs to (stock `ggml_backend_dev_backend_reg`).
-///
-/// # Safety
-/// `device` must be NULL or point to a live device.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_backend_reg(
-    device: ggml_backend_dev_t,
-) -> ggml_backend_reg_t {
-    const F: &str = "ggml_backend_dev_backend_reg";
-    // SAFETY: caller contract.
-    boundary(F, || unsafe { dev_ref(device, F) }.reg)
+export! {
+    /// The registration the device belongs to (stock `ggml_backend_dev_backend_reg`).
+    ///
+    /// # Safety
+    /// `device` must be NULL or point to a live device.
+    pub unsafe fn ggml_backend_dev_backend_reg(device: ggml_backend_dev_t) -> ggml_backend_reg_t {
+        // SAFETY: caller contract.
+        unsafe { dev_ref(device, F) }.reg
+    }
 }
 
-/// Starts a backend on the device with the optional `params` string (stock
-/// `ggml_backend_dev_init`); NULL when the device fails. The caller owns the backend.
-///
-/// # Safety
-/// `device` NULL or live; `params` NULL or a C string.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_init(
-    device: ggml_backend_dev_t,
-    params: *const c_char,
-) -> ggml_backend_t {
-    const F: &str = "ggml_backend_dev_init";
-    boundary(F, || {
+export! {
+    /// Starts a backend on the device with the optional `params` string (stock
+    /// `ggml_backend_dev_init`); NULL when the device fails. The caller owns the backend.
+    ///
+    /// # Safety
+    /// `device` NULL or live; `params` NULL or a C string.
+    pub unsafe fn ggml_backend_dev_init(
+        device: ggml_backend_dev_t,
+        params: *const c_char,
+    ) -> ggml_backend_t {
         // SAFETY: caller contract; the device's callback with itself.
         unsafe {
             required(dev_ref(device, F).iface.init_backend, F, "init_backend")(device, params)
         }
-    })
+    }
 }
 
-/// The device's default (device-local) buffer type (stock `ggml_backend_dev_buffer_type`).
-///
-/// # Safety
-/// `device` must be NULL or point to a live device.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_buffer_type(
-    device: ggml_backend_dev_t,
-) -> ggml_backend_buffer_type_t {
-    const F: &str = "ggml_backend_dev_buffer_type";
-    boundary(F, || {
-        // SAFETY: caller contract; the device's callback with itself.
-        unsafe {
-            required(
-                dev_ref(device, F).iface.get_buffer_type,
-                F,
-                "get_buffer_type",
-            )(device)
-        }
-    })
+export! {
+    /// The device's default (device-local) buffer type (stock `ggml_backend_dev_buffer_type`).
+    ///
+    /// # Safety
+    /// `device` must be NULL or point to a live device.
+    pub unsafe fn ggml_backend_dev_buffer_type(
+        device: ggml_backend_dev_t,
+    ) -> ggml_backend_buffer_type_t {
+        // SAFETY: caller contract.
+        buffer_type(unsafe { dev_ref(device, F) })
+    }
 }
 
-/// The device's pinned host buffer type, NULL when it has none (stock
-/// `ggml_backend_dev_host_buffer_type`).
-///
-/// # Safety
-/// `device` must be NULL or point to a live device.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_host_buffer_type(
-    device: ggml_backend_dev_t,
-) -> ggml_backend_buffer_type_t {
-    const F: &str = "ggml_backend_dev_host_buffer_type";
-    boundary(F, || {
+/// The body of [`ggml_backend_dev_buffer_type`], for the library's own callers.
+pub(crate) fn buffer_type(device: &ggml_backend_device) -> ggml_backend_buffer_type_t {
+    const F: &str = c_name!(ggml_backend_dev_buffer_type);
+    let f = required(device.iface.get_buffer_type, F, "get_buffer_type");
+    // SAFETY: the device's own callback with the device it belongs to, live while borrowed.
+    unsafe { f(handle(device)) }
+}
+
+export! {
+    /// The device's pinned host buffer type, NULL when it has none (stock
+    /// `ggml_backend_dev_host_buffer_type`).
+    ///
+    /// # Safety
+    /// `device` must be NULL or point to a live device.
+    pub unsafe fn ggml_backend_dev_host_buffer_type(
+        device: ggml_backend_dev_t,
+    ) -> ggml_backend_buffer_type_t {
         // SAFETY: caller contract.
         match unsafe { dev_ref(device, F) }.iface.get_host_buffer_type {
             // SAFETY: the device's callback with itself.
             Some(f) => unsafe { f(device) },
             None => std::ptr::null_mut(),
         }
-    })
+    }
 }
 
-/// Wraps `size` bytes of host memory at `ptr` in a buffer of the device (stock
-/// `ggml_backend_dev_buffer_from_host_ptr`); the memory stays the caller's. Aborts when the
-/// device cannot (no `buffer_from_host_ptr`; check the device's caps first).
-///
-/// # Safety
-/// `device` NULL or live; `ptr` valid for `size` bytes while the buffer lives.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_buffer_from_host_ptr(
-    device: ggml_backend_dev_t,
-    ptr: *mut c_void,
-    size: usize,
-    max_tensor_size: usize,
-) -> ggml_backend_buffer_t {
-    const F: &str = "ggml_backend_dev_buffer_from_host_ptr";
-    boundary(F, || {
+export! {
+    /// Wraps `size` bytes of host memory at `ptr` in a buffer of the device (stock
+    /// `ggml_backend_dev_buffer_from_host_ptr`); the memory stays the caller's. Aborts when the
+    /// device cannot (no `buffer_from_host_ptr`; check the device's caps first).
+    ///
+    /// # Safety
+    /// `device` NULL or live; `ptr` valid for `size` bytes while the buffer lives.
+    pub unsafe fn ggml_backend_dev_buffer_from_host_ptr(
+        device: ggml_backend_dev_t,
+        ptr: *mut c_void,
+        size: usize,
+        max_tensor_size: usize,
+    ) -> ggml_backend_buffer_t {
         // SAFETY: caller contract.
         let d = unsafe { dev_ref(device, F) };
         let f = required(d.iface.buffer_from_host_ptr, F, "buffer_from_host_ptr");
         // SAFETY: the device's callback with itself.
         unsafe { f(device, ptr, size, max_tensor_size) }
-    })
+    }
 }
 
-/// Whether the device can compute `op` (stock `ggml_backend_dev_supports_op`).
-///
-/// # Safety
-/// `device` NULL or live; `op` a live tensor.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_supports_op(
-    device: ggml_backend_dev_t,
-    op: *const ggml_tensor,
-) -> bool {
-    const F: &str = "ggml_backend_dev_supports_op";
-    boundary(F, || {
-        // SAFETY: caller contract; the device's callback with itself.
-        unsafe { required(dev_ref(device, F).iface.supports_op, F, "supports_op")(device, op) }
-    })
+export! {
+    /// Whether the device can compute `op` (stock `ggml_backend_dev_supports_op`).
+    ///
+    /// # Safety
+    /// `device` NULL or live; `op` a live tensor.
+    pub unsafe fn ggml_backend_dev_supports_op(
+        device: ggml_backend_dev_t,
+        op: *const ggml_tensor,
+    ) -> bool {
+        // SAFETY: the device is NULL (abort) or live and `op` a live tensor (`# Safety`).
+        unsafe { supports_op(dev_ref(device, F), op) }
+    }
 }
 
-/// Whether the device can use buffers of `buft` (stock `ggml_backend_dev_supports_buft`).
+/// The body of [`ggml_backend_dev_supports_op`], for the library's own callers.
 ///
 /// # Safety
-/// `device` NULL or live; `buft` a live buffer type.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_supports_buft(
-    device: ggml_backend_dev_t,
+/// `op` must point to a live tensor (it goes to the backend as is).
+pub(crate) unsafe fn supports_op(device: &ggml_backend_device, op: *const ggml_tensor) -> bool {
+    const F: &str = c_name!(ggml_backend_dev_supports_op);
+    let f = required(device.iface.supports_op, F, "supports_op");
+    // SAFETY: the device's own callback with the device it belongs to; `op` is live.
+    unsafe { f(handle(device), op) }
+}
+
+export! {
+    /// Whether the device can use buffers of `buft` (stock `ggml_backend_dev_supports_buft`).
+    ///
+    /// # Safety
+    /// `device` NULL or live; `buft` a live buffer type.
+    pub unsafe fn ggml_backend_dev_supports_buft(
+        device: ggml_backend_dev_t,
+        buft: ggml_backend_buffer_type_t,
+    ) -> bool {
+        // SAFETY: the device is NULL (abort) or live and `buft` a live buffer type (`# Safety`).
+        unsafe { supports_buft(dev_ref(device, F), buft) }
+    }
+}
+
+/// The body of [`ggml_backend_dev_supports_buft`], for the library's own callers.
+///
+/// # Safety
+/// `buft` must point to a live buffer type (it goes to the backend as is).
+pub(crate) unsafe fn supports_buft(
+    device: &ggml_backend_device,
     buft: ggml_backend_buffer_type_t,
 ) -> bool {
-    const F: &str = "ggml_backend_dev_supports_buft";
-    boundary(F, || {
-        // SAFETY: caller contract; the device's callback with itself.
-        unsafe {
-            required(dev_ref(device, F).iface.supports_buft, F, "supports_buft")(device, buft)
-        }
-    })
+    const F: &str = c_name!(ggml_backend_dev_supports_buft);
+    let f = required(device.iface.supports_buft, F, "supports_buft");
+    // SAFETY: the device's own callback with the device it belongs to; `buft` is live.
+    unsafe { f(handle(device), buft) }
 }
 
-/// Whether the device wants `op` although its weights are in host memory (stock
-/// `ggml_backend_dev_offload_op`); false when the device does not say.
-///
-/// # Safety
-/// `device` NULL or live; `op` a live tensor.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_dev_offload_op(
-    device: ggml_backend_dev_t,
-    op: *const ggml_tensor,
-) -> bool {
-    const F: &str = "ggml_backend_dev_offload_op";
-    boundary(F, || {
-        // SAFETY: caller contract.
-        match unsafe { dev_ref(device, F) }.iface.offload_op {
-            // SAFETY: the device's callback with itself.
-            Some(f) => unsafe { f(device, op) },
-            None => false,
-        }
-    })
+export! {
+    /// Whether the device wants `op` although its weights are in host memory (stock
+    /// `ggml_backend_dev_offload_op`); false when the device does not say.
+    ///
+    /// # Safety
+    /// `device` NULL or live; `op` a live tensor.
+    pub unsafe fn ggml_backend_dev_offload_op(
+        device: ggml_backend_dev_t,
+        op: *const ggml_tensor,
+    ) -> bool {
+        // SAFETY: the device is NULL (abort) or live and `op` a live tensor (`# Safety`).
+        unsafe { offload_op(dev_ref(device, F), op) }
+    }
 }
 
-/// The registration's name, e.g. "CPU" (stock `ggml_backend_reg_name`).
+/// The body of [`ggml_backend_dev_offload_op`], for the library's own callers.
 ///
 /// # Safety
-/// `reg` must be NULL or point to a live registration.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_reg_name(reg: ggml_backend_reg_t) -> *const c_char {
-    const F: &str = "ggml_backend_reg_name";
-    boundary(F, || {
+/// `op` must point to a live tensor (it goes to the backend as is).
+pub(crate) unsafe fn offload_op(device: &ggml_backend_device, op: *const ggml_tensor) -> bool {
+    match device.iface.offload_op {
+        // SAFETY: the device's own callback with the device it belongs to; `op` is live.
+        Some(f) => unsafe { f(handle(device), op) },
+        None => false,
+    }
+}
+
+export! {
+    /// The registration's name, e.g. "CPU" (stock `ggml_backend_reg_name`).
+    ///
+    /// # Safety
+    /// `reg` must be NULL or point to a live registration.
+    pub unsafe fn ggml_backend_reg_name(reg: ggml_backend_reg_t) -> *const c_char {
         // SAFETY: caller contract; the registration's callback with itself.
         unsafe { required(reg_ref(reg, F).iface.get_name, F, "get_name")(reg) }
-    })
+    }
 }
 
-/// How many devices the registration has (stock `ggml_backend_reg_dev_count`).
-///
-/// # Safety
-/// `reg` must be NULL or point to a live registration.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_reg_dev_count(reg: ggml_backend_reg_t) -> usize {
-    const F: &str = "ggml_backend_reg_dev_count";
-    boundary(F, || {
+export! {
+    /// How many devices the registration has (stock `ggml_backend_reg_dev_count`).
+    ///
+    /// # Safety
+    /// `reg` must be NULL or point to a live registration.
+    pub unsafe fn ggml_backend_reg_dev_count(reg: ggml_backend_reg_t) -> usize {
         // SAFETY: caller contract; the registration's callback with itself.
         unsafe {
             required(
@@ -300,43 +314,39 @@ pub unsafe extern "C" fn ggml_backend_reg_dev_count(reg: ggml_backend_reg_t) -> 
                 "get_device_count",
             )(reg)
         }
-    })
+    }
 }
 
-/// The registration's device number `index` (stock `ggml_backend_reg_dev_get`); what an index
-/// out of range gives is the backend's choice.
-///
-/// # Safety
-/// `reg` must be NULL or point to a live registration.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_reg_dev_get(
-    reg: ggml_backend_reg_t,
-    index: usize,
-) -> ggml_backend_dev_t {
-    const F: &str = "ggml_backend_reg_dev_get";
-    boundary(F, || {
+export! {
+    /// The registration's device number `index` (stock `ggml_backend_reg_dev_get`); what an index
+    /// out of range gives is the backend's choice.
+    ///
+    /// # Safety
+    /// `reg` must be NULL or point to a live registration.
+    pub unsafe fn ggml_backend_reg_dev_get(
+        reg: ggml_backend_reg_t,
+        index: usize,
+    ) -> ggml_backend_dev_t {
         // SAFETY: caller contract; the registration's callback with itself.
         unsafe { required(reg_ref(reg, F).iface.get_device, F, "get_device")(reg, index) }
-    })
+    }
 }
 
-/// An extension function of the registration by name, NULL when unknown or when the
-/// registration has no lookup (stock `ggml_backend_reg_get_proc_address`).
-///
-/// # Safety
-/// `reg` NULL or live; `name` a C string.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_reg_get_proc_address(
-    reg: ggml_backend_reg_t,
-    name: *const c_char,
-) -> *mut c_void {
-    const F: &str = "ggml_backend_reg_get_proc_address";
-    boundary(F, || {
+export! {
+    /// An extension function of the registration by name, NULL when unknown or when the
+    /// registration has no lookup (stock `ggml_backend_reg_get_proc_address`).
+    ///
+    /// # Safety
+    /// `reg` NULL or live; `name` a C string.
+    pub unsafe fn ggml_backend_reg_get_proc_address(
+        reg: ggml_backend_reg_t,
+        name: *const c_char,
+    ) -> *mut c_void {
         // SAFETY: caller contract.
         match unsafe { reg_ref(reg, F) }.iface.get_proc_address {
             // SAFETY: the registration's callback with itself.
             Some(f) => unsafe { f(reg, name) },
             None => std::ptr::null_mut(),
         }
-    })
+    }
 }

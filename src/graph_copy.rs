@@ -18,20 +18,11 @@ use ggml_sys::{
     ggml_context, ggml_init_params, ggml_tensor, GGML_STATUS_SUCCESS,
 };
 
-use crate::backend::ggml_backend_graph_compute;
-use crate::buffer::ggml_backend_buffer_free;
-use crate::ffi::{self, boundary, non_null};
-use crate::tensor::{ggml_backend_tensor_copy, ggml_backend_view_init};
-
-/// Whether `op` only reinterprets its source's storage (no computation of its own): the nodes
-/// whose results [`ggml_backend_compare_graph_backend`] does not hand to the callback.
-pub fn is_view_op(op: ggml_sys::ggml_op) -> bool {
-    use ggml_sys::*;
-    matches!(
-        op,
-        GGML_OP_VIEW | GGML_OP_RESHAPE | GGML_OP_PERMUTE | GGML_OP_TRANSPOSE
-    )
-}
+use crate::backend::{self, backend_ref};
+use crate::buffer;
+use crate::ffi::{self, export, non_null};
+use crate::tensor;
+use crate::tensor::meta::is_view_op;
 
 /// The state of one graph copy: originals mapped to their duplicates, and which originals
 /// already had their duplicate's data or view set up.
@@ -42,9 +33,9 @@ struct Copier {
     ctx_allocated: *mut ggml_context,
     /// Context of the duplicated views.
     ctx_unallocated: *mut ggml_context,
+    /// The exported function its aborts name.
+    func: &'static str,
 }
-
-const COPY_FN: &str = "ggml_backend_graph_copy";
 
 impl Copier {
     /// Returns the duplicate of `src`, making it (and, first, those of its view source and
@@ -55,9 +46,9 @@ impl Copier {
     /// have room for every duplicate.
     unsafe fn dup(&mut self, src: *mut ggml_tensor) -> *mut ggml_tensor {
         // SAFETY: caller contract.
-        let s = unsafe { non_null(src, COPY_FN, "src") };
+        let s = unsafe { non_null(src, self.func, "src") };
         if s.data.is_null() {
-            ffi::fatal(COPY_FN, "graph must be allocated (a tensor has no data)");
+            ffi::fatal(self.func, "graph must be allocated (a tensor has no data)");
         }
         if let Some(&d) = self.copies.get(&src) {
             return d;
@@ -70,7 +61,7 @@ impl Copier {
         // SAFETY: live context with room (sized by the caller); `s` is live.
         let dst = unsafe { ggml_sys::ggml_dup_tensor(ctx, s) };
         if dst.is_null() {
-            ffi::fatal(COPY_FN, "ggml_dup_tensor failed");
+            ffi::fatal(self.func, "ggml_dup_tensor failed");
         }
         // Registered before the recursion, as "in progress" (NULL): graphs may reference a node
         // from its own sources (`ggml_cast` sets `src[1]` to its result), and such a back edge
@@ -117,17 +108,18 @@ impl Copier {
         if !d.view_src.is_null() {
             // SAFETY: the view source was duplicated along with `src`.
             unsafe { self.init(s.view_src) };
-            // SAFETY: live view whose source is allocated.
-            let status = unsafe { ggml_backend_view_init(dst) };
+            // SAFETY: a view just made by `dup`, not otherwise borrowed, whose source is
+            // initialised.
+            let status = unsafe { tensor::view_init(&mut *dst, self.func) };
             if status != GGML_STATUS_SUCCESS {
                 ffi::fatal(
-                    COPY_FN,
+                    self.func,
                     &format!("ggml_backend_view_init failed with status {status}"),
                 );
             }
         } else {
             // SAFETY: both live and allocated, same layout by construction.
-            unsafe { ggml_backend_tensor_copy(src, dst) };
+            unsafe { tensor::copy(s, d, self.func) };
         }
         for &sub in s.src.iter().filter(|p| !p.is_null()) {
             // SAFETY: sources were duplicated along with `src`.
@@ -149,6 +141,15 @@ unsafe fn nodes<'a>(g: &ggml_cgraph) -> &'a [*mut ggml_tensor] {
     unsafe { std::slice::from_raw_parts(g.nodes, n) }
 }
 
+/// Computes `g` on `backend` and waits, aborting naming `func` when `backend` is NULL.
+///
+/// # Safety
+/// `backend` NULL or live; `g` a live graph whose tensors it can use.
+unsafe fn compute(backend: ggml_backend_t, g: *mut ggml_cgraph, func: &str) {
+    // SAFETY: the caller's contract.
+    unsafe { backend::graph_compute(backend_ref(backend, func), g) };
+}
+
 const FAILED_COPY: GraphCopy = GraphCopy {
     buffer: std::ptr::null_mut(),
     ctx_allocated: std::ptr::null_mut(),
@@ -156,144 +157,157 @@ const FAILED_COPY: GraphCopy = GraphCopy {
     graph: std::ptr::null_mut(),
 };
 
-/// Copies `graph` (allocated, computed or not) to `backend` (stock `ggml_backend_graph_copy`):
-/// every tensor reachable from its nodes is duplicated with the same layout, the ones with
-/// storage are allocated in one buffer of the backend's default type and filled with the
-/// source data, and a new graph lists the copies of the nodes in order. On failure (context or
-/// buffer allocation) it logs an error and returns all-NULL fields. The caller owns the result
-/// and frees it with [`ggml_backend_graph_copy_free`]. Aborts when `graph` is NULL or a tensor
-/// of it has no data.
-///
-/// # Safety
-/// `backend` a live backend; `graph` NULL or a live, allocated graph.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_graph_copy(
-    backend: ggml_backend_t,
-    graph: *mut ggml_cgraph,
-) -> GraphCopy {
-    boundary(COPY_FN, || {
+export! {
+    /// Copies `graph` (allocated, computed or not) to `backend` (stock `ggml_backend_graph_copy`):
+    /// every tensor reachable from its nodes is duplicated with the same layout, the ones with
+    /// storage are allocated in one buffer of the backend's default type and filled with the
+    /// source data, and a new graph lists the copies of the nodes in order. On failure (context or
+    /// buffer allocation) it logs an error and returns all-NULL fields. The caller owns the result
+    /// and frees it with [`ggml_backend_graph_copy_free`]. Aborts when `graph` is NULL or a tensor
+    /// of it has no data.
+    ///
+    /// # Safety
+    /// `backend` a live backend; `graph` NULL or a live, allocated graph.
+    pub unsafe fn ggml_backend_graph_copy(
+        backend: ggml_backend_t,
+        graph: *mut ggml_cgraph,
+    ) -> GraphCopy {
         // SAFETY: caller contract.
-        let g = unsafe { non_null(graph, COPY_FN, "graph") };
-        // SAFETY: pure size computations of ggml.
-        let mem_size = unsafe {
-            let n_tensors = ggml_sys::ggml_hash_size(g.visited_hash_set.size);
-            ggml_sys::ggml_tensor_overhead() * n_tensors
-                + ggml_sys::ggml_graph_overhead_custom(g.size as usize, false)
-        };
-        let params = ggml_init_params {
-            mem_size,
-            mem_buffer: std::ptr::null_mut(),
-            no_alloc: true,
-        };
-        // SAFETY: plain context creation.
-        let (ctx_allocated, ctx_unallocated) =
-            unsafe { (ggml_sys::ggml_init(params), ggml_sys::ggml_init(params)) };
-        let release = || {
-            // SAFETY: ggml_free accepts NULL and contexts made above.
-            unsafe {
-                ggml_sys::ggml_free(ctx_allocated);
-                ggml_sys::ggml_free(ctx_unallocated);
-            }
-        };
-        if ctx_allocated.is_null() || ctx_unallocated.is_null() {
-            ffi::log::error(&format!(
-                "{COPY_FN}: failed to allocate context for graph copy\n"
-            ));
-            release();
-            return FAILED_COPY;
-        }
-        let mut copier = Copier {
-            copies: HashMap::new(),
-            initialised: HashSet::new(),
-            ctx_allocated,
-            ctx_unallocated,
-        };
-        // SAFETY: live graph.
-        let originals = unsafe { nodes(g) };
-        for &node in originals {
-            // SAFETY: nodes of a live graph and everything they reach are live.
-            unsafe { copier.dup(node) };
-        }
-        // SAFETY: live context and backend.
-        let buffer = unsafe { ggml_sys::ggml_backend_alloc_ctx_tensors(ctx_allocated, backend) };
-        if buffer.is_null() {
-            ffi::log::error(&format!(
-                "{COPY_FN}: failed to allocate buffer for graph copy\n"
-            ));
-            release();
-            return FAILED_COPY;
-        }
-        for &node in originals {
-            // SAFETY: every node was duplicated; storage is allocated.
-            unsafe { copier.init(node) };
-        }
-        // SAFETY: live context sized for a graph of `g.size` nodes.
-        let copy =
-            unsafe { ggml_sys::ggml_new_graph_custom(ctx_allocated, g.size as usize, false) };
-        // SAFETY: the new graph has room for `g.size >= n_nodes` nodes.
-        unsafe {
-            let c = &mut *copy;
-            for (i, node) in originals.iter().enumerate() {
-                *c.nodes.add(i) = copier.copies[node];
-            }
-            c.n_nodes = g.n_nodes;
-        }
-        GraphCopy {
-            buffer,
-            ctx_allocated,
-            ctx_unallocated,
-            graph: copy,
-        }
-    })
+        unsafe { copy(backend, non_null(graph, F, "graph"), F) }
+    }
 }
 
-/// Frees a graph copy: its buffer and both contexts (stock `ggml_backend_graph_copy_free`).
-/// All-NULL fields (a failed copy) are fine.
+/// The body of [`ggml_backend_graph_copy`], whose name (or that of the entry point using it)
+/// `func` its messages carry.
 ///
 /// # Safety
-/// `copy` came from [`ggml_backend_graph_copy`] and is not used afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_graph_copy_free(copy: GraphCopy) {
-    boundary("ggml_backend_graph_copy_free", || {
-        // SAFETY: caller contract; all three accept NULL.
+/// `backend` a live backend; `g` a live, allocated graph.
+unsafe fn copy(backend: ggml_backend_t, g: &ggml_cgraph, func: &'static str) -> GraphCopy {
+    // SAFETY: pure size computations of ggml.
+    let mem_size = unsafe {
+        let n_tensors = ggml_sys::ggml_hash_size(g.visited_hash_set.size);
+        ggml_sys::ggml_tensor_overhead() * n_tensors
+            + ggml_sys::ggml_graph_overhead_custom(g.size as usize, false)
+    };
+    let params = ggml_init_params {
+        mem_size,
+        mem_buffer: std::ptr::null_mut(),
+        no_alloc: true,
+    };
+    // SAFETY: plain context creation.
+    let (ctx_allocated, ctx_unallocated) =
+        unsafe { (ggml_sys::ggml_init(params), ggml_sys::ggml_init(params)) };
+    let release = || {
+        // SAFETY: ggml_free accepts NULL and contexts made above.
         unsafe {
-            ggml_backend_buffer_free(copy.buffer);
-            ggml_sys::ggml_free(copy.ctx_allocated);
-            ggml_sys::ggml_free(copy.ctx_unallocated);
+            ggml_sys::ggml_free(ctx_allocated);
+            ggml_sys::ggml_free(ctx_unallocated);
         }
-    })
+    };
+    if ctx_allocated.is_null() || ctx_unallocated.is_null() {
+        ffi::log::error(&format!(
+            "{func}: failed to allocate context for graph copy\n"
+        ));
+        release();
+        return FAILED_COPY;
+    }
+    let mut copier = Copier {
+        copies: HashMap::new(),
+        initialised: HashSet::new(),
+        ctx_allocated,
+        ctx_unallocated,
+        func,
+    };
+    // SAFETY: live graph.
+    let originals = unsafe { nodes(g) };
+    for &node in originals {
+        // SAFETY: nodes of a live graph and everything they reach are live.
+        unsafe { copier.dup(node) };
+    }
+    // SAFETY: live context and backend.
+    let buffer = unsafe { ggml_sys::ggml_backend_alloc_ctx_tensors(ctx_allocated, backend) };
+    if buffer.is_null() {
+        ffi::log::error(&format!(
+            "{func}: failed to allocate buffer for graph copy\n"
+        ));
+        release();
+        return FAILED_COPY;
+    }
+    for &node in originals {
+        // SAFETY: every node was duplicated; storage is allocated.
+        unsafe { copier.init(node) };
+    }
+    // SAFETY: live context sized for a graph of `g.size` nodes.
+    let copy = unsafe { ggml_sys::ggml_new_graph_custom(ctx_allocated, g.size as usize, false) };
+    // SAFETY: the new graph has room for `g.size >= n_nodes` nodes.
+    unsafe {
+        let c = &mut *copy;
+        for (i, node) in originals.iter().enumerate() {
+            *c.nodes.add(i) = copier.copies[node];
+        }
+        c.n_nodes = g.n_nodes;
+    }
+    GraphCopy {
+        buffer,
+        ctx_allocated,
+        ctx_unallocated,
+        graph: copy,
+    }
 }
 
-/// Runs `graph` on `backend1` and a copy of it on `backend2`, handing pairs of corresponding
-/// nodes to `callback(index, node1, node2, user_data)` (stock
-/// `ggml_backend_compare_graph_backend`). Returns false only when the copy fails.
-///
-/// - `num_test_nodes == 0`: node by node, each a one-node graph view computed on both
-///   backends; view ops (VIEW, RESHAPE, PERMUTE, TRANSPOSE) are computed but not compared; a
-///   callback returning false stops the walk.
-/// - otherwise: both whole graphs are computed once and the callback sees every node that is
-///   one of `test_nodes` (its return value is ignored); aborts when `test_nodes` is NULL or
-///   none of them is a node of `graph`.
-///
-/// Aborts when `callback` is NULL and would be called.
+export! {
+    /// Frees a graph copy: its buffer and both contexts (stock `ggml_backend_graph_copy_free`).
+    /// All-NULL fields (a failed copy) are fine.
+    ///
+    /// # Safety
+    /// `copy` came from [`ggml_backend_graph_copy`] and is not used afterwards.
+    pub unsafe fn ggml_backend_graph_copy_free(copy: GraphCopy) {
+        // SAFETY: caller contract.
+        unsafe { free(copy) }
+    }
+}
+
+/// The body of [`ggml_backend_graph_copy_free`].
 ///
 /// # Safety
-/// Live backends; `graph` a live, allocated graph usable by `backend1`; `test_nodes` NULL or
-/// `num_test_nodes` tensor pointers.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_compare_graph_backend(
-    backend1: ggml_backend_t,
-    backend2: ggml_backend_t,
-    graph: *mut ggml_cgraph,
-    callback: ggml_backend_eval_callback,
-    user_data: *mut c_void,
-    test_nodes: *const *const ggml_tensor,
-    num_test_nodes: usize,
-) -> bool {
-    const F: &str = "ggml_backend_compare_graph_backend";
-    boundary(F, || {
+/// `copy` came from [`copy`] and is not used afterwards.
+unsafe fn free(copy: GraphCopy) {
+    // SAFETY: the copy owns its buffer and contexts; all three accept NULL.
+    unsafe {
+        buffer::free(copy.buffer);
+        ggml_sys::ggml_free(copy.ctx_allocated);
+        ggml_sys::ggml_free(copy.ctx_unallocated);
+    }
+}
+
+export! {
+    /// Runs `graph` on `backend1` and a copy of it on `backend2`, handing pairs of corresponding
+    /// nodes to `callback(index, node1, node2, user_data)` (stock
+    /// `ggml_backend_compare_graph_backend`). Returns false only when the copy fails.
+    ///
+    /// - `num_test_nodes == 0`: node by node, each a one-node graph view computed on both
+    ///   backends; view ops (VIEW, RESHAPE, PERMUTE, TRANSPOSE) are computed but not compared; a
+    ///   callback returning false stops the walk.
+    /// - otherwise: both whole graphs are computed once and the callback sees every node that is
+    ///   one of `test_nodes` (its return value is ignored); aborts when `test_nodes` is NULL or
+    ///   none of them is a node of `graph`.
+    ///
+    /// Aborts when `callback` is NULL and would be called.
+    ///
+    /// # Safety
+    /// Live backends; `graph` a live, allocated graph usable by `backend1`; `test_nodes` NULL or
+    /// `num_test_nodes` tensor pointers.
+    pub unsafe fn ggml_backend_compare_graph_backend(
+        backend1: ggml_backend_t,
+        backend2: ggml_backend_t,
+        graph: *mut ggml_cgraph,
+        callback: ggml_backend_eval_callback,
+        user_data: *mut c_void,
+        test_nodes: *const *const ggml_tensor,
+        num_test_nodes: usize,
+    ) -> bool {
         // SAFETY: caller contract.
-        let copy = unsafe { ggml_backend_graph_copy(backend2, graph) };
+        let copy = unsafe { self::copy(backend2, non_null(graph, F, "graph"), F) };
         if copy.buffer.is_null() {
             return false;
         }
@@ -316,8 +330,8 @@ pub unsafe extern "C" fn ggml_backend_compare_graph_backend(
             let wanted = unsafe { std::slice::from_raw_parts(test_nodes, num_test_nodes) };
             // SAFETY: live backends and graphs.
             unsafe {
-                ggml_backend_graph_compute(backend1, g1);
-                ggml_backend_graph_compute(backend2, g2);
+                compute(backend1, g1, F);
+                compute(backend2, g2, F);
             }
             let mut verified = false;
             for (i, (&t1, &t2)) in n1.iter().zip(n2).enumerate() {
@@ -342,8 +356,8 @@ pub unsafe extern "C" fn ggml_backend_compare_graph_backend(
                 unsafe {
                     let mut v1 = ggml_sys::ggml_graph_view(g1, i, i + 1);
                     let mut v2 = ggml_sys::ggml_graph_view(g2, i, i + 1);
-                    ggml_backend_graph_compute(backend1, &mut v1);
-                    ggml_backend_graph_compute(backend2, &mut v2);
+                    compute(backend1, &mut v1, F);
+                    compute(backend2, &mut v2, F);
                 }
                 // SAFETY: a live node.
                 if is_view_op(unsafe { (*t1).op }) {
@@ -356,9 +370,9 @@ pub unsafe extern "C" fn ggml_backend_compare_graph_backend(
             }
         }
         // SAFETY: made above, not used afterwards.
-        unsafe { ggml_backend_graph_copy_free(copy) };
+        unsafe { free(copy) };
         true
-    })
+    }
 }
 
 #[cfg(test)]

@@ -4,15 +4,15 @@
 //! no base address of its own.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use ggml_sys::{ggml_backend_buffer_i, ggml_backend_buffer_t, ggml_backend_buffer_usage};
-
-use crate::buffer::{
-    buffer_ref, ggml_backend_buffer_clear, ggml_backend_buffer_free, ggml_backend_buffer_get_size,
-    ggml_backend_buffer_init, ggml_backend_buffer_set_usage,
+use ggml_sys::{
+    ggml_backend_buffer, ggml_backend_buffer_i, ggml_backend_buffer_t, ggml_backend_buffer_usage,
 };
-use crate::ffi::{self, boundary, non_null};
 
-/// The `context` of a multi-buffer: the buffers it owns.
+use crate::buffer::{self, buffer_ref};
+use crate::ffi::{self, boundary, c_name, export, non_null};
+
+/// The `context` of a multi-buffer: the buffers it owns, each checked non-NULL when the
+/// multi-buffer was made.
 struct MultiBuffer {
     parts: Vec<ggml_backend_buffer_t>,
 }
@@ -20,10 +20,10 @@ struct MultiBuffer {
 /// Borrows the parts of the multi-buffer `buffer`.
 ///
 /// # Safety
-/// `buffer` must be a live multi-buffer (its context a `MultiBuffer`).
-unsafe fn parts<'a>(buffer: ggml_backend_buffer_t) -> &'a [ggml_backend_buffer_t] {
+/// `buffer` must be a multi-buffer (its context a `MultiBuffer`).
+unsafe fn parts(buffer: &ggml_backend_buffer) -> &[ggml_backend_buffer_t] {
     // SAFETY: caller contract: the context was made by ggml_backend_multi_buffer_alloc_buffer.
-    unsafe { &(*((*buffer).context as *const MultiBuffer)).parts }
+    unsafe { &(*(buffer.context as *const MultiBuffer)).parts }
 }
 
 /// `free_buffer` of a multi-buffer: frees every part, then the context. Its address is what
@@ -36,8 +36,8 @@ unsafe extern "C" fn multi_buffer_free(buffer: ggml_backend_buffer_t) {
         // released exactly once, here.
         let ctx = unsafe { Box::from_raw(ctx as *mut MultiBuffer) };
         for &part in &ctx.parts {
-            // SAFETY: the multi-buffer owns its parts.
-            unsafe { ggml_backend_buffer_free(part) };
+            // SAFETY: the multi-buffer owns its parts and frees each once, here.
+            unsafe { buffer::free(part) };
         }
     })
 }
@@ -46,27 +46,27 @@ unsafe extern "C" fn multi_buffer_free(buffer: ggml_backend_buffer_t) {
 unsafe extern "C" fn multi_buffer_clear(buffer: ggml_backend_buffer_t, value: u8) {
     boundary("ggml_backend_multi_buffer_clear", || {
         // SAFETY: called through the interface of a live multi-buffer.
-        for &part in unsafe { parts(buffer) } {
-            // SAFETY: parts are live while the multi-buffer is.
-            unsafe { ggml_backend_buffer_clear(part, value) };
+        let b = unsafe { buffer_ref(buffer, "ggml_backend_multi_buffer_clear") };
+        // SAFETY: the interface is a multi-buffer's.
+        for &part in unsafe { parts(b) } {
+            // SAFETY: non-NULL (checked at creation) and live while the multi-buffer owns it.
+            buffer::clear(unsafe { &*part }, value);
         }
     })
 }
 
-/// Makes one buffer owning the `n_buffers` buffers at `buffers` (stock
-/// `ggml_backend_multi_buffer_alloc_buffer`): type of the first, size the sum of all. The
-/// parts are owned by the result from now on (freed with it); the array itself stays the
-/// caller's. Aborts when `n_buffers` is 0 or `buffers` is NULL.
-///
-/// # Safety
-/// `buffers` must point to `n_buffers` live buffers.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_multi_buffer_alloc_buffer(
-    buffers: *mut ggml_backend_buffer_t,
-    n_buffers: usize,
-) -> ggml_backend_buffer_t {
-    const F: &str = "ggml_backend_multi_buffer_alloc_buffer";
-    boundary(F, || {
+export! {
+    /// Makes one buffer owning the `n_buffers` buffers at `buffers` (stock
+    /// `ggml_backend_multi_buffer_alloc_buffer`): type of the first, size the sum of all. The
+    /// parts are owned by the result from now on (freed with it); the array itself stays the
+    /// caller's. Aborts when `n_buffers` is 0 or `buffers` is NULL.
+    ///
+    /// # Safety
+    /// `buffers` must point to `n_buffers` live buffers.
+    pub unsafe fn ggml_backend_multi_buffer_alloc_buffer(
+        buffers: *mut ggml_backend_buffer_t,
+        n_buffers: usize,
+    ) -> ggml_backend_buffer_t {
         if n_buffers == 0 {
             ffi::fatal(
                 F,
@@ -79,8 +79,8 @@ pub unsafe extern "C" fn ggml_backend_multi_buffer_alloc_buffer(
         let parts = list.to_vec();
         let mut total = 0usize;
         for &p in &parts {
-            // SAFETY: caller contract: every part is live.
-            total += unsafe { ggml_backend_buffer_get_size(p) };
+            // SAFETY: caller contract: every part is NULL (abort) or live.
+            total += unsafe { buffer_ref(p, F) }.size;
         }
         // SAFETY: the first part is live.
         let buft = unsafe { buffer_ref(parts[0], F) }.buft;
@@ -90,52 +90,57 @@ pub unsafe extern "C" fn ggml_backend_multi_buffer_alloc_buffer(
             ..Default::default()
         };
         let ctx = Box::into_raw(Box::new(MultiBuffer { parts }));
-        // SAFETY: the interface above accepts exactly this context.
-        unsafe { ggml_backend_buffer_init(buft, iface, ctx.cast(), total) }
-    })
+        // The interface above accepts exactly this context.
+        buffer::new(buft, iface, ctx.cast(), total)
+    }
 }
 
-/// Whether `buffer` is a multi-buffer (stock `ggml_backend_buffer_is_multi_buffer`). Aborts on
-/// NULL.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_buffer_is_multi_buffer(
-    buffer: ggml_backend_buffer_t,
-) -> bool {
-    const F: &str = "ggml_backend_buffer_is_multi_buffer";
-    boundary(F, || {
+export! {
+    /// Whether `buffer` is a multi-buffer (stock `ggml_backend_buffer_is_multi_buffer`). Aborts on
+    /// NULL.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_is_multi_buffer(buffer: ggml_backend_buffer_t) -> bool {
         // SAFETY: caller contract.
-        let b = unsafe { buffer_ref(buffer, F) };
-        // Identity by address: `multi_buffer_free` is a single non-generic function of this
-        // library, so every multi-buffer carries the same pointer and no other buffer does.
-        let ours = multi_buffer_free as unsafe extern "C" fn(ggml_backend_buffer_t) as usize;
-        b.iface.free_buffer.map(|f| f as usize) == Some(ours)
-    })
+        is_multi_buffer(unsafe { buffer_ref(buffer, F) })
+    }
 }
 
-/// Sets `usage` on every part of the multi-buffer `buffer` (stock
-/// `ggml_backend_multi_buffer_set_usage`). Aborts when `buffer` is NULL or not a
-/// multi-buffer.
-///
-/// # Safety
-/// `buffer` must be NULL or point to a live buffer.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_multi_buffer_set_usage(
-    buffer: ggml_backend_buffer_t,
-    usage: ggml_backend_buffer_usage,
-) {
-    const F: &str = "ggml_backend_multi_buffer_set_usage";
-    boundary(F, || {
+/// The body of [`ggml_backend_buffer_is_multi_buffer`], for the library's own callers.
+pub(crate) fn is_multi_buffer(buffer: &ggml_backend_buffer) -> bool {
+    // Identity by address: `multi_buffer_free` is a single non-generic function of this
+    // library, so every multi-buffer carries the same pointer and no other buffer does.
+    let ours = multi_buffer_free as unsafe extern "C" fn(ggml_backend_buffer_t) as usize;
+    buffer.iface.free_buffer.map(|f| f as usize) == Some(ours)
+}
+
+export! {
+    /// Sets `usage` on every part of the multi-buffer `buffer` (stock
+    /// `ggml_backend_multi_buffer_set_usage`). Aborts when `buffer` is NULL or not a
+    /// multi-buffer.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_multi_buffer_set_usage(
+        buffer: ggml_backend_buffer_t,
+        usage: ggml_backend_buffer_usage,
+    ) {
         // SAFETY: caller contract.
-        if !unsafe { ggml_backend_buffer_is_multi_buffer(buffer) } {
-            ffi::fatal(F, "the buffer is not a multi-buffer");
-        }
-        // SAFETY: checked to be a live multi-buffer.
-        for &part in unsafe { parts(buffer) } {
-            // SAFETY: parts are live while the multi-buffer is.
-            unsafe { ggml_backend_buffer_set_usage(part, usage) };
-        }
-    })
+        set_parts_usage(unsafe { buffer_ref(buffer, F) }, usage)
+    }
+}
+
+/// The body of [`ggml_backend_multi_buffer_set_usage`], for the library's own callers.
+pub(crate) fn set_parts_usage(buffer: &ggml_backend_buffer, usage: ggml_backend_buffer_usage) {
+    const F: &str = c_name!(ggml_backend_multi_buffer_set_usage);
+    if !is_multi_buffer(buffer) {
+        ffi::fatal(F, "the buffer is not a multi-buffer");
+    }
+    // SAFETY: checked to be a multi-buffer.
+    for &part in unsafe { parts(buffer) } {
+        // SAFETY: non-NULL (checked at creation), live while the multi-buffer owns it, and no
+        // other borrow of a part is held.
+        buffer::set_usage(unsafe { &mut *part }, usage);
+    }
 }

@@ -18,6 +18,7 @@ use ggml_base::buffer_type::*;
 use ggml_base::cpu_buffer::*;
 use ggml_base::graph_copy::*;
 use ggml_base::multi_buffer::*;
+use ggml_base::tensor::meta::same_layout;
 use ggml_base::tensor::*;
 use ggml_sys as sys;
 use ggml_sys::{ggml_backend_t, ggml_cgraph, ggml_tensor};

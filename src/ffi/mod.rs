@@ -1,60 +1,71 @@
-//! The C boundary: every `extern "C"` function of the library runs its body through
-//! [`boundary`], so no Rust panic ever unwinds into C, and messages reach ggml's logger.
+//! The C boundary: every exported function of the library is written through [`export!`],
+//! which runs its body through [`boundary`] (the interface callbacks that the library hands to
+//! ggml, such as the CPU buffer's, call [`boundary`] themselves), so no Rust panic ever unwinds
+//! into C, and messages reach ggml's logger.
 //!
 //! Choice (matches stock): where stock ggml aborts (`GGML_ABORT`, `GGML_ASSERT`), we abort
 //! too, after logging the message; a panic inside our code is treated the same way, since the
-//! caller's state can no longer be trusted. Functions that stock lets fail softly return their
-//! [`FailValue`] instead and say so in their doc comment.
+//! caller's state can no longer be trusted. Functions that stock lets fail softly return
+//! stock's "failed" value instead (NULL, `false`, `GGML_STATUS_*`) and say so in their doc
+//! comment. ggml-base's soft-failure integer (a size or a count) is 0, as stock's is, while
+//! `enum ggml_status` keeps its own negative codes.
 
 pub mod log;
 
 use std::ffi::CString;
 
-/// The value an exported function returns when it fails without aborting:
-/// NULL for pointers, `false`, `0`, [`ggml_sys::GGML_STATUS_FAILED`].
-pub trait FailValue {
-    /// The "failed" value of this return type.
-    fn fail_value() -> Self;
+/// Defines one exported C function from a Rust function written inside it:
+///
+/// ```ignore
+/// export! {
+///     /// Docs, including `# Safety`, as on any item.
+///     pub unsafe fn ggml_backend_name(backend: ggml_backend_t) -> *const c_char {
+///         /* body: `F` is "ggml_backend_name" */
+///     }
+/// }
+/// ```
+///
+/// The macro makes it `#[no_mangle] pub unsafe extern "C"`, runs the body through
+/// [`boundary`], and binds the C name, taken from the function itself, to a constant `F: &str`
+/// visible in the body: the name the body gives [`non_null`], [`fatal`],
+/// [`crate::iface::required`] and [`crate::ggml_assert!`], so that their messages name the
+/// exported function and no export spells its own name (an internal function that raises
+/// messages for an export names it with [`c_name!`]). The body is the closure's, so a `return`
+/// in it returns from the exported function.
+macro_rules! export {
+    (
+        $(#[$attr:meta])*
+        pub unsafe fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block
+    ) => {
+        $(#[$attr])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            // Not every body raises a message; those that do not leave `F` unused.
+            #[allow(dead_code)]
+            const F: &str = stringify!($name);
+            $crate::ffi::boundary(F, || $body)
+        }
+    };
 }
+pub(crate) use export;
 
-impl FailValue for () {
-    fn fail_value() -> Self {}
+/// The C name of an exported function, for an internal function's messages: `c_name!(f)` for
+/// one of this module, `c_name!(module::f)` for one of another module of the crate. Expands to
+/// `stringify!(f)` after a `use` of the function, so a name that is not (or no longer) an item
+/// of the crate fails to build instead of leaving a stale message.
+macro_rules! c_name {
+    ($f:ident) => {{
+        #[allow(unused_imports)]
+        use self::$f as _;
+        stringify!($f)
+    }};
+    ($m:ident :: $f:ident) => {{
+        #[allow(unused_imports)]
+        use $crate::$m::$f as _;
+        stringify!($f)
+    }};
 }
-impl FailValue for bool {
-    fn fail_value() -> Self {
-        false
-    }
-}
-impl FailValue for usize {
-    fn fail_value() -> Self {
-        0
-    }
-}
-impl FailValue for i32 {
-    fn fail_value() -> Self {
-        0
-    }
-}
-impl FailValue for i64 {
-    fn fail_value() -> Self {
-        0
-    }
-}
-impl FailValue for u32 {
-    fn fail_value() -> Self {
-        0
-    }
-}
-impl<T> FailValue for *mut T {
-    fn fail_value() -> Self {
-        std::ptr::null_mut()
-    }
-}
-impl<T> FailValue for *const T {
-    fn fail_value() -> Self {
-        std::ptr::null()
-    }
-}
+pub(crate) use c_name;
 
 /// Installs [`on_panic`] when the library is loaded, before any exported function runs: a
 /// constructor in `.init_array`, so that [`boundary`] itself costs nothing.
@@ -180,6 +191,17 @@ pub unsafe fn non_null<'a, T>(p: *const T, func: &str, arg: &str) -> &'a T {
 #[track_caller]
 fn null_argument(func: &str, arg: &str) -> ! {
     fatal(func, &format!("argument `{arg}` is NULL"))
+}
+
+/// The C handle of an ABI object that the library holds as a checked reference, to hand back
+/// to the object's own callbacks (the internal functions behind the exports take references;
+/// ggml's callbacks take mutable pointers). Sound because the callbacks reached this way
+/// (`supports_op`, `get_alignment`, `set_tensor` ...) read the struct's `iface` and `context`
+/// and change only what `context` points to, never the struct itself; a callback that frees the
+/// struct (`free`, `free_buffer`) is called with the caller's own pointer instead.
+#[inline(always)]
+pub fn handle<T>(r: &T) -> *mut T {
+    std::ptr::from_ref(r).cast_mut()
 }
 
 /// Mutable form of [`non_null`].

@@ -11,6 +11,7 @@ use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
 use super::caps::{self, Live};
 use super::split::{self, SplitCtx};
 use super::{assign, expand, fill, inplace, upgrade, Sched};
+use crate::ffi::c_name;
 
 /// Tensors a backend asked to keep allocated until a node (the key) has run.
 type AllocDeps = HashMap<*mut ggml_tensor, Vec<*mut ggml_tensor>>;
@@ -60,7 +61,8 @@ impl Sched {
         self.pool.reset();
         (*graph).uid = ggml_sys::ggml_graph_next_uid();
         let g = &*graph;
-        let live = Live::new(&self.backends, &self.bufts);
+        // SAFETY: the scheduler's own lists (see `Sched::backend`).
+        let live = unsafe { Live::new(&self.backends, &self.bufts) };
 
         let mut ids = std::mem::take(&mut self.graph_ids);
         ids.rebuild(&mut self.table, g);
@@ -198,7 +200,7 @@ impl Sched {
             }
         }
         crate::ggml_assert!(
-            "ggml_backend_sched_split_graph",
+            c_name!(sched::ggml_backend_sched_split_graph),
             n_dep_added == n_dep_nodes,
             "GGML_ASSERT(n_dep_nodes_added == n_dep_nodes) failed: a backend added an allocation dependency on a tensor that is not a node of its split"
         );
@@ -277,8 +279,8 @@ impl Sched {
                 }
             }
             // Inputs may move: wait for every backend (without touching the copy index).
-            for &b in &self.backends {
-                ggml_sys::ggml_backend_synchronize(b);
+            for b in 0..self.backends.len() {
+                crate::backend::synchronize(self.backend(b));
             }
             if !ggml_sys::ggml_gallocr_reserve_n(
                 self.galloc,

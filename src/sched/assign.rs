@@ -7,6 +7,8 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Caps};
 use super::table::{Cause, GraphIds, Table};
+use crate::ffi::c_name;
+use crate::tensor::meta;
 
 /// The highest-priority backend that can use the buffer holding `t`'s storage and runs `op`
 /// (stock's `ggml_backend_sched_backend_from_buffer`); `None` when `t` has no storage or no
@@ -19,7 +21,7 @@ pub unsafe fn backend_from_buffer(
     t: &ggml_tensor,
     op: *const ggml_tensor,
 ) -> Option<usize> {
-    let buffer = caps::storage_buffer(t);
+    let buffer = meta::storage_buffer(t);
     if buffer.is_null() {
         return None;
     }
@@ -52,7 +54,7 @@ pub unsafe fn from_current(
             return Some((b, Cause::PreAllocatedView));
         }
     }
-    let buffer = caps::storage_buffer(t);
+    let buffer = meta::storage_buffer(t);
     if !buffer.is_null() {
         stop_unusable_storage(caps, tp, buffer, named_stop);
     }
@@ -104,7 +106,7 @@ unsafe fn stop_unusable_storage(
         super::inplace::stop(caps, tp, (*buffer).buft, &[tp]);
     }
     crate::ffi::fatal(
-        "ggml_backend_sched_split_graph",
+        c_name!(sched::ggml_backend_sched_split_graph),
         &format!(
             "pre-allocated tensor ({}) in a buffer ({}) that cannot run the operation ({})",
             caps::name(t),

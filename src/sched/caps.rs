@@ -4,6 +4,11 @@
 
 use ggml_sys::{ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_t, ggml_tensor};
 
+use crate::backend;
+use crate::buffer::{self, buffer_ref};
+use crate::buffer_type::{self, buft_ref};
+use crate::ffi::c_name;
+
 /// The questions the scheduler's passes ask. Backend indices are priorities: 0 is the
 /// highest, the last one is the CPU.
 pub trait Caps {
@@ -57,8 +62,8 @@ pub trait Caps {
     }
 }
 
-/// [`Caps`] over real backends, through the layer's functions (called directly, not
-/// through the exported symbols).
+/// [`Caps`] over real backends, through the layer's internal functions (not through its
+/// exported entry points).
 pub struct Live<'a> {
     /// The scheduler's backends, by priority.
     pub backends: &'a [ggml_backend_t],
@@ -68,7 +73,14 @@ pub struct Live<'a> {
 
 impl<'a> Live<'a> {
     /// Answers for `backends`, each allocating compute tensors in the matching `bufts` entry.
-    pub fn new(backends: &'a [ggml_backend_t], bufts: &'a [ggml_backend_buffer_type_t]) -> Self {
+    ///
+    /// # Safety
+    /// Every backend must be non-NULL and live while the result is: a scheduler's own list
+    /// (`ggml_backend_sched_new` checks each).
+    pub unsafe fn new(
+        backends: &'a [ggml_backend_t],
+        bufts: &'a [ggml_backend_buffer_type_t],
+    ) -> Self {
         Live { backends, bufts }
     }
 }
@@ -84,6 +96,17 @@ pub unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
     std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
 }
 
+impl Live<'_> {
+    /// Backend `b`, borrowed.
+    fn backend(&self, b: usize) -> &ggml_sys::ggml_backend {
+        // SAFETY: non-NULL and live by the contract of `Live::new`.
+        unsafe { &*self.backends[b] }
+    }
+}
+
+// The layer's internal functions, not its exported entry points: each pass asks these
+// questions per node and backend, and every entry point would repeat the NULL checks of the
+// handles the scheduler already holds.
 impl Caps for Live<'_> {
     fn n_backends(&self) -> usize {
         self.backends.len()
@@ -92,45 +115,40 @@ impl Caps for Live<'_> {
         self.bufts[b]
     }
     unsafe fn supports_op(&self, b: usize, op: *const ggml_tensor) -> bool {
-        // SAFETY: the backend is live for the scheduler's lifetime; op is a graph tensor.
-        unsafe { crate::backend::ggml_backend_supports_op(self.backends[b], op) }
+        // SAFETY: op is a live graph tensor (the trait's contract).
+        unsafe { backend::supports_op(self.backend(b), op) }
     }
     unsafe fn supports_buft(&self, b: usize, buft: ggml_backend_buffer_type_t) -> bool {
-        // SAFETY: as above; buft comes from a live buffer or the scheduler's list.
-        unsafe { crate::backend::ggml_backend_supports_buft(self.backends[b], buft) }
+        // SAFETY: buft is live (the trait's contract): a tensor's or the scheduler's own.
+        unsafe { backend::supports_buft(self.backend(b), buft) }
     }
     unsafe fn offload_op(&self, b: usize, op: *const ggml_tensor) -> bool {
-        // SAFETY: as above.
-        unsafe { crate::backend::ggml_backend_offload_op(self.backends[b], op) }
+        // SAFETY: op is a live graph tensor (the trait's contract).
+        unsafe { backend::offload_op(self.backend(b), op) }
     }
     unsafe fn buffer_is_host(&self, buf: ggml_backend_buffer_t) -> bool {
-        // SAFETY: buf is a live buffer of a graph tensor.
-        unsafe { ggml_sys::ggml_backend_buffer_is_host(buf) }
+        // SAFETY: buf is NULL (abort) or a live buffer (the trait's contract).
+        buffer::is_host(unsafe { buffer_ref(buf, c_name!(buffer::ggml_backend_buffer_is_host)) })
     }
     unsafe fn buft_is_host(&self, buft: ggml_backend_buffer_type_t) -> bool {
-        // SAFETY: buft is a live buffer type.
-        unsafe { ggml_sys::ggml_backend_buft_is_host(buft) }
+        // SAFETY: buft is NULL (abort) or a live buffer type (the trait's contract).
+        buffer_type::is_host(unsafe {
+            buft_ref(buft, c_name!(buffer_type::ggml_backend_buft_is_host))
+        })
     }
     fn backend_name(&self, b: usize) -> String {
-        // SAFETY: the backend is live.
-        unsafe { cstr(ggml_sys::ggml_backend_name(self.backends[b])) }
+        // SAFETY: a backend's name lives as long as the backend.
+        unsafe { cstr(backend::name(self.backend(b))) }
     }
     unsafe fn buft_name(&self, buft: ggml_backend_buffer_type_t) -> String {
-        // SAFETY: buft is a live buffer type.
-        unsafe { cstr(ggml_sys::ggml_backend_buft_name(buft)) }
+        // SAFETY: buft is NULL (abort) or a live buffer type whose name lives as long.
+        unsafe {
+            cstr(buffer_type::name(buft_ref(
+                buft,
+                c_name!(buffer_type::ggml_backend_buft_name),
+            )))
+        }
     }
-}
-
-/// Whether `op` only reinterprets its source's storage (stock's `ggml_is_view_op`):
-/// VIEW, RESHAPE, PERMUTE, TRANSPOSE. The passes skip such nodes.
-pub fn is_view_op(op: ggml_sys::ggml_op) -> bool {
-    matches!(
-        op,
-        ggml_sys::GGML_OP_VIEW
-            | ggml_sys::GGML_OP_RESHAPE
-            | ggml_sys::GGML_OP_PERMUTE
-            | ggml_sys::GGML_OP_TRANSPOSE
-    )
 }
 
 /// Read-only access to a tensor behind a raw graph pointer.
@@ -139,18 +157,6 @@ pub fn is_view_op(op: ggml_sys::ggml_op) -> bool {
 /// `t` must be NULL or point to a live tensor for `'a`.
 pub unsafe fn tensor<'a>(t: *const ggml_tensor) -> Option<&'a ggml_tensor> {
     t.as_ref()
-}
-
-/// The buffer that holds `t`'s storage: its view source's buffer for a view, else its own
-/// (NULL when not allocated).
-///
-/// # Safety
-/// `t` and its `view_src` must be live tensors.
-pub unsafe fn storage_buffer(t: &ggml_tensor) -> ggml_backend_buffer_t {
-    match t.view_src.as_ref() {
-        Some(v) => v.buffer,
-        None => t.buffer,
-    }
 }
 
 /// The non-NULL sources of `t`, in slot order, with their slot index.

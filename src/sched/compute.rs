@@ -9,14 +9,22 @@ use std::ptr;
 use ggml_sys::{ggml_backend_t, ggml_status, ggml_tensor};
 
 use super::Sched;
+use crate::backend::{self, backend_ref};
+use crate::buffer::{self, buffer_ref};
+use crate::event;
+use crate::ffi::non_null;
+use crate::tensor::{self, meta, Access, Rows, Target};
+
+/// The name the aborts of this pass carry (stock's function).
+const F: &str = "ggml_backend_sched_compute_splits";
 
 impl Sched {
-    /// Waits on `event` when it exists, else on the whole `backend`.
-    unsafe fn wait_host(&self, backend: ggml_backend_t, event: ggml_sys::ggml_backend_event_t) {
+    /// Waits on `event` when it exists, else on the whole backend `b`.
+    unsafe fn wait_host(&self, b: usize, event: ggml_sys::ggml_backend_event_t) {
         if event.is_null() {
-            ggml_sys::ggml_backend_synchronize(backend);
+            backend::synchronize(self.backend(b));
         } else {
-            ggml_sys::ggml_backend_event_synchronize(event);
+            event::synchronize(&*event);
         }
     }
 
@@ -34,10 +42,10 @@ impl Sched {
         let input = &*split.inputs[input_idx];
         let sb = split.backend;
         let backend = self.backends[sb];
-        let cpy = node.src[0];
+        let cpy = non_null(node.src[0], F, "tensor");
         let n_expert = input.ne[2];
         let expert_size = input.nb[2];
-        ggml_sys::ggml_backend_synchronize(input_backend);
+        backend::synchronize(backend_ref(input_backend, F));
 
         let mut ids_tensor = node.src[2];
         let mut ids_backend = backend;
@@ -60,16 +68,19 @@ impl Sched {
             }
         }
         if ids_tensor != cache.0 {
-            let nbytes = ggml_sys::ggml_nbytes(ids_tensor);
+            let ids = non_null(ids_tensor, F, "tensor");
+            let nbytes = meta::nbytes(ids);
             cache.1.resize(nbytes / 4, 0);
-            ggml_sys::ggml_backend_tensor_get_async(
-                ids_backend,
-                ids_tensor,
+            let ids_be = backend_ref(ids_backend, F);
+            tensor::access(
+                Target::Queue(ids_be),
+                Access::Read,
+                ids,
                 cache.1.as_mut_ptr().cast(),
-                0,
-                nbytes,
+                Rows::one(0, nbytes),
+                F,
             );
-            ggml_sys::ggml_backend_synchronize(ids_backend);
+            backend::synchronize(ids_be);
             cache.2.clear();
             cache.2.resize(n_expert.max(0) as usize, false);
             let it = &*ids_tensor;
@@ -77,10 +88,7 @@ impl Sched {
                 for i0 in 0..it.ne[0] {
                     let k = i1 as usize * it.nb[1] / 4 + i0 as usize * it.nb[0] / 4;
                     let id = cache.1[k];
-                    crate::ggml_assert!(
-                        "ggml_backend_sched_compute_splits",
-                        id >= 0 && (id as i64) < n_expert
-                    );
+                    crate::ggml_assert!(F, id >= 0 && (id as i64) < n_expert);
                     cache.2[id as usize] = true;
                 }
             }
@@ -97,12 +105,13 @@ impl Sched {
             } else {
                 0
             };
-            ggml_sys::ggml_backend_tensor_set_async(
-                backend,
+            tensor::access(
+                Target::Queue(self.backend(sb)),
+                Access::Write,
                 cpy,
-                (input.data as *const u8).add(offset).cast(),
-                offset,
-                size + padding_end,
+                input.data.cast::<u8>().add(offset).cast(),
+                Rows::one(offset, size + padding_end),
+                F,
             );
         };
         let used = &cache.2;
@@ -139,13 +148,14 @@ impl Sched {
         for split in &self.splits {
             let sb = split.backend;
             let backend = self.backends[sb];
+            let be = self.backend(sb);
             let event = self.event(sb, cc);
 
             // The allocator may have reused memory across splits: let the previous backend
             // finish before a split without inputs starts.
             if let Some(p) = prev_backend {
                 if split.inputs.is_empty() && p != sb {
-                    self.wait_host(self.backends[p], self.event(p, cc));
+                    self.wait_host(p, self.event(p, cc));
                 }
             }
 
@@ -157,15 +167,15 @@ impl Sched {
                 let cpy = self.table.copy_at(id, sb, cc).unwrap_or(ptr::null_mut());
                 if (*input).flags & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 != 0 {
                     // The user may overwrite an input right after: copy it now.
-                    self.wait_host(backend, event);
-                    ggml_sys::ggml_backend_tensor_copy(input, cpy);
+                    self.wait_host(sb, event);
+                    tensor::copy(&*input, non_null(cpy, F, "dst"), F);
                     continue;
                 }
                 // Wait until the split's backend no longer reads the previous contents.
                 if event.is_null() {
-                    ggml_sys::ggml_backend_synchronize(backend);
+                    backend::synchronize(be);
                 } else {
-                    ggml_sys::ggml_backend_event_wait(backend, event);
+                    event::wait(be, event);
                 }
                 let g = &*split.graph.get();
                 let first = if g.n_nodes > 0 {
@@ -173,31 +183,30 @@ impl Sched {
                 } else {
                     ptr::null_mut()
                 };
-                let buf = (*input).buffer;
+                let buf = || buffer_ref((*input).buffer, F);
                 let moe = !first.is_null()
-                    && ggml_sys::ggml_backend_buffer_get_usage(buf)
-                        == ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
-                    && ggml_sys::ggml_backend_buffer_is_host(buf)
+                    && buf().usage == ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+                    && buffer::is_host(buf())
                     && (*first).src[0] == cpy
                     && (*first).op == ggml_sys::GGML_OP_MUL_MAT_ID;
                 if moe {
                     self.copy_used_experts(split, k, &*first, input_backend, &mut cache);
                     continue;
                 }
-                let copied = match (*backend).iface.cpy_tensor_async {
+                let copied = match be.iface.cpy_tensor_async {
                     Some(f) => f(input_backend, backend, input, cpy),
                     None => false,
                 };
                 if !copied {
-                    ggml_sys::ggml_backend_synchronize(input_backend);
-                    self.wait_host(backend, event);
-                    ggml_sys::ggml_backend_tensor_copy(input, cpy);
+                    backend::synchronize(backend_ref(input_backend, F));
+                    self.wait_host(sb, event);
+                    tensor::copy(&*input, non_null(cpy, F, "dst"), F);
                 }
             }
 
             match self.callback_eval {
                 None => {
-                    let ec = ggml_sys::ggml_backend_graph_compute_async(backend, split.graph.get());
+                    let ec = backend::graph_compute_async(be, split.graph.get());
                     if ec != ggml_sys::GGML_STATUS_SUCCESS {
                         return ec;
                     }
@@ -218,11 +227,11 @@ impl Sched {
                             need = cb(t, true, ud);
                         }
                         let mut gv = ggml_sys::ggml_graph_view(sg, j0 as i32, (j1 + 1) as i32);
-                        let ec = ggml_sys::ggml_backend_graph_compute_async(backend, &mut gv);
+                        let ec = backend::graph_compute_async(be, &mut gv);
                         if ec != ggml_sys::GGML_STATUS_SUCCESS {
                             return ec;
                         }
-                        ggml_sys::ggml_backend_synchronize(backend);
+                        backend::synchronize(be);
                         if need && !cb(t, false, ud) {
                             break;
                         }
@@ -232,7 +241,7 @@ impl Sched {
             }
 
             if !event.is_null() {
-                ggml_sys::ggml_backend_event_record(event, backend);
+                event::record(event, be);
             }
             prev_backend = Some(sb);
         }

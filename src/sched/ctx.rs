@@ -5,6 +5,7 @@
 
 use std::ptr;
 
+use crate::ffi::c_name;
 use ggml_sys::{ggml_context, ggml_init_params};
 
 /// 64-byte aligned memory unit (ggml needs at least `GGML_MEM_ALIGN`, 16, for a context).
@@ -76,7 +77,7 @@ impl CtxPool {
                 c.ctx = unsafe { ggml_sys::ggml_init(params) };
                 if c.ctx.is_null() {
                     crate::ffi::fatal(
-                        "ggml_backend_sched_split_graph",
+                        c_name!(sched::ggml_backend_sched_split_graph),
                         "failed to initialize context",
                     );
                 }

@@ -7,6 +7,7 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, cstr};
 use super::Sched;
+use crate::tensor::meta;
 
 /// Stock's compact size: whole MiB as "NM" from 1 MiB up, else whole KiB as "NK".
 pub fn fmt_size(bytes: usize) -> String {
@@ -44,7 +45,7 @@ impl Sched {
         match self.table.get(t) {
             // SAFETY: our backends are live.
             Some(p) => (
-                unsafe { cstr(ggml_sys::ggml_backend_name(self.backends[p.backend])) },
+                unsafe { cstr(crate::backend::name(self.backend(p.backend))) },
                 p.cause.label(),
             ),
             None => ("NULL".to_string(), ""),
@@ -62,7 +63,7 @@ impl Sched {
                 let mut line = format!(
                     "\n## SPLIT #{}: {} # {} inputs",
                     cur,
-                    cstr(ggml_sys::ggml_backend_name(self.backends[s.backend])),
+                    cstr(crate::backend::name(self.backend(s.backend))),
                     s.inputs.len()
                 );
                 for (j, &inp) in s.inputs.iter().enumerate() {
@@ -72,7 +73,7 @@ impl Sched {
                     line.push_str(&format!(
                         "[{} ({:>5.5})] ",
                         caps::name(&*inp),
-                        fmt_size(ggml_sys::ggml_nbytes(inp))
+                        fmt_size(meta::nbytes(&*inp))
                     ));
                 }
                 line.push('\n');
@@ -80,7 +81,7 @@ impl Sched {
                 cur += 1;
             }
             let node = &*n;
-            if caps::is_view_op(node.op) || self.debug < 2 {
+            if meta::is_view_op(node.op) || self.debug < 2 {
                 continue;
             }
             let (bname, cause) = self.backend_label(n);
@@ -89,7 +90,7 @@ impl Sched {
                 i,
                 cstr(ggml_sys::ggml_op_desc(n)),
                 caps::name(node),
-                fmt_size(ggml_sys::ggml_nbytes(n)),
+                fmt_size(meta::nbytes(&*n)),
                 bname,
                 cause,
                 use_count(graph, n),
@@ -100,7 +101,7 @@ impl Sched {
                 line.push_str(&format!(
                     " {:>20.20} ({:>5.5}) [{:>5.5} {:>8.8}]",
                     caps::name(&*s),
-                    fmt_size(ggml_sys::ggml_nbytes(s)),
+                    fmt_size(meta::nbytes(&*s)),
                     sname,
                     scause
                 ));

@@ -9,6 +9,7 @@ use ggml_sys::ggml_cgraph;
 use super::caps::{self, Caps};
 use super::table::{Cause, GraphIds, Table};
 use super::upgrade::sources_at;
+use crate::ffi::c_name;
 
 /// Runs pass 4 over `graph`'s nodes (`ix`: the graph's ids). Aborts when a node has no
 /// backend that supports it.
@@ -44,7 +45,7 @@ pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: 
         }
         if table.backend_at(nid).is_none() {
             crate::ffi::fatal(
-                "ggml_backend_sched_split_graph",
+                c_name!(sched::ggml_backend_sched_split_graph),
                 &format!(
                     "GGML_ASSERT(*cur_backend_id != -1) failed: node {} ({}) has no backend that supports it",
                     caps::name(node),

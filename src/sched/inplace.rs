@@ -21,11 +21,13 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 use super::caps::{self, Caps};
 use super::table::{Cause, PtrIndex, Table};
 use super::upgrade::buffer_supported;
+use crate::ffi::c_name;
+use crate::tensor::meta;
 
 /// Whether `t` writes into storage it does not own: it is a view (`view_src` set) made by an
 /// op that computes something (not NONE, not VIEW/RESHAPE/PERMUTE/TRANSPOSE).
 pub fn is_inplace_writer(t: &ggml_tensor) -> bool {
-    !t.view_src.is_null() && t.op != ggml_sys::GGML_OP_NONE && !caps::is_view_op(t.op)
+    !t.view_src.is_null() && t.op != ggml_sys::GGML_OP_NONE && !meta::is_view_op(t.op)
 }
 
 /// One line per backend for the stop message: name, whether it can use `buft`, whether it
@@ -73,7 +75,7 @@ pub(crate) unsafe fn stop(
         )
     };
     crate::ffi::fatal(
-        "ggml_backend_sched_split_graph",
+        c_name!(sched::ggml_backend_sched_split_graph),
         &format!(
             "in-place node '{}' (op {}) writes the storage of '{}', which {}; backends: {}",
             caps::name(&*w),
@@ -158,11 +160,11 @@ unsafe fn reuse_candidates(
                     continue;
                 }
                 let pr = &*p;
-                let own = caps::storage_buffer(pr).is_null();
+                let own = meta::storage_buffer(pr).is_null();
                 let is_output = pr.flags & output != 0
                     || (pipeline && pr.flags & input != 0)
                     || (!pr.view_src.is_null() && (*pr.view_src).flags & output != 0);
-                let same_layout = pr.type_ == t.type_ && pr.ne == t.ne && pr.nb == t.nb;
+                let same_layout = meta::same_layout(pr, t);
                 if !own || is_output || !same_layout {
                     continue;
                 }
@@ -259,7 +261,7 @@ unsafe fn may_take(
     let pr = &*p;
     let output = ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32;
     let input = ggml_sys::GGML_TENSOR_FLAG_INPUT as i32;
-    caps::storage_buffer(pr).is_null()
+    meta::storage_buffer(pr).is_null()
         && pr.flags & output == 0
         && !(pipeline && pr.flags & input != 0)
         && (pr.view_src.is_null() || (*pr.view_src).flags & output == 0)

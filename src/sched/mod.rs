@@ -37,7 +37,7 @@ use ggml_sys::{
     ggml_backend_sched_t, ggml_backend_t, ggml_cgraph, ggml_gallocr_t, ggml_status, ggml_tensor,
 };
 
-use crate::ffi::{boundary, fatal, non_null, non_null_mut};
+use crate::ffi::{c_name, export, fatal, non_null, non_null_mut};
 use ctx::CtxPool;
 use split::Split;
 use table::{Cause, GraphIds, Table};
@@ -105,6 +105,14 @@ pub fn env_int(name: &str) -> Option<i32> {
 }
 
 impl Sched {
+    /// Backend `b`, borrowed, for the layer's internal functions.
+    pub(crate) fn backend(&self, b: usize) -> &ggml_sys::ggml_backend {
+        // SAFETY: `ggml_backend_sched_new` aborts unless every backend is non-NULL (it borrows
+        // each through `backend_ref`), and its contract keeps them live for the scheduler's
+        // lifetime.
+        unsafe { &*self.backends[b] }
+    }
+
     /// The index of `backend` in the list (its priority), if it is one of ours.
     pub(crate) fn backend_index(&self, backend: ggml_backend_t) -> Option<usize> {
         self.backends.iter().position(|&b| b == backend)
@@ -149,9 +157,8 @@ impl Sched {
 
     /// Waits for every backend; without an allocated graph, the next graph uses copy 0.
     pub(crate) fn synchronize(&mut self) {
-        for &b in &self.backends {
-            // SAFETY: the backends outlive the scheduler (caller's contract).
-            unsafe { ggml_sys::ggml_backend_synchronize(b) };
+        for b in 0..self.backends.len() {
+            crate::backend::synchronize(self.backend(b));
         }
         if !self.is_alloc {
             self.next_copy = 0;
@@ -165,7 +172,7 @@ impl Sched {
     pub(crate) unsafe fn alloc_graph(&mut self, graph: *mut ggml_cgraph) -> bool {
         if self.is_alloc {
             fatal(
-                "ggml_backend_sched_alloc_graph",
+                c_name!(ggml_backend_sched_alloc_graph),
                 "GGML_ASSERT(!sched->is_alloc) failed",
             );
         }
@@ -185,8 +192,8 @@ impl Drop for Sched {
         for row in &self.events {
             for &e in row {
                 if !e.is_null() {
-                    // SAFETY: the event was made by ggml_backend_event_new for this scheduler.
-                    unsafe { ggml_sys::ggml_backend_event_free(e) };
+                    // SAFETY: the event was made for this scheduler and is freed once, here.
+                    unsafe { crate::event::free(e) };
                 }
             }
         }
@@ -210,29 +217,27 @@ unsafe fn sched_mut<'a>(p: ggml_backend_sched_t, func: &str) -> &'a mut Sched {
     non_null_mut(p as *mut Sched, func, "sched")
 }
 
-/// Creates a scheduler over `n_backends` backends, in priority order, the last of which must
-/// be a CPU device (aborts otherwise, as stock). `bufts` (may be NULL) gives each backend's
-/// compute buffer type, else its default one; each must be supported by its backend (abort).
-/// `graph_size` is a sizing hint (stock's hard limit on graph size; ours grows past it).
-/// With `parallel`, inputs get `GGML_SCHED_MAX_COPIES` pipeline copies (default 4) and each
-/// backend one event per copy. `op_offload` lets a higher-priority backend take ops on host
-/// weights it asks for. Matches stock `ggml_backend_sched_new`. Free with
-/// [`ggml_backend_sched_free`]. Stock's limit of 16 backends does not apply.
-///
-/// # Safety
-/// `backends` must point to `n_backends` live backends, `bufts` to as many buffer types or
-/// be NULL; the backends must outlive the scheduler.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_new(
-    backends: *mut ggml_backend_t,
-    bufts: *mut ggml_backend_buffer_type_t,
-    n_backends: c_int,
-    graph_size: usize,
-    parallel: bool,
-    op_offload: bool,
-) -> ggml_backend_sched_t {
-    const F: &str = "ggml_backend_sched_new";
-    boundary(F, || {
+export! {
+    /// Creates a scheduler over `n_backends` backends, in priority order, the last of which must
+    /// be a CPU device (aborts otherwise, as stock). `bufts` (may be NULL) gives each backend's
+    /// compute buffer type, else its default one; each must be supported by its backend (abort).
+    /// `graph_size` is a sizing hint (stock's hard limit on graph size; ours grows past it).
+    /// With `parallel`, inputs get `GGML_SCHED_MAX_COPIES` pipeline copies (default 4) and each
+    /// backend one event per copy. `op_offload` lets a higher-priority backend take ops on host
+    /// weights it asks for. Matches stock `ggml_backend_sched_new`. Free with
+    /// [`ggml_backend_sched_free`]. Stock's limit of 16 backends does not apply.
+    ///
+    /// # Safety
+    /// `backends` must point to `n_backends` live backends, `bufts` to as many buffer types or
+    /// be NULL; the backends must outlive the scheduler.
+    pub unsafe fn ggml_backend_sched_new(
+        backends: *mut ggml_backend_t,
+        bufts: *mut ggml_backend_buffer_type_t,
+        n_backends: c_int,
+        graph_size: usize,
+        parallel: bool,
+        op_offload: bool,
+    ) -> ggml_backend_sched_t {
         crate::ggml_assert!(F, n_backends > 0);
         crate::ggml_assert!(
             F,
@@ -243,7 +248,8 @@ pub unsafe extern "C" fn ggml_backend_sched_new(
         crate::ggml_assert!(F, !backends.is_null());
         let list = std::slice::from_raw_parts(backends, n_backends as usize).to_vec();
         let last = list[list.len() - 1];
-        let ty = ggml_sys::ggml_backend_dev_type(ggml_sys::ggml_backend_get_device(last));
+        let last_device = crate::backend::backend_ref(last, F).device;
+        let ty = crate::device::dev_type(crate::device::dev_ref(last_device, F));
         crate::ggml_assert!(F, ty == ggml_sys::GGML_BACKEND_DEVICE_TYPE_CPU, "GGML_ASSERT(ggml_backend_dev_type(ggml_backend_get_device(backends[n_backends - 1])) == GGML_BACKEND_DEVICE_TYPE_CPU) failed");
 
         let n_copies = if parallel {
@@ -254,21 +260,27 @@ pub unsafe extern "C" fn ggml_backend_sched_new(
         let mut buft_list = Vec::with_capacity(list.len());
         let mut events = Vec::with_capacity(list.len());
         for (b, &backend) in list.iter().enumerate() {
+            let be = crate::backend::backend_ref(backend, F);
             let buft = if bufts.is_null() {
-                ggml_sys::ggml_backend_get_default_buffer_type(backend)
+                crate::backend::default_buffer_type(be)
             } else {
                 *bufts.add(b)
             };
             crate::ggml_assert!(
                 F,
-                ggml_sys::ggml_backend_supports_buft(backend, buft),
+                crate::backend::supports_buft(be, buft),
                 "GGML_ASSERT(ggml_backend_supports_buft(backends[b], sched->bufts[b])) failed"
             );
             buft_list.push(buft);
             let mut row = Vec::new();
             if n_copies > 1 {
                 for _ in 0..n_copies {
-                    row.push(ggml_sys::ggml_backend_event_new((*backend).device));
+                    // A NULL device makes no event, as `ggml_backend_event_new` says.
+                    row.push(
+                        be.device
+                            .as_ref()
+                            .map_or(ptr::null_mut(), crate::event::new),
+                    );
                 }
             }
             events.push(row);
@@ -309,48 +321,45 @@ pub unsafe extern "C" fn ggml_backend_sched_new(
         });
         s.reset();
         Box::into_raw(s) as ggml_backend_sched_t
-    })
+    }
 }
 
-/// Frees a scheduler: its events, gallocr (and so its compute buffers) and tensor headers.
-/// NULL is ignored. Matches stock `ggml_backend_sched_free`.
-///
-/// # Safety
-/// `sched` must be NULL or from [`ggml_backend_sched_new`], not used afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_free(sched: ggml_backend_sched_t) {
-    boundary("ggml_backend_sched_free", || {
+export! {
+    /// Frees a scheduler: its events, gallocr (and so its compute buffers) and tensor headers.
+    /// NULL is ignored. Matches stock `ggml_backend_sched_free`.
+    ///
+    /// # Safety
+    /// `sched` must be NULL or from [`ggml_backend_sched_new`], not used afterwards.
+    pub unsafe fn ggml_backend_sched_free(sched: ggml_backend_sched_t) {
         if !sched.is_null() {
             drop(Box::from_raw(sched as *mut Sched));
         }
-    })
+    }
 }
 
-/// Resets the scheduler for a new graph: forgets placements (including user assignments)
-/// and copies, and marks the graph unallocated. Matches stock `ggml_backend_sched_reset`.
-///
-/// # Safety
-/// `sched` must be a live scheduler (NULL aborts).
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_reset(sched: ggml_backend_sched_t) {
-    const F: &str = "ggml_backend_sched_reset";
-    boundary(F, || sched_mut(sched, F).reset())
+export! {
+    /// Resets the scheduler for a new graph: forgets placements (including user assignments)
+    /// and copies, and marks the graph unallocated. Matches stock `ggml_backend_sched_reset`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler (NULL aborts).
+    pub unsafe fn ggml_backend_sched_reset(sched: ggml_backend_sched_t) {
+        sched_mut(sched, F).reset()
+    }
 }
 
-/// Writes into `sizes[b]` the compute buffer size backend `b` would need for
-/// `measure_graph`, without allocating. Resets, synchronizes and splits first. Matches stock
-/// `ggml_backend_sched_reserve_size`.
-///
-/// # Safety
-/// `sched` live; `measure_graph` a live graph; `sizes` room for one `size_t` per backend.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_reserve_size(
-    sched: ggml_backend_sched_t,
-    measure_graph: *mut ggml_cgraph,
-    sizes: *mut usize,
-) {
-    const F: &str = "ggml_backend_sched_reserve_size";
-    boundary(F, || {
+export! {
+    /// Writes into `sizes[b]` the compute buffer size backend `b` would need for
+    /// `measure_graph`, without allocating. Resets, synchronizes and splits first. Matches stock
+    /// `ggml_backend_sched_reserve_size`.
+    ///
+    /// # Safety
+    /// `sched` live; `measure_graph` a live graph; `sizes` room for one `size_t` per backend.
+    pub unsafe fn ggml_backend_sched_reserve_size(
+        sched: ggml_backend_sched_t,
+        measure_graph: *mut ggml_cgraph,
+        sizes: *mut usize,
+    ) {
         let s = sched_mut(sched, F);
         crate::ggml_assert!(F, !measure_graph.is_null());
         crate::ggml_assert!(F, !sizes.is_null());
@@ -364,21 +373,19 @@ pub unsafe extern "C" fn ggml_backend_sched_reserve_size(
             s.leaf_ids.as_ptr(),
             sizes,
         );
-    })
+    }
 }
 
-/// Splits `measure_graph` and reserves compute buffers large enough for it, then resets.
-/// Returns false when a buffer cannot be allocated. Matches stock `ggml_backend_sched_reserve`.
-///
-/// # Safety
-/// `sched` live; `measure_graph` a live graph.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_reserve(
-    sched: ggml_backend_sched_t,
-    measure_graph: *mut ggml_cgraph,
-) -> bool {
-    const F: &str = "ggml_backend_sched_reserve";
-    boundary(F, || {
+export! {
+    /// Splits `measure_graph` and reserves compute buffers large enough for it, then resets.
+    /// Returns false when a buffer cannot be allocated. Matches stock `ggml_backend_sched_reserve`.
+    ///
+    /// # Safety
+    /// `sched` live; `measure_graph` a live graph.
+    pub unsafe fn ggml_backend_sched_reserve(
+        sched: ggml_backend_sched_t,
+        measure_graph: *mut ggml_cgraph,
+    ) -> bool {
         let s = sched_mut(sched, F);
         crate::ggml_assert!(F, !measure_graph.is_null());
         s.synchronize();
@@ -393,201 +400,187 @@ pub unsafe extern "C" fn ggml_backend_sched_reserve(
         }
         s.reset();
         true
-    })
+    }
 }
 
-/// Number of backends. Matches stock `ggml_backend_sched_get_n_backends`.
-///
-/// # Safety
-/// `sched` must be a live scheduler.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_get_n_backends(sched: ggml_backend_sched_t) -> c_int {
-    const F: &str = "ggml_backend_sched_get_n_backends";
-    boundary(F, || sched_ref(sched, F).backends.len() as c_int)
+export! {
+    /// Number of backends. Matches stock `ggml_backend_sched_get_n_backends`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler.
+    pub unsafe fn ggml_backend_sched_get_n_backends(sched: ggml_backend_sched_t) -> c_int {
+        sched_ref(sched, F).backends.len() as c_int
+    }
 }
 
-/// Backend number `i` (0 = highest priority); aborts when out of range. Matches stock
-/// `ggml_backend_sched_get_backend`.
-///
-/// # Safety
-/// `sched` must be a live scheduler.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_get_backend(
-    sched: ggml_backend_sched_t,
-    i: c_int,
-) -> ggml_backend_t {
-    const F: &str = "ggml_backend_sched_get_backend";
-    boundary(F, || {
+export! {
+    /// Backend number `i` (0 = highest priority); aborts when out of range. Matches stock
+    /// `ggml_backend_sched_get_backend`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler.
+    pub unsafe fn ggml_backend_sched_get_backend(
+        sched: ggml_backend_sched_t,
+        i: c_int,
+    ) -> ggml_backend_t {
         let s = sched_ref(sched, F);
         crate::ggml_assert!(F, i >= 0 && (i as usize) < s.backends.len());
         s.backends[i as usize]
-    })
+    }
 }
 
-/// Number of splits of the last split graph (0 before any). Matches stock
-/// `ggml_backend_sched_get_n_splits`.
-///
-/// # Safety
-/// `sched` must be a live scheduler.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_get_n_splits(sched: ggml_backend_sched_t) -> c_int {
-    const F: &str = "ggml_backend_sched_get_n_splits";
-    boundary(F, || sched_ref(sched, F).splits.len() as c_int)
+export! {
+    /// Number of splits of the last split graph (0 before any). Matches stock
+    /// `ggml_backend_sched_get_n_splits`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler.
+    pub unsafe fn ggml_backend_sched_get_n_splits(sched: ggml_backend_sched_t) -> c_int {
+        sched_ref(sched, F).splits.len() as c_int
+    }
 }
 
-/// Number of pipeline copies (1 unless created with `parallel`). Matches stock
-/// `ggml_backend_sched_get_n_copies`.
-///
-/// # Safety
-/// `sched` must be a live scheduler.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_get_n_copies(sched: ggml_backend_sched_t) -> c_int {
-    const F: &str = "ggml_backend_sched_get_n_copies";
-    boundary(F, || sched_ref(sched, F).n_copies as c_int)
+export! {
+    /// Number of pipeline copies (1 unless created with `parallel`). Matches stock
+    /// `ggml_backend_sched_get_n_copies`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler.
+    pub unsafe fn ggml_backend_sched_get_n_copies(sched: ggml_backend_sched_t) -> c_int {
+        sched_ref(sched, F).n_copies as c_int
+    }
 }
 
-/// The compute buffer type of `backend`; aborts when it is not one of the scheduler's.
-/// Matches stock `ggml_backend_sched_get_buffer_type`.
-///
-/// # Safety
-/// `sched` must be a live scheduler.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_get_buffer_type(
-    sched: ggml_backend_sched_t,
-    backend: ggml_backend_t,
-) -> ggml_backend_buffer_type_t {
-    const F: &str = "ggml_backend_sched_get_buffer_type";
-    boundary(F, || {
+export! {
+    /// The compute buffer type of `backend`; aborts when it is not one of the scheduler's.
+    /// Matches stock `ggml_backend_sched_get_buffer_type`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler.
+    pub unsafe fn ggml_backend_sched_get_buffer_type(
+        sched: ggml_backend_sched_t,
+        backend: ggml_backend_t,
+    ) -> ggml_backend_buffer_type_t {
         let s = sched_ref(sched, F);
         s.bufts[s.backend_index_or_abort(backend, F)]
-    })
+    }
 }
 
-/// The size in bytes of `backend`'s compute buffer (0 before any reservation); aborts when
-/// `backend` is not one of the scheduler's. Matches stock `ggml_backend_sched_get_buffer_size`.
-///
-/// # Safety
-/// `sched` must be a live scheduler.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_get_buffer_size(
-    sched: ggml_backend_sched_t,
-    backend: ggml_backend_t,
-) -> usize {
-    const F: &str = "ggml_backend_sched_get_buffer_size";
-    boundary(F, || {
+export! {
+    /// The size in bytes of `backend`'s compute buffer (0 before any reservation); aborts when
+    /// `backend` is not one of the scheduler's. Matches stock `ggml_backend_sched_get_buffer_size`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler.
+    pub unsafe fn ggml_backend_sched_get_buffer_size(
+        sched: ggml_backend_sched_t,
+        backend: ggml_backend_t,
+    ) -> usize {
         let s = sched_ref(sched, F);
         let i = s.backend_index_or_abort(backend, F);
         ggml_sys::ggml_gallocr_get_buffer_size(s.galloc, i as c_int)
-    })
+    }
 }
 
-/// Places `node` on `backend` until the next reset (the passes keep it); aborts when
-/// `backend` is not one of the scheduler's. Matches stock
-/// `ggml_backend_sched_set_tensor_backend`.
-///
-/// # Safety
-/// `sched` must be a live scheduler; `node` a tensor that lives until the next reset.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_set_tensor_backend(
-    sched: ggml_backend_sched_t,
-    node: *mut ggml_tensor,
-    backend: ggml_backend_t,
-) {
-    const F: &str = "ggml_backend_sched_set_tensor_backend";
-    boundary(F, || {
+export! {
+    /// Places `node` on `backend` until the next reset (the passes keep it); aborts when
+    /// `backend` is not one of the scheduler's. Matches stock
+    /// `ggml_backend_sched_set_tensor_backend`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler; `node` a tensor that lives until the next reset.
+    pub unsafe fn ggml_backend_sched_set_tensor_backend(
+        sched: ggml_backend_sched_t,
+        node: *mut ggml_tensor,
+        backend: ggml_backend_t,
+    ) {
         let s = sched_mut(sched, F);
         let i = s.backend_index_or_abort(backend, F);
         s.table.set(node, i, Cause::UserAssigned);
         s.is_reset = false;
-    })
+    }
 }
 
-/// The backend `node` is placed on, NULL when it has none. Matches stock
-/// `ggml_backend_sched_get_tensor_backend`.
-///
-/// # Safety
-/// `sched` must be a live scheduler.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_get_tensor_backend(
-    sched: ggml_backend_sched_t,
-    node: *mut ggml_tensor,
-) -> ggml_backend_t {
-    const F: &str = "ggml_backend_sched_get_tensor_backend";
-    boundary(F, || sched_ref(sched, F).tensor_backend(node))
+export! {
+    /// The backend `node` is placed on, NULL when it has none. Matches stock
+    /// `ggml_backend_sched_get_tensor_backend`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler.
+    pub unsafe fn ggml_backend_sched_get_tensor_backend(
+        sched: ggml_backend_sched_t,
+        node: *mut ggml_tensor,
+    ) -> ggml_backend_t {
+        sched_ref(sched, F).tensor_backend(node)
+    }
 }
 
-/// Places every node of `graph` and cuts it into splits with their input copies, without
-/// allocating. Edits `graph`: sources read across backends are replaced by their copies.
-/// Matches stock `ggml_backend_sched_split_graph`.
-///
-/// # Safety
-/// `sched` live; `graph` a live graph of live tensors.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_split_graph(
-    sched: ggml_backend_sched_t,
-    graph: *mut ggml_cgraph,
-) {
-    const F: &str = "ggml_backend_sched_split_graph";
-    boundary(F, || {
+export! {
+    /// Places every node of `graph` and cuts it into splits with their input copies, without
+    /// allocating. Edits `graph`: sources read across backends are replaced by their copies.
+    /// Matches stock `ggml_backend_sched_split_graph`.
+    ///
+    /// # Safety
+    /// `sched` live; `graph` a live graph of live tensors.
+    pub unsafe fn ggml_backend_sched_split_graph(
+        sched: ggml_backend_sched_t,
+        graph: *mut ggml_cgraph,
+    ) {
         let s = sched_mut(sched, F);
         crate::ggml_assert!(F, !graph.is_null());
         s.split(graph);
-    })
+    }
 }
 
-/// Splits `graph` and allocates its tensors in the compute buffers (reserving again when
-/// placements changed buffer types or the graph does not fit). Returns false when allocation
-/// fails; aborts when a graph is already allocated (call reset first). Matches stock
-/// `ggml_backend_sched_alloc_graph`.
-///
-/// # Safety
-/// `sched` live; `graph` a live graph of live tensors.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_alloc_graph(
-    sched: ggml_backend_sched_t,
-    graph: *mut ggml_cgraph,
-) -> bool {
-    const F: &str = "ggml_backend_sched_alloc_graph";
-    boundary(F, || {
+export! {
+    /// Splits `graph` and allocates its tensors in the compute buffers (reserving again when
+    /// placements changed buffer types or the graph does not fit). Returns false when allocation
+    /// fails; aborts when a graph is already allocated (call reset first). Matches stock
+    /// `ggml_backend_sched_alloc_graph`.
+    ///
+    /// # Safety
+    /// `sched` live; `graph` a live graph of live tensors.
+    pub unsafe fn ggml_backend_sched_alloc_graph(
+        sched: ggml_backend_sched_t,
+        graph: *mut ggml_cgraph,
+    ) -> bool {
         let s = sched_mut(sched, F);
         crate::ggml_assert!(F, !graph.is_null());
         s.alloc_graph(graph)
-    })
+    }
 }
 
-/// Computes `graph` (allocating it first when needed) and waits for all backends. Matches
-/// stock `ggml_backend_sched_graph_compute`.
-///
-/// # Safety
-/// As [`ggml_backend_sched_graph_compute_async`].
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_graph_compute(
-    sched: ggml_backend_sched_t,
-    graph: *mut ggml_cgraph,
-) -> ggml_status {
-    const F: &str = "ggml_backend_sched_graph_compute";
-    boundary(F, || {
+export! {
+    /// Computes `graph` (allocating it first when needed) and waits for all backends. Matches
+    /// stock `ggml_backend_sched_graph_compute`.
+    ///
+    /// # Safety
+    /// As [`ggml_backend_sched_graph_compute_async`].
+    pub unsafe fn ggml_backend_sched_graph_compute(
+        sched: ggml_backend_sched_t,
+        graph: *mut ggml_cgraph,
+    ) -> ggml_status {
         let err = compute_async(sched, graph, F);
         sched_mut(sched, F).synchronize();
         err
-    })
+    }
 }
 
-/// Computes `graph` split by split without waiting at the end: resets first when a previous
-/// graph was split but not allocated, allocates when not allocated
-/// (`GGML_STATUS_ALLOC_FAILED` on failure), then copies each split's inputs and runs it on
-/// its backend, honouring the eval callback. Matches stock
-/// `ggml_backend_sched_graph_compute_async`.
-///
-/// # Safety
-/// `sched` live; `graph` a live graph of live tensors (the one allocated, if allocated).
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_graph_compute_async(
-    sched: ggml_backend_sched_t,
-    graph: *mut ggml_cgraph,
-) -> ggml_status {
-    const F: &str = "ggml_backend_sched_graph_compute_async";
-    boundary(F, || compute_async(sched, graph, F))
+export! {
+    /// Computes `graph` split by split without waiting at the end: resets first when a previous
+    /// graph was split but not allocated, allocates when not allocated
+    /// (`GGML_STATUS_ALLOC_FAILED` on failure), then copies each split's inputs and runs it on
+    /// its backend, honouring the eval callback. Matches stock
+    /// `ggml_backend_sched_graph_compute_async`.
+    ///
+    /// # Safety
+    /// `sched` live; `graph` a live graph of live tensors (the one allocated, if allocated).
+    pub unsafe fn ggml_backend_sched_graph_compute_async(
+        sched: ggml_backend_sched_t,
+        graph: *mut ggml_cgraph,
+    ) -> ggml_status {
+        compute_async(sched, graph, F)
+    }
 }
 
 /// The body of the compute entry points. The scheduler is borrowed mutably only to
@@ -612,36 +605,34 @@ unsafe fn compute_async(
     sched_ref(sched, f).compute_splits()
 }
 
-/// Waits for every backend; when no graph is allocated, the next one uses pipeline copy 0.
-/// Matches stock `ggml_backend_sched_synchronize`.
-///
-/// # Safety
-/// `sched` must be a live scheduler.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_synchronize(sched: ggml_backend_sched_t) {
-    const F: &str = "ggml_backend_sched_synchronize";
-    boundary(F, || sched_mut(sched, F).synchronize())
+export! {
+    /// Waits for every backend; when no graph is allocated, the next one uses pipeline copy 0.
+    /// Matches stock `ggml_backend_sched_synchronize`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler.
+    pub unsafe fn ggml_backend_sched_synchronize(sched: ggml_backend_sched_t) {
+        sched_mut(sched, F).synchronize()
+    }
 }
 
-/// Sets the eval callback: asked (`ask` true) about each node whether the caller wants its
-/// result; nodes up to a wanted one are computed together, then the callback observes it
-/// (`ask` false) and returning false stops the current split. Matches stock
-/// `ggml_backend_sched_set_eval_callback`.
-///
-/// # Safety
-/// `sched` must be a live scheduler; `user_data` is passed back as is.
-#[no_mangle]
-pub unsafe extern "C" fn ggml_backend_sched_set_eval_callback(
-    sched: ggml_backend_sched_t,
-    callback: ggml_backend_sched_eval_callback,
-    user_data: *mut c_void,
-) {
-    const F: &str = "ggml_backend_sched_set_eval_callback";
-    boundary(F, || {
+export! {
+    /// Sets the eval callback: asked (`ask` true) about each node whether the caller wants its
+    /// result; nodes up to a wanted one are computed together, then the callback observes it
+    /// (`ask` false) and returning false stops the current split. Matches stock
+    /// `ggml_backend_sched_set_eval_callback`.
+    ///
+    /// # Safety
+    /// `sched` must be a live scheduler; `user_data` is passed back as is.
+    pub unsafe fn ggml_backend_sched_set_eval_callback(
+        sched: ggml_backend_sched_t,
+        callback: ggml_backend_sched_eval_callback,
+        user_data: *mut c_void,
+    ) {
         let s = sched_mut(sched, F);
         s.callback_eval = callback;
         s.callback_eval_user_data = user_data;
-    })
+    }
 }
 
 #[cfg(test)]

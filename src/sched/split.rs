@@ -11,6 +11,7 @@ use super::caps::{self, Caps};
 use super::ctx::CtxPool;
 use super::table::{GraphIds, Table};
 use super::upgrade::{buffer_supported_at, sources_at};
+use crate::ffi::c_name;
 
 /// A run of consecutive nodes `[i_start, i_end)` of the user's graph computed by one backend.
 pub struct Split {
@@ -194,7 +195,7 @@ pub unsafe fn split_graph(
         let node = &mut *nodes[i];
         let Some(nb) = table.backend_at(ix.nodes[i]) else {
             crate::ffi::fatal(
-                "ggml_backend_sched_split_graph",
+                c_name!(sched::ggml_backend_sched_split_graph),
                 "GGML_ASSERT(node_backend_id != -1) failed: all nodes should be assigned by now",
             );
         };
@@ -225,7 +226,7 @@ pub unsafe fn split_graph(
             let sid = ix.srcs[i][j] as usize;
             let Some(sb) = table.backend_at(sid) else {
                 crate::ffi::fatal(
-                    "ggml_backend_sched_split_graph",
+                    c_name!(sched::ggml_backend_sched_split_graph),
                     "GGML_ASSERT(src_backend_id != -1) failed: all inputs should be assigned by now",
                 );
             };
@@ -280,7 +281,7 @@ pub unsafe fn graph_inputs(
         }
         let Some(lb) = table.backend(leaf) else {
             crate::ffi::fatal(
-                "ggml_backend_sched_split_graph",
+                c_name!(sched::ggml_backend_sched_split_graph),
                 "GGML_ASSERT(leaf_backend_id != -1) failed: all leafs should be assigned by now",
             );
         };

@@ -10,6 +10,9 @@ use rustc_hash::FxHashMap;
 
 use ggml_sys::ggml_tensor;
 
+use crate::ffi::c_name;
+use crate::tensor::meta;
+
 /// Why a tensor was placed on its backend. Every placement records one; `GGML_SCHED_DEBUG=2`
 /// prints it next to each node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -302,7 +305,7 @@ type SeenNode = (
 #[inline(never)]
 fn null_in_graph(what: &str, i: usize) -> ! {
     crate::ffi::fatal(
-        "ggml_backend_sched_split_graph",
+        c_name!(sched::ggml_backend_sched_split_graph),
         &format!("graph {what} {i} is NULL"),
     )
 }
@@ -379,7 +382,7 @@ impl GraphIds {
             if node.is_null() {
                 null_in_graph("node", i);
             }
-            if !super::caps::is_view_op((*node).op) {
+            if !meta::is_view_op((*node).op) {
                 self.compute.push(i as u32);
             }
             let src = (*node).src;

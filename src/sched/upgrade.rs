@@ -8,6 +8,7 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::{self, Caps};
 use super::table::{Cause, GraphIds, Table};
+use crate::tensor::meta;
 
 /// Whether backend `b` can use the storage of `t`: the buffer type of its allocated storage,
 /// or else the buffer type of the backend it (or its view source) is placed on. False when
@@ -54,7 +55,7 @@ unsafe fn supported_given(
     own: impl FnOnce() -> Option<usize>,
     b: usize,
 ) -> bool {
-    let buf = caps::storage_buffer(tr);
+    let buf = meta::storage_buffer(tr);
     let buft = if !buf.is_null() {
         (*buf).buft
     } else {
