@@ -18,6 +18,7 @@ pub mod buffer;
 pub mod buffer_type;
 pub mod cpu_buffer;
 pub mod device;
+pub mod env;
 pub mod event;
 pub mod ffi;
 pub mod graph_copy;

@@ -88,22 +88,6 @@ pub struct Sched {
     pub(crate) is_alloc: bool,
 }
 
-/// C's `atoi` on an environment variable: leading blanks, a sign, digits; 0 otherwise.
-/// `None` when the variable is not set.
-pub fn env_int(name: &str) -> Option<i32> {
-    let v = std::env::var_os(name)?;
-    let s = v.to_string_lossy();
-    let s = s.trim_start();
-    let (neg, rest) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-    let n = digits.parse::<i64>().unwrap_or(0).min(i32::MAX as i64) as i32;
-    Some(if neg { -n } else { n })
-}
-
 impl Sched {
     /// Backend `b`, borrowed, for the layer's internal functions.
     pub(crate) fn backend(&self, b: usize) -> &ggml_sys::ggml_backend {
@@ -253,7 +237,9 @@ export! {
         crate::ggml_assert!(F, ty == ggml_sys::GGML_BACKEND_DEVICE_TYPE_CPU, "GGML_ASSERT(ggml_backend_dev_type(ggml_backend_get_device(backends[n_backends - 1])) == GGML_BACKEND_DEVICE_TYPE_CPU) failed");
 
         let n_copies = if parallel {
-            env_int("GGML_SCHED_MAX_COPIES").map_or(DEFAULT_COPIES, |n| n.max(1) as usize)
+            crate::env::read("GGML_SCHED_MAX_COPIES", DEFAULT_COPIES, "4", |t| {
+                crate::env::parse_count(t, 1, crate::env::MAX_COPIES)
+            })
         } else {
             1
         };
@@ -311,11 +297,11 @@ export! {
             callback_eval: None,
             callback_eval_user_data: ptr::null_mut(),
             op_offload,
-            debug: env_int("GGML_SCHED_DEBUG").unwrap_or(0),
-            debug_realloc: env_int("GGML_SCHED_DEBUG_REALLOC").unwrap_or(0),
+            debug: crate::env::debug_level("GGML_SCHED_DEBUG"),
+            debug_realloc: crate::env::debug_level("GGML_SCHED_DEBUG_REALLOC"),
             debug_graph_size: 0,
             debug_prev_graph_size: 0,
-            inplace_rule: env_int("GGML_SCHED_INPLACE_RULE") != Some(0),
+            inplace_rule: crate::env::safety_rule("GGML_SCHED_INPLACE_RULE"),
             is_reset: false,
             is_alloc: false,
         });
@@ -632,21 +618,5 @@ export! {
         let s = sched_mut(sched, F);
         s.callback_eval = callback;
         s.callback_eval_user_data = user_data;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn env_int_is_atoi() {
-        std::env::set_var("GGML_SCHED_TEST_ENV_A", "  12abc");
-        std::env::set_var("GGML_SCHED_TEST_ENV_B", "-3");
-        std::env::set_var("GGML_SCHED_TEST_ENV_C", "x");
-        assert_eq!(env_int("GGML_SCHED_TEST_ENV_A"), Some(12));
-        assert_eq!(env_int("GGML_SCHED_TEST_ENV_B"), Some(-3));
-        assert_eq!(env_int("GGML_SCHED_TEST_ENV_C"), Some(0));
-        assert_eq!(env_int("GGML_SCHED_TEST_ENV_UNSET"), None);
     }
 }

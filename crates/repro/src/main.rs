@@ -271,8 +271,19 @@ fn probe_base(path: &Path, pid: u32) -> Option<(String, String)> {
 }
 
 fn run_arm(ctx: &Ctx, arm: &Arm, dev: &str, mode: &str) -> Result<Run> {
-    let stem = ctx.logs.join(format!("{}-{}-{}", arm.name, dev, mode));
+    run_arm_with(ctx, arm, dev, mode, None)
+}
+
+/// [`run_arm`] with `GGML_SCHED_INPLACE_RULE` set to `rule` (unset when `None`; the log
+/// files then carry the value in their names).
+fn run_arm_with(ctx: &Ctx, arm: &Arm, dev: &str, mode: &str, rule: Option<&str>) -> Result<Run> {
+    let tag = rule.map_or(String::new(), |v| format!("-rule={}", log_safe(v)));
+    let stem = ctx.logs.join(format!("{}-{}-{}{tag}", arm.name, dev, mode));
     let mut cmd = Command::new(&ctx.program);
+    match rule {
+        Some(v) => cmd.env("GGML_SCHED_INPLACE_RULE", v),
+        None => cmd.env_remove("GGML_SCHED_INPLACE_RULE"),
+    };
     cmd.args(["--dev", dev, "--mode", mode]);
     let ld = if arm.lib_dir == ctx.stock_bin {
         ctx.stock_bin.display().to_string()
@@ -318,6 +329,92 @@ fn run_arm(ctx: &Ctx, arm: &Arm, dev: &str, mode: &str) -> Result<Run> {
         mapped_sha256,
         mapped_from,
     })
+}
+
+/// A switch value as a file-name part: `empty` for "", other characters than letters and
+/// digits as `_`.
+fn log_safe(v: &str) -> String {
+    if v.is_empty() {
+        return "empty".into();
+    }
+    v.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// Values of `GGML_SCHED_INPLACE_RULE` and whether each must leave the rule on. Only the
+/// documented "off" spellings may switch a safety rule off; a typo, the empty string or
+/// garbage keeps it on (with a warning). `off` is in the list so that the check can fail:
+/// with the rule off, ours places as stock does and dies as stock does.
+const RULE_SPELLINGS: &[(&str, bool)] = &[
+    ("1", true),
+    ("on", true),
+    ("yes", true),
+    ("", true),
+    ("enable", true),
+    ("of", true),
+    ("off", false),
+];
+
+/// Runs the reproducer in `arm` on `dev` once per [`RULE_SPELLINGS`] value; returns the
+/// table lines and pushes a failure for each value that did not behave as listed.
+fn rule_spellings(
+    ctx: &Ctx,
+    arm: &Arm,
+    dev: &str,
+    failures: &mut Vec<String>,
+) -> Result<(Vec<String>, Value)> {
+    let mut lines = Vec::new();
+    let mut runs = Vec::new();
+    for &(value, rule_on) in RULE_SPELLINGS {
+        let r = run_arm_with(ctx, arm, dev, "repro", Some(value))?;
+        let warned = r.fin.stderr.contains(&format!(
+            "GGML_SCHED_INPLACE_RULE='{value}' is not a switch"
+        ));
+        let expect_warning = !matches!(value, "1" | "on" | "yes" | "off");
+        let ok = if rule_on {
+            passed_all(&r) && warned == expect_warning
+        } else {
+            !passed_all(&r) && !warned
+        };
+        if !ok {
+            failures.push(format!(
+                "{} on {dev} with GGML_SCHED_INPLACE_RULE='{value}': {}, warning {}; expected {}",
+                arm.name,
+                repro_result(&r),
+                if warned { "given" } else { "not given" },
+                if rule_on {
+                    format!(
+                        "the rule on ({N_CASES}/{N_CASES}){}",
+                        if expect_warning {
+                            " and a warning naming the value"
+                        } else {
+                            ""
+                        }
+                    )
+                } else {
+                    "the rule off (the reproducer fails as stock's does)".to_string()
+                }
+            ));
+        }
+        lines.push(format!(
+            "{:<8} {dev:<5} GGML_SCHED_INPLACE_RULE={:<9} {:<24} {}{}",
+            arm.name,
+            format!("'{value}'"),
+            repro_result(&r),
+            if rule_on { "rule on" } else { "rule off" },
+            if warned { ", warned by name" } else { "" }
+        ));
+        runs.push(json!({
+            "value": value,
+            "rule_expected_on": rule_on,
+            "result": repro_result(&r),
+            "passed_all": passed_all(&r),
+            "warned": warned,
+            "ok": ok,
+        }));
+    }
+    Ok((lines, Value::Array(runs)))
 }
 
 fn passed_all(r: &Run) -> bool {
@@ -645,8 +742,21 @@ fn real_main(o: Opts) -> Result<bool> {
         }
     }
 
+    // The rule's switch: ours on the first device that is not the CPU.
+    let mut spelling_lines = Vec::new();
+    let mut spelling_runs = Value::Null;
+    if let (Some(arm), Some(dev)) = (
+        arms.iter().find(|a| a.name == "ours"),
+        o.devs.iter().find(|d| d.as_str() != "CPU"),
+    ) {
+        let (lines, runs) = rule_spellings(&ctx, arm, dev, &mut failures)?;
+        spelling_lines = lines;
+        spelling_runs = runs;
+    }
+
     let ok = failures.is_empty();
     let report = json!({
+        "rule_switch_spellings": spelling_runs,
         "tool": "repro",
         "cases": N_CASES,
         "devices": o.devs,
@@ -676,6 +786,9 @@ fn real_main(o: Opts) -> Result<bool> {
     );
     for (a, s, d, r, sp, off, fill, ch, st) in &table {
         println!("{a:<8} {s:<12} {d:<5} {r:<24} {sp:<12} {off:<10} {fill:<9} {ch:<24} {st}");
+    }
+    for l in &spelling_lines {
+        println!("{l}");
     }
     for f in &failures {
         println!("FAIL: {f}");
