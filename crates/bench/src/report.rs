@@ -81,6 +81,28 @@ pub struct SchedRow {
 }
 
 impl SchedRow {
+    /// A row for `config` with nothing measured yet: no error, zero counts, no runs.
+    pub fn empty(config: Config) -> SchedRow {
+        SchedRow {
+            config,
+            error: None,
+            nodes: 0,
+            leafs: 0,
+            splits: [0, 0],
+            cycle_runs: [vec![], vec![]],
+            cycle: [None, None],
+            cycle_paired: None,
+            split_runs: [vec![], vec![]],
+            split: [None, None],
+            reserve_runs: [vec![], vec![]],
+            reserve: [None, None],
+            buffers: vec![],
+            heap: [None, None],
+            callgrind: [None, None],
+            callgrind_reserve: [None, None],
+        }
+    }
+
     /// median(B) / median(A) of the cycle time.
     pub fn ratio(&self) -> Option<f64> {
         median_ratio(&self.cycle)

@@ -89,15 +89,8 @@ struct RunArgs {
     /// The workspace root (default: this crate's ../..).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
-    /// The stock libraries' folder (default: target/llama-stock/bin).
-    #[arg(long, value_name = "DIR")]
-    stock_dir: Option<PathBuf>,
-    /// The folder of our libggml-base.so.0 (default: target/ours/lib).
-    #[arg(long, value_name = "DIR")]
-    ours_dir: Option<PathBuf>,
-    /// The HRX backend library (default: target/release/libggml_hrx.so).
-    #[arg(long, value_name = "FILE")]
-    hrx: Option<PathBuf>,
+    #[command(flatten)]
+    libs: LibDirs,
     /// The patch set of the patched arm (default: patches/).
     #[arg(long, value_name = "DIR")]
     patches: Option<PathBuf>,
@@ -110,6 +103,20 @@ struct RunArgs {
     /// Limit per child process, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     timeout: u64,
+}
+
+/// Where the arms' libraries are, for the reproducer and `prop` alike.
+#[derive(Args, Debug, Default)]
+pub struct LibDirs {
+    /// The stock libraries' folder (default: target/llama-stock/bin).
+    #[arg(long, value_name = "DIR")]
+    pub stock_dir: Option<PathBuf>,
+    /// The folder of our libggml-base.so.0 (default: target/ours/lib).
+    #[arg(long, value_name = "DIR")]
+    pub ours_dir: Option<PathBuf>,
+    /// The HRX backend library (default: target/release/libggml_hrx.so).
+    #[arg(long, value_name = "FILE")]
+    pub hrx: Option<PathBuf>,
 }
 
 /// `--arms`: a comma-separated list of [`ARMS`] (empty names skipped).
@@ -155,9 +162,9 @@ impl RunArgs {
             root,
             devs: self.dev,
             arms: self.arms.0,
-            stock_dir: self.stock_dir,
-            ours_dir: self.ours_dir,
-            hrx: self.hrx,
+            stock_dir: self.libs.stock_dir,
+            ours_dir: self.libs.ours_dir,
+            hrx: self.libs.hrx,
             patches: self.patches,
             probe: !self.no_probe,
             stop: !self.no_stop,
@@ -868,9 +875,9 @@ mod tests {
             "9",
         ]);
         assert_eq!(o.dev, ["HRX0", "CPU"]);
-        assert_eq!(o.stock_dir.as_deref(), Some(Path::new("/s")));
-        assert_eq!(o.ours_dir.as_deref(), Some(Path::new("/o")));
-        assert_eq!(o.hrx.as_deref(), Some(Path::new("/h.so")));
+        assert_eq!(o.libs.stock_dir.as_deref(), Some(Path::new("/s")));
+        assert_eq!(o.libs.ours_dir.as_deref(), Some(Path::new("/o")));
+        assert_eq!(o.libs.hrx.as_deref(), Some(Path::new("/h.so")));
         assert_eq!(o.patches.as_deref(), Some(Path::new("/p")));
         assert!(o.no_probe && o.no_stop);
         assert_eq!(o.timeout, 9);

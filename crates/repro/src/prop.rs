@@ -21,7 +21,7 @@ use crate::child::{self, End};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
@@ -40,15 +40,8 @@ pub struct PropArgs {
     /// Seeds per child process (at least 1).
     #[arg(long, value_name = "C", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     chunk: u64,
-    /// The stock libraries' folder (default: target/llama-stock/bin).
-    #[arg(long, value_name = "DIR")]
-    stock_dir: Option<PathBuf>,
-    /// The folder of our libggml-base.so.0 (default: target/ours/lib).
-    #[arg(long, value_name = "DIR")]
-    ours_dir: Option<PathBuf>,
-    /// The HRX backend library (default: target/release/libggml_hrx.so).
-    #[arg(long, value_name = "FILE")]
-    hrx: Option<PathBuf>,
+    #[command(flatten)]
+    libs: crate::LibDirs,
     /// Limit per child process, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     timeout: u64,
@@ -67,6 +60,7 @@ fn real_main(o: PropArgs) -> Result<bool> {
     let pins = pins::Pins::load(&root)?;
     let upstream = pins.ensure_upstream(&target)?;
     let stock_bin = o
+        .libs
         .stock_dir
         .clone()
         .unwrap_or_else(|| target.join("llama-stock/bin"));
@@ -76,6 +70,7 @@ fn real_main(o: PropArgs) -> Result<bool> {
         }
     }
     let hrx = o
+        .libs
         .hrx
         .clone()
         .unwrap_or_else(|| target.join("release/libggml_hrx.so"));
@@ -86,6 +81,7 @@ fn real_main(o: PropArgs) -> Result<bool> {
         stock_bin.display().to_string()
     } else {
         let ours = o
+            .libs
             .ours_dir
             .clone()
             .unwrap_or_else(|| target.join("ours/lib"));
@@ -187,7 +183,8 @@ mod tests {
         let o = parse(&[]).unwrap();
         assert_eq!((o.seeds, o.start, o.chunk, o.timeout), (2000, 0, 500, 300));
         assert_eq!(o.arm, "ours");
-        assert_eq!((o.stock_dir, o.ours_dir, o.hrx), (None, None, None));
+        let l = &o.libs;
+        assert_eq!((&l.stock_dir, &l.ours_dir, &l.hrx), (&None, &None, &None));
     }
 
     /// The test suite's step (`ab repro prop --seeds 2000`, crates/ab/src/test_steps.rs).
@@ -219,9 +216,9 @@ mod tests {
         .unwrap();
         assert_eq!((o.seeds, o.start, o.chunk, o.timeout), (20, 7, 3, 60));
         assert_eq!(o.arm, "stock");
-        assert_eq!(o.stock_dir.as_deref(), Some(Path::new("/s")));
-        assert_eq!(o.ours_dir.as_deref(), Some(Path::new("/o")));
-        assert_eq!(o.hrx.as_deref(), Some(Path::new("/h.so")));
+        assert_eq!(o.libs.stock_dir.as_deref(), Some(Path::new("/s")));
+        assert_eq!(o.libs.ours_dir.as_deref(), Some(Path::new("/o")));
+        assert_eq!(o.libs.hrx.as_deref(), Some(Path::new("/h.so")));
     }
 
     #[test]

@@ -202,18 +202,10 @@ pub fn report() -> Report {
     deepseek.splits = [5, 6];
     let failed = SchedRow {
         error: Some("sched-bench arm B: exit status 3 | mmap of 99 bytes failed\nstderr: …".into()),
-        nodes: 0,
-        splits: [0, 0],
-        cycle_runs: [vec![], vec![]],
-        cycle: [None, None],
-        cycle_paired: None,
-        split_runs: [vec![], vec![]],
-        split: [None, None],
-        reserve_runs: [vec![], vec![]],
-        reserve: [None, None],
-        buffers: vec![],
-        heap: [None, None],
-        ..sched_ok("smollm2", 3, 0, [&[], &[]])
+        ..SchedRow::empty(Config {
+            graph: "smollm2".into(),
+            backends: 3,
+        })
     };
     Report {
         command: "bench --rounds 3 --iters 200".into(),

@@ -28,27 +28,7 @@ pub fn run_sched(
     opts: &Options,
     callgrind_dir: &Path,
 ) -> Vec<SchedRow> {
-    let mut rows: Vec<SchedRow> = configs
-        .iter()
-        .map(|c| SchedRow {
-            config: c.clone(),
-            error: None,
-            nodes: 0,
-            leafs: 0,
-            splits: [0, 0],
-            cycle_runs: [vec![], vec![]],
-            cycle: [None, None],
-            cycle_paired: None,
-            split_runs: [vec![], vec![]],
-            split: [None, None],
-            reserve_runs: [vec![], vec![]],
-            reserve: [None, None],
-            buffers: vec![],
-            heap: [None, None],
-            callgrind: [None, None],
-            callgrind_reserve: [None, None],
-        })
-        .collect();
+    let mut rows: Vec<SchedRow> = configs.iter().map(|c| SchedRow::empty(c.clone())).collect();
     let mut first: Vec<[Option<sched::Run>; 2]> = vec![[None, None]; configs.len()];
     for round in 0..opts.rounds {
         progress(&format!("scheduler round {}/{}", round + 1, opts.rounds));

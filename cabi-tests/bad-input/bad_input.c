@@ -1,0 +1,180 @@
+/* Misuse of the backend layer and the scheduler, one case per child process, run against
+ * whichever libggml-base is first on LD_LIBRARY_PATH (the harness runs it in both arms).
+ *
+ *   bad_input [--hrx]          run every case, print one line per case:
+ *                              "case NAME: exit N | signal NAME; message: yes|no"
+ *   bad_input --case NAME      run one case in this process (what each child does)
+ *
+ * "message: yes" means the child's stderr named what was wrong (the case's expected words),
+ * as a named abort through ggml_abort does. The program only reports; which outcome is
+ * right for which arm is decided by the caller (crates/repro's bad-input check), so that a
+ * case where stock crashes and ours aborts by name is checked in both arms. */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml-hrx.h"
+
+static ggml_backend_t cpu_backend(void) {
+    ggml_backend_t b = ggml_backend_cpu_init();
+    if (b == NULL) {
+        fprintf(stderr, "no CPU backend\n");
+        exit(90);
+    }
+    return b;
+}
+
+/* A small graph: out = a + b on F32 vectors of n elements, in a no_alloc context. */
+struct small_graph {
+    struct ggml_context * ctx;
+    struct ggml_cgraph *  gf;
+    struct ggml_tensor *  a;
+    struct ggml_tensor *  b;
+    struct ggml_tensor *  out;
+};
+
+static struct small_graph small_graph(int64_t n) {
+    struct ggml_init_params p = { ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true };
+    struct small_graph g;
+    g.ctx = ggml_init(p);
+    g.a   = ggml_new_tensor_1d(g.ctx, GGML_TYPE_F32, n);
+    g.b   = ggml_new_tensor_1d(g.ctx, GGML_TYPE_F32, n);
+    ggml_set_input(g.a);
+    ggml_set_input(g.b);
+    g.out = ggml_add(g.ctx, g.a, g.b);
+    ggml_set_output(g.out);
+    g.gf = ggml_new_graph(g.ctx);
+    ggml_build_forward_expand(g.gf, g.out);
+    return g;
+}
+
+static void case_graph_compute_null(void) {
+    ggml_backend_graph_compute(cpu_backend(), NULL);
+}
+
+static void case_supports_op_null(void) {
+    (void) ggml_backend_supports_op(cpu_backend(), NULL);
+}
+
+static void case_reg_proc_address_null(void) {
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(ggml_backend_get_device(cpu_backend()));
+    (void) ggml_backend_reg_get_proc_address(reg, NULL);
+}
+
+static void case_dev_memory_null(void) {
+    ggml_backend_dev_memory(ggml_backend_get_device(cpu_backend()), NULL, NULL);
+}
+
+static void case_sched_set_tensor_backend_null(void) {
+    ggml_backend_t cpu = cpu_backend();
+    ggml_backend_sched_t s = ggml_backend_sched_new(&cpu, NULL, 1, 64, false, true);
+    ggml_backend_sched_set_tensor_backend(s, NULL, cpu);
+}
+
+/* Compute queued on HRX0, then the scheduler and the backend freed before it ran (the
+ * application frees its graph after both, as it may: the graph is its own). */
+static void case_free_while_busy(void) {
+    ggml_backend_reg_t reg = ggml_backend_hrx_reg();
+    ggml_backend_t hrx = ggml_backend_dev_init(ggml_backend_reg_dev_get(reg, 0), NULL);
+    ggml_backend_t cpu = cpu_backend();
+    ggml_backend_t list[2] = { hrx, cpu };
+    ggml_backend_sched_t s = ggml_backend_sched_new(list, NULL, 2, 64, false, true);
+    struct small_graph g = small_graph(1 << 22);
+    if (!ggml_backend_sched_alloc_graph(s, g.gf)) {
+        fprintf(stderr, "alloc_graph failed\n");
+        exit(91);
+    }
+    ggml_backend_sched_graph_compute_async(s, g.gf);
+    ggml_backend_sched_free(s);
+    ggml_backend_free(hrx);
+    ggml_backend_free(cpu);
+    ggml_free(g.ctx);
+    printf("freed while busy: no crash\n");
+}
+
+struct bad_case {
+    const char * name;
+    void (*run)(void);
+    const char * words; /* what a named abort must say */
+    bool         hrx;
+};
+
+static const struct bad_case k_cases[] = {
+    { "graph_compute(cpu, NULL)",               case_graph_compute_null,            "cgraph", false },
+    { "supports_op(cpu, NULL)",                 case_supports_op_null,              "op",     false },
+    { "reg_get_proc_address(reg, NULL)",        case_reg_proc_address_null,         "name",   false },
+    { "dev_memory(dev, NULL, NULL)",            case_dev_memory_null,               "free",   false },
+    { "sched_set_tensor_backend(s, NULL, cpu)", case_sched_set_tensor_backend_null, "node",   false },
+    { "free while busy (HRX0)",                 case_free_while_busy,               "",       true  },
+};
+#define N_CASES (sizeof(k_cases) / sizeof(k_cases[0]))
+
+static int run_child(const struct bad_case * c, const char * self) {
+    int fd[2];
+    if (pipe(fd) != 0) {
+        return -1;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], STDERR_FILENO);
+        close(fd[0]);
+        execl(self, self, "--case", c->name, (char *) NULL);
+        _exit(92);
+    }
+    close(fd[1]);
+    char   err[8192];
+    size_t len = 0;
+    ssize_t r;
+    while ((r = read(fd[0], err + len, sizeof(err) - 1 - len)) > 0) {
+        len += (size_t) r;
+        if (len == sizeof(err) - 1) {
+            char sink[512];
+            while (read(fd[0], sink, sizeof(sink)) > 0) {}
+            break;
+        }
+    }
+    err[len] = '\0';
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const bool named = c->words[0] != '\0' && strstr(err, c->words) != NULL && strstr(err, "NULL") != NULL;
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        printf("case %s: signal %s; message: %s\n", c->name, sig == SIGABRT ? "SIGABRT" : sig == SIGSEGV ? "SIGSEGV" : "other",
+               named ? "yes" : "no");
+    } else {
+        printf("case %s: exit %d; message: %s\n", c->name, WEXITSTATUS(status), named ? "yes" : "no");
+    }
+    return 0;
+}
+
+int main(int argc, char ** argv) {
+    if (argc == 3 && strcmp(argv[1], "--case") == 0) {
+        setenv("GGML_NO_BACKTRACE", "1", 1);
+        for (size_t i = 0; i < N_CASES; i++) {
+            if (strcmp(k_cases[i].name, argv[2]) == 0) {
+                k_cases[i].run();
+                return 0;
+            }
+        }
+        fprintf(stderr, "unknown case %s\n", argv[2]);
+        return 2;
+    }
+    const bool with_hrx = argc == 2 && strcmp(argv[1], "--hrx") == 0;
+    for (size_t i = 0; i < N_CASES; i++) {
+        if (k_cases[i].hrx && !with_hrx) {
+            continue;
+        }
+        run_child(&k_cases[i], "/proc/self/exe");
+    }
+    return 0;
+}
