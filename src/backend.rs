@@ -24,7 +24,7 @@ use crate::iface::required;
 /// # Safety
 /// `backend` must be NULL or point to a live backend.
 pub(crate) unsafe fn backend_ref<'a>(backend: ggml_backend_t, func: &str) -> &'a ggml_backend {
-    // SAFETY: forwarded from the caller.
+    // SAFETY: forwards the contract of `backend_ref`: `backend` is NULL or a live backend.
     unsafe { non_null(backend, func, "backend") }
 }
 
@@ -35,7 +35,7 @@ export! {
     /// # Safety
     /// `backend` must be NULL or point to a live backend.
     pub unsafe fn ggml_backend_guid(backend: ggml_backend_t) -> ggml_guid_t {
-        // SAFETY: caller contract.
+        // SAFETY: `backend` is NULL or live (the `# Safety` contract), and `as_ref` handles NULL.
         unsafe { backend.as_ref() }.map_or(std::ptr::null_mut(), |b| b.guid)
     }
 }
@@ -47,7 +47,7 @@ export! {
     /// # Safety
     /// `backend` must be NULL or point to a live backend.
     pub unsafe fn ggml_backend_name(backend: ggml_backend_t) -> *const c_char {
-        // SAFETY: caller contract.
+        // SAFETY: `backend` is NULL or live (the `# Safety` contract), and `as_ref` handles NULL.
         match unsafe { backend.as_ref() } {
             None => c"NULL".as_ptr(),
             Some(b) => name(b),
@@ -70,7 +70,8 @@ export! {
     /// # Safety
     /// `backend` must be NULL or a live backend, not used afterwards.
     pub unsafe fn ggml_backend_free(backend: ggml_backend_t) {
-        // SAFETY: caller contract.
+        // SAFETY: `backend` is NULL or live (the `# Safety` contract), and `as_ref` handles NULL;
+        // the borrow is not used once `free` has run.
         if let Some(b) = unsafe { backend.as_ref() } {
             // SAFETY: the backend's callback, once.
             unsafe { required(b.iface.free, F, "free")(backend) }
@@ -87,7 +88,8 @@ export! {
     pub unsafe fn ggml_backend_get_default_buffer_type(
         backend: ggml_backend_t,
     ) -> ggml_backend_buffer_type_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_get_default_buffer_type`: `backend` is
+        // NULL or live (`backend_ref` aborts on NULL).
         default_buffer_type(unsafe { backend_ref(backend, F) })
     }
 }
@@ -118,7 +120,8 @@ export! {
         backend: ggml_backend_t,
         size: usize,
     ) -> ggml_backend_buffer_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_alloc_buffer`: `backend` is NULL or live
+        // (`backend_ref` aborts on NULL).
         let b = unsafe { backend_ref(backend, F) };
         buffer_type::alloc_buffer(
             default_buft(b, c_name!(buffer_type::ggml_backend_buft_alloc_buffer)),
@@ -133,7 +136,8 @@ export! {
     /// # Safety
     /// `backend` must be NULL or point to a live backend.
     pub unsafe fn ggml_backend_get_alignment(backend: ggml_backend_t) -> usize {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_get_alignment`: `backend` is NULL or live
+        // (`backend_ref` aborts on NULL).
         alignment(unsafe { backend_ref(backend, F) })
     }
 }
@@ -150,7 +154,8 @@ export! {
     /// # Safety
     /// `backend` must be NULL or point to a live backend.
     pub unsafe fn ggml_backend_get_max_size(backend: ggml_backend_t) -> usize {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_get_max_size`: `backend` is NULL or live
+        // (`backend_ref` aborts on NULL).
         max_size(unsafe { backend_ref(backend, F) })
     }
 }
@@ -168,7 +173,8 @@ export! {
     /// # Safety
     /// `backend` must be NULL or point to a live backend.
     pub unsafe fn ggml_backend_synchronize(backend: ggml_backend_t) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_synchronize`: `backend` is NULL or live
+        // (`backend_ref` aborts on NULL).
         synchronize(unsafe { backend_ref(backend, F) })
     }
 }
@@ -192,7 +198,8 @@ export! {
         backend: ggml_backend_t,
         cgraph: *mut ggml_cgraph,
     ) -> ggml_backend_graph_plan_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_graph_plan_create`: `backend` is NULL or
+        // live (`backend_ref` aborts on NULL).
         let b = unsafe { backend_ref(backend, F) };
         // SAFETY: the backend's callback.
         unsafe { required(b.iface.graph_plan_create, F, "graph_plan_create")(backend, cgraph) }
@@ -209,7 +216,8 @@ export! {
         backend: ggml_backend_t,
         plan: ggml_backend_graph_plan_t,
     ) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_graph_plan_free`: `backend` is NULL or
+        // live (`backend_ref` aborts on NULL).
         let b = unsafe { backend_ref(backend, F) };
         // SAFETY: the backend's callback.
         unsafe { required(b.iface.graph_plan_free, F, "graph_plan_free")(backend, plan) }
@@ -226,7 +234,8 @@ export! {
         backend: ggml_backend_t,
         plan: ggml_backend_graph_plan_t,
     ) -> ggml_status {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_graph_plan_compute`: `backend` is NULL or
+        // live (`backend_ref` aborts on NULL).
         let b = unsafe { backend_ref(backend, F) };
         // SAFETY: the backend's callback.
         unsafe { required(b.iface.graph_plan_compute, F, "graph_plan_compute")(backend, plan) }
@@ -371,7 +380,8 @@ export! {
     /// # Safety
     /// `backend` must be NULL or point to a live backend.
     pub unsafe fn ggml_backend_get_device(backend: ggml_backend_t) -> ggml_backend_dev_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_get_device`: `backend` is NULL or live
+        // (`backend_ref` aborts on NULL).
         unsafe { backend_ref(backend, F) }.device
     }
 }

@@ -28,7 +28,7 @@ pub(crate) unsafe fn buffer_ref<'a>(
     buffer: ggml_backend_buffer_t,
     func: &str,
 ) -> &'a ggml_backend_buffer {
-    // SAFETY: forwarded from the caller.
+    // SAFETY: forwards the contract of `buffer_ref`: `buffer` is NULL or a live buffer.
     unsafe { non_null(buffer, func, "buffer") }
 }
 
@@ -80,11 +80,10 @@ export! {
     /// # Safety
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_name(buffer: ggml_backend_buffer_t) -> *const c_char {
-        // SAFETY: caller contract.
-        buffer_type::name(buft_of(
-            unsafe { buffer_ref(buffer, F) },
-            c_name!(buffer_type::ggml_backend_buft_name),
-        ))
+        // SAFETY: forwards the contract of `ggml_backend_buffer_name`: `buffer` is NULL or live
+        // (`buffer_ref` aborts on NULL).
+        let b = unsafe { buffer_ref(buffer, F) };
+        buffer_type::name(buft_of(b, c_name!(buffer_type::ggml_backend_buft_name)))
     }
 }
 
@@ -96,7 +95,8 @@ export! {
     /// `buffer` must be NULL or a live buffer made by [`ggml_backend_buffer_init`], not used
     /// afterwards.
     pub unsafe fn ggml_backend_buffer_free(buffer: ggml_backend_buffer_t) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_free` to `free`, whose own it is:
+        // `buffer` is NULL or a live buffer made by `ggml_backend_buffer_init`, not used afterwards.
         unsafe { free(buffer) }
     }
 }
@@ -125,7 +125,8 @@ export! {
     /// # Safety
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_get_size(buffer: ggml_backend_buffer_t) -> usize {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_get_size`: `buffer` is NULL or live
+        // (`buffer_ref` aborts on NULL).
         unsafe { buffer_ref(buffer, F) }.size
     }
 }
@@ -138,7 +139,8 @@ export! {
     /// # Safety
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_get_base(buffer: ggml_backend_buffer_t) -> *mut c_void {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_get_base`: `buffer` is NULL or live
+        // (`buffer_ref` aborts on NULL).
         base(unsafe { buffer_ref(buffer, F) })
     }
 }
@@ -201,7 +203,8 @@ export! {
     /// # Safety
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_clear(buffer: ggml_backend_buffer_t, value: u8) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_clear`: `buffer` is NULL or live
+        // (`buffer_ref` aborts on NULL).
         clear(unsafe { buffer_ref(buffer, F) }, value)
     }
 }
@@ -224,7 +227,8 @@ export! {
     /// # Safety
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_get_alignment(buffer: ggml_backend_buffer_t) -> usize {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_get_alignment`: `buffer` is NULL or
+        // live (`buffer_ref` aborts on NULL).
         alignment(unsafe { buffer_ref(buffer, F) })
     }
 }
@@ -241,7 +245,8 @@ export! {
     /// # Safety
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_get_max_size(buffer: ggml_backend_buffer_t) -> usize {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_get_max_size`: `buffer` is NULL or
+        // live (`buffer_ref` aborts on NULL).
         let b = unsafe { buffer_ref(buffer, F) };
         buffer_type::max_size(buft_of(
             b,
@@ -259,9 +264,11 @@ export! {
         buffer: ggml_backend_buffer_t,
         tensor: *const ggml_tensor,
     ) -> usize {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_get_alloc_size`: `buffer` is NULL
+        // or live (`buffer_ref` aborts on NULL).
         let b = unsafe { buffer_ref(buffer, F) };
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_get_alloc_size`: `tensor` points to
+        // a live tensor (and `non_null` aborts should it be NULL).
         let t = unsafe {
             non_null(
                 tensor,
@@ -285,7 +292,8 @@ export! {
     /// # Safety
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_is_host(buffer: ggml_backend_buffer_t) -> bool {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_is_host`: `buffer` is NULL or live
+        // (`buffer_ref` aborts on NULL).
         is_host(unsafe { buffer_ref(buffer, F) })
     }
 }
@@ -308,7 +316,8 @@ export! {
         buffer: ggml_backend_buffer_t,
         usage: ggml_backend_buffer_usage,
     ) {
-        // SAFETY: caller contract.
+        // SAFETY: `buffer` is NULL or live (the `# Safety` contract; `non_null_mut` aborts on
+        // NULL), and the library holds no other borrow of it during the call.
         set_usage(unsafe { non_null_mut(buffer, F, "buffer") }, usage)
     }
 }
@@ -338,7 +347,8 @@ export! {
     pub unsafe fn ggml_backend_buffer_get_usage(
         buffer: ggml_backend_buffer_t,
     ) -> ggml_backend_buffer_usage {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_get_usage`: `buffer` is NULL or
+        // live (`buffer_ref` aborts on NULL).
         unsafe { buffer_ref(buffer, F) }.usage
     }
 }
@@ -351,7 +361,8 @@ export! {
     pub unsafe fn ggml_backend_buffer_get_type(
         buffer: ggml_backend_buffer_t,
     ) -> ggml_backend_buffer_type_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_get_type`: `buffer` is NULL or live
+        // (`buffer_ref` aborts on NULL).
         unsafe { buffer_ref(buffer, F) }.buft
     }
 }
@@ -363,7 +374,8 @@ export! {
     /// # Safety
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_reset(buffer: ggml_backend_buffer_t) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_reset`: `buffer` is NULL or live
+        // (`buffer_ref` aborts on NULL).
         if let Some(f) = unsafe { buffer_ref(buffer, F) }.iface.reset {
             // SAFETY: the backend's callback, called with its own buffer.
             unsafe { f(buffer) }

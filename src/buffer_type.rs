@@ -24,7 +24,7 @@ pub(crate) unsafe fn buft_ref<'a>(
     buft: ggml_backend_buffer_type_t,
     func: &str,
 ) -> &'a ggml_backend_buffer_type {
-    // SAFETY: forwarded from the caller.
+    // SAFETY: forwards the contract of `buft_ref`: `buft` is NULL or a live buffer type.
     unsafe { non_null(buft, func, "buft") }
 }
 
@@ -35,7 +35,8 @@ export! {
     /// # Safety
     /// `buft` must be NULL or point to a live buffer type.
     pub unsafe fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buft_name`: `buft` is NULL or live
+        // (`buft_ref` aborts on NULL).
         name(unsafe { buft_ref(buft, F) })
     }
 }
@@ -60,7 +61,8 @@ export! {
         buft: ggml_backend_buffer_type_t,
         size: usize,
     ) -> ggml_backend_buffer_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buft_alloc_buffer`: `buft` is NULL or live
+        // (`buft_ref` aborts on NULL).
         alloc_buffer(unsafe { buft_ref(buft, F) }, size)
     }
 }
@@ -84,7 +86,8 @@ export! {
     /// # Safety
     /// `buft` must be NULL or point to a live buffer type.
     pub unsafe fn ggml_backend_buft_get_alignment(buft: ggml_backend_buffer_type_t) -> usize {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buft_get_alignment`: `buft` is NULL or
+        // live (`buft_ref` aborts on NULL).
         alignment(unsafe { buft_ref(buft, F) })
     }
 }
@@ -104,7 +107,8 @@ export! {
     /// # Safety
     /// `buft` must be NULL or point to a live buffer type.
     pub unsafe fn ggml_backend_buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buft_get_max_size`: `buft` is NULL or live
+        // (`buft_ref` aborts on NULL).
         max_size(unsafe { buft_ref(buft, F) })
     }
 }
@@ -185,7 +189,8 @@ export! {
         buft: ggml_backend_buffer_type_t,
         tensor: *const ggml_tensor,
     ) -> usize {
-        // SAFETY: caller contract: both are NULL or live.
+        // SAFETY: forwards the contract of `ggml_backend_buft_get_alloc_size`: `buft` is NULL or
+        // live and `tensor` live (`buft_ref` and `non_null` abort on NULL).
         let (b, t) = unsafe { (buft_ref(buft, F), non_null(tensor, F, "tensor")) };
         alloc_size(b, t)
     }
@@ -220,7 +225,8 @@ export! {
     /// # Safety
     /// `buft` must be NULL or point to a live buffer type.
     pub unsafe fn ggml_backend_buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buft_is_host`: `buft` is NULL or live
+        // (`buft_ref` aborts on NULL).
         is_host(unsafe { buft_ref(buft, F) })
     }
 }
@@ -243,7 +249,8 @@ export! {
     pub unsafe fn ggml_backend_buft_get_device(
         buft: ggml_backend_buffer_type_t,
     ) -> ggml_backend_dev_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buft_get_device`: `buft` is NULL or live
+        // (`buft_ref` aborts on NULL).
         unsafe { buft_ref(buft, F) }.device
     }
 }

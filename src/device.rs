@@ -24,7 +24,7 @@ pub(crate) unsafe fn dev_ref<'a>(
     device: ggml_backend_dev_t,
     func: &str,
 ) -> &'a ggml_backend_device {
-    // SAFETY: forwarded from the caller.
+    // SAFETY: forwards the contract of `dev_ref`: `device` is NULL or a live device.
     unsafe { non_null(device, func, "device") }
 }
 
@@ -33,7 +33,7 @@ pub(crate) unsafe fn dev_ref<'a>(
 /// # Safety
 /// `reg` must be NULL or point to a live registration.
 unsafe fn reg_ref<'a>(reg: ggml_backend_reg_t, func: &str) -> &'a ggml_backend_reg {
-    // SAFETY: forwarded from the caller.
+    // SAFETY: forwards the contract of `reg_ref`: `reg` is NULL or a live registration.
     unsafe { non_null(reg, func, "reg") }
 }
 
@@ -43,7 +43,8 @@ export! {
     /// # Safety
     /// `device` must be NULL or point to a live device.
     pub unsafe fn ggml_backend_dev_name(device: ggml_backend_dev_t) -> *const c_char {
-        // SAFETY: caller contract; the device's callback with itself.
+        // SAFETY: `device` is NULL or live (the `# Safety` contract; `dev_ref` aborts on NULL), and
+        // its `get_name` is called with the device itself, as the interface expects.
         unsafe { required(dev_ref(device, F).iface.get_name, F, "get_name")(device) }
     }
 }
@@ -54,7 +55,8 @@ export! {
     /// # Safety
     /// `device` must be NULL or point to a live device.
     pub unsafe fn ggml_backend_dev_description(device: ggml_backend_dev_t) -> *const c_char {
-        // SAFETY: caller contract; the device's callback with itself.
+        // SAFETY: `device` is NULL or live (the `# Safety` contract; `dev_ref` aborts on NULL), and
+        // its `get_description` is called with the device itself, as the interface expects.
         unsafe {
             required(
                 dev_ref(device, F).iface.get_description,
@@ -76,7 +78,9 @@ export! {
         free: *mut usize,
         total: *mut usize,
     ) {
-        // SAFETY: caller contract; the device's callback with itself.
+        // SAFETY: `device` is NULL or live (`dev_ref` aborts on NULL) and `free`, `total` writable
+        // (the `# Safety` contract); the device's `get_memory` is called with the device itself and
+        // those two out-parameters.
         unsafe {
             required(dev_ref(device, F).iface.get_memory, F, "get_memory")(device, free, total)
         }
@@ -89,7 +93,8 @@ export! {
     /// # Safety
     /// `device` must be NULL or point to a live device.
     pub unsafe fn ggml_backend_dev_type(device: ggml_backend_dev_t) -> DevType {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_dev_type`: `device` is NULL or live
+        // (`dev_ref` aborts on NULL).
         dev_type(unsafe { dev_ref(device, F) })
     }
 }
@@ -112,9 +117,11 @@ export! {
         device: ggml_backend_dev_t,
         props: *mut ggml_backend_dev_props,
     ) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_dev_get_props`: `device` is NULL or live
+        // (`dev_ref` aborts on NULL).
         let d = unsafe { dev_ref(device, F) };
-        // SAFETY: caller contract: `props` is writable.
+        // SAFETY: `props` is NULL or writable (the `# Safety` contract) and `non_null_mut` aborts
+        // on NULL, so the write goes to a writable `ggml_backend_dev_props`.
         unsafe { *crate::ffi::non_null_mut(props, F, "props") = ggml_backend_dev_props::default() };
         // SAFETY: the device's callback with itself.
         unsafe { required(d.iface.get_props, F, "get_props")(device, props) }
@@ -127,7 +134,8 @@ export! {
     /// # Safety
     /// `device` must be NULL or point to a live device.
     pub unsafe fn ggml_backend_dev_backend_reg(device: ggml_backend_dev_t) -> ggml_backend_reg_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_dev_backend_reg`: `device` is NULL or live
+        // (`dev_ref` aborts on NULL).
         unsafe { dev_ref(device, F) }.reg
     }
 }
@@ -142,7 +150,8 @@ export! {
         device: ggml_backend_dev_t,
         params: *const c_char,
     ) -> ggml_backend_t {
-        // SAFETY: caller contract; the device's callback with itself.
+        // SAFETY: `device` is NULL or live (`dev_ref` aborts on NULL) and `params` NULL or a C
+        // string (the `# Safety` contract), as the device's `init_backend` takes them.
         unsafe {
             required(dev_ref(device, F).iface.init_backend, F, "init_backend")(device, params)
         }
@@ -157,7 +166,8 @@ export! {
     pub unsafe fn ggml_backend_dev_buffer_type(
         device: ggml_backend_dev_t,
     ) -> ggml_backend_buffer_type_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_dev_buffer_type`: `device` is NULL or live
+        // (`dev_ref` aborts on NULL).
         buffer_type(unsafe { dev_ref(device, F) })
     }
 }
@@ -179,7 +189,8 @@ export! {
     pub unsafe fn ggml_backend_dev_host_buffer_type(
         device: ggml_backend_dev_t,
     ) -> ggml_backend_buffer_type_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_dev_host_buffer_type`: `device` is NULL or
+        // live (`dev_ref` aborts on NULL).
         match unsafe { dev_ref(device, F) }.iface.get_host_buffer_type {
             // SAFETY: the device's callback with itself.
             Some(f) => unsafe { f(device) },
@@ -201,7 +212,8 @@ export! {
         size: usize,
         max_tensor_size: usize,
     ) -> ggml_backend_buffer_t {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_dev_buffer_from_host_ptr`: `device` is
+        // NULL or live (`dev_ref` aborts on NULL).
         let d = unsafe { dev_ref(device, F) };
         let f = required(d.iface.buffer_from_host_ptr, F, "buffer_from_host_ptr");
         // SAFETY: the device's callback with itself.
@@ -295,7 +307,8 @@ export! {
     /// # Safety
     /// `reg` must be NULL or point to a live registration.
     pub unsafe fn ggml_backend_reg_name(reg: ggml_backend_reg_t) -> *const c_char {
-        // SAFETY: caller contract; the registration's callback with itself.
+        // SAFETY: `reg` is NULL or live (the `# Safety` contract; `reg_ref` aborts on NULL), and
+        // its `get_name` is called with the registration itself, as the interface expects.
         unsafe { required(reg_ref(reg, F).iface.get_name, F, "get_name")(reg) }
     }
 }
@@ -306,7 +319,8 @@ export! {
     /// # Safety
     /// `reg` must be NULL or point to a live registration.
     pub unsafe fn ggml_backend_reg_dev_count(reg: ggml_backend_reg_t) -> usize {
-        // SAFETY: caller contract; the registration's callback with itself.
+        // SAFETY: `reg` is NULL or live (the `# Safety` contract; `reg_ref` aborts on NULL), and
+        // its `get_device_count` is called with the registration itself, as the interface expects.
         unsafe {
             required(
                 reg_ref(reg, F).iface.get_device_count,
@@ -327,7 +341,9 @@ export! {
         reg: ggml_backend_reg_t,
         index: usize,
     ) -> ggml_backend_dev_t {
-        // SAFETY: caller contract; the registration's callback with itself.
+        // SAFETY: `reg` is NULL or live (the `# Safety` contract; `reg_ref` aborts on NULL), and
+        // its `get_device` is called with the registration itself; what an index out of range gives
+        // is the backend's choice, documented as such.
         unsafe { required(reg_ref(reg, F).iface.get_device, F, "get_device")(reg, index) }
     }
 }
@@ -342,7 +358,8 @@ export! {
         reg: ggml_backend_reg_t,
         name: *const c_char,
     ) -> *mut c_void {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_reg_get_proc_address`: `reg` is NULL or
+        // live (`reg_ref` aborts on NULL).
         match unsafe { reg_ref(reg, F) }.iface.get_proc_address {
             // SAFETY: the registration's callback with itself.
             Some(f) => unsafe { f(reg, name) },

@@ -19,7 +19,7 @@ export! {
     /// # Safety
     /// `device` must be NULL or point to a live device.
     pub unsafe fn ggml_backend_event_new(device: ggml_backend_dev_t) -> ggml_backend_event_t {
-        // SAFETY: caller contract.
+        // SAFETY: `device` is NULL or live (the `# Safety` contract), and `as_ref` handles NULL.
         unsafe { device.as_ref() }.map_or(std::ptr::null_mut(), new)
     }
 }
@@ -40,7 +40,8 @@ export! {
     /// # Safety
     /// `event` must be NULL or a live event, not used afterwards.
     pub unsafe fn ggml_backend_event_free(event: ggml_backend_event_t) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_event_free` unchanged to `free`: `event`
+        // is NULL or a live event, not used afterwards.
         unsafe { free(event) }
     }
 }
@@ -52,7 +53,8 @@ export! {
 /// `event` must be NULL or a live event, not used afterwards.
 pub(crate) unsafe fn free(event: ggml_backend_event_t) {
     const F: &str = c_name!(ggml_backend_event_free);
-    // SAFETY: caller contract. The borrow ends before the callback frees the event.
+    // SAFETY: `event` is NULL or live (the `# Safety` contract), and `as_ref` handles NULL. The
+    // borrow ends here, before the callback frees the event.
     let Some(device) = (unsafe { event.as_ref() }).map(|e| e.device) else {
         return;
     };
@@ -94,7 +96,8 @@ export! {
     /// # Safety
     /// `event` must be NULL or a live event.
     pub unsafe fn ggml_backend_event_synchronize(event: ggml_backend_event_t) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_event_synchronize`: `event` is NULL or
+        // live (`non_null` aborts on NULL).
         synchronize(unsafe { non_null(event, F, "event") })
     }
 }

@@ -45,7 +45,8 @@ impl Copier {
     /// `src` and everything reachable from it are live tensors; the contexts are live and
     /// have room for every duplicate.
     unsafe fn dup(&mut self, src: *mut ggml_tensor) -> *mut ggml_tensor {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `Copier::dup`: `src` is a live tensor (`non_null` aborts
+        // should it be NULL).
         let s = unsafe { non_null(src, self.func, "src") };
         if s.data.is_null() {
             ffi::fatal(self.func, "graph must be allocated (a tensor has no data)");
@@ -103,7 +104,9 @@ impl Copier {
             return;
         }
         let dst = self.copies[&src];
-        // SAFETY: caller contract: both are live.
+        // SAFETY: `src` is live (the contract of `init`: `Copier::dup` ran on it, whose contract
+        // makes it live) and `dst` is the duplicate `dup` made of it in one of the copier's live
+        // contexts; `d` is last used before `view_init` borrows `dst` mutably below.
         let (s, d) = unsafe { (&*src, &*dst) };
         if !d.view_src.is_null() {
             // SAFETY: the view source was duplicated along with `src`.
@@ -172,7 +175,8 @@ export! {
         backend: ggml_backend_t,
         graph: *mut ggml_cgraph,
     ) -> GraphCopy {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_graph_copy` to `copy`: `backend` live,
+        // `graph` NULL (`non_null` aborts) or a live, allocated graph.
         unsafe { copy(backend, non_null(graph, F, "graph"), F) }
     }
 }
@@ -262,7 +266,8 @@ export! {
     /// # Safety
     /// `copy` came from [`ggml_backend_graph_copy`] and is not used afterwards.
     pub unsafe fn ggml_backend_graph_copy_free(copy: GraphCopy) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_graph_copy_free` unchanged to `free`:
+        // `copy` came from `ggml_backend_graph_copy` and is not used afterwards.
         unsafe { free(copy) }
     }
 }
@@ -306,7 +311,8 @@ export! {
         test_nodes: *const *const ggml_tensor,
         num_test_nodes: usize,
     ) -> bool {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_compare_graph_backend` to `copy`:
+        // `backend2` live, `graph` NULL (`non_null` aborts) or a live, allocated graph.
         let copy = unsafe { self::copy(backend2, non_null(graph, F, "graph"), F) };
         if copy.buffer.is_null() {
             return false;
@@ -326,7 +332,8 @@ export! {
                     "GGML_ASSERT(test_nodes) failed: num_test_nodes != 0 but test_nodes is NULL",
                 );
             }
-            // SAFETY: caller contract: `num_test_nodes` entries.
+            // SAFETY: `test_nodes` is not NULL (checked above) and points to `num_test_nodes`
+            // tensor pointers (the `# Safety` contract).
             let wanted = unsafe { std::slice::from_raw_parts(test_nodes, num_test_nodes) };
             // SAFETY: live backends and graphs.
             unsafe {

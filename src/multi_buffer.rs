@@ -22,7 +22,8 @@ struct MultiBuffer {
 /// # Safety
 /// `buffer` must be a multi-buffer (its context a `MultiBuffer`).
 unsafe fn parts(buffer: &ggml_backend_buffer) -> &[ggml_backend_buffer_t] {
-    // SAFETY: caller contract: the context was made by ggml_backend_multi_buffer_alloc_buffer.
+    // SAFETY: forwards the contract of `parts`: `buffer` is a multi-buffer, so its context is the
+    // `MultiBuffer` boxed by `ggml_backend_multi_buffer_alloc_buffer`, live while the buffer is.
     unsafe { &(*(buffer.context as *const MultiBuffer)).parts }
 }
 
@@ -73,13 +74,15 @@ export! {
                 "a multi-buffer needs at least one buffer (n_buffers == 0)",
             );
         }
-        // SAFETY: checked non-NULL; caller contract for the length.
+        // SAFETY: `buffers` is not NULL (`non_null` aborts) and points to `n_buffers` live
+        // buffers (the `# Safety` contract), so the slice covers initialised pointers only.
         let list =
             unsafe { std::slice::from_raw_parts(non_null(buffers, F, "buffers"), n_buffers) };
         let parts = list.to_vec();
         let mut total = 0usize;
         for &p in &parts {
-            // SAFETY: caller contract: every part is NULL (abort) or live.
+            // SAFETY: `buffers` points to `n_buffers` live buffers (the `# Safety` contract), so
+            // every part is live (`buffer_ref` would abort on NULL).
             total += unsafe { buffer_ref(p, F) }.size;
         }
         // SAFETY: the first part is live.
@@ -102,7 +105,8 @@ export! {
     /// # Safety
     /// `buffer` must be NULL or point to a live buffer.
     pub unsafe fn ggml_backend_buffer_is_multi_buffer(buffer: ggml_backend_buffer_t) -> bool {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_buffer_is_multi_buffer`: `buffer` is NULL
+        // or live (`buffer_ref` aborts on NULL).
         is_multi_buffer(unsafe { buffer_ref(buffer, F) })
     }
 }
@@ -126,7 +130,8 @@ export! {
         buffer: ggml_backend_buffer_t,
         usage: ggml_backend_buffer_usage,
     ) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_multi_buffer_set_usage`: `buffer` is NULL
+        // or live (`buffer_ref` aborts on NULL).
         set_parts_usage(unsafe { buffer_ref(buffer, F) }, usage)
     }
 }

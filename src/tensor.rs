@@ -486,7 +486,8 @@ export! {
         offset: usize,
         size: usize,
     ) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_tensor_memset`: `tensor` is NULL or live
+        // (`non_null` aborts on NULL).
         let t = unsafe { non_null(tensor, F, "tensor") };
         if size == 0 {
             return;
@@ -521,7 +522,8 @@ export! {
         // reads through it.
         let data = data.cast_mut();
         let rows = Rows::one(offset, size);
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_tensor_set_async`: `backend` is NULL or
+        // live (`backend_ref` aborts on NULL).
         let be = unsafe { backend_ref(backend, F) };
         // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
         // until the backend is synchronized (`# Safety`).
@@ -545,7 +547,8 @@ export! {
         size: usize,
     ) {
         let rows = Rows::one(offset, size);
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_tensor_get_async`: `backend` is NULL or
+        // live (`backend_ref` aborts on NULL).
         let be = unsafe { backend_ref(backend, F) };
         // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
         // until the backend is synchronized (`# Safety`).
@@ -575,7 +578,8 @@ export! {
         // reads through it.
         let data = data.cast_mut();
         let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_tensor_set_2d_async`: `backend` is NULL or
+        // live (`backend_ref` aborts on NULL).
         let be = unsafe { backend_ref(backend, F) };
         // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
         // until the backend is synchronized (`# Safety`).
@@ -601,7 +605,8 @@ export! {
         stride_data: usize,
     ) {
         let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_tensor_get_2d_async`: `backend` is NULL or
+        // live (`backend_ref` aborts on NULL).
         let be = unsafe { backend_ref(backend, F) };
         // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
         // until the backend is synchronized (`# Safety`).
@@ -679,7 +684,8 @@ export! {
     /// # Safety
     /// `src` and `dst` must be NULL or live, allocated tensors.
     pub unsafe fn ggml_backend_tensor_copy(src: *const ggml_tensor, dst: *mut ggml_tensor) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_tensor_copy` to `copy`: `src` and `dst`
+        // are NULL (`non_null` aborts) or live, allocated tensors.
         unsafe { copy(non_null(src, F, "src"), non_null(dst, F, "dst"), F) }
     }
 }
@@ -699,12 +705,14 @@ export! {
         src: *const ggml_tensor,
         dst: *mut ggml_tensor,
     ) {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_tensor_copy_async`: `src` and `dst` are
+        // NULL or live (`non_null` aborts on NULL).
         let (s, d) = unsafe { (non_null(src, F, "src"), non_null(dst, F, "dst")) };
         if !must_copy(s, d, F) {
             return;
         }
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_tensor_copy_async`: `backend_dst` is NULL
+        // or live (`non_null` aborts on NULL).
         let bd = unsafe { non_null(backend_dst, F, "backend_dst") };
         if let Some(f) = bd.iface.cpy_tensor_async {
             // SAFETY: the destination backend's callback with live tensors.
@@ -712,7 +720,8 @@ export! {
                 return;
             }
         }
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_tensor_copy_async`: `backend_src` is NULL
+        // or live (`backend_ref` aborts on NULL).
         backend::synchronize(unsafe { backend_ref(backend_src, F) });
         backend::synchronize(bd);
         // SAFETY: live, allocated tensors of the same layout (checked above).
@@ -732,12 +741,14 @@ export! {
         tensor: *mut ggml_tensor,
         addr: *mut c_void,
     ) -> ggml_status {
-        // SAFETY: caller contract.
+        // SAFETY: `tensor` is NULL or live (the `# Safety` contract; `non_null_mut` aborts on NULL),
+        // and the library holds no other borrow of it while `t` is used.
         let t = unsafe { non_null_mut(tensor, F, "tensor") };
         ggml_sys_assert(t.buffer.is_null(), F, "tensor->buffer == NULL");
         ggml_sys_assert(t.data.is_null(), F, "tensor->data == NULL");
         ggml_sys_assert(t.view_src.is_null(), F, "tensor->view_src == NULL");
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_tensor_alloc`: `buffer` is NULL or live
+        // (`buffer_ref` aborts on NULL).
         let b = unsafe { buffer_ref(buffer, F) };
         let base = buffer::base(b) as usize;
         let a = addr as usize;
@@ -773,7 +784,9 @@ export! {
     /// # Safety
     /// `tensor` NULL or a live tensor whose `view_src` is live.
     pub unsafe fn ggml_backend_view_init(tensor: *mut ggml_tensor) -> ggml_status {
-        // SAFETY: caller contract.
+        // SAFETY: forwards the contract of `ggml_backend_view_init` to `view_init`: `tensor` is
+        // NULL (`non_null_mut` aborts) or live, and its `view_src` live; no borrow of it is held
+        // during the call: callers pass a raw pointer.
         unsafe { view_init(non_null_mut(tensor, F, "tensor"), F) }
     }
 }

@@ -54,7 +54,8 @@ pub fn guid() -> ggml_guid {
 /// # Safety
 /// `backend` is NULL or a live backend.
 pub unsafe fn is_hrx(backend: ggml_backend_t) -> bool {
-    // SAFETY: forwarded; guid points to 16 bytes.
+    // SAFETY: `backend` is not NULL (checked first), so live by the contract of `is_hrx`; a
+    // backend's `guid`, checked non-NULL, points to its 16 bytes.
     !backend.is_null() && unsafe { !(*backend).guid.is_null() && *(*backend).guid == guid() }
 }
 
@@ -87,8 +88,8 @@ unsafe fn stream<'a>(b: ggml_backend_t) -> &'a Stream {
 }
 
 unsafe extern "C" fn be_get_name(b: ggml_backend_t) -> *const c_char {
-    // SAFETY: ggml passes one of our backends.
     guard("ggml_backend_hrx_get_name", || {
+        // SAFETY: ggml passes one of our backends.
         unsafe { stream(b) }.dev.name.as_ptr()
     })
 }
@@ -474,9 +475,9 @@ fn locate(
             Ok(Loc::Device(addr + (t.data as usize - root.data as usize)))
         }
         Err(ArenaError::NoRoom { .. }) if !pinned.is_empty() => Err(PrepError::NoRoom),
-        // SAFETY: live tensor.
         Err(e) => fatal(format!(
             "host weight {} refused by the arena: {e}",
+            // SAFETY: live tensor.
             unsafe { crate::ggml::describe(root) }
         )),
     }

@@ -86,8 +86,8 @@ unsafe extern "C" fn buft_get_alignment(_buft: ggml_backend_buffer_type_t) -> us
 }
 
 unsafe extern "C" fn buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
-    // SAFETY: ggml passes one of our buffer types.
     guard("buft_get_max_size", || {
+        // SAFETY: ggml passes one of our buffer types.
         unsafe { buft_device(buft) }.rt.capacity()
     })
 }
@@ -222,7 +222,8 @@ unsafe fn host_ctx<'a>(b: ggml_backend_buffer_t) -> &'a HostBuffer {
 /// # Safety
 /// `b` is NULL or a live buffer.
 pub unsafe fn is_device_buffer_of(b: ggml_backend_buffer_t, dev: &Device) -> bool {
-    // SAFETY: forwarded.
+    // SAFETY: `b` is not NULL (checked first), so live by the contract of
+    // `is_device_buffer_of`.
     !b.is_null() && unsafe { (*b).buft } == dev.buft()
 }
 
@@ -268,11 +269,10 @@ unsafe extern "C" fn dev_free_buffer(b: ggml_backend_buffer_t) {
 }
 
 unsafe extern "C" fn dev_get_base(b: ggml_backend_buffer_t) -> *mut c_void {
-    // SAFETY: ggml passes one of our device buffers.
-    guard(
-        "ggml_backend_hrx_buffer_get_base",
-        || unsafe { dev_ctx(b) }.addr as *mut c_void,
-    )
+    guard("ggml_backend_hrx_buffer_get_base", || {
+        // SAFETY: ggml passes one of our device buffers.
+        unsafe { dev_ctx(b) }.addr as *mut c_void
+    })
 }
 
 unsafe extern "C" fn dev_memset_tensor(
@@ -337,9 +337,9 @@ pub unsafe fn copy_into_device(
     dst: &ggml_tensor,
     queue_only: bool,
 ) -> bool {
-    // SAFETY: forwarded.
+    // SAFETY: forwards the contract of `copy_into_device`: `src` is live.
     let n = unsafe { crate::ggml::nbytes(src) };
-    // SAFETY: forwarded.
+    // SAFETY: forwards the contract of `copy_into_device`: `dst` is live.
     if n != unsafe { crate::ggml::nbytes(dst) } {
         return false;
     }
@@ -416,8 +416,8 @@ unsafe extern "C" fn host_free_buffer(b: ggml_backend_buffer_t) {
 }
 
 unsafe extern "C" fn host_get_base(b: ggml_backend_buffer_t) -> *mut c_void {
-    // SAFETY: ggml passes one of our host buffers.
     guard("ggml_backend_hrx_host_buffer_get_base", || {
+        // SAFETY: ggml passes one of our host buffers.
         unsafe { host_ctx(b) }.ptr.cast()
     })
 }

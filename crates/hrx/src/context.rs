@@ -105,9 +105,9 @@ impl Device {
     /// # Safety
     /// `buft` is NULL or a live buffer type.
     pub unsafe fn supports_buft(&self, buft: ggml_backend_buffer_type_t) -> bool {
-        // SAFETY: forwarded.
         buft == self.buft()
             || buft == self.host_buft()
+            // SAFETY: forwards the contract of `supports_buft`: `buft` is NULL or live.
             || unsafe { crate::ggml::buft_is_host(buft) }
     }
 }

@@ -66,15 +66,15 @@ fn device_iface() -> ggml_backend_device_i {
 }
 
 unsafe extern "C" fn dev_get_name(dev: ggml_backend_dev_t) -> *const c_char {
-    // SAFETY: ggml passes one of our devices.
     guard("ggml_backend_hrx_device_get_name", || {
+        // SAFETY: ggml passes one of our devices.
         unsafe { from_dev(dev) }.name.as_ptr()
     })
 }
 
 unsafe extern "C" fn dev_get_description(dev: ggml_backend_dev_t) -> *const c_char {
-    // SAFETY: ggml passes one of our devices.
     guard("ggml_backend_hrx_device_get_description", || {
+        // SAFETY: ggml passes one of our devices.
         unsafe { from_dev(dev) }.description.as_ptr()
     })
 }
@@ -133,15 +133,16 @@ unsafe extern "C" fn dev_init_backend(
     dev: ggml_backend_dev_t,
     _params: *const c_char,
 ) -> ggml_backend_t {
-    // SAFETY: ggml passes one of our devices.
     guard("ggml_backend_hrx_device_init_backend", || {
-        backend::new_backend(unsafe { from_dev(dev) })
+        // SAFETY: ggml passes one of our devices.
+        let d = unsafe { from_dev(dev) };
+        backend::new_backend(d)
     })
 }
 
 unsafe extern "C" fn dev_get_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t {
-    // SAFETY: ggml passes one of our devices.
     guard("ggml_backend_hrx_device_get_buffer_type", || {
+        // SAFETY: ggml passes one of our devices.
         unsafe { from_dev(dev) }.buft()
     })
 }
@@ -149,8 +150,8 @@ unsafe extern "C" fn dev_get_buffer_type(dev: ggml_backend_dev_t) -> ggml_backen
 unsafe extern "C" fn dev_get_host_buffer_type(
     dev: ggml_backend_dev_t,
 ) -> ggml_backend_buffer_type_t {
-    // SAFETY: ggml passes one of our devices.
     guard("ggml_backend_hrx_device_get_host_buffer_type", || {
+        // SAFETY: ggml passes one of our devices.
         unsafe { from_dev(dev) }.host_buft()
     })
 }
@@ -167,9 +168,9 @@ unsafe extern "C" fn dev_supports_buft(
     dev: ggml_backend_dev_t,
     buft: ggml_backend_buffer_type_t,
 ) -> bool {
-    // SAFETY: ggml passes one of our devices and a live buffer type.
-    guard("ggml_backend_hrx_device_supports_buft", || unsafe {
-        from_dev(dev).supports_buft(buft)
+    guard("ggml_backend_hrx_device_supports_buft", || {
+        // SAFETY: ggml passes one of our devices and a live buffer type.
+        unsafe { from_dev(dev).supports_buft(buft) }
     })
 }
 

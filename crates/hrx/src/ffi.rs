@@ -133,7 +133,7 @@ pub unsafe fn opt_ref<'a, T>(p: *const T) -> Option<&'a T> {
 /// # Safety
 /// `p` is NULL or points to a live `T` for the returned lifetime.
 pub unsafe fn non_null<'a, T>(p: *const T, what: &str) -> &'a T {
-    // SAFETY: forwarded from the caller.
+    // SAFETY: forwards the contract of `non_null`: `p` is NULL or a live `T` for `'a`.
     match unsafe { opt_ref(p) } {
         Some(r) => r,
         None => panic!("NULL {what}"),
@@ -148,12 +148,9 @@ pub unsafe fn c_str(p: *const std::os::raw::c_char) -> Option<String> {
     if p.is_null() {
         return None;
     }
-    // SAFETY: non-NULL and NUL-terminated per the caller.
-    Some(
-        unsafe { std::ffi::CStr::from_ptr(p) }
-            .to_string_lossy()
-            .into_owned(),
-    )
+    // SAFETY: non-NULL (checked above) and NUL-terminated by the contract of `c_str`.
+    let s = unsafe { std::ffi::CStr::from_ptr(p) };
+    Some(s.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

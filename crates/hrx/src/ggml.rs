@@ -75,7 +75,8 @@ pub fn need_base() -> &'static Base {
 /// # Safety
 /// `t` points to a live tensor.
 pub unsafe fn nbytes(t: *const ggml_tensor) -> usize {
-    // SAFETY: forwarded.
+    // SAFETY: forwards the contract of `nbytes`: `t` points to a live tensor, all that
+    // `ggml_nbytes` reads.
     unsafe { (need_base().nbytes)(t) }
 }
 
@@ -84,8 +85,9 @@ pub unsafe fn nbytes(t: *const ggml_tensor) -> usize {
 /// # Safety
 /// `t` points to a live tensor.
 pub unsafe fn describe(t: *const ggml_tensor) -> String {
-    // SAFETY: forwarded; name is a NUL-terminated array inside the tensor.
+    // SAFETY: forwards the contract of `describe`: `t` points to a live tensor.
     let tr = unsafe { &*t };
+    // SAFETY: `name` is a NUL-terminated array inside the live tensor.
     let name = unsafe { CStr::from_ptr(tr.name.as_ptr()) }.to_string_lossy();
     let (op, ty) = match base() {
         // SAFETY: both return static strings.
@@ -120,7 +122,8 @@ pub fn tensor_name(t: &ggml_tensor) -> String {
 /// # Safety
 /// `buft` is NULL or a live buffer type.
 pub unsafe fn buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
-    // SAFETY: forwarded; the callback takes the buffer type.
+    // SAFETY: `buft` is not NULL (checked first), so live by the contract of `buft_is_host`;
+    // its `is_host` callback takes the buffer type itself.
     !buft.is_null() && unsafe { (*buft).iface.is_host.is_some_and(|f| f(buft)) }
 }
 

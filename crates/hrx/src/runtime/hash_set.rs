@@ -49,7 +49,8 @@ pub unsafe fn use_count(g: &ggml_cgraph, node: *const ggml_tensor) -> Option<i32
     if g.use_counts.is_null() {
         return None;
     }
-    // SAFETY: forwarded; use_counts has one entry per slot.
+    // SAFETY: `g` is a valid graph (the contract of `use_count`), so its hash set is sound to
+    // search and `use_counts`, checked non-NULL, has one entry per slot of it.
     unsafe { hash_find(&g.visited_hash_set, node).map(|i| *g.use_counts.add(i)) }
 }
 

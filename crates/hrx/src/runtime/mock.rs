@@ -281,9 +281,9 @@ impl Runtime for MockRuntime {
     fn upload(&self, dst: DevAddr, src: HostSrc) {
         let (bytes, owned) = match src {
             HostSrc::Owned(v) => (v, true),
-            // SAFETY: the caller's contract for `Borrowed`: `n` readable bytes until the
-            // upload completes, which is now.
             HostSrc::Borrowed(p, n) => (
+                // SAFETY: the caller's contract for `Borrowed`: `n` readable bytes until the
+                // upload completes, which is now.
                 unsafe { std::slice::from_raw_parts(p.0 as *const u8, n) }.to_vec(),
                 false,
             ),
