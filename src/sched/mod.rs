@@ -24,6 +24,10 @@ pub mod dump;
 pub mod expand;
 pub mod fill;
 pub mod inplace;
+#[cfg(test)]
+pub(crate) mod mock;
+pub mod place;
+pub mod query;
 pub mod split;
 pub mod table;
 pub mod upgrade;

@@ -349,8 +349,8 @@ impl GraphIds {
     /// # Safety
     /// `graph` must be a live graph of live tensors.
     pub unsafe fn rebuild(&mut self, table: &mut Table, graph: &ggml_sys::ggml_cgraph) {
-        let nodes = super::caps::nodes(graph);
-        let leafs = super::caps::leafs(graph);
+        let nodes = super::query::nodes(graph);
+        let leafs = super::query::leafs(graph);
         table.graph_tensors = table.graph_tensors.max(nodes.len() + leafs.len());
         if self.epoch != table.epoch {
             self.seen_nodes.clear();
@@ -723,7 +723,7 @@ mod tests {
     fn graph_ids_follow_changes() {
         let mut store = Vec::new();
         let (mut nodes, mut leafs) = chain(&mut store, 5);
-        let g = crate::sched::caps::mock::graph(&mut nodes, &mut leafs);
+        let g = crate::sched::mock::graph(&mut nodes, &mut leafs);
         let mut t = Table::default();
         let mut ix = GraphIds::default();
         let expect = |t: &mut Table, ix: &GraphIds, nodes: &[*mut ggml_tensor]| {
@@ -830,7 +830,7 @@ mod tests {
                     nodes.push(p);
                 }
                 let mut leafs: Vec<*mut ggml_tensor> = leaf_idx.iter().map(|&l| ptrs[l]).collect();
-                let g = crate::sched::caps::mock::graph(&mut nodes, &mut leafs);
+                let g = crate::sched::mock::graph(&mut nodes, &mut leafs);
                 // SAFETY: every tensor of the graph lives in `pool`.
                 unsafe { ix.rebuild(&mut t, &g) };
                 for (i, &n) in nodes.iter().enumerate() {
