@@ -28,7 +28,8 @@ unsafe fn sweep(
             Some(b) => run = if skip_cpu && b == cpu { None } else { Some(b) },
             None => {
                 if let Some(b) = run {
-                    if caps.supports_op(b, n) {
+                    // SAFETY: the nodes of `order` are live tensors (this function's contract).
+                    if unsafe { caps.supports_op(b, n) } {
                         table.set_at(id, b, cause);
                     }
                 }
@@ -42,16 +43,22 @@ unsafe fn sweep(
 /// # Safety
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn expand(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
-    let nodes = query::nodes(graph);
+    // SAFETY: `graph` is a live graph (this function's contract).
+    let nodes = unsafe { query::nodes(graph) };
     let pairs = || {
         ix.compute
             .iter()
             .map(|&i| (nodes[i as usize], ix.nodes[i as usize]))
     };
-    sweep(caps, table, pairs(), true, Cause::ExpandDeviceDown);
-    sweep(caps, table, pairs().rev(), true, Cause::ExpandDeviceUp);
-    sweep(caps, table, pairs(), false, Cause::ExpandDown);
-    sweep(caps, table, pairs().rev(), false, Cause::ExpandUp);
+    // SAFETY: (all four sweeps) `pairs` yields nodes of the live `graph`, whose tensors are
+    // live (this function's contract).
+    unsafe { sweep(caps, table, pairs(), true, Cause::ExpandDeviceDown) };
+    // SAFETY: as above.
+    unsafe { sweep(caps, table, pairs().rev(), true, Cause::ExpandDeviceUp) };
+    // SAFETY: as above.
+    unsafe { sweep(caps, table, pairs(), false, Cause::ExpandDown) };
+    // SAFETY: as above.
+    unsafe { sweep(caps, table, pairs().rev(), false, Cause::ExpandUp) };
 }
 
 #[cfg(test)]

@@ -17,8 +17,12 @@ use crate::ffi::c_name;
 /// # Safety
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
-    for (i, &n) in query::nodes(graph).iter().enumerate() {
-        let node = &*n;
+    // SAFETY: `graph` is a live graph of live tensors (this function's contract).
+    let nodes = unsafe { query::nodes(graph) };
+    for (i, &n) in nodes.iter().enumerate() {
+        // SAFETY: a node of the live graph: a live tensor, not NULL (`GraphIds::rebuild`
+        // stops on a NULL node before any pass runs).
+        let node = unsafe { &*n };
         let nid = ix.nodes[i];
         if !node.view_src.is_null() && table.backend_at(nid).is_none() {
             if let Some(b) = table.backend_at(ix.view_srcs[i] as usize) {
@@ -29,8 +33,11 @@ pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: 
             if table.backend_at(sid).is_some() {
                 continue;
             }
-            let from = if !(*s).view_src.is_null() {
-                table.backend((*s).view_src).map(|b| (b, Cause::ViewSource))
+            // SAFETY: `s` is a non-NULL source of a live node (`sources_at` skips NULL),
+            // hence a live tensor.
+            let view_src = unsafe { (*s).view_src };
+            let from = if !view_src.is_null() {
+                table.backend(view_src).map(|b| (b, Cause::ViewSource))
             } else {
                 table.backend_at(nid).map(|b| (b, Cause::FromDestination))
             };
@@ -39,7 +46,9 @@ pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: 
             }
         }
         if table.backend_at(nid).is_none() {
-            if let Some(b) = (0..caps.n_backends()).find(|&b| caps.supports_op(b, n)) {
+            // SAFETY: `n` is a live node (see `node` above).
+            let first = (0..caps.n_backends()).find(|&b| unsafe { caps.supports_op(b, n) });
+            if let Some(b) = first {
                 table.set_at(nid, b, Cause::FirstSupported);
             }
         }
@@ -49,7 +58,8 @@ pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: 
                 &format!(
                     "GGML_ASSERT(*cur_backend_id != -1) failed: node {} ({}) has no backend that supports it",
                     query::name(node),
-                    query::cstr(ggml_sys::ggml_op_desc(n)),
+                    // SAFETY: `n` is live; ggml_op_desc returns a static string.
+                    unsafe { query::cstr(ggml_sys::ggml_op_desc(n)) },
                 ),
             );
         }

@@ -30,33 +30,43 @@ impl Sched {
         };
 
         // The dense ids of the graph's nodes, leafs and sources (reused where unchanged).
-        ids.rebuild(t, g);
+        // SAFETY: `g` is a live graph of live tensors (this function's contract).
+        unsafe { ids.rebuild(t, g) };
         let ix = &ids;
         // 1: allocated storage, graph inputs and weights decide (user assignments kept).
-        assign::assign_current(caps, t, g, ix, self.op_offload, rule);
+        // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild above.
+        unsafe { assign::assign_current(caps, t, g, ix, self.op_offload, rule) };
         // 2: placed backends spread to unplaced neighbours, four sweeps.
-        expand::expand(caps, t, g, ix);
+        // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild above.
+        unsafe { expand::expand(caps, t, g, ix) };
         // 3: placed nodes move up to an equivalent backend; unplaced ones to best inputs.
-        upgrade::upgrade(caps, t, g, ix);
+        // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild above.
+        unsafe { upgrade::upgrade(caps, t, g, ix) };
         // 3b: in-place writers join the storage they write (not in stock; can be off).
         if rule {
-            inplace::colocate(caps, t, g, false, &mut reuse);
+            // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild above.
+            unsafe { inplace::colocate(caps, t, g, false, &mut reuse) };
         }
         // 4: views follow their source, sources their reader, the rest a first supporter.
-        fill::fill(caps, t, g, ix);
+        // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild above.
+        unsafe { fill::fill(caps, t, g, ix) };
         // 3b again: groups whose view root only got its place in pass 4.
         if rule {
-            inplace::colocate(caps, t, g, true, &mut reuse);
+            // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild above.
+            unsafe { inplace::colocate(caps, t, g, true, &mut reuse) };
         }
         // 5: splits at backend changes, with a copy of each source a split cannot use.
         let (first, splits) = (self.first_split_backend, &mut self.splits);
-        split::split_graph(&mut sc, t, g, ix, first, splits, &mut self.spare_splits);
+        // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild; pass 4 placed every node or stopped the process.
+        unsafe { split::split_graph(&mut sc, t, g, ix, first, splits, &mut self.spare_splits) };
         // The debug dump shows the splits just made (before pass 6, as stock prints it).
         if self.debug > 0 {
-            dump::print_assignments(caps, t, &self.splits, self.debug, g);
+            // SAFETY: `g` is live and was just split into `self.splits`.
+            unsafe { dump::print_assignments(caps, t, &self.splits, self.debug, g) };
         }
         // 6: with pipeline copies, one tensor per copy for every graph input.
-        self.graph_inputs = split::graph_inputs(&mut sc, t, g);
+        // SAFETY: `g` is live; pass 1 placed every input leaf (CPU or its storage's backend).
+        self.graph_inputs = unsafe { split::graph_inputs(&mut sc, t, g) };
 
         self.first_split_backend = self.splits[0].backend;
         self.graph_ids = ids;

@@ -17,7 +17,10 @@ pub unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
     if p.is_null() {
         return String::new();
     }
-    std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+    // SAFETY: non-NULL here, and NUL-terminated and live by this function's contract.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// A tensor's name (lossy UTF-8).
@@ -57,7 +60,9 @@ pub unsafe fn nodes<'a>(g: &ggml_cgraph) -> &'a [*mut ggml_tensor] {
     if g.nodes.is_null() || g.n_nodes <= 0 {
         &[]
     } else {
-        std::slice::from_raw_parts(g.nodes, g.n_nodes as usize)
+        // SAFETY: `nodes` is non-NULL and `n_nodes` > 0 here; that it holds that many
+        // pointers, unchanged for `'a`, is this function's contract.
+        unsafe { std::slice::from_raw_parts(g.nodes, g.n_nodes as usize) }
     }
 }
 
@@ -69,7 +74,8 @@ pub unsafe fn leafs<'a>(g: &ggml_cgraph) -> &'a [*mut ggml_tensor] {
     if g.leafs.is_null() || g.n_leafs <= 0 {
         &[]
     } else {
-        std::slice::from_raw_parts(g.leafs, g.n_leafs as usize)
+        // SAFETY: as in `nodes`, for `leafs` and `n_leafs`.
+        unsafe { std::slice::from_raw_parts(g.leafs, g.n_leafs as usize) }
     }
 }
 
@@ -85,7 +91,8 @@ pub unsafe fn buffer_supported(
     t: *const ggml_tensor,
     b: usize,
 ) -> bool {
-    supported_given(caps, table, &*t, || table.backend(t), b)
+    // SAFETY: `t` and its view source are live tensors (this function's contract).
+    unsafe { supported_given(caps, table, &*t, || table.backend(t), b) }
 }
 
 /// [`buffer_supported`] for a source whose id is known (skips the pointer lookup: this runs
@@ -101,7 +108,8 @@ pub unsafe fn buffer_supported_at(
     id: usize,
     b: usize,
 ) -> bool {
-    supported_given(caps, table, &*t, || table.backend_at(id), b)
+    // SAFETY: as in `buffer_supported`.
+    unsafe { supported_given(caps, table, &*t, || table.backend_at(id), b) }
 }
 
 /// The shared rule: the buffer type of `t`'s storage when it is allocated, else that of the
@@ -118,9 +126,12 @@ unsafe fn supported_given(
     own: impl FnOnce() -> Option<usize>,
     b: usize,
 ) -> bool {
-    let buf = meta::storage_buffer(tr);
+    // SAFETY: `tr` is a reference; its view source is live (this function's contract).
+    let buf = unsafe { meta::storage_buffer(tr) };
     let buft = if !buf.is_null() {
-        (*buf).buft
+        // SAFETY: a non-NULL storage buffer of a live tensor is a live buffer (ggml frees a
+        // buffer only after the tensors in it).
+        unsafe { (*buf).buft }
     } else {
         let placed = own().or_else(|| {
             if tr.view_src.is_null() {
@@ -134,5 +145,6 @@ unsafe fn supported_given(
             None => return false,
         }
     };
-    !buft.is_null() && caps.supports_buft(b, buft)
+    // SAFETY: `buft` is non-NULL here: a live buffer's type or the scheduler's own.
+    !buft.is_null() && unsafe { caps.supports_buft(b, buft) }
 }

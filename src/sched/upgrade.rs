@@ -16,24 +16,30 @@ use super::table::{Cause, GraphIds, Table};
 /// # Safety
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
-    let nodes = query::nodes(graph);
+    // SAFETY: `graph` is a live graph of live tensors (this function's contract).
+    let nodes = unsafe { query::nodes(graph) };
     for &i in &ix.compute {
         let i = i as usize;
         let n = nodes[i];
-        let node = &*n;
+        // SAFETY: a node of the live graph, non-NULL (`GraphIds::rebuild` checked).
+        let node = unsafe { &*n };
         let nid = ix.nodes[i];
         match table.backend_at(nid) {
             None => {
                 let mut best: Option<(usize, usize)> = None; // (count, backend)
                 for b in 0..caps.n_backends() {
-                    if !caps.supports_op(b, n) {
+                    // SAFETY: `n` is a live node (see `node`).
+                    if !unsafe { caps.supports_op(b, n) } {
                         continue;
                     }
                     let count = sources_at(node, ix, i)
                         .filter(|&(s, sid)| {
-                            (table.backend_at(sid).is_some()
-                                || table.backend((*s).view_src).is_some())
-                                && buffer_supported_at(caps, table, s, sid, b)
+                            // SAFETY: `s` is a non-NULL source of the live node (`sources_at`
+                            // skips NULL slots), hence a live tensor.
+                            let view_src = unsafe { (*s).view_src };
+                            (table.backend_at(sid).is_some() || table.backend(view_src).is_some())
+                                // SAFETY: `s` and its view source are live (as above).
+                                && unsafe { buffer_supported_at(caps, table, s, sid, b) }
                         })
                         .count();
                     if best.is_none_or(|(c, _)| count > c) {
@@ -47,9 +53,11 @@ pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, i
             Some(cur) => {
                 let target = (0..cur).find(|&b| {
                     caps.buft(b) == caps.buft(cur)
-                        && caps.supports_op(b, n)
+                        // SAFETY: `n` is a live node; its non-NULL sources are live tensors.
+                        && unsafe { caps.supports_op(b, n) }
                         && sources_at(node, ix, i)
-                            .all(|(s, sid)| buffer_supported_at(caps, table, s, sid, b))
+                            // SAFETY: as above.
+                            .all(|(s, sid)| unsafe { buffer_supported_at(caps, table, s, sid, b) })
                 });
                 if let Some(b) = target {
                     table.set_at(nid, b, Cause::Upgrade);
