@@ -3,6 +3,9 @@
 //! and with pipeline copies every copy as a leaf), and allocating it. Matches the second
 //! half of stock's `ggml_backend_sched_split_graph` and `ggml_backend_sched_alloc_splits`.
 
+// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 

@@ -3,6 +3,9 @@
 //! allocated storage decides, then graph inputs go to the CPU, then ops that read a weight
 //! follow the weight (or a higher-priority backend that asks to offload the op).
 
+// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;

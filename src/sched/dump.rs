@@ -3,6 +3,9 @@
 //! placement, and each source likewise. Through ggml's logger at debug level, one call per
 //! line. Matches stock's `ggml_backend_sched_print_assignments`, with causes filled in.
 
+// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;

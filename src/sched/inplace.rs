@@ -14,6 +14,9 @@
 //! Every move is recorded with [`Cause::InPlaceColocation`]. Off with
 //! `GGML_SCHED_INPLACE_RULE=0`.
 
+// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 use rustc_hash::FxHashMap as HashMap;
 
 use ggml_sys::{ggml_cgraph, ggml_tensor};

@@ -6,6 +6,9 @@
 //! graph splits, exactly as stock's hash set of backend ids does: assignments made by the user
 //! or by a previous split survive until the reset.
 
+// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 use rustc_hash::FxHashMap;
 
 use ggml_sys::ggml_tensor;
