@@ -5,7 +5,8 @@
 
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
-use super::caps::{self, Caps};
+use super::caps::Caps;
+use super::query;
 use super::table::{Cause, GraphIds, Table};
 
 /// One sweep over `order` (the non-view nodes with their ids, in sweep order). With
@@ -27,7 +28,8 @@ unsafe fn sweep(
             Some(b) => run = if skip_cpu && b == cpu { None } else { Some(b) },
             None => {
                 if let Some(b) = run {
-                    if caps.supports_op(b, n) {
+                    // SAFETY: the nodes of `order` are live tensors (this function's contract).
+                    if unsafe { caps.supports_op(b, n) } {
                         table.set_at(id, b, cause);
                     }
                 }
@@ -41,58 +43,93 @@ unsafe fn sweep(
 /// # Safety
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn expand(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
-    let nodes = caps::nodes(graph);
+    // SAFETY: `graph` is a live graph (this function's contract).
+    let nodes = unsafe { query::nodes(graph) };
     let pairs = || {
         ix.compute
             .iter()
             .map(|&i| (nodes[i as usize], ix.nodes[i as usize]))
     };
-    sweep(caps, table, pairs(), true, Cause::ExpandDeviceDown);
-    sweep(caps, table, pairs().rev(), true, Cause::ExpandDeviceUp);
-    sweep(caps, table, pairs(), false, Cause::ExpandDown);
-    sweep(caps, table, pairs().rev(), false, Cause::ExpandUp);
+    // SAFETY: (all four sweeps) `pairs` yields nodes of the live `graph`, whose tensors are
+    // live (this function's contract).
+    unsafe { sweep(caps, table, pairs(), true, Cause::ExpandDeviceDown) };
+    // SAFETY: as above.
+    unsafe { sweep(caps, table, pairs().rev(), true, Cause::ExpandDeviceUp) };
+    // SAFETY: as above.
+    unsafe { sweep(caps, table, pairs(), false, Cause::ExpandDown) };
+    // SAFETY: as above.
+    unsafe { sweep(caps, table, pairs().rev(), false, Cause::ExpandUp) };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::caps::mock::{graph, Arena, Mock};
+    use crate::sched::mock::{no_tweak, run_cases, Case, Def::*};
     use ggml_sys::*;
+    use Cause::*;
+
+    /// Device 0 runs ADD and MUL, not SCALE; the CPU (1) runs all three.
+    const OPS: &[&[ggml_op]] = &[
+        &[GGML_OP_ADD, GGML_OP_MUL],
+        &[GGML_OP_ADD, GGML_OP_MUL, GGML_OP_SCALE],
+    ];
+    const G: &[crate::sched::mock::Def] = &[
+        GraphInput("x"),
+        Node("p", GGML_OP_ADD, &["x", "x"]),
+        Node("n0", GGML_OP_ADD, &["x", "x"]),
+        Node("n1", GGML_OP_MUL, &["n0", "n0"]),
+        View("v", GGML_OP_RESHAPE, "n1", &["n1"]),
+        Node("n2", GGML_OP_SCALE, &["v"]),
+        Node("n3", GGML_OP_ADD, &["n2", "n2"]),
+        Node("n4", GGML_OP_ADD, &["n3", "n3"]),
+    ];
 
     #[test]
     fn four_sweeps() {
-        // device 0 supports ADD and MUL, not SCALE; CPU 1 supports everything used.
-        let caps = Mock::new(&[
-            &[GGML_OP_ADD, GGML_OP_MUL],
-            &[GGML_OP_ADD, GGML_OP_MUL, GGML_OP_SCALE],
-        ]);
-        let mut a = Arena::default();
-        let x = a.input("x");
-        let n0 = a.tensor("n0", GGML_OP_ADD, &[x, x]); // placed on device by hand
-        let n1 = a.tensor("n1", GGML_OP_MUL, &[n0, n0]); // device down
-        let v = a.view_node("v", GGML_OP_RESHAPE, n1, &[n1]); // skipped
-        let n2 = a.tensor("n2", GGML_OP_SCALE, &[v]); // device unsupported: left for later sweeps
-        let n3 = a.tensor("n3", GGML_OP_ADD, &[n2, n2]); // placed on CPU by hand
-        let n4 = a.tensor("n4", GGML_OP_ADD, &[n3, n3]); // all down from CPU
-        let p = a.tensor("p", GGML_OP_ADD, &[x, x]); // before n0: device up
-        let mut nodes = vec![p, n0, n1, v, n2, n3, n4];
-        let mut leafs = vec![x];
-        let g = graph(&mut nodes, &mut leafs);
-        let mut t = Table::default();
-        t.set(n0, 0, Cause::UserAssigned);
-        t.set(n3, 1, Cause::UserAssigned);
-        // SAFETY: tensors live in the arena.
-        unsafe {
-            let ix = GraphIds::new(&mut t, &g);
-            expand(&caps, &mut t, &g, &ix)
-        };
-        let got = |n| t.get(n).map(|p| (p.backend, p.cause));
-        assert_eq!(got(n1), Some((0, Cause::ExpandDeviceDown)));
-        assert_eq!(got(p), Some((0, Cause::ExpandDeviceUp)));
-        assert_eq!(got(v), None);
-        // n2: device run reaches it but SCALE is unsupported; the all-backend down sweep
-        // carries device 0 (from n1) too, still unsupported; the up sweep carries CPU from n3.
-        assert_eq!(got(n2), Some((1, Cause::ExpandUp)));
-        assert_eq!(got(n4), Some((1, Cause::ExpandDown)));
+        let cases = [
+            Case {
+                name: "device and CPU seeds",
+                ops: OPS,
+                tweak: no_tweak,
+                graph: G,
+                before: &[("n0", 0, UserAssigned), ("n3", 1, UserAssigned)],
+                want: &[
+                    ("n1", Some((0, ExpandDeviceDown))),
+                    ("p", Some((0, ExpandDeviceUp))),
+                    // View ops are skipped.
+                    ("v", None),
+                    // The device runs out at SCALE in both device sweeps and in the third;
+                    // the fourth carries the CPU up from n3.
+                    ("n2", Some((1, ExpandUp))),
+                    ("n4", Some((1, ExpandDown))),
+                    ("n0", Some((0, UserAssigned))),
+                ],
+            },
+            Case {
+                name: "a CPU seed spreads only in the last two sweeps",
+                ops: OPS,
+                tweak: no_tweak,
+                graph: G,
+                before: &[("n3", 1, UserAssigned)],
+                want: &[
+                    ("n4", Some((1, ExpandDown))),
+                    ("n2", Some((1, ExpandUp))),
+                    ("n1", Some((1, ExpandUp))),
+                    ("n0", Some((1, ExpandUp))),
+                    ("p", Some((1, ExpandUp))),
+                    ("v", None),
+                ],
+            },
+            Case {
+                name: "nothing placed, nothing spreads",
+                ops: OPS,
+                tweak: no_tweak,
+                graph: G,
+                before: &[],
+                want: &[("p", None), ("n0", None), ("n2", None), ("n4", None)],
+            },
+        ];
+        // SAFETY: run_cases passes graphs whose tensors its arena owns.
+        run_cases(&cases, |c, t, g, ix| unsafe { expand(c, t, g, ix) });
     }
 }

@@ -6,9 +6,9 @@
 
 use ggml_sys::ggml_cgraph;
 
-use super::caps::{self, Caps};
+use super::caps::Caps;
+use super::query::{self, sources_at};
 use super::table::{Cause, GraphIds, Table};
-use super::upgrade::sources_at;
 use crate::ffi::c_name;
 
 /// Runs pass 4 over `graph`'s nodes (`ix`: the graph's ids). Aborts when a node has no
@@ -17,8 +17,12 @@ use crate::ffi::c_name;
 /// # Safety
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
-    for (i, &n) in caps::nodes(graph).iter().enumerate() {
-        let node = &*n;
+    // SAFETY: `graph` is a live graph of live tensors (this function's contract).
+    let nodes = unsafe { query::nodes(graph) };
+    for (i, &n) in nodes.iter().enumerate() {
+        // SAFETY: a node of the live graph: a live tensor, not NULL (`GraphIds::rebuild`
+        // stops on a NULL node before any pass runs).
+        let node = unsafe { &*n };
         let nid = ix.nodes[i];
         if !node.view_src.is_null() && table.backend_at(nid).is_none() {
             if let Some(b) = table.backend_at(ix.view_srcs[i] as usize) {
@@ -29,8 +33,11 @@ pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: 
             if table.backend_at(sid).is_some() {
                 continue;
             }
-            let from = if !(*s).view_src.is_null() {
-                table.backend((*s).view_src).map(|b| (b, Cause::ViewSource))
+            // SAFETY: `s` is a non-NULL source of a live node (`sources_at` skips NULL),
+            // hence a live tensor.
+            let view_src = unsafe { (*s).view_src };
+            let from = if !view_src.is_null() {
+                table.backend(view_src).map(|b| (b, Cause::ViewSource))
             } else {
                 table.backend_at(nid).map(|b| (b, Cause::FromDestination))
             };
@@ -39,7 +46,9 @@ pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: 
             }
         }
         if table.backend_at(nid).is_none() {
-            if let Some(b) = (0..caps.n_backends()).find(|&b| caps.supports_op(b, n)) {
+            // SAFETY: `n` is a live node (see `node` above).
+            let first = (0..caps.n_backends()).find(|&b| unsafe { caps.supports_op(b, n) });
+            if let Some(b) = first {
                 table.set_at(nid, b, Cause::FirstSupported);
             }
         }
@@ -48,8 +57,9 @@ pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: 
                 c_name!(sched::ggml_backend_sched_split_graph),
                 &format!(
                     "GGML_ASSERT(*cur_backend_id != -1) failed: node {} ({}) has no backend that supports it",
-                    caps::name(node),
-                    caps::cstr(ggml_sys::ggml_op_desc(n)),
+                    query::name(node),
+                    // SAFETY: `n` is live; ggml_op_desc returns a static string.
+                    unsafe { query::cstr(ggml_sys::ggml_op_desc(n)) },
                 ),
             );
         }
@@ -59,35 +69,70 @@ pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::caps::mock::{graph, Arena, Mock};
+    use crate::sched::mock::{no_tweak, run_cases, Case, Def::*};
     use ggml_sys::*;
+    use Cause::*;
+
+    /// Device 0 runs ADD; the CPU (1) ADD, SCALE and MUL.
+    const OPS: &[&[ggml_op]] = &[&[GGML_OP_ADD], &[GGML_OP_ADD, GGML_OP_SCALE, GGML_OP_MUL]];
+    /// `c`: a constant without storage.
+    const G: &[crate::sched::mock::Def] = &[
+        GraphInput("x"),
+        Leaf("c", None),
+        Node("n0", GGML_OP_ADD, &["x", "c"]),
+        View("v", GGML_OP_VIEW, "n0", &["n0"]),
+        Node("n1", GGML_OP_SCALE, &["v"]),
+        Node("n2", GGML_OP_MUL, &["n1", "n1"]),
+    ];
 
     #[test]
     fn sources_from_destination_and_views() {
-        let caps = Mock::new(&[&[GGML_OP_ADD], &[GGML_OP_ADD, GGML_OP_SCALE, GGML_OP_MUL]]);
-        let mut a = Arena::default();
-        let c = a.leaf("c", std::ptr::null_mut()); // a constant without storage
-        let x = a.input("x");
-        let n0 = a.tensor("n0", GGML_OP_ADD, &[x, c]);
-        let v = a.view_node("v", GGML_OP_VIEW, n0, &[n0]);
-        let n1 = a.tensor("n1", GGML_OP_SCALE, &[v]);
-        let n2 = a.tensor("n2", GGML_OP_MUL, &[n1, n1]);
-        let mut nodes = vec![n0, v, n1, n2];
-        let mut leafs = vec![x, c];
-        let g = graph(&mut nodes, &mut leafs);
-        let mut t = Table::default();
-        t.set(x, 1, Cause::Input);
-        t.set(n0, 0, Cause::UserAssigned);
-        // SAFETY: tensors live in the arena.
-        unsafe {
-            let ix = GraphIds::new(&mut t, &g);
-            fill(&caps, &mut t, &g, &ix)
-        };
-        let got = |n| t.get(n).map(|p| (p.backend, p.cause));
-        assert_eq!(got(c), Some((0, Cause::FromDestination)));
-        assert_eq!(got(v), Some((0, Cause::ViewSource)));
-        // n1 is unplaced: its source v is placed; n1 itself gets the first backend running SCALE.
-        assert_eq!(got(n1), Some((1, Cause::FirstSupported)));
-        assert_eq!(got(n2), Some((1, Cause::FirstSupported)));
+        let cases = [
+            Case {
+                name: "n0 on the device",
+                ops: OPS,
+                tweak: no_tweak,
+                graph: G,
+                before: &[("x", 1, Input), ("n0", 0, UserAssigned)],
+                want: &[
+                    ("x", Some((1, Input))),
+                    ("c", Some((0, FromDestination))),
+                    ("v", Some((0, ViewSource))),
+                    // Only the CPU runs SCALE and MUL.
+                    ("n1", Some((1, FirstSupported))),
+                    ("n2", Some((1, FirstSupported))),
+                ],
+            },
+            Case {
+                name: "n0 on the CPU",
+                ops: OPS,
+                tweak: no_tweak,
+                graph: G,
+                before: &[("x", 1, Input), ("n0", 1, UserAssigned)],
+                want: &[
+                    ("c", Some((1, FromDestination))),
+                    ("v", Some((1, ViewSource))),
+                    ("n1", Some((1, FirstSupported))),
+                    ("n0", Some((1, UserAssigned))),
+                ],
+            },
+            Case {
+                name: "nothing placed: sources of a node unplaced at its turn stay unplaced",
+                ops: OPS,
+                tweak: no_tweak,
+                graph: G,
+                before: &[],
+                want: &[
+                    ("x", None),
+                    ("c", None),
+                    ("n0", Some((0, FirstSupported))),
+                    ("v", Some((0, ViewSource))),
+                    ("n1", Some((1, FirstSupported))),
+                    ("n2", Some((1, FirstSupported))),
+                ],
+            },
+        ];
+        // SAFETY: run_cases passes graphs whose tensors its arena owns.
+        run_cases(&cases, |c, t, g, ix| unsafe { fill(c, t, g, ix) });
     }
 }

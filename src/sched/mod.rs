@@ -15,17 +15,42 @@
 //! (pipeline copies when `parallel`, default 4), `GGML_SCHED_INPLACE_RULE` (0 turns the
 //! in-place co-location rule off; default on).
 
+// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+// The allow above would reach every submodule; each `mod` line restores the workspace's
+// levels so the files already converted stay checked (a file not yet converted has its own
+// allow, which wins over this one).
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod alloc;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod assign;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod caps;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod compute;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod ctx;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod dump;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod expand;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod fill;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod inplace;
+#[cfg(test)]
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+pub(crate) mod mock;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+pub mod place;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+pub mod query;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod split;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod table;
+#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod upgrade;
 
 use std::cell::UnsafeCell;

@@ -339,7 +339,9 @@ impl GraphIds {
     /// `graph` must be a live graph of live tensors.
     pub unsafe fn new(table: &mut Table, graph: &ggml_sys::ggml_cgraph) -> GraphIds {
         let mut ids = GraphIds::default();
-        ids.rebuild(table, graph);
+        // SAFETY: `graph` is a live graph of live tensors, as this function's caller
+        // guarantees; `rebuild` asks no more.
+        unsafe { ids.rebuild(table, graph) };
         ids
     }
 
@@ -349,8 +351,12 @@ impl GraphIds {
     /// # Safety
     /// `graph` must be a live graph of live tensors.
     pub unsafe fn rebuild(&mut self, table: &mut Table, graph: &ggml_sys::ggml_cgraph) {
-        let nodes = super::caps::nodes(graph);
-        let leafs = super::caps::leafs(graph);
+        // SAFETY: `graph` is live with `n_nodes` node and `n_leafs` leaf pointers (this
+        // function's caller guarantees it), and nothing here resizes the graph while the
+        // slices are used.
+        let nodes = unsafe { super::query::nodes(graph) };
+        // SAFETY: as for `nodes`.
+        let leafs = unsafe { super::query::leafs(graph) };
         table.graph_tensors = table.graph_tensors.max(nodes.len() + leafs.len());
         if self.epoch != table.epoch {
             self.seen_nodes.clear();
@@ -382,11 +388,15 @@ impl GraphIds {
             if node.is_null() {
                 null_in_graph("node", i);
             }
-            if !meta::is_view_op((*node).op) {
+            // SAFETY: non-NULL (checked above; `null_in_graph` does not return) and a node
+            // of the live graph, hence a live tensor by this function's contract; only read,
+            // and only for these three fields.
+            let t = unsafe { &*node };
+            if !meta::is_view_op(t.op) {
                 self.compute.push(i as u32);
             }
-            let src = (*node).src;
-            let view_src = (*node).view_src;
+            let src = t.src;
+            let view_src = t.view_src;
             let seen = &mut self.seen_nodes[i];
             if seen.0 == node && seen.1 == src && seen.2 == view_src {
                 continue;
@@ -723,7 +733,7 @@ mod tests {
     fn graph_ids_follow_changes() {
         let mut store = Vec::new();
         let (mut nodes, mut leafs) = chain(&mut store, 5);
-        let g = crate::sched::caps::mock::graph(&mut nodes, &mut leafs);
+        let g = crate::sched::mock::graph(&mut nodes, &mut leafs);
         let mut t = Table::default();
         let mut ix = GraphIds::default();
         let expect = |t: &mut Table, ix: &GraphIds, nodes: &[*mut ggml_tensor]| {
@@ -739,27 +749,35 @@ mod tests {
                 }
             }
         };
-        // SAFETY (all blocks below): the graph's tensors live in `store`.
+        // SAFETY: the graph's tensors live in `store`, and `nodes`, `leafs` (which `g`
+        // points into) outlive every use of `g`; likewise for each `rebuild` below.
         unsafe { ix.rebuild(&mut t, &g) };
         expect(&mut t, &ix, &nodes);
         let first = ix.nodes.clone();
         // Same graph after a reset: same ids.
         t.clear();
+        // SAFETY: as above.
         unsafe { ix.rebuild(&mut t, &g) };
         assert_eq!(ix.nodes, first);
         expect(&mut t, &ix, &nodes);
         // A source changes (as the split pass does when it reads a copy): new ids for it.
         let other: *mut ggml_tensor = &mut *store[0];
+        // SAFETY: `nodes[3]` is a box in `store`, alive, and no reference to it is held.
         unsafe { (*nodes[3]).src[1] = other };
+        // SAFETY: as the line above.
         unsafe { (*nodes[3]).src[4] = nodes[0] };
+        // SAFETY: as the first `rebuild`.
         unsafe { ix.rebuild(&mut t, &g) };
         expect(&mut t, &ix, &nodes);
         // A node moves: the graph's order is followed.
         nodes.swap(1, 2);
+        // SAFETY: as the first `rebuild` (the swap moves pointers inside `nodes`, whose
+        // buffer `g` still points at).
         unsafe { ix.rebuild(&mut t, &g) };
         expect(&mut t, &ix, &nodes);
         // The ids are forgotten: all taken again.
         t.forget_ids();
+        // SAFETY: as the first `rebuild`.
         unsafe { ix.rebuild(&mut t, &g) };
         expect(&mut t, &ix, &nodes);
         assert_eq!(t.len(), 7);
@@ -830,7 +848,7 @@ mod tests {
                     nodes.push(p);
                 }
                 let mut leafs: Vec<*mut ggml_tensor> = leaf_idx.iter().map(|&l| ptrs[l]).collect();
-                let g = crate::sched::caps::mock::graph(&mut nodes, &mut leafs);
+                let g = crate::sched::mock::graph(&mut nodes, &mut leafs);
                 // SAFETY: every tensor of the graph lives in `pool`.
                 unsafe { ix.rebuild(&mut t, &g) };
                 for (i, &n) in nodes.iter().enumerate() {

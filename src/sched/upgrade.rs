@@ -2,115 +2,44 @@
 //! buffer type, supports the op and can use every source's storage ([`Cause::Upgrade`]); an
 //! unplaced node goes to the supporting backend that can use the most placed sources, the
 //! highest priority on a tie ([`Cause::BestInputs`]). Matches the third pass of stock's
-//! `ggml_backend_sched_split_graph` and its helper `ggml_backend_sched_buffer_supported`.
+//! `ggml_backend_sched_split_graph` (whether a backend can use a source's storage is
+//! [`query::buffer_supported_at`]).
 
-use ggml_sys::{ggml_cgraph, ggml_tensor};
+use ggml_sys::ggml_cgraph;
 
-use super::caps::{self, Caps};
+use super::caps::Caps;
+use super::query::{self, buffer_supported_at, sources_at};
 use super::table::{Cause, GraphIds, Table};
-use crate::tensor::meta;
-
-/// Whether backend `b` can use the storage of `t`: the buffer type of its allocated storage,
-/// or else the buffer type of the backend it (or its view source) is placed on. False when
-/// neither is known.
-///
-/// # Safety
-/// `t` and its view source must be live tensors.
-pub unsafe fn buffer_supported(
-    caps: &dyn Caps,
-    table: &Table,
-    t: *const ggml_tensor,
-    b: usize,
-) -> bool {
-    supported_given(caps, table, &*t, || table.backend(t), b)
-}
-
-/// [`buffer_supported`] for a source whose id is known (skips the pointer lookup: this runs
-/// per source per backend in the upgrade pass).
-///
-/// # Safety
-/// As [`buffer_supported`].
-#[inline]
-pub unsafe fn buffer_supported_at(
-    caps: &dyn Caps,
-    table: &Table,
-    t: *const ggml_tensor,
-    id: usize,
-    b: usize,
-) -> bool {
-    supported_given(caps, table, &*t, || table.backend_at(id), b)
-}
-
-/// The shared rule: the buffer type of `t`'s storage when it is allocated, else that of the
-/// backend `t` (or, unplaced, its view source) is placed on, must be usable by backend `b`.
-/// `own` looks up `t`'s own placement; it runs only when the storage is not allocated.
-///
-/// # Safety
-/// `t`'s view source, when set, must be a live tensor.
-#[inline]
-unsafe fn supported_given(
-    caps: &dyn Caps,
-    table: &Table,
-    tr: &ggml_tensor,
-    own: impl FnOnce() -> Option<usize>,
-    b: usize,
-) -> bool {
-    let buf = meta::storage_buffer(tr);
-    let buft = if !buf.is_null() {
-        (*buf).buft
-    } else {
-        let placed = own().or_else(|| {
-            if tr.view_src.is_null() {
-                None
-            } else {
-                table.backend(tr.view_src)
-            }
-        });
-        match placed {
-            Some(p) => caps.buft(p),
-            None => return false,
-        }
-    };
-    !buft.is_null() && caps.supports_buft(b, buft)
-}
-
-/// The non-NULL sources of node `i` with their ids.
-pub fn sources_at<'a>(
-    node: &'a ggml_tensor,
-    ix: &'a GraphIds,
-    i: usize,
-) -> impl Iterator<Item = (*mut ggml_tensor, usize)> + 'a {
-    let n = ix.n_srcs[i] as usize;
-    node.src[..n]
-        .iter()
-        .zip(ix.srcs[i][..n].iter())
-        .filter(|(s, _)| !s.is_null())
-        .map(|(&s, &id)| (s, id as usize))
-}
 
 /// Runs pass 3 over `graph`'s nodes (view ops skipped; `ix`: the graph's ids).
 ///
 /// # Safety
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
-    let nodes = caps::nodes(graph);
+    // SAFETY: `graph` is a live graph of live tensors (this function's contract).
+    let nodes = unsafe { query::nodes(graph) };
     for &i in &ix.compute {
         let i = i as usize;
         let n = nodes[i];
-        let node = &*n;
+        // SAFETY: a node of the live graph, non-NULL (`GraphIds::rebuild` checked).
+        let node = unsafe { &*n };
         let nid = ix.nodes[i];
         match table.backend_at(nid) {
             None => {
                 let mut best: Option<(usize, usize)> = None; // (count, backend)
                 for b in 0..caps.n_backends() {
-                    if !caps.supports_op(b, n) {
+                    // SAFETY: `n` is a live node (see `node`).
+                    if !unsafe { caps.supports_op(b, n) } {
                         continue;
                     }
                     let count = sources_at(node, ix, i)
                         .filter(|&(s, sid)| {
-                            (table.backend_at(sid).is_some()
-                                || table.backend((*s).view_src).is_some())
-                                && buffer_supported_at(caps, table, s, sid, b)
+                            // SAFETY: `s` is a non-NULL source of the live node (`sources_at`
+                            // skips NULL slots), hence a live tensor.
+                            let view_src = unsafe { (*s).view_src };
+                            (table.backend_at(sid).is_some() || table.backend(view_src).is_some())
+                                // SAFETY: `s` and its view source are live (as above).
+                                && unsafe { buffer_supported_at(caps, table, s, sid, b) }
                         })
                         .count();
                     if best.is_none_or(|(c, _)| count > c) {
@@ -124,9 +53,11 @@ pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, i
             Some(cur) => {
                 let target = (0..cur).find(|&b| {
                     caps.buft(b) == caps.buft(cur)
-                        && caps.supports_op(b, n)
+                        // SAFETY: `n` is a live node; its non-NULL sources are live tensors.
+                        && unsafe { caps.supports_op(b, n) }
                         && sources_at(node, ix, i)
-                            .all(|(s, sid)| buffer_supported_at(caps, table, s, sid, b))
+                            // SAFETY: as above.
+                            .all(|(s, sid)| unsafe { buffer_supported_at(caps, table, s, sid, b) })
                 });
                 if let Some(b) = target {
                     table.set_at(nid, b, Cause::Upgrade);
@@ -139,47 +70,94 @@ pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, i
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::caps::mock::{graph, Arena, Mock};
+    use crate::sched::mock::{build, no_tweak, run_cases, Case, Def::*, Mock};
+    use crate::sched::table::Cause::*;
     use ggml_sys::*;
+
+    /// 0: a device; 1: an accelerator; 2: the CPU.
+    const OPS: &[&[ggml_op]] = &[
+        &[GGML_OP_ADD],
+        &[GGML_OP_MUL],
+        &[GGML_OP_ADD, GGML_OP_MUL, GGML_OP_SCALE],
+    ];
+    const G: &[crate::sched::mock::Def] = &[
+        GraphInput("x"),
+        Node("m", GGML_OP_MUL, &["x", "x"]),
+        Node("s", GGML_OP_SCALE, &["m"]),
+        Node("d", GGML_OP_ADD, &["m", "m"]),
+        Node("u", GGML_OP_ADD, &["d", "s"]),
+    ];
+    const BEFORE: &[(&str, usize, Cause)] = &[
+        ("x", 2, Input),
+        ("m", 2, UserAssigned),
+        ("d", 0, UserAssigned),
+    ];
+
+    /// Backend 1 allocates in the CPU's buffer type.
+    fn shared_buft(m: &mut Mock) {
+        m.own_buft[1] = m.own_buft[2];
+        m.backends[1].bufts.insert(0x300);
+    }
 
     #[test]
     fn upgrade_and_best_inputs() {
-        // 0: a device; 1: a host accelerator sharing the CPU's buffer type; 2: the CPU.
-        let mut caps = Mock::new(&[
-            &[GGML_OP_ADD],
-            &[GGML_OP_MUL],
-            &[GGML_OP_ADD, GGML_OP_MUL, GGML_OP_SCALE],
-        ]);
-        caps.own_buft[1] = caps.own_buft[2];
-        caps.backends[1].bufts.insert(0x300);
-        let mut a = Arena::default();
-        let x = a.input("x");
-        let m = a.tensor("m", GGML_OP_MUL, &[x, x]);
-        let s = a.tensor("s", GGML_OP_SCALE, &[m]);
-        let d = a.tensor("d", GGML_OP_ADD, &[m, m]);
-        let u = a.tensor("u", GGML_OP_ADD, &[d, s]);
-        let mut nodes = vec![m, s, d, u];
-        let mut leafs = vec![x];
-        let g = graph(&mut nodes, &mut leafs);
-        let mut t = Table::default();
-        t.set(x, 2, Cause::Input);
-        t.set(m, 2, Cause::UserAssigned);
-        t.set(d, 0, Cause::UserAssigned);
-        // SAFETY: tensors live in the arena.
-        unsafe {
-            let ix = GraphIds::new(&mut t, &g);
-            upgrade(&caps, &mut t, &g, &ix)
-        };
-        let got = |n| t.get(n).map(|p| (p.backend, p.cause));
-        // m: same buffer type as backend 1, which runs MUL and can read the CPU input.
-        assert_eq!(got(m), Some((1, Cause::Upgrade)));
-        // s: only the CPU runs SCALE.
-        assert_eq!(got(s), Some((2, Cause::BestInputs)));
-        // u: device 0 can use d (its own buffer) and s (host): 2 inputs; CPU only s: 1.
-        assert_eq!(got(u), Some((0, Cause::BestInputs)));
-        // buffer_supported: unknown placement and no storage -> false.
-        let lone = a.tensor("lone", GGML_OP_ADD, &[]);
-        // SAFETY: as above.
-        assert!(!unsafe { buffer_supported(&caps, &t, lone, 0) });
+        let cases = [
+            Case {
+                name: "a host accelerator with the CPU's buffer type takes the CPU's MUL",
+                ops: OPS,
+                tweak: shared_buft,
+                graph: G,
+                before: BEFORE,
+                want: &[
+                    ("m", Some((1, Upgrade))),
+                    // Only the CPU runs SCALE.
+                    ("s", Some((2, BestInputs))),
+                    // Device 0 can use d (its own buffer) and s (host): 2; the CPU only s.
+                    ("u", Some((0, BestInputs))),
+                    ("d", Some((0, UserAssigned))),
+                ],
+            },
+            Case {
+                name: "another buffer type: no upgrade",
+                ops: OPS,
+                tweak: no_tweak,
+                graph: G,
+                before: BEFORE,
+                want: &[
+                    ("m", Some((2, UserAssigned))),
+                    ("s", Some((2, BestInputs))),
+                    ("u", Some((0, BestInputs))),
+                ],
+            },
+            Case {
+                name: "no placed source: the highest priority that runs it; none runs SQR",
+                ops: OPS,
+                tweak: no_tweak,
+                graph: &[
+                    GraphInput("x"),
+                    Node("a", GGML_OP_ADD, &["x", "x"]),
+                    Node("z", GGML_OP_SQR, &["a"]),
+                ],
+                before: &[],
+                want: &[("a", Some((0, BestInputs))), ("z", None), ("x", None)],
+            },
+        ];
+        // SAFETY: run_cases passes graphs whose tensors its arena owns.
+        run_cases(&cases, |c, t, g, ix| unsafe { upgrade(c, t, g, ix) });
+    }
+
+    #[test]
+    fn buffer_supported_needs_a_placement_or_storage() {
+        let b = build(&Case {
+            name: "lone",
+            ops: OPS,
+            tweak: no_tweak,
+            graph: &[Node("lone", GGML_OP_ADD, &[])],
+            before: &[],
+            want: &[],
+        });
+        let t = Table::default();
+        // SAFETY: `lone` is owned by `b.arena`.
+        assert!(!unsafe { query::buffer_supported(&b.caps, &t, b.t("lone"), 0) });
     }
 }
