@@ -252,6 +252,8 @@ export! {
         backend: ggml_backend_t,
         cgraph: *mut ggml_cgraph,
     ) -> ggml_status {
+        // A NULL graph would reach the backend's callback, which reads it (stock: SIGSEGV).
+        crate::ffi::require_non_null(cgraph, F, "cgraph");
         // SAFETY: the backend is NULL (abort) or live and `cgraph` a graph it can use (`# Safety`).
         unsafe { graph_compute(backend_ref(backend, F), cgraph) }
     }
@@ -281,6 +283,7 @@ export! {
         backend: ggml_backend_t,
         cgraph: *mut ggml_cgraph,
     ) -> ggml_status {
+        crate::ffi::require_non_null(cgraph, F, "cgraph");
         // SAFETY: the backend is NULL (abort) or live and `cgraph` a graph it can use (`# Safety`).
         unsafe { graph_compute_async(backend_ref(backend, F), cgraph) }
     }
@@ -309,6 +312,8 @@ export! {
         backend: ggml_backend_t,
         op: *const ggml_tensor,
     ) -> bool {
+        // A NULL op would reach the device's callback, which reads it (stock: SIGSEGV).
+        crate::ffi::require_non_null(op, F, "op");
         // SAFETY: the backend is NULL (abort) or live and `op` a live tensor (`# Safety`).
         unsafe { supports_op(backend_ref(backend, F), op) }
     }

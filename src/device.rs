@@ -78,6 +78,9 @@ export! {
         free: *mut usize,
         total: *mut usize,
     ) {
+        // The device's callback writes both out-parameters (stock: SIGSEGV on NULL).
+        crate::ffi::require_non_null(free, F, "free");
+        crate::ffi::require_non_null(total, F, "total");
         // SAFETY: `device` is NULL or live (`dev_ref` aborts on NULL) and `free`, `total` writable
         // (the `# Safety` contract); the device's `get_memory` is called with the device itself and
         // those two out-parameters.
@@ -230,6 +233,7 @@ export! {
         device: ggml_backend_dev_t,
         op: *const ggml_tensor,
     ) -> bool {
+        crate::ffi::require_non_null(op, F, "op");
         // SAFETY: the device is NULL (abort) or live and `op` a live tensor (`# Safety`).
         unsafe { supports_op(dev_ref(device, F), op) }
     }
@@ -358,6 +362,8 @@ export! {
         reg: ggml_backend_reg_t,
         name: *const c_char,
     ) -> *mut c_void {
+        // Registrations compare the name with strcmp (stock: SIGSEGV on NULL).
+        crate::ffi::require_non_null(name, F, "name");
         // SAFETY: forwards the contract of `ggml_backend_reg_get_proc_address`: `reg` is NULL or
         // live (`reg_ref` aborts on NULL).
         match unsafe { reg_ref(reg, F) }.iface.get_proc_address {

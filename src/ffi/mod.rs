@@ -193,6 +193,17 @@ pub unsafe fn non_null<'a, T>(p: *const T, func: &str, arg: &str) -> &'a T {
     }
 }
 
+/// Aborts naming the function and the argument when `p` is NULL; for pointers that the
+/// library passes on without reading them itself (to a backend's callback, say), where stock
+/// passes NULL on and the callee crashes.
+#[inline]
+#[track_caller]
+pub fn require_non_null<T>(p: *const T, func: &str, arg: &str) {
+    if p.is_null() {
+        null_argument(func, arg)
+    }
+}
+
 /// The abort of [`non_null`]: out of line, so that the checks stay small in the hot
 /// functions that make them (a formatting path inlined into each one cost them a large
 /// stack frame on every call).

@@ -336,14 +336,27 @@ export! {
 }
 
 export! {
-    /// Frees a scheduler: its events, gallocr (and so its compute buffers) and tensor headers.
-    /// NULL is ignored. Matches stock `ggml_backend_sched_free`.
+    /// Frees a scheduler: its events, gallocr (and so its compute buffers) and tensor headers,
+    /// after waiting for every backend's queued work (stock frees at once; see below). NULL is
+    /// ignored. Matches stock `ggml_backend_sched_free` otherwise.
     ///
     /// # Safety
-    /// `sched` must be NULL or from [`ggml_backend_sched_new`], not used afterwards.
+    /// `sched` must be NULL or from [`ggml_backend_sched_new`], not used afterwards; its
+    /// backends still live (as `ggml_backend_sched_new` requires).
     pub unsafe fn ggml_backend_sched_free(sched: ggml_backend_sched_t) {
         if !sched.is_null() {
-            drop(Box::from_raw(sched as *mut Sched));
+            // SAFETY: a non-NULL `sched` came from `Box::into_raw` in ggml_backend_sched_new
+            // and is freed once (the `# Safety` contract).
+            let s = unsafe { Box::from_raw(sched as *mut Sched) };
+            // Work queued by graph_compute_async may still read the compute buffers and the
+            // split graphs freed below (stock frees them at once: a device queue then reads
+            // freed memory). Wait for every backend first.
+            for &b in &s.backends {
+                // SAFETY: the scheduler's backends were checked non-NULL at creation and
+                // outlive it (the contract of ggml_backend_sched_new).
+                crate::backend::synchronize(unsafe { crate::backend::backend_ref(b, F) });
+            }
+            drop(s);
         }
     }
 }
@@ -506,6 +519,9 @@ export! {
         backend: ggml_backend_t,
     ) {
         let s = sched_mut(sched, F);
+        // Stock hashes a NULL node like any other and goes on; a NULL placement is a caller's
+        // mistake that would otherwise surface far away.
+        crate::ffi::require_non_null(node, F, "node");
         let i = s.backend_index_or_abort(backend, F);
         s.table.set(node, i, Cause::UserAssigned);
         s.is_reset = false;
