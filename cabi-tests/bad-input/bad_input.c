@@ -3,10 +3,12 @@
  *
  *   bad_input [--hrx]          run every case, print one line per case:
  *                              "case NAME: exit N | signal NAME; message: yes|no"
+ *                              (--hrx: also the cases that need libggml-hrx's device)
  *   bad_input --case NAME      run one case in this process (what each child does)
  *
- * "message: yes" means the child's stderr named what was wrong (the case's expected words),
- * as a named abort through ggml_abort does. The program only reports; which outcome is
+ * "message: yes" means the child's stderr named what was wrong (the case's expected words) in
+ * a message that reached the abort callback set with ggml_set_abort_callback, as a named
+ * abort through ggml_abort does. The program only reports; which outcome is
  * right for which arm is decided by the caller (crates/repro's bad-input check), so that a
  * case where stock crashes and ours aborts by name is checked in both arms. */
 #define _POSIX_C_SOURCE 200809L
@@ -73,6 +75,35 @@ static void case_dev_memory_null(void) {
     ggml_backend_dev_memory(ggml_backend_get_device(cpu_backend()), NULL, NULL);
 }
 
+static void case_sched_new_size_max(void) {
+    ggml_backend_t cpu = cpu_backend();
+    ggml_backend_sched_t s = ggml_backend_sched_new(&cpu, NULL, 1, SIZE_MAX, false, true);
+    printf("sched_new(SIZE_MAX) returned %p\n", (void *) s);
+}
+
+/* Resident memory in KiB (the second field of /proc/self/statm, in pages). */
+static long rss_kib(void) {
+    FILE * f = fopen("/proc/self/statm", "r");
+    long size = 0, resident = 0;
+    if (f == NULL || fscanf(f, "%ld %ld", &size, &resident) != 2) {
+        exit(93);
+    }
+    fclose(f);
+    return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* llama.cpp sizes graph_size from the model's tensor count; a scheduler made for a million
+ * slots must not hold more memory than stock's (25 MiB measured): exit 0 at most 32 MiB. */
+static void case_sched_new_million(void) {
+    ggml_backend_t cpu = cpu_backend();
+    long before = rss_kib();
+    ggml_backend_sched_t s = ggml_backend_sched_new(&cpu, NULL, 1, 1000000, false, true);
+    long grown = rss_kib() - before;
+    printf("sched_new(1000000): resident memory grew by %ld MiB\n", grown / 1024);
+    ggml_backend_sched_free(s);
+    exit(grown <= 32 * 1024 ? 0 : 1);
+}
+
 static void case_sched_set_tensor_backend_null(void) {
     ggml_backend_t cpu = cpu_backend();
     ggml_backend_sched_t s = ggml_backend_sched_new(&cpu, NULL, 1, 64, false, true);
@@ -108,12 +139,14 @@ struct bad_case {
 };
 
 static const struct bad_case k_cases[] = {
-    { "graph_compute(cpu, NULL)",               case_graph_compute_null,            "cgraph", false },
-    { "supports_op(cpu, NULL)",                 case_supports_op_null,              "op",     false },
-    { "reg_get_proc_address(reg, NULL)",        case_reg_proc_address_null,         "name",   false },
-    { "dev_memory(dev, NULL, NULL)",            case_dev_memory_null,               "free",   false },
-    { "sched_set_tensor_backend(s, NULL, cpu)", case_sched_set_tensor_backend_null, "node",   false },
-    { "free while busy (HRX0)",                 case_free_while_busy,               "",       true  },
+    { "graph_compute(cpu, NULL)",               case_graph_compute_null,            "`cgraph` is NULL",         false },
+    { "supports_op(cpu, NULL)",                 case_supports_op_null,              "`op` is NULL",             false },
+    { "reg_get_proc_address(reg, NULL)",        case_reg_proc_address_null,         "`name` is NULL",           false },
+    { "dev_memory(dev, NULL, NULL)",            case_dev_memory_null,               "`free` is NULL",           false },
+    { "sched_set_tensor_backend(s, NULL, cpu)", case_sched_set_tensor_backend_null, "`node` is NULL",           false },
+    { "sched_new(graph_size SIZE_MAX)",         case_sched_new_size_max,            "graph_size is too large",  false },
+    { "sched_new(graph_size 1000000) memory",   case_sched_new_million,             "",                         false },
+    { "free while busy (HRX0)",                 case_free_while_busy,               "",                         true  },
 };
 #define N_CASES (sizeof(k_cases) / sizeof(k_cases[0]))
 
@@ -146,7 +179,9 @@ static int run_child(const struct bad_case * c, const char * self) {
     close(fd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    const bool named = c->words[0] != '\0' && strstr(err, c->words) != NULL && strstr(err, "NULL") != NULL;
+    /* Named: the expected words, in a message that reached the application's abort callback
+     * (so it went through ggml_abort, as stock's GGML_ASSERT does). */
+    const bool named = c->words[0] != '\0' && strstr(err, c->words) != NULL && strstr(err, "abort callback:") != NULL;
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         printf("case %s: signal %s; message: %s\n", c->name, sig == SIGABRT ? "SIGABRT" : sig == SIGSEGV ? "SIGSEGV" : "other",
@@ -157,9 +192,14 @@ static int run_child(const struct bad_case * c, const char * self) {
     return 0;
 }
 
+static void on_abort(const char * message) {
+    fprintf(stderr, "abort callback: %s\n", message);
+}
+
 int main(int argc, char ** argv) {
     if (argc == 3 && strcmp(argv[1], "--case") == 0) {
         setenv("GGML_NO_BACKTRACE", "1", 1);
+        ggml_set_abort_callback(on_abort);
         for (size_t i = 0; i < N_CASES; i++) {
             if (strcmp(k_cases[i].name, argv[2]) == 0) {
                 k_cases[i].run();

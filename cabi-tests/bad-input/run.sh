@@ -30,6 +30,8 @@ supports_op(cpu, NULL)|signal SIGSEGV; message: no|signal SIGABRT; message: yes
 reg_get_proc_address(reg, NULL)|signal SIGSEGV; message: no|signal SIGABRT; message: yes
 dev_memory(dev, NULL, NULL)|signal SIGSEGV; message: no|signal SIGABRT; message: yes
 sched_set_tensor_backend(s, NULL, cpu)|exit 0; message: no|signal SIGABRT; message: yes
+sched_new(graph_size SIZE_MAX)|signal SIGABRT; message: no|signal SIGABRT; message: yes
+sched_new(graph_size 1000000) memory|exit 0; message: no|exit 0; message: no
 free while busy (HRX0)|signal SIGSEGV; message: no or exit 0; message: no|exit 0; message: no
 TABLE
 )

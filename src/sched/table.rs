@@ -159,11 +159,15 @@ pub(crate) struct PtrIndex {
 impl PtrIndex {
     /// A map with room for `entries` keys before it grows, its memory touched now.
     fn with_capacity(entries: usize) -> PtrIndex {
-        let bits = (entries.max(1) * 2)
-            .next_power_of_two()
-            .trailing_zeros()
-            .max(10);
-        let mut slots = vec![(0usize, 0u32); 1 << bits];
+        let Some(capacity) = entries
+            .max(1)
+            .checked_mul(2)
+            .and_then(usize::checked_next_power_of_two)
+        else {
+            cannot_reserve("id-map slots", entries, None)
+        };
+        let bits = capacity.trailing_zeros().max(10);
+        let mut slots = zeroed_slots(1 << bits);
         prefault(&mut slots, (0, 0));
         PtrIndex {
             slots,
@@ -239,23 +243,77 @@ impl PtrIndex {
     }
 }
 
-/// Writes one element per page of `v` (its spare capacity included), so that the pages are
-/// mapped now rather than on first use. Fresh pages cost a fault each (about a microsecond
-/// on a virtual machine), and a split that grew the id map into fresh memory took twice
-/// stock's time (`llama-bench`'s first `alloc_graph`); stock touches its hash set at
-/// creation too (its reset's memset).
+/// The most bytes of one array that [`prefault`] touches. Real graphs use the first entries
+/// of each array (a few thousand nodes), while `graph_size` may be a million or more
+/// (llama.cpp sizes it from the model's tensor count): touching all of it made a scheduler
+/// with `graph_size` 1,000,000 hold 203 MiB where stock's holds 25 MiB. The rest is reserved
+/// address space that the OS maps when a graph that large really comes.
+const PREFAULT_MAX_BYTES: usize = 1 << 20;
+
+/// Writes one element per page of the first [`PREFAULT_MAX_BYTES`] of `v` (its spare
+/// capacity included), so that those pages are mapped now rather than on first use. Fresh
+/// pages cost a fault each (about a microsecond on a virtual machine), and a split that grew
+/// the id map into fresh memory took twice stock's time (`llama-bench`'s first
+/// `alloc_graph`); stock touches its hash set at creation too (its reset's memset).
 fn prefault<T: Copy>(v: &mut Vec<T>, fill: T) {
     if std::mem::size_of::<T>() == 0 {
         return; // no memory behind it (and a capacity of usize::MAX)
     }
     let per_page = (4096 / std::mem::size_of::<T>()).max(1);
     let base = v.as_mut_ptr();
-    for i in (0..v.capacity()).step_by(per_page) {
+    let touched = v
+        .capacity()
+        .min(PREFAULT_MAX_BYTES / std::mem::size_of::<T>());
+    for i in (0..touched).step_by(per_page) {
         // SAFETY: `i` is within the allocation, and `T: Copy` has no drop: overwriting a
         // live element with `fill` or writing spare capacity is sound. Volatile, so
         // that the writes are neither folded into a zeroing allocation nor dropped as dead.
         unsafe { std::ptr::write_volatile(base.add(i), fill) };
     }
+}
+
+/// The abort of a reservation the process cannot make: through `ggml_abort` (so the
+/// application's abort callback hears of it, as it does of stock's failed allocations), not
+/// Rust's own out-of-memory abort.
+#[cold]
+#[inline(never)]
+fn cannot_reserve(what: &str, n: usize, bytes: Option<usize>) -> ! {
+    let size = bytes.map_or("more than the address space".to_string(), |b| {
+        format!("{b} bytes")
+    });
+    crate::ffi::fatal(
+        c_name!(sched::ggml_backend_sched_new),
+        &format!("cannot reserve room for {n} {what} ({size}): graph_size is too large"),
+    )
+}
+
+/// An empty vector with room for `n` elements, or a named abort ([`cannot_reserve`]).
+fn room_for<T>(n: usize, what: &str) -> Vec<T> {
+    let mut v = Vec::new();
+    if v.try_reserve_exact(n).is_err() {
+        cannot_reserve(what, n, n.checked_mul(std::mem::size_of::<T>()));
+    }
+    v
+}
+
+/// `n` empty [`PtrIndex`] slots, zeroed by the allocator (whose pages the OS maps on first
+/// touch, as `vec!` of zeros does), or a named abort ([`cannot_reserve`]).
+fn zeroed_slots(n: usize) -> Vec<(usize, u32)> {
+    let Ok(layout) = std::alloc::Layout::array::<(usize, u32)>(n) else {
+        cannot_reserve("id-map slots", n, None)
+    };
+    if layout.size() == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the layout has a non-zero size (checked above).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut (usize, u32);
+    if ptr.is_null() {
+        cannot_reserve("id-map slots", n, Some(layout.size()));
+    }
+    // SAFETY: `ptr` is a fresh allocation made with the global allocator for exactly
+    // `Layout::array::<(usize, u32)>(n)`, and all-zero bytes are a valid `(usize, u32)`, so
+    // all `n` elements are initialized.
+    unsafe { Vec::from_raw_parts(ptr, n, n) }
 }
 
 /// "No tensor" in [`GraphIds::srcs`].
@@ -315,7 +373,7 @@ impl GraphIds {
     /// memory touched now (see [`prefault`]).
     pub fn with_capacity(graph_size: usize) -> GraphIds {
         fn room<T: Copy>(n: usize, fill: T) -> Vec<T> {
-            let mut v = Vec::with_capacity(n);
+            let mut v = room_for(n, "graph ids");
             prefault(&mut v, fill);
             v
         }
@@ -435,8 +493,10 @@ impl Table {
     /// `ggml_backend_sched_new`). Real graphs stay well below `graph_size` nodes, so this
     /// usually holds a measure graph and a real one; more grows the map, once.
     pub fn with_capacity(graph_size: usize) -> Table {
-        let entries = graph_size + 1024;
-        let mut slots = Vec::with_capacity(entries);
+        let Some(entries) = graph_size.checked_add(1024) else {
+            cannot_reserve("placements", graph_size, None)
+        };
+        let mut slots = room_for(entries, "placements");
         prefault(&mut slots, None);
         Table {
             ids: PtrIndex::with_capacity(entries),
