@@ -104,6 +104,39 @@ static void case_sched_new_million(void) {
     exit(grown <= 32 * 1024 ? 0 : 1);
 }
 
+/* alloc_graph(A), then graph_compute(B): B must be computed (exit 0 when B's output holds
+ * a + b, 1 when it does not; stock computes A's splits and reports success). */
+static void case_compute_other_graph(void) {
+    ggml_backend_t cpu = cpu_backend();
+    ggml_backend_sched_t s = ggml_backend_sched_new(&cpu, NULL, 1, 64, false, true);
+    struct small_graph a = small_graph(8);
+    struct small_graph b = small_graph(8);
+    if (!ggml_backend_sched_alloc_graph(s, a.gf)) {
+        exit(91);
+    }
+    float x[8], y[8], out[8];
+    for (int i = 0; i < 8; i++) {
+        x[i] = (float) i;
+        y[i] = 100.0f;
+    }
+    enum ggml_status st = ggml_backend_sched_graph_compute(s, b.gf);
+    if (b.a->buffer == NULL || b.out->buffer == NULL) {
+        printf("graph_compute(B) returned %d and left B unallocated\n", (int) st);
+        exit(1);
+    }
+    ggml_backend_tensor_set(b.a, x, 0, sizeof(x));
+    ggml_backend_tensor_set(b.b, y, 0, sizeof(y));
+    st = ggml_backend_sched_graph_compute(s, b.gf);
+    ggml_backend_tensor_get(b.out, out, 0, sizeof(out));
+    for (int i = 0; i < 8; i++) {
+        if (out[i] != x[i] + y[i]) {
+            printf("graph_compute(B) returned %d, out[%d] = %g, not %g\n", (int) st, i, out[i], x[i] + y[i]);
+            exit(1);
+        }
+    }
+    printf("graph_compute(B) computed B\n");
+}
+
 static void case_sched_set_tensor_backend_null(void) {
     ggml_backend_t cpu = cpu_backend();
     ggml_backend_sched_t s = ggml_backend_sched_new(&cpu, NULL, 1, 64, false, true);
@@ -146,6 +179,7 @@ static const struct bad_case k_cases[] = {
     { "sched_set_tensor_backend(s, NULL, cpu)", case_sched_set_tensor_backend_null, "`node` is NULL",           false },
     { "sched_new(graph_size SIZE_MAX)",         case_sched_new_size_max,            "graph_size is too large",  false },
     { "sched_new(graph_size 1000000) memory",   case_sched_new_million,             "",                         false },
+    { "alloc_graph(A), graph_compute(B)",        case_compute_other_graph,           "",                         false },
     { "free while busy (HRX0)",                 case_free_while_busy,               "",                         true  },
 };
 #define N_CASES (sizeof(k_cases) / sizeof(k_cases[0]))

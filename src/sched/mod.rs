@@ -111,6 +111,9 @@ pub struct Sched {
     pub(crate) inplace_rule: bool,
     pub(crate) is_reset: bool,
     pub(crate) is_alloc: bool,
+    /// Which graph `is_alloc` is about: its address, node-array address and sizes when it
+    /// was allocated (see [`GraphIdentity`]).
+    pub(crate) allocated: Option<GraphIdentity>,
 }
 
 impl Sched {
@@ -192,7 +195,43 @@ impl Sched {
             return false;
         }
         self.is_alloc = true;
+        // SAFETY: `graph` is live (this function's contract).
+        self.allocated = Some(GraphIdentity::of(unsafe { &*graph }));
         true
+    }
+
+    /// Whether the allocated graph is `graph`: same address, same node array, same numbers of
+    /// nodes and leafs as when it was allocated. A cheap check, not a deep one: a graph whose
+    /// nodes were swapped in place keeps its identity.
+    ///
+    /// # Safety
+    /// `graph` must be a live graph.
+    pub(crate) unsafe fn is_allocated(&self, graph: *mut ggml_cgraph) -> bool {
+        // SAFETY: `graph` is live (this function's contract).
+        self.is_alloc && self.allocated == Some(GraphIdentity::of(unsafe { &*graph }))
+    }
+}
+
+/// What identifies the graph a scheduler allocated, for [`Sched::is_allocated`]: llama.cpp
+/// reuses an unchanged graph by computing the same `ggml_cgraph` again, while a caller that
+/// computes another graph than the one it allocated would otherwise get the splits of the
+/// first one computed and success returned (stock's behaviour).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GraphIdentity {
+    graph: usize,
+    nodes: usize,
+    n_nodes: c_int,
+    n_leafs: c_int,
+}
+
+impl GraphIdentity {
+    fn of(g: &ggml_cgraph) -> GraphIdentity {
+        GraphIdentity {
+            graph: std::ptr::from_ref(g) as usize,
+            nodes: g.nodes as usize,
+            n_nodes: g.n_nodes,
+            n_leafs: g.n_leafs,
+        }
     }
 }
 
@@ -329,6 +368,7 @@ export! {
             inplace_rule: crate::env::safety_rule("GGML_SCHED_INPLACE_RULE"),
             is_reset: false,
             is_alloc: false,
+            allocated: None,
         });
         s.reset();
         Box::into_raw(s) as ggml_backend_sched_t
@@ -619,6 +659,15 @@ unsafe fn compute_async(
 ) -> ggml_status {
     {
         let s = sched_mut(sched, f);
+        crate::ggml_assert!(f, !graph.is_null());
+        // Another graph than the one allocated (stock computes the allocated one's splits
+        // and returns success, leaving `graph` uncomputed): reset and allocate this one.
+        if s.is_alloc && !s.is_allocated(graph) {
+            crate::ffi::log::debug(&format!(
+                "{f}: the graph differs from the one allocated; allocating it\n"
+            ));
+            s.reset();
+        }
         if !s.is_reset && !s.is_alloc {
             s.reset();
         }
