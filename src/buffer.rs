@@ -11,14 +11,12 @@ use std::os::raw::{c_char, c_void};
 
 use ggml_sys::{
     ggml_backend_buffer, ggml_backend_buffer_i, ggml_backend_buffer_t, ggml_backend_buffer_type_t,
-    ggml_backend_buffer_usage, ggml_status, ggml_tensor, GGML_BACKEND_BUFFER_USAGE_ANY,
-    GGML_STATUS_SUCCESS,
+    ggml_backend_buffer_usage, ggml_status, ggml_tensor, GGML_STATUS_SUCCESS,
 };
 
 use crate::buffer_type::{self, buft_ref};
-use crate::ffi::{self, c_name, export, handle, non_null, non_null_mut};
+use crate::ffi::{self, c_name, export, handle, non_null};
 use crate::iface::required;
-use crate::multi_buffer;
 
 /// Borrows the buffer behind `buffer`, aborting naming `func` when it is NULL.
 ///
@@ -54,24 +52,8 @@ export! {
         context: *mut c_void,
         size: usize,
     ) -> ggml_backend_buffer_t {
-        new(buft, iface, context, size)
+        buffer_type::new_buffer(buft, iface, context, size)
     }
-}
-
-/// The body of [`ggml_backend_buffer_init`], for the library's own buffer types.
-pub(crate) fn new(
-    buft: ggml_backend_buffer_type_t,
-    iface: ggml_backend_buffer_i,
-    context: *mut c_void,
-    size: usize,
-) -> ggml_backend_buffer_t {
-    Box::into_raw(Box::new(ggml_backend_buffer {
-        iface,
-        buft,
-        context,
-        size,
-        usage: GGML_BACKEND_BUFFER_USAGE_ANY,
-    }))
 }
 
 export! {
@@ -303,40 +285,6 @@ export! {
 pub(crate) fn is_host(buffer: &ggml_backend_buffer) -> bool {
     const F: &str = c_name!(buffer_type::ggml_backend_buft_is_host);
     buffer_type::is_host(buft_of(buffer, F))
-}
-
-export! {
-    /// Records how the buffer is used (weights, compute, any) and passes the usage on to the
-    /// parts of a multi-buffer or a meta buffer (stock `ggml_backend_buffer_set_usage`). Aborts on
-    /// NULL.
-    ///
-    /// # Safety
-    /// `buffer` must be NULL or point to a live buffer.
-    pub unsafe fn ggml_backend_buffer_set_usage(
-        buffer: ggml_backend_buffer_t,
-        usage: ggml_backend_buffer_usage,
-    ) {
-        // SAFETY: `buffer` is NULL or live (the `# Safety` contract; `non_null_mut` aborts on
-        // NULL), and the library holds no other borrow of it during the call.
-        set_usage(unsafe { non_null_mut(buffer, F, "buffer") }, usage)
-    }
-}
-
-/// The body of [`ggml_backend_buffer_set_usage`], for the library's own callers.
-pub(crate) fn set_usage(buffer: &mut ggml_backend_buffer, usage: ggml_backend_buffer_usage) {
-    buffer.usage = usage;
-    if multi_buffer::is_multi_buffer(buffer) {
-        multi_buffer::set_parts_usage(buffer, usage);
-        return;
-    }
-    let ptr = std::ptr::from_mut(buffer);
-    // SAFETY: a live buffer; the meta check only compares its interface, and a meta buffer's
-    // usage is passed on by ggml's own code.
-    unsafe {
-        if ggml_sys::ggml_backend_buffer_is_meta(ptr) {
-            ggml_sys::ggml_backend_meta_buffer_set_usage(ptr, usage);
-        }
-    }
 }
 
 export! {

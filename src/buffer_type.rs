@@ -72,7 +72,7 @@ pub(crate) fn alloc_buffer(buft: &ggml_backend_buffer_type, size: usize) -> ggml
     const F: &str = c_name!(ggml_backend_buft_alloc_buffer);
     if size == 0 {
         // A dummy buffer: an all-NULL interface is valid for a zero-sized buffer.
-        return crate::buffer::new(handle(buft), Default::default(), std::ptr::null_mut(), 0);
+        return new_buffer(handle(buft), Default::default(), std::ptr::null_mut(), 0);
     }
     let f = required(buft.iface.alloc_buffer, F, "alloc_buffer");
     // SAFETY: the backend's own callback with its buffer type, live while borrowed.
@@ -253,6 +253,25 @@ export! {
         // (`buft_ref` aborts on NULL).
         unsafe { buft_ref(buft, F) }.device
     }
+}
+
+/// A new buffer of type `buft` over `context` with the interface `iface`, owned by the caller
+/// until its `free_buffer` (the body of `ggml_backend_buffer_init`, for the library's own
+/// buffer types). Here rather than in `buffer.rs` because buffer types make buffers, and
+/// `buffer.rs` sits above this module.
+pub(crate) fn new_buffer(
+    buft: ggml_backend_buffer_type_t,
+    iface: ggml_sys::ggml_backend_buffer_i,
+    context: *mut std::ffi::c_void,
+    size: usize,
+) -> ggml_backend_buffer_t {
+    Box::into_raw(Box::new(ggml_sys::ggml_backend_buffer {
+        iface,
+        buft,
+        context,
+        size,
+        usage: ggml_sys::GGML_BACKEND_BUFFER_USAGE_ANY,
+    }))
 }
 
 #[cfg(test)]

@@ -169,7 +169,7 @@ unsafe extern "C" fn cpu_buft_alloc_buffer(
             return std::ptr::null_mut();
         }
         // CPU_BUFFER_I accepts an aligned allocation of `size` bytes as context.
-        buffer::new(buft, CPU_BUFFER_I, data, size)
+        crate::buffer_type::new_buffer(buft, CPU_BUFFER_I, data, size)
     })
 }
 
@@ -244,7 +244,7 @@ export! {
             );
         }
         // CPU_BUFFER_FROM_PTR_I accepts any host pointer valid for `size` bytes.
-        buffer::new(CPU_MAPPED_BUFT.get(), CPU_BUFFER_FROM_PTR_I, ptr, size)
+        crate::buffer_type::new_buffer(CPU_MAPPED_BUFT.get(), CPU_BUFFER_FROM_PTR_I, ptr, size)
     }
 }
 

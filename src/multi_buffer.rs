@@ -1,7 +1,8 @@
 //! Multi-buffers: one buffer that owns several others (stock's "multi buffer"), used by
 //! `ggml-alloc` when a context's tensors do not fit one allocation of a buffer type. Its size is
 //! the sum of its parts; clearing, freeing and usage changes are passed on to every part; it has
-//! no base address of its own.
+//! no base address of its own. `ggml_backend_buffer_set_usage` lives here too: it is the one
+//! buffer function that must know multi-buffers, and `buffer.rs` sits below this module.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use ggml_sys::{
@@ -9,7 +10,7 @@ use ggml_sys::{
 };
 
 use crate::buffer::{self, buffer_ref};
-use crate::ffi::{self, boundary, c_name, export, non_null};
+use crate::ffi::{self, boundary, c_name, export, non_null, non_null_mut};
 
 /// The `context` of a multi-buffer: the buffers it owns, each checked non-NULL when the
 /// multi-buffer was made.
@@ -94,7 +95,7 @@ export! {
         };
         let ctx = Box::into_raw(Box::new(MultiBuffer { parts }));
         // The interface above accepts exactly this context.
-        buffer::new(buft, iface, ctx.cast(), total)
+        crate::buffer_type::new_buffer(buft, iface, ctx.cast(), total)
     }
 }
 
@@ -146,6 +147,40 @@ pub(crate) fn set_parts_usage(buffer: &ggml_backend_buffer, usage: ggml_backend_
     for &part in unsafe { parts(buffer) } {
         // SAFETY: non-NULL (checked at creation), live while the multi-buffer owns it, and no
         // other borrow of a part is held.
-        buffer::set_usage(unsafe { &mut *part }, usage);
+        set_usage(unsafe { &mut *part }, usage);
+    }
+}
+
+export! {
+    /// Records how the buffer is used (weights, compute, any) and passes the usage on to the
+    /// parts of a multi-buffer or a meta buffer (stock `ggml_backend_buffer_set_usage`). Aborts on
+    /// NULL.
+    ///
+    /// # Safety
+    /// `buffer` must be NULL or point to a live buffer.
+    pub unsafe fn ggml_backend_buffer_set_usage(
+        buffer: ggml_backend_buffer_t,
+        usage: ggml_backend_buffer_usage,
+    ) {
+        // SAFETY: `buffer` is NULL or live (the `# Safety` contract; `non_null_mut` aborts on
+        // NULL), and the library holds no other borrow of it during the call.
+        set_usage(unsafe { non_null_mut(buffer, F, "buffer") }, usage)
+    }
+}
+
+/// The body of [`ggml_backend_buffer_set_usage`], for the library's own callers.
+pub(crate) fn set_usage(buffer: &mut ggml_backend_buffer, usage: ggml_backend_buffer_usage) {
+    buffer.usage = usage;
+    if is_multi_buffer(buffer) {
+        set_parts_usage(buffer, usage);
+        return;
+    }
+    let ptr = std::ptr::from_mut(buffer);
+    // SAFETY: a live buffer; the meta check only compares its interface, and a meta buffer's
+    // usage is passed on by ggml's own code.
+    unsafe {
+        if ggml_sys::ggml_backend_buffer_is_meta(ptr) {
+            ggml_sys::ggml_backend_meta_buffer_set_usage(ptr, usage);
+        }
     }
 }
