@@ -128,7 +128,8 @@ unsafe fn stop_unusable_storage(
     let buft = unsafe { (*buffer).buft };
     if named_stop && super::inplace::is_inplace_writer(t) {
         // The in-place rule's stop: name the buffer type and every backend.
-        // SAFETY: `tp` is live.
+        // SAFETY: `tp` is live and an in-place writer (checked just above), so its view
+        // source is set and live; `buft` is a live buffer's type.
         unsafe { super::inplace::stop(caps, tp, buft, &[tp]) };
     }
     // SAFETY: a live buffer's type is live.
