@@ -3,9 +3,6 @@
 //! and with pipeline copies every copy as a leaf), and allocating it. Matches the second
 //! half of stock's `ggml_backend_sched_split_graph` and `ggml_backend_sched_alloc_splits`.
 
-// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
-#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
-
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 
@@ -62,9 +59,16 @@ impl Sched {
     pub(crate) unsafe fn split(&mut self, graph: *mut ggml_cgraph) {
         self.is_reset = false;
         self.pool.reset();
-        (*graph).uid = ggml_sys::ggml_graph_next_uid();
-        let g = &*graph;
-        self.place(g);
+        // SAFETY: ggml's uid counter is a plain atomic increment, callable at any time.
+        let uid = unsafe { ggml_sys::ggml_graph_next_uid() };
+        // SAFETY: `graph` is a live graph (this function's contract) and no reference to it
+        // is held yet.
+        unsafe { (*graph).uid = uid };
+        // SAFETY: as above; from here on the graph struct is only read (backends'
+        // `graph_optimize` reorders the node array it points at, not the struct).
+        let g = unsafe { &*graph };
+        // SAFETY: `g` is a live graph of live tensors (this function's contract).
+        unsafe { self.place(g) };
 
         std::mem::swap(&mut self.node_ids, &mut self.prev_node_ids);
         std::mem::swap(&mut self.leaf_ids, &mut self.prev_leaf_ids);
@@ -76,10 +80,18 @@ impl Sched {
             user_data: &mut deps as *mut AllocDeps as *mut c_void,
         };
         for s in &self.splits {
-            *s.graph.get() = ggml_sys::ggml_graph_view(graph, s.i_start as c_int, s.i_end as c_int);
-            let backend = self.backends[s.backend];
-            if let Some(opt) = (*backend).iface.graph_optimize {
-                opt(backend, s.graph.get(), &mut params);
+            // SAFETY: `graph` is live and the split pass cut `[i_start, i_end)` out of its
+            // `n_nodes` nodes, so the view's bounds are in range.
+            let view =
+                unsafe { ggml_sys::ggml_graph_view(graph, s.i_start as c_int, s.i_end as c_int) };
+            // SAFETY: `&mut self` excludes every other access to the split's graph cell.
+            unsafe { *s.graph.get() = view };
+            if let Some(opt) = self.backend(s.backend).iface.graph_optimize {
+                // SAFETY: the backend's own callback, given the backend (live for the
+                // scheduler's lifetime, see `Sched::backend`), a view of live nodes, and
+                // `params` whose `user_data` is `deps`, which outlives the call and is what
+                // `add_alloc_dep` expects.
+                unsafe { opt(self.backends[s.backend], s.graph.get(), &mut params) };
             }
         }
         let max_src = ggml_sys::GGML_MAX_SRC as usize;
@@ -94,7 +106,9 @@ impl Sched {
 
         self.graph_nodes.clear();
         self.graph_leafs.clear();
-        let nodes = query::nodes(g);
+        // SAFETY: `g` is live and its node count does not change while this runs (the
+        // backends' `graph_optimize` above only reorders nodes in place).
+        let nodes = unsafe { query::nodes(g) };
         let mut n_dep_added = 0usize;
         for s in &self.splits {
             for (&input, &id) in s.inputs.iter().zip(&s.input_ids) {
@@ -103,8 +117,12 @@ impl Sched {
                     .copy_at(id, s.backend, self.cur_copy)
                     .unwrap_or(input);
                 // Keeps the source alive until the copy is made.
-                let dep = split::view_of(&mut self.pool, input);
-                (*dep).src[0] = input;
+                // SAFETY: a split input is a non-NULL source of a node of the live graph, so
+                // a live tensor, and so is its view source.
+                let dep = unsafe { split::view_of(&mut self.pool, input) };
+                // SAFETY: `dep` is a tensor header just made in the pool's context (ggml
+                // aborts rather than return NULL), referenced from nowhere else yet.
+                unsafe { (*dep).src[0] = input };
                 put(
                     &mut self.node_ids,
                     self.graph_nodes.len(),
@@ -121,7 +139,7 @@ impl Sched {
             }
             // A backend's graph_optimize may have reordered the split's nodes in place:
             // then the ids taken by position no longer match and the lookup is by address.
-            let reordered = (*self.backends[s.backend]).iface.graph_optimize.is_some();
+            let reordered = self.backend(s.backend).iface.graph_optimize.is_some();
             let ids = &self.graph_ids.nodes[s.i_start..s.i_end];
             for (&node, &id) in nodes[s.i_start..s.i_end].iter().zip(ids) {
                 let backend = if reordered {
@@ -136,9 +154,14 @@ impl Sched {
                 }
                 if let Some(keep) = deps.get(&node) {
                     for chunk in keep.chunks(max_src) {
-                        let dep = split::view_of(&mut self.pool, chunk[0]);
+                        // SAFETY: a backend named `chunk[0]` through `add_alloc_dep` while
+                        // optimizing its split, so it is a live tensor of the graph (the
+                        // count check below stops on any other); so is its view source.
+                        let dep = unsafe { split::view_of(&mut self.pool, chunk[0]) };
                         for (k, &t) in chunk.iter().enumerate() {
-                            (*dep).src[k] = t;
+                            // SAFETY: `dep` is a header just made in the pool's context,
+                            // referenced from nowhere else; `k` < GGML_MAX_SRC (chunk size).
+                            unsafe { (*dep).src[k] = t };
                         }
                         put(
                             &mut self.node_ids,
@@ -180,7 +203,9 @@ impl Sched {
                 }
             }
         }
-        for (&leaf, &id) in query::leafs(g).iter().zip(&self.graph_ids.leafs) {
+        // SAFETY: `g` is live with `n_leafs` leaf pointers (this function's contract).
+        let leafs = unsafe { query::leafs(g) };
+        for (&leaf, &id) in leafs.iter().zip(&self.graph_ids.leafs) {
             put(
                 &mut self.leaf_ids,
                 self.graph_leafs.len(),
@@ -189,7 +214,7 @@ impl Sched {
             self.graph_leafs.push(leaf);
         }
 
-        let gc = &mut *self.graph.get();
+        let gc = self.graph.get_mut();
         gc.size = gc.size.max(graph_size as c_int);
         gc.n_nodes = self.graph_nodes.len() as c_int;
         gc.n_leafs = self.graph_leafs.len() as c_int;
@@ -197,18 +222,24 @@ impl Sched {
         gc.leafs = self.graph_leafs.as_mut_ptr();
 
         for s in &self.splits {
-            (*s.graph.get()).uid = ggml_sys::ggml_graph_next_uid();
+            // SAFETY: as for the uid above.
+            let uid = unsafe { ggml_sys::ggml_graph_next_uid() };
+            // SAFETY: `&mut self` excludes every other access to the split's graph cell.
+            unsafe { (*s.graph.get()).uid = uid };
         }
     }
 
     /// Allocates the split graph, reserving again first when a node or leaf moved to a
     /// backend of another buffer type or the allocation does not fit (stock
     /// `ggml_backend_sched_alloc_splits`). False when reserving or allocating fails.
+    ///
+    /// # Safety
+    /// The graph last given to [`Sched::split`], and its tensors, must still be live.
     pub(crate) unsafe fn alloc_splits(&mut self) -> bool {
         let prev = |v: &Vec<c_int>, i: usize| v.get(i).copied().unwrap_or(0);
+        let n_nodes = self.graph.get_mut().n_nodes as usize;
+        let n_leafs = self.graph.get_mut().n_leafs as usize;
         let gc = self.graph.get();
-        let n_nodes = (*gc).n_nodes as usize;
-        let n_leafs = (*gc).n_leafs as usize;
         let moved = |cur: &Vec<c_int>, old: &Vec<c_int>, n: usize| {
             (0..n).any(|i| {
                 cur[i] != prev(old, i) && self.buft_of(cur[i]) != self.buft_of(prev(old, i))
@@ -217,7 +248,11 @@ impl Sched {
         let changed = moved(&self.node_ids, &self.prev_node_ids, n_nodes)
             || moved(&self.leaf_ids, &self.prev_leaf_ids, n_leafs);
 
-        if changed || !ggml_sys::ggml_gallocr_alloc_graph(self.galloc, gc) {
+        // SAFETY: `galloc` is the scheduler's own (`ggml_gallocr_new_n` aborts rather than
+        // return NULL); `gc` is the allocation graph `split` built, whose node and leaf
+        // arrays are `graph_nodes` and `graph_leafs` (unchanged since) and whose tensors
+        // are live by this function's contract.
+        if changed || !unsafe { ggml_sys::ggml_gallocr_alloc_graph(self.galloc, gc) } {
             if self.debug_realloc > 0 {
                 let unexpected = !changed && self.debug_prev_graph_size == self.debug_graph_size;
                 if unexpected || self.debug_realloc > 1 {
@@ -234,18 +269,24 @@ impl Sched {
             for b in 0..self.backends.len() {
                 crate::backend::synchronize(self.backend(b));
             }
-            if !ggml_sys::ggml_gallocr_reserve_n(
-                self.galloc,
-                gc,
-                self.node_ids.as_ptr(),
-                self.leaf_ids.as_ptr(),
-            ) {
+            // SAFETY: as for `ggml_gallocr_alloc_graph` above; `put` grew `node_ids` and
+            // `leaf_ids` to at least `n_nodes` and `n_leafs` entries, all gallocr reads.
+            let reserved = unsafe {
+                ggml_sys::ggml_gallocr_reserve_n(
+                    self.galloc,
+                    gc,
+                    self.node_ids.as_ptr(),
+                    self.leaf_ids.as_ptr(),
+                )
+            };
+            if !reserved {
                 crate::ffi::log::error(
                     "ggml_backend_sched_alloc_splits: failed to reserve graph buffers\n",
                 );
                 return false;
             }
-            if !ggml_sys::ggml_gallocr_alloc_graph(self.galloc, gc) {
+            // SAFETY: as for the first `ggml_gallocr_alloc_graph`.
+            if !unsafe { ggml_sys::ggml_gallocr_alloc_graph(self.galloc, gc) } {
                 crate::ffi::log::error(
                     "ggml_backend_sched_alloc_splits: failed to allocate graph\n",
                 );

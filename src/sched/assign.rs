@@ -3,9 +3,6 @@
 //! allocated storage decides, then graph inputs go to the CPU, then ops that read a weight
 //! follow the weight (or a higher-priority backend that asks to offload the op).
 
-// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
-#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
-
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;
@@ -25,12 +22,17 @@ pub unsafe fn backend_from_buffer(
     t: &ggml_tensor,
     op: *const ggml_tensor,
 ) -> Option<usize> {
-    let buffer = meta::storage_buffer(t);
+    // SAFETY: `t`'s view source is NULL or live (this function's contract).
+    let buffer = unsafe { meta::storage_buffer(t) };
     if buffer.is_null() {
         return None;
     }
-    let buft = (*buffer).buft;
-    (0..caps.n_backends()).find(|&b| caps.supports_buft(b, buft) && caps.supports_op(b, op))
+    // SAFETY: non-NULL here, and a live tensor's (or its live view source's) buffer is a
+    // live buffer.
+    let buft = unsafe { (*buffer).buft };
+    // SAFETY: `buft` is a live buffer's type, and `op` is live (this function's contract).
+    (0..caps.n_backends())
+        .find(|&b| unsafe { caps.supports_buft(b, buft) && caps.supports_op(b, op) })
 }
 
 /// The backend a tensor gets from its current state, with the cause; `None` when nothing
@@ -49,18 +51,26 @@ pub unsafe fn from_current(
     op_offload: bool,
     named_stop: bool,
 ) -> Option<(usize, Cause)> {
-    let t = &*tp;
-    if let Some(b) = backend_from_buffer(caps, t, tp) {
+    // SAFETY: `tp` is a live graph tensor (this function's contract); only read here.
+    let t = unsafe { &*tp };
+    // SAFETY: `t`, its view source and the op (`t` itself) are live (as above).
+    if let Some(b) = unsafe { backend_from_buffer(caps, t, tp) } {
         return Some((b, Cause::PreAllocated));
     }
-    if let Some(v) = t.view_src.as_ref() {
-        if let Some(b) = backend_from_buffer(caps, v, tp) {
+    // SAFETY: the view source is NULL or live (this function's contract).
+    if let Some(v) = unsafe { t.view_src.as_ref() } {
+        // SAFETY: `v` is live; ggml does not chain views (a view's `view_src` is the root,
+        // whose own `view_src` is NULL), so its view source is too; `tp` is live.
+        if let Some(b) = unsafe { backend_from_buffer(caps, v, tp) } {
             return Some((b, Cause::PreAllocatedView));
         }
     }
-    let buffer = meta::storage_buffer(t);
+    // SAFETY: as for `backend_from_buffer` above.
+    let buffer = unsafe { meta::storage_buffer(t) };
     if !buffer.is_null() {
-        stop_unusable_storage(caps, tp, buffer, named_stop);
+        // SAFETY: `tp` and its sources are live (this function's contract); `buffer` is
+        // its storage's live buffer.
+        unsafe { stop_unusable_storage(caps, tp, buffer, named_stop) };
     }
     if t.flags & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 != 0 {
         return Some((caps.cpu(), Cause::Input));
@@ -73,16 +83,24 @@ pub unsafe fn from_current(
         if sp.is_null() {
             continue;
         }
-        let s = &*sp;
-        if s.buffer.is_null() || (*s.buffer).usage != ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS {
+        // SAFETY: a non-NULL source of a live graph tensor is live (this function's
+        // contract).
+        let s = unsafe { &*sp };
+        // SAFETY: a live tensor's non-NULL buffer is a live buffer (`&&` skips NULL).
+        let weights = !s.buffer.is_null()
+            && unsafe { (*s.buffer).usage } == ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+        if !weights {
             continue;
         }
         // The first weight decides, even when no backend can run the op next to it.
-        let wb = backend_from_buffer(caps, s, tp);
-        if op_offload && wb == Some(caps.cpu()) && caps.buffer_is_host(s.buffer) {
-            if let Some(b) =
-                (0..caps.cpu()).find(|&b| caps.supports_op(b, tp) && caps.offload_op(b, tp))
-            {
+        // SAFETY: `s`, its view source and `tp` are live (this function's contract).
+        let wb = unsafe { backend_from_buffer(caps, s, tp) };
+        // SAFETY: `s.buffer` is non-NULL (checked above) and live.
+        if op_offload && wb == Some(caps.cpu()) && unsafe { caps.buffer_is_host(s.buffer) } {
+            // SAFETY: `tp` is live (this function's contract).
+            let offload = (0..caps.cpu())
+                .find(|&b| unsafe { caps.supports_op(b, tp) && caps.offload_op(b, tp) });
+            if let Some(b) = offload {
                 return Some((b, Cause::Offload));
             }
         }
@@ -104,18 +122,27 @@ unsafe fn stop_unusable_storage(
     buffer: ggml_sys::ggml_backend_buffer_t,
     named_stop: bool,
 ) -> ! {
-    let t = &*tp;
+    // SAFETY: `tp` is live (this function's contract); only read here.
+    let t = unsafe { &*tp };
+    // SAFETY: `buffer` is live (this function's contract).
+    let buft = unsafe { (*buffer).buft };
     if named_stop && super::inplace::is_inplace_writer(t) {
         // The in-place rule's stop: name the buffer type and every backend.
-        super::inplace::stop(caps, tp, (*buffer).buft, &[tp]);
+        // SAFETY: `tp` is live and an in-place writer (checked just above), so its view
+        // source is set and live; `buft` is a live buffer's type.
+        unsafe { super::inplace::stop(caps, tp, buft, &[tp]) };
     }
+    // SAFETY: a live buffer's type is live.
+    let buft_name = unsafe { caps.buft_name(buft) };
+    // SAFETY: `ggml_op_name` maps any op code to a static NUL-terminated name.
+    let op_name = unsafe { query::cstr(ggml_sys::ggml_op_name(t.op)) };
     crate::ffi::fatal(
         c_name!(sched::ggml_backend_sched_split_graph),
         &format!(
             "pre-allocated tensor ({}) in a buffer ({}) that cannot run the operation ({})",
             query::name(t),
-            caps.buft_name((*buffer).buft),
-            query::cstr(ggml_sys::ggml_op_name(t.op)),
+            buft_name,
+            op_name,
         ),
     );
 }
@@ -135,14 +162,22 @@ pub unsafe fn assign_current(
 ) {
     // Leafs: every source slot is scanned (leafs have none in practice).
     let max_src = ggml_sys::GGML_MAX_SRC as usize;
-    let leafs = query::leafs(graph)
+    // SAFETY: `graph` is live with `n_leafs` leafs and `n_nodes` nodes and is not resized
+    // during the pass (this function's contract).
+    let leafs = unsafe { query::leafs(graph) };
+    // SAFETY: as for `leafs`.
+    let nodes = unsafe { query::nodes(graph) };
+    let leafs = leafs
         .iter()
         .zip(&ix.leafs)
         .map(|(&t, &id)| (t, id, max_src));
-    let nodes = query::nodes(graph).iter().zip(&ix.nodes).zip(&ix.n_srcs);
+    let nodes = nodes.iter().zip(&ix.nodes).zip(&ix.n_srcs);
     for (t, id, n_srcs) in leafs.chain(nodes.map(|((&t, &id), &n)| (t, id, n as usize))) {
         if table.backend_at(id).is_none() {
-            if let Some((b, c)) = from_current(caps, t, n_srcs, op_offload, named_stop) {
+            // SAFETY: `t` is a node or leaf of the live graph, non-NULL (`GraphIds::rebuild`
+            // stopped on NULL), with live sources and view source (this function's contract).
+            let current = unsafe { from_current(caps, t, n_srcs, op_offload, named_stop) };
+            if let Some((b, c)) = current {
                 table.set_at(id, b, c);
             }
         }
@@ -229,7 +264,7 @@ mod tests {
                 want: &[("m0", Some((1, UserAssigned))), ("m1", Some((0, Weight)))],
             },
         ];
-        // SAFETY (both closures): run_cases passes graphs whose tensors its arena owns.
+        // SAFETY: run_cases passes graphs whose tensors its arena owns.
         run_cases(&with_offload, |c, t, g, ix| unsafe {
             assign_current(c, t, g, ix, true, true)
         });
@@ -241,6 +276,7 @@ mod tests {
             before: &[],
             want: &[("m1", Some((1, Weight)))],
         }];
+        // SAFETY: as above.
         run_cases(&without_offload, |c, t, g, ix| unsafe {
             assign_current(c, t, g, ix, false, true)
         });

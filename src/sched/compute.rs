@@ -4,9 +4,6 @@
 //! eval callback wants), record the split's event. Matches stock's
 //! `ggml_backend_sched_compute_splits`.
 
-// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
-#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
-
 use std::ptr;
 
 use ggml_sys::{ggml_backend_t, ggml_status, ggml_tensor};
@@ -23,17 +20,26 @@ const F: &str = "ggml_backend_sched_compute_splits";
 
 impl Sched {
     /// Waits on `event` when it exists, else on the whole backend `b`.
+    ///
+    /// # Safety
+    /// `event` must be NULL or a live event.
     unsafe fn wait_host(&self, b: usize, event: ggml_sys::ggml_backend_event_t) {
         if event.is_null() {
             backend::synchronize(self.backend(b));
         } else {
-            event::synchronize(&*event);
+            // SAFETY: non-NULL here, and live (this function's contract).
+            event::synchronize(unsafe { &*event });
         }
     }
 
     /// Copies only the experts of the host MoE weight `input` that the ids of the split's
     /// first node (a MUL_MAT_ID reading the copy) select. `ids_cache` keeps the ids tensor
     /// read last and its expert bitmap, as consecutive splits often share it.
+    ///
+    /// # Safety
+    /// The split's inputs must be live and allocated, `node` must be the split's first node
+    /// (a MUL_MAT_ID whose sources are live, the first its allocated copy of the input), and
+    /// `input_backend` NULL or a live backend.
     unsafe fn copy_used_experts(
         &self,
         split: &super::split::Split,
@@ -42,17 +48,22 @@ impl Sched {
         input_backend: ggml_backend_t,
         cache: &mut (*mut ggml_tensor, Vec<i32>, Vec<bool>),
     ) {
-        let input = &*split.inputs[input_idx];
+        // SAFETY: the split's inputs are live (this function's contract); only read.
+        let input = unsafe { &*split.inputs[input_idx] };
         let sb = split.backend;
         let backend = self.backends[sb];
-        let cpy = non_null(node.src[0], F, "tensor");
+        // SAFETY: a source of the live `node`: NULL or live.
+        let cpy = unsafe { non_null(node.src[0], F, "tensor") };
         let n_expert = input.ne[2];
         let expert_size = input.nb[2];
-        backend::synchronize(backend_ref(input_backend, F));
+        // SAFETY: NULL or live (this function's contract).
+        backend::synchronize(unsafe { backend_ref(input_backend, F) });
 
         let mut ids_tensor = node.src[2];
         let mut ids_backend = backend;
-        if ggml_sys::ggml_nelements(ids_tensor) == 0 {
+        // SAFETY: a MUL_MAT_ID's third source is its ids tensor (`ggml_mul_mat_id` sets it),
+        // live as a source of the live `node`.
+        if unsafe { ggml_sys::ggml_nelements(ids_tensor) } == 0 {
             return;
         }
         // The ids may themselves be a later input of this split, not copied yet: read the
@@ -71,22 +82,31 @@ impl Sched {
             }
         }
         if ids_tensor != cache.0 {
-            let ids = non_null(ids_tensor, F, "tensor");
+            // SAFETY: `node`'s ids source, or the split input it is a copy of: NULL or live.
+            let ids = unsafe { non_null(ids_tensor, F, "tensor") };
             let nbytes = meta::nbytes(ids);
             cache.1.resize(nbytes / 4, 0);
-            let ids_be = backend_ref(ids_backend, F);
-            tensor::access(
-                Target::Queue(ids_be),
-                Access::Read,
-                ids,
-                cache.1.as_mut_ptr().cast(),
-                Rows::one(0, nbytes),
-                F,
-            );
+            // SAFETY: one of the scheduler's backends (live for its lifetime), or NULL when
+            // the input is unplaced (then this aborts as stock's NULL use would).
+            let ids_be = unsafe { backend_ref(ids_backend, F) };
+            // SAFETY: MUL_MAT_ID's ids are I32, so `nbytes` is a multiple of 4 and
+            // `cache.1` holds exactly `nbytes` writable bytes; it is neither moved nor
+            // resized until the synchronize right below ends the read.
+            unsafe {
+                tensor::access(
+                    Target::Queue(ids_be),
+                    Access::Read,
+                    ids,
+                    cache.1.as_mut_ptr().cast(),
+                    Rows::one(0, nbytes),
+                    F,
+                )
+            };
             backend::synchronize(ids_be);
             cache.2.clear();
             cache.2.resize(n_expert.max(0) as usize, false);
-            let it = &*ids_tensor;
+            // `ids` is `ids_tensor`, already checked non-NULL.
+            let it = ids;
             for i1 in 0..it.ne[1] {
                 for i0 in 0..it.ne[0] {
                     let k = i1 as usize * it.nb[1] / 4 + i0 as usize * it.nb[0] / 4;
@@ -108,14 +128,22 @@ impl Sched {
             } else {
                 0
             };
-            tensor::access(
-                Target::Queue(self.backend(sb)),
-                Access::Write,
-                cpy,
-                input.data.cast::<u8>().add(offset).cast(),
-                Rows::one(offset, size + padding_end),
-                F,
-            );
+            // SAFETY: `first` <= `last` < `n_expert`, so `offset` lies within the input's
+            // `ne[2] * nb[2]` bytes of host data (a host weight buffer, allocated).
+            let src = unsafe { input.data.cast::<u8>().add(offset) };
+            // SAFETY: the `size + padding_end` bytes from `src` stay within the input's data
+            // (the padding only after a run that is not the last expert, and at most one
+            // expert); a weight is neither freed nor written while the graph computes.
+            unsafe {
+                tensor::access(
+                    Target::Queue(self.backend(sb)),
+                    Access::Write,
+                    cpy,
+                    src.cast(),
+                    Rows::one(offset, size + padding_end),
+                    F,
+                )
+            };
         };
         let used = &cache.2;
         let Some(mut first) = used.iter().position(|&u| u) else {
@@ -158,7 +186,8 @@ impl Sched {
             // finish before a split without inputs starts.
             if let Some(p) = prev_backend {
                 if split.inputs.is_empty() && p != sb {
-                    self.wait_host(p, self.event(p, cc));
+                    // SAFETY: the scheduler's own event (or NULL).
+                    unsafe { self.wait_host(p, self.event(p, cc)) };
                 }
             }
 
@@ -168,48 +197,79 @@ impl Sched {
                     .backend_at(id)
                     .map_or(ptr::null_mut(), |b| self.backends[b]);
                 let cpy = self.table.copy_at(id, sb, cc).unwrap_or(ptr::null_mut());
-                if (*input).flags & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 != 0 {
+                // SAFETY: a split input is live while the graph split last is (this function's
+                // contract); only read here and by the copies below.
+                let inp = unsafe { &*input };
+                if inp.flags & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 != 0 {
                     // The user may overwrite an input right after: copy it now.
-                    self.wait_host(sb, event);
-                    tensor::copy(&*input, non_null(cpy, F, "dst"), F);
+                    // SAFETY: the scheduler's own event for this backend and copy, or NULL.
+                    unsafe { self.wait_host(sb, event) };
+                    // SAFETY: the copy is a header in the scheduler's pool (or NULL, which
+                    // aborts), allocated by gallocr with the graph.
+                    let dst = unsafe { non_null(cpy, F, "dst") };
+                    // SAFETY: both are live and allocated (the graph is, by this contract).
+                    unsafe { tensor::copy(inp, dst, F) };
                     continue;
                 }
                 // Wait until the split's backend no longer reads the previous contents.
                 if event.is_null() {
                     backend::synchronize(be);
                 } else {
-                    event::wait(be, event);
+                    // SAFETY: non-NULL here, the scheduler's own event (made at creation,
+                    // freed on drop).
+                    unsafe { event::wait(be, event) };
                 }
-                let g = &*split.graph.get();
+                // SAFETY: a split's graph cell is written only by `split` (under `&mut
+                // self`); here, under `&self`, it is only read.
+                let g = unsafe { &*split.graph.get() };
                 let first = if g.n_nodes > 0 {
-                    *g.nodes
+                    // SAFETY: the split's view holds `n_nodes` > 0 node pointers.
+                    unsafe { *g.nodes }
                 } else {
                     ptr::null_mut()
                 };
-                let buf = || buffer_ref((*input).buffer, F);
-                let moe = !first.is_null()
-                    && buf().usage == ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
-                    && buffer::is_host(buf())
-                    && (*first).src[0] == cpy
-                    && (*first).op == ggml_sys::GGML_OP_MUL_MAT_ID;
-                if moe {
-                    self.copy_used_experts(split, k, &*first, input_backend, &mut cache);
+                // SAFETY: a live tensor's buffer is NULL (aborts) or live.
+                let buf = || unsafe { buffer_ref(inp.buffer, F) };
+                // SAFETY: a node of the split, live; NULL stays `None`.
+                let first = unsafe { first.as_ref() };
+                // A host MoE weight read by the split's first node, a MUL_MAT_ID.
+                let moe = first.filter(|f| {
+                    buf().usage == ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+                        && buffer::is_host(buf())
+                        && f.src[0] == cpy
+                        && f.op == ggml_sys::GGML_OP_MUL_MAT_ID
+                });
+                if let Some(first) = moe {
+                    // SAFETY: `first` is the split's first node, a MUL_MAT_ID reading `cpy`,
+                    // the allocated copy of this live input; `input_backend` is one of the
+                    // scheduler's backends or NULL.
+                    unsafe { self.copy_used_experts(split, k, first, input_backend, &mut cache) };
                     continue;
                 }
                 let copied = match be.iface.cpy_tensor_async {
-                    Some(f) => f(input_backend, backend, input, cpy),
+                    // SAFETY: the split backend's own callback, with two of the scheduler's
+                    // backends (every input is placed by the passes) and two live, allocated
+                    // tensors.
+                    Some(f) => unsafe { f(input_backend, backend, input, cpy) },
                     None => false,
                 };
                 if !copied {
-                    backend::synchronize(backend_ref(input_backend, F));
-                    self.wait_host(sb, event);
-                    tensor::copy(&*input, non_null(cpy, F, "dst"), F);
+                    // SAFETY: one of the scheduler's backends, or NULL (aborts).
+                    backend::synchronize(unsafe { backend_ref(input_backend, F) });
+                    // SAFETY: the scheduler's own event, or NULL.
+                    unsafe { self.wait_host(sb, event) };
+                    // SAFETY: as for the user input copy above.
+                    let dst = unsafe { non_null(cpy, F, "dst") };
+                    // SAFETY: both live and allocated.
+                    unsafe { tensor::copy(inp, dst, F) };
                 }
             }
 
             match self.callback_eval {
                 None => {
-                    let ec = backend::graph_compute_async(be, split.graph.get());
+                    // SAFETY: the split's view of the allocated graph, on the backend it was
+                    // placed for.
+                    let ec = unsafe { backend::graph_compute_async(be, split.graph.get()) };
                     if ec != ggml_sys::GGML_STATUS_SUCCESS {
                         return ec;
                     }
@@ -217,25 +277,37 @@ impl Sched {
                 Some(cb) => {
                     let ud = self.callback_eval_user_data;
                     let sg = split.graph.get();
-                    let n = (*sg).n_nodes.max(0) as usize;
-                    let nodes = (*sg).nodes;
+                    // SAFETY: a split's graph cell is written only by `split` (under `&mut
+                    // self`); here, under `&self`, it is only read.
+                    let sgr = unsafe { &*sg };
+                    let n = sgr.n_nodes.max(0) as usize;
+                    let nodes = sgr.nodes;
                     let mut j0 = 0usize;
                     while j0 < n {
-                        let mut t = *nodes.add(j0);
-                        let mut need = cb(t, true, ud);
+                        // SAFETY: `j0` < `n_nodes`, within the view's node pointers.
+                        let mut t = unsafe { *nodes.add(j0) };
+                        // SAFETY: the user's eval callback with a live node of the split and
+                        // the user data given with it, as `set_eval_callback` documents.
+                        let mut need = unsafe { cb(t, true, ud) };
                         let mut j1 = j0;
                         while !need && j1 + 1 < n {
                             j1 += 1;
-                            t = *nodes.add(j1);
-                            need = cb(t, true, ud);
+                            // SAFETY: `j1` < `n_nodes`, as above.
+                            t = unsafe { *nodes.add(j1) };
+                            // SAFETY: as the first call.
+                            need = unsafe { cb(t, true, ud) };
                         }
-                        let mut gv = ggml_sys::ggml_graph_view(sg, j0 as i32, (j1 + 1) as i32);
-                        let ec = backend::graph_compute_async(be, &mut gv);
+                        // SAFETY: `sg` is live and `[j0, j1 + 1)` lies within its nodes.
+                        let mut gv =
+                            unsafe { ggml_sys::ggml_graph_view(sg, j0 as i32, (j1 + 1) as i32) };
+                        // SAFETY: a view of the split's allocated nodes, on its backend.
+                        let ec = unsafe { backend::graph_compute_async(be, &mut gv) };
                         if ec != ggml_sys::GGML_STATUS_SUCCESS {
                             return ec;
                         }
                         backend::synchronize(be);
-                        if need && !cb(t, false, ud) {
+                        // SAFETY: as the first call; `t` has now been computed.
+                        if need && !unsafe { cb(t, false, ud) } {
                             break;
                         }
                         j0 = j1 + 1;
@@ -244,7 +316,8 @@ impl Sched {
             }
 
             if !event.is_null() {
-                event::record(event, be);
+                // SAFETY: the scheduler's own event, made for this backend's device.
+                unsafe { event::record(event, be) };
             }
             prev_backend = Some(sb);
         }

@@ -3,9 +3,6 @@
 //! placement, and each source likewise. Through ggml's logger at debug level, one call per
 //! line. Matches stock's `ggml_backend_sched_print_assignments`, with causes filled in.
 
-// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
-#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
-
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;
@@ -33,16 +30,27 @@ unsafe fn use_count(g: &ggml_cgraph, t: *const ggml_tensor) -> i32 {
     if g.use_counts.is_null() || hs.size == 0 || hs.keys.is_null() || hs.used.is_null() {
         return 0;
     }
-    let used = |i: usize| (*hs.used.add(i >> 5) >> (i & 31)) & 1 == 1;
+    // SAFETY: ggml allocates a graph's hash set as `size` keys, a bitset of one bit per
+    // key in 32-bit words, and (for graphs that keep use counts) `size` use counts, all
+    // live as long as the graph; the pointers are non-NULL (checked above), and the graph
+    // is live by this function's contract. Nothing writes them during the dump.
+    let (keys, used, counts) = unsafe {
+        (
+            std::slice::from_raw_parts(hs.keys, hs.size),
+            std::slice::from_raw_parts(hs.used, hs.size.div_ceil(32)),
+            std::slice::from_raw_parts(g.use_counts, hs.size),
+        )
+    };
+    let used = |i: usize| (used[i >> 5] >> (i & 31)) & 1 == 1;
     let h = (t as usize >> 4) % hs.size;
     let mut i = h;
-    while used(i) && !std::ptr::eq(*hs.keys.add(i), t) {
+    while used(i) && !std::ptr::eq(keys[i], t) {
         i = (i + 1) % hs.size;
         if i == h {
             return 0;
         }
     }
-    *g.use_counts.add(i)
+    counts[i]
 }
 
 /// The backend name and cause label of `t`'s placement ("NULL" and "" when unplaced).
@@ -65,7 +73,10 @@ pub(crate) unsafe fn print_assignments(
     graph: &ggml_cgraph,
 ) {
     let mut cur = 0usize;
-    for (i, &n) in query::nodes(graph).iter().enumerate() {
+    // SAFETY: `graph` is live and not resized during the dump (this function's caller
+    // guarantees it).
+    let nodes = unsafe { query::nodes(graph) };
+    for (i, &n) in nodes.iter().enumerate() {
         if let Some(s) = splits.get(cur).filter(|s| s.i_start == i) {
             let mut line = format!(
                 "\n## SPLIT #{}: {} # {} inputs",
@@ -77,38 +88,52 @@ pub(crate) unsafe fn print_assignments(
                 if j == 0 {
                     line.push_str(": ");
                 }
+                // SAFETY: a split input is a non-NULL source of a node of `graph`, which the
+                // split pass just recorded, so a live tensor (this function's contract: the
+                // splits are those of the live graph).
+                let inp = unsafe { &*inp };
                 line.push_str(&format!(
                     "[{} ({:>5.5})] ",
-                    query::name(&*inp),
-                    fmt_size(meta::nbytes(&*inp))
+                    query::name(inp),
+                    fmt_size(meta::nbytes(inp))
                 ));
             }
             line.push('\n');
             crate::ffi::log::debug(&line);
             cur += 1;
         }
-        let node = &*n;
+        // SAFETY: a node of the live graph, non-NULL (`GraphIds::rebuild` stopped on NULL
+        // nodes before the passes ran), so a live tensor.
+        let node = unsafe { &*n };
         if meta::is_view_op(node.op) || debug < 2 {
             continue;
         }
         let (bname, cause) = backend_label(caps, table, n);
+        // SAFETY: `n` is a live tensor (above); `ggml_op_desc` returns a static
+        // NUL-terminated name.
+        let op = unsafe { cstr(ggml_sys::ggml_op_desc(n)) };
+        // SAFETY: `graph` is live (this function's contract).
+        let uses = unsafe { use_count(graph, n) };
         let mut line = format!(
             "node #{:>3} ({:>10.10}): {:>20.20} ({:>5.5}) [{:>5.5} {:>8.8}] use={},c={}:",
             i,
-            cstr(ggml_sys::ggml_op_desc(n)),
+            op,
             query::name(node),
-            fmt_size(meta::nbytes(&*n)),
+            fmt_size(meta::nbytes(node)),
             bname,
             cause,
-            use_count(graph, n),
+            uses,
             (node.flags & ggml_sys::GGML_TENSOR_FLAG_COMPUTE as i32 != 0) as i32
         );
         for (_, s) in query::sources(node) {
             let (sname, scause) = backend_label(caps, table, s);
+            // SAFETY: `query::sources` yields only non-NULL sources, and a source of a live
+            // node is a live tensor.
+            let src = unsafe { &*s };
             line.push_str(&format!(
                 " {:>20.20} ({:>5.5}) [{:>5.5} {:>8.8}]",
-                query::name(&*s),
-                fmt_size(meta::nbytes(&*s)),
+                query::name(src),
+                fmt_size(meta::nbytes(src)),
                 sname,
                 scause
             ));

@@ -14,9 +14,6 @@
 //! Every move is recorded with [`Cause::InPlaceColocation`]. Off with
 //! `GGML_SCHED_INPLACE_RULE=0`.
 
-// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
-#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
-
 use rustc_hash::FxHashMap as HashMap;
 
 use ggml_sys::{ggml_cgraph, ggml_tensor};
@@ -45,8 +42,10 @@ unsafe fn backends_report(
 ) -> String {
     (0..caps.n_backends())
         .map(|b| {
-            let uses = !buft.is_null() && caps.supports_buft(b, buft);
-            let runs = ops.iter().all(|&o| caps.supports_op(b, o));
+            // SAFETY: `buft` is non-NULL here and live (this function's contract).
+            let uses = !buft.is_null() && unsafe { caps.supports_buft(b, buft) };
+            // SAFETY: the ops are live (this function's contract).
+            let runs = ops.iter().all(|&o| unsafe { caps.supports_op(b, o) });
             format!(
                 "{} (uses buffer: {}, runs op: {})",
                 caps.backend_name(b),
@@ -61,7 +60,8 @@ unsafe fn backends_report(
 /// Stops the process: no backend can both use the storage and run the writer.
 ///
 /// # Safety
-/// `w` must be a live tensor.
+/// `w` must be a live in-place writer (so its view source is set and live), `buft` NULL or
+/// live, `ops` live.
 pub(crate) unsafe fn stop(
     caps: &dyn Caps,
     w: *mut ggml_tensor,
@@ -74,18 +74,27 @@ pub(crate) unsafe fn stop(
     } else {
         format!(
             "is in buffer type {}, and no backend can both use that buffer type and run the op",
-            caps.buft_name(buft)
+            // SAFETY: non-NULL here, and live (this function's contract).
+            unsafe { caps.buft_name(buft) }
         )
     };
+    // SAFETY: `w` is live (this function's contract); only read.
+    let wr = unsafe { &*w };
+    // SAFETY: `w` is live; `ggml_op_desc` returns a static NUL-terminated name.
+    let op = unsafe { query::cstr(ggml_sys::ggml_op_desc(w)) };
+    // SAFETY: an in-place writer's view source is set and live (this function's contract).
+    let root = unsafe { &*wr.view_src };
+    // SAFETY: `buft` and `ops` as this function's contract says.
+    let report = unsafe { backends_report(caps, buft, ops) };
     crate::ffi::fatal(
         c_name!(sched::ggml_backend_sched_split_graph),
         &format!(
             "in-place node '{}' (op {}) writes the storage of '{}', which {}; backends: {}",
-            query::name(&*w),
-            query::cstr(ggml_sys::ggml_op_desc(w)),
-            query::name(&*(*w).view_src),
+            query::name(wr),
+            op,
+            query::name(root),
             what,
-            backends_report(caps, buft, ops)
+            report
         ),
     )
 }
@@ -104,7 +113,8 @@ unsafe fn reuse_candidates(
     graph: &ggml_cgraph,
     pipeline: bool,
 ) -> HashMap<*mut ggml_tensor, *mut ggml_tensor> {
-    let nodes = query::nodes(graph);
+    // SAFETY: `graph` is live and not resized during the pass (this function's contract).
+    let nodes = unsafe { query::nodes(graph) };
     // (children, live views) per tensor, as ggml-alloc counts them.
     let mut ix = PtrIndex::default();
     let mut counts: Vec<(i32, i32)> = Vec::with_capacity(nodes.len() * 2);
@@ -120,13 +130,18 @@ unsafe fn reuse_candidates(
     // whether this node is where such a copy dependency is counted.
     let mut copied: rustc_hash::FxHashSet<(usize, usize)> = Default::default();
     let reads = |n: *mut ggml_tensor, copied: &mut rustc_hash::FxHashSet<(usize, usize)>| {
-        let node = &*n;
+        // SAFETY: called only with nodes of the live graph (non-NULL: `GraphIds::rebuild`
+        // stopped on NULL), live tensors.
+        let node = unsafe { &*n };
         let nb = table.backend(n);
         let mut out: [(*mut ggml_tensor, bool, bool); ggml_sys::GGML_MAX_SRC as usize] =
             [(std::ptr::null_mut(), false, false); ggml_sys::GGML_MAX_SRC as usize];
         for (j, s) in query::sources(node) {
             let direct = match nb {
-                Some(b) => table.backend(s) == Some(b) || buffer_supported(caps, table, s, b),
+                Some(b) => {
+                    // SAFETY: a non-NULL source of a live node, live with its view source.
+                    table.backend(s) == Some(b) || unsafe { buffer_supported(caps, table, s, b) }
+                }
                 None => true,
             };
             // (source, read directly, counts as a reader)
@@ -136,7 +151,8 @@ unsafe fn reuse_candidates(
         out
     };
     for &n in nodes {
-        let node = &*n;
+        // SAFETY: a node of the live graph, non-NULL (as in `reads`).
+        let node = unsafe { &*n };
         if !node.view_src.is_null() && node.op != ggml_sys::GGML_OP_NONE {
             let i = slot(node.view_src, &mut counts);
             counts[i].1 += 1;
@@ -154,7 +170,8 @@ unsafe fn reuse_candidates(
     let input = ggml_sys::GGML_TENSOR_FLAG_INPUT as i32;
     let mut cand = HashMap::default();
     for &n in nodes {
-        let t = &*n;
+        // SAFETY: a node of the live graph, non-NULL (as in `reads`).
+        let t = unsafe { &*n };
         let held = reads(n, &mut copied);
         if t.view_src.is_null() && t.buffer.is_null() && caps.op_can_inplace(t.op) {
             for &(p, direct, _) in &held {
@@ -162,11 +179,15 @@ unsafe fn reuse_candidates(
                     // Through a copy: the copy's memory is in this backend's buffer anyway.
                     continue;
                 }
-                let pr = &*p;
-                let own = meta::storage_buffer(pr).is_null();
+                // SAFETY: a non-NULL source of a live node, so live.
+                let pr = unsafe { &*p };
+                // SAFETY: a live tensor's view source is NULL or live.
+                let own = unsafe { meta::storage_buffer(pr) }.is_null();
+                // SAFETY: as above: `as_ref` gives `None` for NULL, else a live tensor.
+                let view_src = unsafe { pr.view_src.as_ref() };
                 let is_output = pr.flags & output != 0
                     || (pipeline && pr.flags & input != 0)
-                    || (!pr.view_src.is_null() && (*pr.view_src).flags & output != 0);
+                    || view_src.is_some_and(|v| v.flags & output != 0);
                 let same_layout = meta::same_layout(pr, t);
                 if !own || is_output || !same_layout {
                     continue;
@@ -192,9 +213,13 @@ unsafe fn reuse_candidates(
             }
             let i = slot(p, &mut counts);
             counts[i].0 -= 1;
-            if counts[i] == (0, 0) && !(*p).view_src.is_null() {
-                let v = slot((*p).view_src, &mut counts);
-                counts[v].1 -= 1;
+            if counts[i] == (0, 0) {
+                // SAFETY: counted entries are non-NULL sources of a live node, so live.
+                let vs = unsafe { (*p).view_src };
+                if !vs.is_null() {
+                    let v = slot(vs, &mut counts);
+                    counts[v].1 -= 1;
+                }
             }
         }
     }
@@ -236,12 +261,14 @@ impl<'g> Reuse<'g> {
         table: &Table,
         t: *mut ggml_tensor,
     ) -> Option<*mut ggml_tensor> {
-        if !caps.op_can_inplace((*t).op) {
+        // SAFETY: `t` is live (this function's contract).
+        if !caps.op_can_inplace(unsafe { (*t).op }) {
             return None;
         }
         let (graph, pipeline) = (self.graph, self.pipeline);
         self.map
-            .get_or_insert_with(|| reuse_candidates(caps, table, graph, pipeline))
+            // SAFETY: the graph is live with live tensors (this function's contract).
+            .get_or_insert_with(|| unsafe { reuse_candidates(caps, table, graph, pipeline) })
             .get(&t)
             .copied()
     }
@@ -261,17 +288,24 @@ unsafe fn may_take(
     p: *mut ggml_tensor,
     pipeline: bool,
 ) -> bool {
-    let pr = &*p;
+    // SAFETY: `p` is live (this function's contract); only read.
+    let pr = unsafe { &*p };
     let output = ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32;
     let input = ggml_sys::GGML_TENSOR_FLAG_INPUT as i32;
-    meta::storage_buffer(pr).is_null()
+    // SAFETY: a live tensor's view source is NULL or live (this function's contract).
+    let own = || unsafe { meta::storage_buffer(pr) }.is_null();
+    // SAFETY: as above: `as_ref` gives `None` for NULL, else a live tensor.
+    let view_src = || unsafe { pr.view_src.as_ref() };
+    // SAFETY: `p` and its view source are live (as above).
+    let usable = || unsafe { buffer_supported(caps, table, p, tb) };
+    own()
         && pr.flags & output == 0
         && !(pipeline && pr.flags & input != 0)
-        && (pr.view_src.is_null() || (*pr.view_src).flags & output == 0)
+        && view_src().is_none_or(|v| v.flags & output == 0)
         && pr.type_ == t.type_
         && pr.ne == t.ne
         && pr.nb == t.nb
-        && (table.backend(p) == Some(tb) || buffer_supported(caps, table, p, tb))
+        && (table.backend(p) == Some(tb) || usable())
 }
 
 /// A cheap upper bound of where the memory of `t` can end up: the set (bit per backend
@@ -291,10 +325,13 @@ unsafe fn possible_backends(
     if let Some(&m) = reuse.masks.get(&t) {
         return m;
     }
-    let tr = &*t;
+    // SAFETY: `t` is live (this function's contract); only read.
+    let tr = unsafe { &*t };
     let m = if !tr.view_src.is_null() {
         if depth < 256 {
-            possible_backends(caps, table, reuse, tr.view_src, depth + 1)
+            // SAFETY: a live tensor's non-NULL view source is live, and so are its sources
+            // (sources of a graph tensor are graph tensors).
+            unsafe { possible_backends(caps, table, reuse, tr.view_src, depth + 1) }
         } else {
             u64::MAX
         }
@@ -307,9 +344,12 @@ unsafe fn possible_backends(
                 let mut m = 1u64 << tb;
                 if caps.op_can_inplace(tr.op) {
                     for (_, p) in query::sources(tr) {
-                        if may_take(caps, table, tr, tb, p, reuse.pipeline) {
+                        // SAFETY: `p` is a non-NULL source of the live `t`, live with its
+                        // view source (this function's contract).
+                        if unsafe { may_take(caps, table, tr, tb, p, reuse.pipeline) } {
                             m |= if depth < 256 {
-                                possible_backends(caps, table, reuse, p, depth + 1)
+                                // SAFETY: as above; `p`'s sources are live graph tensors.
+                                unsafe { possible_backends(caps, table, reuse, p, depth + 1) }
                             } else {
                                 u64::MAX
                             };
@@ -341,7 +381,8 @@ unsafe fn memory_buft(
     if let Some(&m) = cand.memo.get(&t) {
         return m;
     }
-    let m = memory_buft_uncached(caps, table, cand, t, depth);
+    // SAFETY: the same contract.
+    let m = unsafe { memory_buft_uncached(caps, table, cand, t, depth) };
     cand.memo.insert(t, m);
     m
 }
@@ -357,19 +398,27 @@ unsafe fn memory_buft_uncached(
     t: *mut ggml_tensor,
     depth: usize,
 ) -> Option<ggml_sys::ggml_backend_buffer_type_t> {
-    let tr = &*t;
+    // SAFETY: `t` is live (this function's contract); only read.
+    let tr = unsafe { &*t };
     if !tr.view_src.is_null() && depth < 256 {
-        return memory_buft(caps, table, cand, tr.view_src, depth + 1);
+        // SAFETY: a live tensor's non-NULL view source is live, its sources too.
+        return unsafe { memory_buft(caps, table, cand, tr.view_src, depth + 1) };
     }
     if !tr.buffer.is_null() {
-        return Some((*tr.buffer).buft);
+        // SAFETY: a live tensor's non-NULL buffer is live.
+        return Some(unsafe { (*tr.buffer).buft });
     }
     let tb = table.backend(t)?;
-    if let Some(p) = cand.source_of(caps, table, t) {
+    // SAFETY: `t` is live, and so is the graph the prediction is for (this function's
+    // contract: `t`'s sources, the graph's tensors, are live).
+    if let Some(p) = unsafe { cand.source_of(caps, table, t) } {
         // A source read through a copy gives up nothing: the copy lives in tb's buffer.
-        let direct = table.backend(p) == Some(tb) || buffer_supported(caps, table, p, tb);
+        // SAFETY: `p` is a source of the live `t`: live, with its view source.
+        let direct =
+            table.backend(p) == Some(tb) || unsafe { buffer_supported(caps, table, p, tb) };
         if direct && depth < 256 {
-            if let Some(b) = memory_buft(caps, table, cand, p, depth + 1) {
+            // SAFETY: as above; `p`'s sources are live graph tensors.
+            if let Some(b) = unsafe { memory_buft(caps, table, cand, p, depth + 1) } {
                 return Some(b);
             }
         }
@@ -397,8 +446,10 @@ unsafe fn group_ok(
     };
     // Where the scheduler means the storage to be (the root's backend's buffer type)...
     let sched_buft = caps.buft(r);
-    let host = caps.buft_is_host(sched_buft);
-    let placed_ok = |wb: usize| wb == r || (host && caps.supports_buft(wb, sched_buft));
+    // SAFETY: a backend's own compute buffer type, live for the scheduler's lifetime.
+    let host = unsafe { caps.buft_is_host(sched_buft) };
+    // SAFETY: as above.
+    let placed_ok = |wb: usize| wb == r || (host && unsafe { caps.supports_buft(wb, sched_buft) });
     let placed: Vec<usize> = writers.iter().filter_map(|&w| table.backend(w)).collect();
     if !placed.iter().all(|&wb| placed_ok(wb)) {
         return false;
@@ -407,21 +458,28 @@ unsafe fn group_ok(
     // bound: when every backend the memory could come from is usable, no need to replay
     // ggml-alloc's counts.
     let n = caps.n_backends();
-    if n <= 64 && (*root).buffer.is_null() {
-        let mask = possible_backends(caps, table, cand, root, 0);
+    // SAFETY: `root` is live (this function's contract).
+    if n <= 64 && unsafe { (*root).buffer }.is_null() {
+        // SAFETY: `root` and its sources are live (this function's contract).
+        let mask = unsafe { possible_backends(caps, table, cand, root, 0) };
         if mask != u64::MAX
             && (0..n).filter(|&b| mask & (1u64 << b) != 0).all(|b| {
                 placed
                     .iter()
-                    .all(|&wb| caps.supports_buft(wb, caps.buft(b)))
+                    // SAFETY: a backend's own compute buffer type, live.
+                    .all(|&wb| unsafe { caps.supports_buft(wb, caps.buft(b)) })
             })
         {
             return true;
         }
     }
-    match memory_buft(caps, table, cand, root, 0) {
+    // SAFETY: `root` and its sources are live (this function's contract).
+    match unsafe { memory_buft(caps, table, cand, root, 0) } {
         Some(b) if b == sched_buft => true,
-        Some(b) => placed.iter().all(|&wb| caps.supports_buft(wb, b)),
+        Some(b) => placed
+            .iter()
+            // SAFETY: `b` is a live buffer's type or a backend's compute buffer type.
+            .all(|&wb| unsafe { caps.supports_buft(wb, b) }),
         None => false,
     }
 }
@@ -444,26 +502,35 @@ pub unsafe fn colocate(
     let mut groups: Vec<(*mut ggml_tensor, Vec<*mut ggml_tensor>)> = Vec::new();
     let mut group_of: HashMap<*mut ggml_tensor, usize> = HashMap::default();
 
-    for &n in query::nodes(graph) {
-        let node = &*n;
+    // SAFETY: `graph` is live and not resized during the pass (this function's contract).
+    let nodes = unsafe { query::nodes(graph) };
+    for &n in nodes {
+        // SAFETY: a node of the live graph, non-NULL (`GraphIds::rebuild` stopped on NULL),
+        // so live; only read.
+        let node = unsafe { &*n };
         if !is_inplace_writer(node) {
             continue;
         }
         let root = node.view_src;
-        let buf = (*root).buffer;
+        // SAFETY: an in-place writer's view source is set, and live as the node's.
+        let buf = unsafe { (*root).buffer };
         if !buf.is_null() {
-            let buft = (*buf).buft;
+            // SAFETY: a live tensor's non-NULL buffer is live.
+            let buft = unsafe { (*buf).buft };
             let Some(cur) = table.backend(n) else {
                 continue;
             };
-            if caps.supports_buft(cur, buft) {
+            // SAFETY: a live buffer's type.
+            if unsafe { caps.supports_buft(cur, buft) } {
                 continue;
             }
-            match (0..caps.n_backends())
-                .find(|&b| caps.supports_buft(b, buft) && caps.supports_op(b, n))
-            {
+            // SAFETY: `buft` is live and `n` is a live node.
+            let to = (0..caps.n_backends())
+                .find(|&b| unsafe { caps.supports_buft(b, buft) && caps.supports_op(b, n) });
+            match to {
                 Some(b) => table.set(n, b, Cause::InPlaceColocation),
-                None => stop(caps, n, buft, &[n]),
+                // SAFETY: `n` is a live in-place writer, `buft` live.
+                None => unsafe { stop(caps, n, buft, &[n]) },
             }
         } else {
             let g = *group_of.entry(root).or_insert_with(|| {
@@ -480,13 +547,15 @@ pub unsafe fn colocate(
         if table.backend(root).is_none() && !after_fill {
             continue;
         }
-        if group_ok(caps, table, reuse, root, &writers) {
+        // SAFETY: the root and writers are live graph tensors, with live sources.
+        if unsafe { group_ok(caps, table, reuse, root, &writers) } {
             continue;
         }
         let members: Vec<*mut ggml_tensor> = std::iter::once(root)
             .chain(writers.iter().copied())
             .collect();
-        let runs_all = |b: usize| members.iter().all(|&m| caps.supports_op(b, m));
+        // SAFETY: the members are live (as above).
+        let runs_all = |b: usize| members.iter().all(|&m| unsafe { caps.supports_op(b, m) });
         let user = members
             .iter()
             .filter_map(|&m| table.get(m))
@@ -499,7 +568,9 @@ pub unsafe fn colocate(
             .chain((0..caps.n_backends()).filter(|&b| runs_all(b)))
             .collect();
         let Some(&fallback) = order.first() else {
-            stop(caps, writers[0], std::ptr::null_mut(), &members)
+            // SAFETY: `writers[0]` is a live in-place writer (a group has at least one, as it
+            // is made by its first); the members are live.
+            unsafe { stop(caps, writers[0], std::ptr::null_mut(), &members) }
         };
         let before: Vec<_> = members.iter().map(|&m| table.get(m)).collect();
         let mut chosen = fallback;
@@ -511,7 +582,8 @@ pub unsafe fn colocate(
                 reuse.memo.remove(&m);
                 reuse.masks.remove(&m);
             }
-            if group_ok(caps, table, reuse, root, &writers) {
+            // SAFETY: as the first `group_ok` above.
+            if unsafe { group_ok(caps, table, reuse, root, &writers) } {
                 chosen = b;
                 break;
             }
@@ -638,7 +710,7 @@ mod tests {
                 want: &[("set_rows", Some((0, InPlaceColocation))), ("cache", None)],
             },
         ];
-        // SAFETY (both closures): run_cases passes graphs whose tensors its arena owns.
+        // SAFETY: run_cases passes graphs whose tensors its arena owns.
         run_cases(&before_fill, |c, t, g, _| unsafe {
             colocate(c, t, g, false, &mut Reuse::new(g, false))
         });
@@ -679,6 +751,7 @@ mod tests {
                 want: &[("w", Some((0, BestInputs))), ("r", Some((1, BestInputs)))],
             },
         ];
+        // SAFETY: as above.
         run_cases(&after_fill, |c, t, g, _| unsafe {
             colocate(c, t, g, true, &mut Reuse::new(g, false))
         });

@@ -16,6 +16,7 @@
 //! in-place co-location rule off; default on).
 
 // Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
+// Only the `export!` bodies remain: how they are written waits for the `export!` macro change.
 #![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 // The allow above would reach every submodule; each `mod` line restores the workspace's
@@ -190,8 +191,10 @@ impl Sched {
         }
         self.cur_copy = self.next_copy;
         self.next_copy = (self.next_copy + 1) % self.n_copies;
-        self.split(graph);
-        if !self.alloc_splits() {
+        // SAFETY: `graph` is a live graph of live tensors (this function's contract).
+        unsafe { self.split(graph) };
+        // SAFETY: the graph just split is that live graph.
+        if !unsafe { self.alloc_splits() } {
             return false;
         }
         self.is_alloc = true;
@@ -256,13 +259,16 @@ impl Drop for Sched {
 /// # Safety
 /// `p` must be NULL or a scheduler made by [`ggml_backend_sched_new`] and not freed.
 unsafe fn sched_ref<'a>(p: ggml_backend_sched_t, func: &str) -> &'a Sched {
-    non_null(p as *const Sched, func, "sched")
+    // SAFETY: NULL (which aborts) or the live `Sched` behind a handle that
+    // `ggml_backend_sched_new` made, not freed (this function's contract).
+    unsafe { non_null(p as *const Sched, func, "sched") }
 }
 
 /// # Safety
 /// As [`sched_ref`], and no other borrow of the scheduler is live.
 unsafe fn sched_mut<'a>(p: ggml_backend_sched_t, func: &str) -> &'a mut Sched {
-    non_null_mut(p as *mut Sched, func, "sched")
+    // SAFETY: as in `sched_ref`; the borrow is unique (this function's contract).
+    unsafe { non_null_mut(p as *mut Sched, func, "sched") }
 }
 
 export! {
@@ -652,17 +658,24 @@ export! {
 
 /// The body of the compute entry points. The scheduler is borrowed mutably only to
 /// allocate; computing borrows it shared, so the eval callback may query it.
+///
+/// # Safety
+/// `sched` must be NULL or a live scheduler not borrowed elsewhere; `graph` NULL (aborts) or a
+/// live graph of live tensors.
 unsafe fn compute_async(
     sched: ggml_backend_sched_t,
     graph: *mut ggml_cgraph,
     f: &str,
 ) -> ggml_status {
     {
-        let s = sched_mut(sched, f);
+        // SAFETY: NULL or live and not borrowed elsewhere (this function's contract); the
+        // borrow ends with this block.
+        let s = unsafe { sched_mut(sched, f) };
         crate::ggml_assert!(f, !graph.is_null());
         // Another graph than the one allocated (stock computes the allocated one's splits
         // and returns success, leaving `graph` uncomputed): reset and allocate this one.
-        if s.is_alloc && !s.is_allocated(graph) {
+        // SAFETY: non-NULL (asserted above) and live (this function's contract).
+        if s.is_alloc && !unsafe { s.is_allocated(graph) } {
             crate::ffi::log::debug(&format!(
                 "{f}: the graph differs from the one allocated; allocating it\n"
             ));
@@ -673,12 +686,19 @@ unsafe fn compute_async(
         }
         if !s.is_alloc {
             crate::ggml_assert!(f, !graph.is_null());
-            if !s.alloc_graph(graph) {
+            // SAFETY: non-NULL (asserted above) and a live graph of live tensors (this
+            // function's contract).
+            if !unsafe { s.alloc_graph(graph) } {
                 return ggml_sys::GGML_STATUS_ALLOC_FAILED;
             }
         }
     }
-    sched_ref(sched, f).compute_splits()
+    // SAFETY: as above; the mutable borrow has ended, and this shared one lets the eval
+    // callback query the scheduler while it computes.
+    let s = unsafe { sched_ref(sched, f) };
+    // SAFETY: the graph split last is allocated (above, or before this call) and, by this
+    // function's contract, still alive.
+    unsafe { s.compute_splits() }
 }
 
 export! {

@@ -3,9 +3,6 @@
 //! every graph input one copy per pipeline copy. Matches passes 5 and 6 of stock's
 //! `ggml_backend_sched_split_graph`.
 
-// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
-#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
-
 use std::cell::UnsafeCell;
 
 use ggml_sys::{ggml_cgraph, ggml_tensor};
@@ -73,9 +70,18 @@ unsafe fn dup_named(
     copy: usize,
 ) -> *mut ggml_tensor {
     let ctx = pool.ctx(1);
-    let t = ggml_sys::ggml_dup_tensor(ctx, src);
-    (*t).nb = (*src).nb;
-    let src_name = std::ffi::CStr::from_ptr((*src).name.as_ptr()).to_bytes();
+    // SAFETY: `ctx` is a live context with room for one more header (`CtxPool::ctx`), and
+    // `src` is live (this function's contract).
+    let t = unsafe { ggml_sys::ggml_dup_tensor(ctx, src) };
+    // SAFETY: `src` is live (this function's contract); only read.
+    let s = unsafe { &*src };
+    // SAFETY: `t` is the header just made (ggml aborts rather than return NULL), distinct
+    // from `src` and referenced from nowhere else.
+    let t_ref = unsafe { &mut *t };
+    t_ref.nb = s.nb;
+    // SAFETY: ggml keeps a tensor's `name` NUL-terminated within its 64 bytes (its setters
+    // truncate), and `s` outlives the borrow.
+    let src_name = unsafe { std::ffi::CStr::from_ptr(s.name.as_ptr()) }.to_bytes();
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut c = copy;
@@ -87,10 +93,7 @@ unsafe fn dup_named(
             break;
         }
     }
-    set_name(
-        &mut *t,
-        &[backend_name, b"#", src_name, b"#", &digits[at..]],
-    );
+    set_name(t_ref, &[backend_name, b"#", src_name, b"#", &digits[at..]]);
     t
 }
 
@@ -103,28 +106,36 @@ unsafe fn dup_named(
 /// # Safety
 /// `src` and its view source must be live tensors.
 pub(crate) unsafe fn view_of(pool: &mut CtxPool, src: *mut ggml_tensor) -> *mut ggml_tensor {
-    let s = &*src;
-    let t = ggml_sys::ggml_new_tensor(
-        pool.ctx(1),
-        s.type_,
-        ggml_sys::GGML_MAX_DIMS as i32,
-        s.ne.as_ptr(),
-    );
+    // SAFETY: `src` is live (this function's contract); only read.
+    let s = unsafe { &*src };
+    let ctx = pool.ctx(1);
+    // SAFETY: `ctx` is a live context with room for one more header (`CtxPool::ctx`);
+    // `ne` holds GGML_MAX_DIMS sizes.
+    let t = unsafe {
+        ggml_sys::ggml_new_tensor(ctx, s.type_, ggml_sys::GGML_MAX_DIMS as i32, s.ne.as_ptr())
+    };
     let (root, offs) = if s.view_src.is_null() {
         (src, 0)
     } else {
         (s.view_src, s.view_offs)
     };
-    let v = &mut *t;
+    // SAFETY: `t` is the header just made (ggml aborts rather than return NULL), distinct
+    // from `src` and its root and referenced from nowhere else.
+    let v = unsafe { &mut *t };
     v.view_src = root;
     v.view_offs = offs;
-    v.data = if (*root).data.is_null() {
+    // SAFETY: `root` is `src` or its view source, both live (this function's contract).
+    let root_data = unsafe { (*root).data };
+    v.data = if root_data.is_null() {
         std::ptr::null_mut()
     } else {
-        (*root).data.cast::<u8>().add(offs).cast()
+        // SAFETY: `offs` is `src`'s offset in its root, which ggml checked to lie within
+        // the root's storage when it made the view (`ggml_view_impl`'s bound assert).
+        unsafe { root_data.cast::<u8>().add(offs) }.cast()
     };
     v.nb = s.nb;
-    let name = std::ffi::CStr::from_ptr(s.name.as_ptr()).to_bytes();
+    // SAFETY: ggml keeps a tensor's `name` NUL-terminated within its 64 bytes.
+    let name = unsafe { std::ffi::CStr::from_ptr(s.name.as_ptr()) }.to_bytes();
     set_name(v, &[name, b" (view)"]);
     t
 }
@@ -185,7 +196,8 @@ pub unsafe fn split_graph(
         }
         None => Split::new(backend, i_start),
     };
-    let nodes = query::nodes(graph);
+    // SAFETY: `graph` is live and not resized during the pass (this function's contract).
+    let nodes = unsafe { query::nodes(graph) };
     let first = ix
         .compute
         .first()
@@ -195,7 +207,10 @@ pub unsafe fn split_graph(
     let mut cur = first;
     for &i in &ix.compute {
         let i = i as usize;
-        let node = &mut *nodes[i];
+        // SAFETY: a node of the live graph, non-NULL (`GraphIds::rebuild` stopped on NULL),
+        // so a live tensor; this is the only reference to it while it is used: a graph is
+        // acyclic, so none of its sources (read below) is the node itself.
+        let node = unsafe { &mut *nodes[i] };
         let Some(nb) = table.backend_at(ix.nodes[i]) else {
             crate::ffi::fatal(
                 c_name!(sched::ggml_backend_sched_split_graph),
@@ -207,11 +222,16 @@ pub unsafe fn split_graph(
             // A weight of another, incompatible backend: a new split lets the copies of the
             // previous weights be reused.
             need_new = sources_at(node, ix, i).any(|(s, sid)| {
-                let sr = &*s;
-                !sr.buffer.is_null()
-                    && (*sr.buffer).usage == ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+                // SAFETY: `sources_at` yields only non-NULL sources, and a source of a live
+                // node is live (this function's contract).
+                let sr = unsafe { &*s };
+                // SAFETY: a live tensor's non-NULL buffer is live (`&&` skips NULL).
+                let weights = !sr.buffer.is_null()
+                    && unsafe { (*sr.buffer).usage } == ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+                // SAFETY: `s` and its view source are live (as above).
+                weights
                     && table.backend_at(sid) != Some(cur)
-                    && !buffer_supported_at(caps, table, s, sid, cur)
+                    && !unsafe { buffer_supported_at(caps, table, s, sid, cur) }
             });
         }
         if nb != cur || need_new {
@@ -233,7 +253,9 @@ pub unsafe fn split_graph(
                     "GGML_ASSERT(src_backend_id != -1) failed: all inputs should be assigned by now",
                 );
             };
-            if sb == cur || buffer_supported_at(caps, table, s, sid, cur) {
+            // SAFETY: `s` is a non-NULL source of a live node, so live, as is its view source
+            // (this function's contract).
+            if sb == cur || unsafe { buffer_supported_at(caps, table, s, sid, cur) } {
                 continue;
             }
             if !table.has_copies_at(sid, cur) {
@@ -242,10 +264,13 @@ pub unsafe fn split_graph(
                     sid,
                     cur,
                     (0..n_copies).map(|c| {
-                        let t = dup_named(pool, s, &names[cur], c);
+                        // SAFETY: `s` is live (see `buffer_supported_at` above).
+                        let t = unsafe { dup_named(pool, s, &names[cur], c) };
                         if n_copies > 1 {
-                            ggml_sys::ggml_set_input(t);
-                            ggml_sys::ggml_set_output(t);
+                            // SAFETY: `t` is the live header just made; only its flags change.
+                            unsafe { ggml_sys::ggml_set_input(t) };
+                            // SAFETY: as above.
+                            unsafe { ggml_sys::ggml_set_output(t) };
                         }
                         t
                     }),
@@ -278,8 +303,12 @@ pub unsafe fn graph_inputs(
     if sc.n_copies <= 1 {
         return inputs;
     }
-    for &leaf in query::leafs(graph) {
-        if (*leaf).flags & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 == 0 {
+    // SAFETY: `graph` is live and not resized during the pass (this function's contract).
+    let leafs = unsafe { query::leafs(graph) };
+    for &leaf in leafs {
+        // SAFETY: a leaf of the live graph, non-NULL (`GraphIds::rebuild` stopped on NULL),
+        // so a live tensor.
+        if unsafe { (*leaf).flags } & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 == 0 {
             continue;
         }
         let Some(lb) = table.backend(leaf) else {
@@ -299,10 +328,14 @@ pub unsafe fn graph_inputs(
                     let t = if c == cur_copy {
                         leaf
                     } else {
-                        dup_named(pool, leaf, &bname, c)
+                        // SAFETY: `leaf` is live (above).
+                        unsafe { dup_named(pool, leaf, &bname, c) }
                     };
-                    ggml_sys::ggml_set_input(t);
-                    ggml_sys::ggml_set_output(t);
+                    // SAFETY: `t` is the live leaf or the live header just made, with no
+                    // reference held to it; only its flags change.
+                    unsafe { ggml_sys::ggml_set_input(t) };
+                    // SAFETY: as above.
+                    unsafe { ggml_sys::ggml_set_output(t) };
                     t
                 }),
             );
@@ -408,6 +441,7 @@ mod tests {
         // SAFETY: tensors live in the arena; the copies in the pool.
         let ix = unsafe { GraphIds::new(&mut t, &g) };
         let mut splits = Vec::new();
+        // SAFETY: as above; every node is placed.
         unsafe { split_graph(&mut sc, &mut t, &g, &ix, 0, &mut splits, &mut Vec::new()) };
         let shape: Vec<_> = splits
             .iter()
