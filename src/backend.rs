@@ -5,7 +5,6 @@
 //! does. The internal functions behind the exports that ask the backend's device (or its
 //! default buffer type) abort on a NULL one naming the device (or buffer type) function that
 //! needs it, the function that stock's call chain reaches.
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::os::raw::c_char;
 

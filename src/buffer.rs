@@ -5,7 +5,6 @@
 //! it to the caller; [`ggml_backend_buffer_free`] calls the backend's `free_buffer` (which
 //! releases the backend's `context`) and then frees the struct. A NULL buffer aborts in every
 //! function that stock guards with `GGML_ASSERT(buffer)`.
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::os::raw::{c_char, c_void};
 

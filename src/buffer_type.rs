@@ -3,7 +3,6 @@
 //!
 //! A buffer type is owned by the backend that defines it (usually a `static`); these functions
 //! never free one. A NULL buffer type aborts, as stock's `GGML_ASSERT(buft)` does.
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::os::raw::c_char;
 

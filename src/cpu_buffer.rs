@@ -7,7 +7,6 @@
 //! `get_alignment` reports); the allocation itself comes from `ggml_aligned_malloc`, which
 //! aligns to 64 bytes, and the base is rounded up to 32 bytes should it not be. Neither type has
 //! a device (NULL), as stock.
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::cell::UnsafeCell;
 use std::os::raw::{c_char, c_void};

@@ -3,7 +3,6 @@
 //! Devices and registrations are owned by their backend library and live for the whole
 //! process; nothing here frees one. A NULL device or registration aborts, as stock's
 //! `GGML_ASSERT` does.
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::os::raw::{c_char, c_void};
 

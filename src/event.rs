@@ -1,7 +1,6 @@
 //! Events (`ggml_backend_event_*`): synchronisation points that a backend records into its
 //! queue and that other backends or the host wait for. An event belongs to the device that made
 //! it and is freed through that device.
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use ggml_sys::{
     ggml_backend, ggml_backend_dev_t, ggml_backend_device, ggml_backend_event,

@@ -8,7 +8,6 @@
 //! views are re-created over their copied view source. The copy's contexts and buffer belong
 //! to the returned `ggml_backend_graph_copy` and are released by
 //! [`ggml_backend_graph_copy_free`].
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::collections::{HashMap, HashSet};
 use std::os::raw::c_void;

@@ -3,7 +3,6 @@
 //! the sum of its parts; clearing, freeing and usage changes are passed on to every part; it has
 //! no base address of its own. `ggml_backend_buffer_set_usage` lives here too: it is the one
 //! buffer function that must know multi-buffers, and `buffer.rs` sits below this module.
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use ggml_sys::{
     ggml_backend_buffer, ggml_backend_buffer_i, ggml_backend_buffer_t, ggml_backend_buffer_usage,

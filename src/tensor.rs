@@ -11,7 +11,6 @@
 //! The eight set/get entry points are one function, [`access`], over the direction
 //! ([`Access`]), the target ([`Target`]: the buffer's blocking callbacks or a backend's queue)
 //! and the rows moved ([`Rows`]: one range, or `n_copies` strided rows), with one range check.
-#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod meta;
 

@@ -12,46 +12,24 @@
 //!
 //! Environment: `GGML_SCHED_DEBUG` (1: splits and their inputs; 2: also every node with its
 //! backend and cause), `GGML_SCHED_DEBUG_REALLOC` (as stock), `GGML_SCHED_MAX_COPIES`
-//! (pipeline copies when `parallel`, default 4), `GGML_SCHED_INPLACE_RULE` (0 turns the
-//! in-place co-location rule off; default on).
+//! (pipeline copies when `parallel`, default 4), `GGML_SCHED_INPLACE_RULE` (only 0, off, no or
+//! false turn the in-place co-location rule off; default on; see `crate::env`).
 
-// Not yet converted to the workspace's unsafe discipline (code-health issue, point 6); remove this line when the file is.
-// Only the `export!` bodies remain: how they are written waits for the `export!` macro change.
-#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
-
-// The allow above would reach every submodule; each `mod` line restores the workspace's
-// levels so the files already converted stay checked (a file not yet converted has its own
-// allow, which wins over this one).
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod alloc;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod assign;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod caps;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod compute;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod ctx;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod dump;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod expand;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod fill;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod inplace;
 #[cfg(test)]
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub(crate) mod mock;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod place;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod query;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod split;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod table;
-#[deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod upgrade;
 
 use std::cell::UnsafeCell;
@@ -300,10 +278,14 @@ export! {
             table::MAX_BACKENDS
         );
         crate::ggml_assert!(F, !backends.is_null());
-        let list = std::slice::from_raw_parts(backends, n_backends as usize).to_vec();
+        // SAFETY: `backends` is non-NULL (asserted above) and points to `n_backends` (> 0)
+        // backends (the `# Safety` contract).
+        let list = unsafe { std::slice::from_raw_parts(backends, n_backends as usize) }.to_vec();
         let last = list[list.len() - 1];
-        let last_device = crate::backend::backend_ref(last, F).device;
-        let ty = crate::device::dev_type(crate::device::dev_ref(last_device, F));
+        // SAFETY: each entry is NULL (aborts) or a live backend (the `# Safety` contract).
+        let last_device = unsafe { crate::backend::backend_ref(last, F) }.device;
+        // SAFETY: a live backend's device is NULL (aborts) or live for the process.
+        let ty = crate::device::dev_type(unsafe { crate::device::dev_ref(last_device, F) });
         crate::ggml_assert!(F, ty == ggml_sys::GGML_BACKEND_DEVICE_TYPE_CPU, "GGML_ASSERT(ggml_backend_dev_type(ggml_backend_get_device(backends[n_backends - 1])) == GGML_BACKEND_DEVICE_TYPE_CPU) failed");
 
         let n_copies = if parallel {
@@ -316,15 +298,20 @@ export! {
         let mut buft_list = Vec::with_capacity(list.len());
         let mut events = Vec::with_capacity(list.len());
         for (b, &backend) in list.iter().enumerate() {
-            let be = crate::backend::backend_ref(backend, F);
+            // SAFETY: each entry is NULL (aborts) or a live backend (the `# Safety` contract).
+            let be = unsafe { crate::backend::backend_ref(backend, F) };
             let buft = if bufts.is_null() {
                 crate::backend::default_buffer_type(be)
             } else {
-                *bufts.add(b)
+                // SAFETY: a non-NULL `bufts` holds `n_backends` entries (the `# Safety`
+                // contract) and `b < n_backends`.
+                unsafe { *bufts.add(b) }
             };
             crate::ggml_assert!(
                 F,
-                crate::backend::supports_buft(be, buft),
+                // SAFETY: `buft` is the backend's own default type or one the caller passed
+                // for it, live for the process.
+                unsafe { crate::backend::supports_buft(be, buft) },
                 "GGML_ASSERT(ggml_backend_supports_buft(backends[b], sched->bufts[b])) failed"
             );
             buft_list.push(buft);
@@ -333,15 +320,15 @@ export! {
                 for _ in 0..n_copies {
                     // A NULL device makes no event, as `ggml_backend_event_new` says.
                     row.push(
-                        be.device
-                            .as_ref()
-                            .map_or(ptr::null_mut(), crate::event::new),
+                        // SAFETY: a live backend's device is NULL or live for the process.
+                        unsafe { be.device.as_ref() }.map_or(ptr::null_mut(), crate::event::new),
                     );
                 }
             }
             events.push(row);
         }
-        let galloc = ggml_sys::ggml_gallocr_new_n(buft_list.as_mut_ptr(), n_backends);
+        // SAFETY: `buft_list` holds `n_backends` live buffer types; gallocr copies the list.
+        let galloc = unsafe { ggml_sys::ggml_gallocr_new_n(buft_list.as_mut_ptr(), n_backends) };
         let mut s = Box::new(Sched {
             backends: list,
             bufts: buft_list,
@@ -414,7 +401,9 @@ export! {
     /// # Safety
     /// `sched` must be a live scheduler (NULL aborts).
     pub unsafe fn ggml_backend_sched_reset(sched: ggml_backend_sched_t) {
-        sched_mut(sched, F).reset()
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler not borrowed elsewhere (the
+        // `# Safety` contract).
+        unsafe { sched_mut(sched, F) }.reset()
     }
 }
 
@@ -430,19 +419,27 @@ export! {
         measure_graph: *mut ggml_cgraph,
         sizes: *mut usize,
     ) {
-        let s = sched_mut(sched, F);
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler not borrowed elsewhere (the
+        // `# Safety` contract).
+        let s = unsafe { sched_mut(sched, F) };
         crate::ggml_assert!(F, !measure_graph.is_null());
         crate::ggml_assert!(F, !sizes.is_null());
         s.reset();
         s.synchronize();
-        s.split(measure_graph);
-        ggml_sys::ggml_gallocr_reserve_n_size(
-            s.galloc,
-            s.graph.get(),
-            s.node_ids.as_ptr(),
-            s.leaf_ids.as_ptr(),
-            sizes,
-        );
+        // SAFETY: non-NULL (asserted above) and a live graph of live tensors (the `# Safety`
+        // contract).
+        unsafe { s.split(measure_graph) };
+        // SAFETY: the split just made filled `graph`, `node_ids` and `leaf_ids` for gallocr,
+        // and `sizes` (non-NULL) has room for one size per backend (the `# Safety` contract).
+        unsafe {
+            ggml_sys::ggml_gallocr_reserve_n_size(
+                s.galloc,
+                s.graph.get(),
+                s.node_ids.as_ptr(),
+                s.leaf_ids.as_ptr(),
+                sizes,
+            )
+        };
     }
 }
 
@@ -456,16 +453,24 @@ export! {
         sched: ggml_backend_sched_t,
         measure_graph: *mut ggml_cgraph,
     ) -> bool {
-        let s = sched_mut(sched, F);
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler not borrowed elsewhere (the
+        // `# Safety` contract).
+        let s = unsafe { sched_mut(sched, F) };
         crate::ggml_assert!(F, !measure_graph.is_null());
         s.synchronize();
-        s.split(measure_graph);
-        if !ggml_sys::ggml_gallocr_reserve_n(
-            s.galloc,
-            s.graph.get(),
-            s.node_ids.as_ptr(),
-            s.leaf_ids.as_ptr(),
-        ) {
+        // SAFETY: non-NULL (asserted above) and a live graph of live tensors (the `# Safety`
+        // contract).
+        unsafe { s.split(measure_graph) };
+        // SAFETY: the split just made filled `graph`, `node_ids` and `leaf_ids` for gallocr.
+        let reserved = unsafe {
+            ggml_sys::ggml_gallocr_reserve_n(
+                s.galloc,
+                s.graph.get(),
+                s.node_ids.as_ptr(),
+                s.leaf_ids.as_ptr(),
+            )
+        };
+        if !reserved {
             return false;
         }
         s.reset();
@@ -479,7 +484,8 @@ export! {
     /// # Safety
     /// `sched` must be a live scheduler.
     pub unsafe fn ggml_backend_sched_get_n_backends(sched: ggml_backend_sched_t) -> c_int {
-        sched_ref(sched, F).backends.len() as c_int
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler (the `# Safety` contract).
+        unsafe { sched_ref(sched, F) }.backends.len() as c_int
     }
 }
 
@@ -493,7 +499,8 @@ export! {
         sched: ggml_backend_sched_t,
         i: c_int,
     ) -> ggml_backend_t {
-        let s = sched_ref(sched, F);
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler (the `# Safety` contract).
+        let s = unsafe { sched_ref(sched, F) };
         crate::ggml_assert!(F, i >= 0 && (i as usize) < s.backends.len());
         s.backends[i as usize]
     }
@@ -506,7 +513,8 @@ export! {
     /// # Safety
     /// `sched` must be a live scheduler.
     pub unsafe fn ggml_backend_sched_get_n_splits(sched: ggml_backend_sched_t) -> c_int {
-        sched_ref(sched, F).splits.len() as c_int
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler (the `# Safety` contract).
+        unsafe { sched_ref(sched, F) }.splits.len() as c_int
     }
 }
 
@@ -517,7 +525,8 @@ export! {
     /// # Safety
     /// `sched` must be a live scheduler.
     pub unsafe fn ggml_backend_sched_get_n_copies(sched: ggml_backend_sched_t) -> c_int {
-        sched_ref(sched, F).n_copies as c_int
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler (the `# Safety` contract).
+        unsafe { sched_ref(sched, F) }.n_copies as c_int
     }
 }
 
@@ -531,7 +540,8 @@ export! {
         sched: ggml_backend_sched_t,
         backend: ggml_backend_t,
     ) -> ggml_backend_buffer_type_t {
-        let s = sched_ref(sched, F);
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler (the `# Safety` contract).
+        let s = unsafe { sched_ref(sched, F) };
         s.bufts[s.backend_index_or_abort(backend, F)]
     }
 }
@@ -546,9 +556,11 @@ export! {
         sched: ggml_backend_sched_t,
         backend: ggml_backend_t,
     ) -> usize {
-        let s = sched_ref(sched, F);
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler (the `# Safety` contract).
+        let s = unsafe { sched_ref(sched, F) };
         let i = s.backend_index_or_abort(backend, F);
-        ggml_sys::ggml_gallocr_get_buffer_size(s.galloc, i as c_int)
+        // SAFETY: the scheduler's own gallocr, and `i` one of its buffer indices.
+        unsafe { ggml_sys::ggml_gallocr_get_buffer_size(s.galloc, i as c_int) }
     }
 }
 
@@ -564,7 +576,9 @@ export! {
         node: *mut ggml_tensor,
         backend: ggml_backend_t,
     ) {
-        let s = sched_mut(sched, F);
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler not borrowed elsewhere (the
+        // `# Safety` contract).
+        let s = unsafe { sched_mut(sched, F) };
         // Stock hashes a NULL node like any other and goes on; a NULL placement is a caller's
         // mistake that would otherwise surface far away.
         crate::ffi::require_non_null(node, F, "node");
@@ -584,7 +598,8 @@ export! {
         sched: ggml_backend_sched_t,
         node: *mut ggml_tensor,
     ) -> ggml_backend_t {
-        sched_ref(sched, F).tensor_backend(node)
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler (the `# Safety` contract).
+        unsafe { sched_ref(sched, F) }.tensor_backend(node)
     }
 }
 
@@ -599,9 +614,13 @@ export! {
         sched: ggml_backend_sched_t,
         graph: *mut ggml_cgraph,
     ) {
-        let s = sched_mut(sched, F);
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler not borrowed elsewhere (the
+        // `# Safety` contract).
+        let s = unsafe { sched_mut(sched, F) };
         crate::ggml_assert!(F, !graph.is_null());
-        s.split(graph);
+        // SAFETY: non-NULL (asserted above) and a live graph of live tensors (the `# Safety`
+        // contract).
+        unsafe { s.split(graph) };
     }
 }
 
@@ -617,9 +636,13 @@ export! {
         sched: ggml_backend_sched_t,
         graph: *mut ggml_cgraph,
     ) -> bool {
-        let s = sched_mut(sched, F);
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler not borrowed elsewhere (the
+        // `# Safety` contract).
+        let s = unsafe { sched_mut(sched, F) };
         crate::ggml_assert!(F, !graph.is_null());
-        s.alloc_graph(graph)
+        // SAFETY: non-NULL (asserted above) and a live graph of live tensors (the `# Safety`
+        // contract).
+        unsafe { s.alloc_graph(graph) }
     }
 }
 
@@ -633,8 +656,11 @@ export! {
         sched: ggml_backend_sched_t,
         graph: *mut ggml_cgraph,
     ) -> ggml_status {
-        let err = compute_async(sched, graph, F);
-        sched_mut(sched, F).synchronize();
+        // SAFETY: forwards the contract of this export, which is compute_async's.
+        let err = unsafe { compute_async(sched, graph, F) };
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler not borrowed elsewhere (the
+        // `# Safety` contract).
+        unsafe { sched_mut(sched, F) }.synchronize();
         err
     }
 }
@@ -647,12 +673,14 @@ export! {
     /// `ggml_backend_sched_graph_compute_async`.
     ///
     /// # Safety
-    /// `sched` live; `graph` a live graph of live tensors (the one allocated, if allocated).
+    /// `sched` live; `graph` a live graph of live tensors (another graph than the one allocated
+    /// is allocated first).
     pub unsafe fn ggml_backend_sched_graph_compute_async(
         sched: ggml_backend_sched_t,
         graph: *mut ggml_cgraph,
     ) -> ggml_status {
-        compute_async(sched, graph, F)
+        // SAFETY: forwards the contract of this export, which is compute_async's.
+        unsafe { compute_async(sched, graph, F) }
     }
 }
 
@@ -708,7 +736,9 @@ export! {
     /// # Safety
     /// `sched` must be a live scheduler.
     pub unsafe fn ggml_backend_sched_synchronize(sched: ggml_backend_sched_t) {
-        sched_mut(sched, F).synchronize()
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler not borrowed elsewhere (the
+        // `# Safety` contract).
+        unsafe { sched_mut(sched, F) }.synchronize()
     }
 }
 
@@ -725,7 +755,9 @@ export! {
         callback: ggml_backend_sched_eval_callback,
         user_data: *mut c_void,
     ) {
-        let s = sched_mut(sched, F);
+        // SAFETY: `sched` is NULL (aborts) or a live scheduler not borrowed elsewhere (the
+        // `# Safety` contract).
+        let s = unsafe { sched_mut(sched, F) };
         s.callback_eval = callback;
         s.callback_eval_user_data = user_data;
     }
