@@ -8,7 +8,7 @@ use std::os::raw::{c_int, c_void};
 
 use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
 
-use super::query;
+use super::inspect;
 use super::split;
 use super::Sched;
 use crate::ffi::c_name;
@@ -108,7 +108,7 @@ impl Sched {
         self.graph_leafs.clear();
         // SAFETY: `g` is live and its node count does not change while this runs (the
         // backends' `graph_optimize` above only reorders nodes in place).
-        let nodes = unsafe { query::nodes(g) };
+        let nodes = unsafe { inspect::nodes(g) };
         let mut n_dep_added = 0usize;
         for s in &self.splits {
             for (&input, &id) in s.inputs.iter().zip(&s.input_ids) {
@@ -204,7 +204,7 @@ impl Sched {
             }
         }
         // SAFETY: `g` is live with `n_leafs` leaf pointers (this function's contract).
-        let leafs = unsafe { query::leafs(g) };
+        let leafs = unsafe { inspect::leafs(g) };
         for (&leaf, &id) in leafs.iter().zip(&self.graph_ids.leafs) {
             put(
                 &mut self.leaf_ids,

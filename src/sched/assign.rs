@@ -6,7 +6,7 @@
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;
-use super::query;
+use super::inspect;
 use super::table::{Cause, GraphIds, Table};
 use crate::ffi::c_name;
 use crate::tensor::meta;
@@ -135,12 +135,12 @@ unsafe fn stop_unusable_storage(
     // SAFETY: a live buffer's type is live.
     let buft_name = unsafe { caps.buft_name(buft) };
     // SAFETY: `ggml_op_name` maps any op code to a static NUL-terminated name.
-    let op_name = unsafe { query::cstr(ggml_sys::ggml_op_name(t.op)) };
+    let op_name = unsafe { inspect::cstr(ggml_sys::ggml_op_name(t.op)) };
     crate::ffi::fatal(
         c_name!(sched::ggml_backend_sched_split_graph),
         &format!(
             "pre-allocated tensor ({}) in a buffer ({}) that cannot run the operation ({})",
-            query::name(t),
+            inspect::name(t),
             buft_name,
             op_name,
         ),
@@ -164,9 +164,9 @@ pub unsafe fn assign_current(
     let max_src = ggml_sys::GGML_MAX_SRC as usize;
     // SAFETY: `graph` is live with `n_leafs` leafs and `n_nodes` nodes and is not resized
     // during the pass (this function's contract).
-    let leafs = unsafe { query::leafs(graph) };
+    let leafs = unsafe { inspect::leafs(graph) };
     // SAFETY: as for `leafs`.
-    let nodes = unsafe { query::nodes(graph) };
+    let nodes = unsafe { inspect::nodes(graph) };
     let leafs = leafs
         .iter()
         .zip(&ix.leafs)

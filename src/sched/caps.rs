@@ -4,7 +4,7 @@
 
 use ggml_sys::{ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_t, ggml_tensor};
 
-use super::query::cstr;
+use super::inspect::cstr;
 use crate::backend;
 use crate::buffer::{self, buffer_ref};
 use crate::buffer_type::{self, buft_ref};

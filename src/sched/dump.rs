@@ -6,7 +6,7 @@
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;
-use super::query::{self, cstr};
+use super::inspect::{self, cstr};
 use super::split::Split;
 use super::table::Table;
 use crate::tensor::meta;
@@ -75,7 +75,7 @@ pub(crate) unsafe fn print_assignments(
     let mut cur = 0usize;
     // SAFETY: `graph` is live and not resized during the dump (this function's caller
     // guarantees it).
-    let nodes = unsafe { query::nodes(graph) };
+    let nodes = unsafe { inspect::nodes(graph) };
     for (i, &n) in nodes.iter().enumerate() {
         if let Some(s) = splits.get(cur).filter(|s| s.i_start == i) {
             let mut line = format!(
@@ -94,7 +94,7 @@ pub(crate) unsafe fn print_assignments(
                 let inp = unsafe { &*inp };
                 line.push_str(&format!(
                     "[{} ({:>5.5})] ",
-                    query::name(inp),
+                    inspect::name(inp),
                     fmt_size(meta::nbytes(inp))
                 ));
             }
@@ -118,21 +118,21 @@ pub(crate) unsafe fn print_assignments(
             "node #{:>3} ({:>10.10}): {:>20.20} ({:>5.5}) [{:>5.5} {:>8.8}] use={},c={}:",
             i,
             op,
-            query::name(node),
+            inspect::name(node),
             fmt_size(meta::nbytes(node)),
             bname,
             cause,
             uses,
             (node.flags & ggml_sys::GGML_TENSOR_FLAG_COMPUTE as i32 != 0) as i32
         );
-        for (_, s) in query::sources(node) {
+        for (_, s) in inspect::sources(node) {
             let (sname, scause) = backend_label(caps, table, s);
-            // SAFETY: `query::sources` yields only non-NULL sources, and a source of a live
+            // SAFETY: `inspect::sources` yields only non-NULL sources, and a source of a live
             // node is a live tensor.
             let src = unsafe { &*s };
             line.push_str(&format!(
                 " {:>20.20} ({:>5.5}) [{:>5.5} {:>8.8}]",
-                query::name(src),
+                inspect::name(src),
                 fmt_size(meta::nbytes(src)),
                 sname,
                 scause

@@ -6,7 +6,7 @@
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;
-use super::query;
+use super::inspect;
 use super::table::{Cause, GraphIds, Table};
 
 /// One sweep over `order` (the non-view nodes with their ids, in sweep order). With
@@ -44,7 +44,7 @@ unsafe fn sweep(
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn expand(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
     // SAFETY: `graph` is a live graph (this function's contract).
-    let nodes = unsafe { query::nodes(graph) };
+    let nodes = unsafe { inspect::nodes(graph) };
     let pairs = || {
         ix.compute
             .iter()

@@ -7,7 +7,8 @@
 use ggml_sys::ggml_cgraph;
 
 use super::caps::Caps;
-use super::query::{self, sources_at};
+use super::inspect;
+use super::query::sources_at;
 use super::table::{Cause, GraphIds, Table};
 use crate::ffi::c_name;
 
@@ -18,7 +19,7 @@ use crate::ffi::c_name;
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
     // SAFETY: `graph` is a live graph of live tensors (this function's contract).
-    let nodes = unsafe { query::nodes(graph) };
+    let nodes = unsafe { inspect::nodes(graph) };
     for (i, &n) in nodes.iter().enumerate() {
         // SAFETY: a node of the live graph: a live tensor, not NULL (`GraphIds::rebuild`
         // stops on a NULL node before any pass runs).
@@ -57,9 +58,9 @@ pub unsafe fn fill(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: 
                 c_name!(sched::ggml_backend_sched_split_graph),
                 &format!(
                     "GGML_ASSERT(*cur_backend_id != -1) failed: node {} ({}) has no backend that supports it",
-                    query::name(node),
+                    inspect::name(node),
                     // SAFETY: `n` is live; ggml_op_desc returns a static string.
-                    unsafe { query::cstr(ggml_sys::ggml_op_desc(n)) },
+                    unsafe { inspect::cstr(ggml_sys::ggml_op_desc(n)) },
                 ),
             );
         }

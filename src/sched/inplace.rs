@@ -19,7 +19,8 @@ use rustc_hash::FxHashMap as HashMap;
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;
-use super::query::{self, buffer_supported};
+use super::inspect;
+use super::query::buffer_supported;
 use super::table::{Cause, PtrIndex, Table};
 use crate::ffi::c_name;
 use crate::tensor::meta;
@@ -81,7 +82,7 @@ pub(crate) unsafe fn stop(
     // SAFETY: `w` is live (this function's contract); only read.
     let wr = unsafe { &*w };
     // SAFETY: `w` is live; `ggml_op_desc` returns a static NUL-terminated name.
-    let op = unsafe { query::cstr(ggml_sys::ggml_op_desc(w)) };
+    let op = unsafe { inspect::cstr(ggml_sys::ggml_op_desc(w)) };
     // SAFETY: an in-place writer's view source is set and live (this function's contract).
     let root = unsafe { &*wr.view_src };
     // SAFETY: `buft` and `ops` as this function's contract says.
@@ -90,9 +91,9 @@ pub(crate) unsafe fn stop(
         c_name!(sched::ggml_backend_sched_split_graph),
         &format!(
             "in-place node '{}' (op {}) writes the storage of '{}', which {}; backends: {}",
-            query::name(wr),
+            inspect::name(wr),
             op,
-            query::name(root),
+            inspect::name(root),
             what,
             report
         ),
@@ -114,7 +115,7 @@ unsafe fn reuse_candidates(
     pipeline: bool,
 ) -> HashMap<*mut ggml_tensor, *mut ggml_tensor> {
     // SAFETY: `graph` is live and not resized during the pass (this function's contract).
-    let nodes = unsafe { query::nodes(graph) };
+    let nodes = unsafe { inspect::nodes(graph) };
     // (children, live views) per tensor, as ggml-alloc counts them.
     let mut ix = PtrIndex::default();
     let mut counts: Vec<(i32, i32)> = Vec::with_capacity(nodes.len() * 2);
@@ -136,7 +137,7 @@ unsafe fn reuse_candidates(
         let nb = table.backend(n);
         let mut out: [(*mut ggml_tensor, bool, bool); ggml_sys::GGML_MAX_SRC as usize] =
             [(std::ptr::null_mut(), false, false); ggml_sys::GGML_MAX_SRC as usize];
-        for (j, s) in query::sources(node) {
+        for (j, s) in inspect::sources(node) {
             let direct = match nb {
                 Some(b) => {
                     // SAFETY: a non-NULL source of a live node, live with its view source.
@@ -343,7 +344,7 @@ unsafe fn possible_backends(
             Some(tb) => {
                 let mut m = 1u64 << tb;
                 if caps.op_can_inplace(tr.op) {
-                    for (_, p) in query::sources(tr) {
+                    for (_, p) in inspect::sources(tr) {
                         // SAFETY: `p` is a non-NULL source of the live `t`, live with its
                         // view source (this function's contract).
                         if unsafe { may_take(caps, table, tr, tb, p, reuse.pipeline) } {
@@ -503,7 +504,7 @@ pub unsafe fn colocate(
     let mut group_of: HashMap<*mut ggml_tensor, usize> = HashMap::default();
 
     // SAFETY: `graph` is live and not resized during the pass (this function's contract).
-    let nodes = unsafe { query::nodes(graph) };
+    let nodes = unsafe { inspect::nodes(graph) };
     for &n in nodes {
         // SAFETY: a node of the live graph, non-NULL (`GraphIds::rebuild` stopped on NULL),
         // so live; only read.

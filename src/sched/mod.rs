@@ -24,6 +24,7 @@ pub mod dump;
 pub mod expand;
 pub mod fill;
 pub mod inplace;
+pub mod inspect;
 #[cfg(test)]
 pub(crate) mod mock;
 pub mod place;

@@ -1,42 +1,13 @@
-//! Questions about tensors and graphs that several passes ask: the graph's node and leaf
-//! lists as slices, a tensor's sources (with or without their table ids), names for
-//! messages, and whether a backend can use a tensor's storage
-//! (stock's `ggml_backend_sched_buffer_supported`).
+//! Questions several passes ask of the placement table and the backends: a node's sources
+//! with their table ids, and whether a backend can use a tensor's storage (stock's
+//! `ggml_backend_sched_buffer_supported`). Plain reading of graphs and tensors is in
+//! [`super::inspect`].
 
-use ggml_sys::{ggml_cgraph, ggml_tensor};
+use ggml_sys::ggml_tensor;
 
 use super::caps::Caps;
 use super::table::{GraphIds, Table};
 use crate::tensor::meta;
-
-/// A C string as an owned Rust string ("" for NULL).
-///
-/// # Safety
-/// `p` must be NULL or a NUL-terminated string live for the call.
-pub unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: non-NULL here, and NUL-terminated and live by this function's contract.
-    unsafe { std::ffi::CStr::from_ptr(p) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// A tensor's name (lossy UTF-8).
-pub fn name(t: &ggml_tensor) -> String {
-    // SAFETY: ggml keeps `name` NUL-terminated (its setters truncate to 63 bytes).
-    unsafe { cstr(t.name.as_ptr()) }
-}
-
-/// The non-NULL sources of `t`, in slot order, with their slot index.
-pub fn sources(t: &ggml_tensor) -> impl Iterator<Item = (usize, *mut ggml_tensor)> + '_ {
-    t.src
-        .iter()
-        .copied()
-        .enumerate()
-        .filter(|(_, s)| !s.is_null())
-}
 
 /// The non-NULL sources of node `i` with their ids.
 pub fn sources_at<'a>(
@@ -50,33 +21,6 @@ pub fn sources_at<'a>(
         .zip(ix.srcs[i][..n].iter())
         .filter(|(s, _)| !s.is_null())
         .map(|(&s, &id)| (s, id as usize))
-}
-
-/// The nodes of a graph as a slice (empty for an empty graph).
-///
-/// # Safety
-/// `g` must be a live graph whose `nodes` holds `n_nodes` pointers, not resized for `'a`.
-pub unsafe fn nodes<'a>(g: &ggml_cgraph) -> &'a [*mut ggml_tensor] {
-    if g.nodes.is_null() || g.n_nodes <= 0 {
-        &[]
-    } else {
-        // SAFETY: `nodes` is non-NULL and `n_nodes` > 0 here; that it holds that many
-        // pointers, unchanged for `'a`, is this function's contract.
-        unsafe { std::slice::from_raw_parts(g.nodes, g.n_nodes as usize) }
-    }
-}
-
-/// The leafs of a graph as a slice (empty for an empty graph).
-///
-/// # Safety
-/// As [`nodes`], for `leafs` and `n_leafs`.
-pub unsafe fn leafs<'a>(g: &ggml_cgraph) -> &'a [*mut ggml_tensor] {
-    if g.leafs.is_null() || g.n_leafs <= 0 {
-        &[]
-    } else {
-        // SAFETY: as in `nodes`, for `leafs` and `n_leafs`.
-        unsafe { std::slice::from_raw_parts(g.leafs, g.n_leafs as usize) }
-    }
 }
 
 /// Whether backend `b` can use the storage of `t`: the buffer type of its allocated storage,

@@ -9,7 +9,8 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;
 use super::ctx::CtxPool;
-use super::query::{self, buffer_supported_at, sources_at};
+use super::inspect;
+use super::query::{buffer_supported_at, sources_at};
 use super::table::{GraphIds, Table};
 use crate::ffi::c_name;
 
@@ -197,7 +198,7 @@ pub unsafe fn split_graph(
         None => Split::new(backend, i_start),
     };
     // SAFETY: `graph` is live and not resized during the pass (this function's contract).
-    let nodes = unsafe { query::nodes(graph) };
+    let nodes = unsafe { inspect::nodes(graph) };
     let first = ix
         .compute
         .first()
@@ -304,7 +305,7 @@ pub unsafe fn graph_inputs(
         return inputs;
     }
     // SAFETY: `graph` is live and not resized during the pass (this function's contract).
-    let leafs = unsafe { query::leafs(graph) };
+    let leafs = unsafe { inspect::leafs(graph) };
     for &leaf in leafs {
         // SAFETY: a leaf of the live graph, non-NULL (`GraphIds::rebuild` stopped on NULL),
         // so a live tensor.
@@ -354,7 +355,7 @@ mod tests {
 
     fn name_of(t: *mut ggml_tensor) -> String {
         // SAFETY: tensors of the test are live.
-        query::name(unsafe { &*t })
+        inspect::name(unsafe { &*t })
     }
 
     #[test]
@@ -408,7 +409,7 @@ mod tests {
                 assert_eq!(got.data, want.data);
                 assert_eq!(got.src, want.src);
                 assert!(got.buffer.is_null() && want.buffer.is_null());
-                assert_eq!(query::name(got), query::name(want));
+                assert_eq!(inspect::name(got), inspect::name(want));
             }
         }
         pool.reset();

@@ -412,9 +412,9 @@ impl GraphIds {
         // SAFETY: `graph` is live with `n_nodes` node and `n_leafs` leaf pointers (this
         // function's caller guarantees it), and nothing here resizes the graph while the
         // slices are used.
-        let nodes = unsafe { super::query::nodes(graph) };
+        let nodes = unsafe { super::inspect::nodes(graph) };
         // SAFETY: as for `nodes`.
-        let leafs = unsafe { super::query::leafs(graph) };
+        let leafs = unsafe { super::inspect::leafs(graph) };
         table.graph_tensors = table.graph_tensors.max(nodes.len() + leafs.len());
         if self.epoch != table.epoch {
             self.seen_nodes.clear();

@@ -8,7 +8,8 @@
 use ggml_sys::ggml_cgraph;
 
 use super::caps::Caps;
-use super::query::{self, buffer_supported_at, sources_at};
+use super::inspect;
+use super::query::{buffer_supported_at, sources_at};
 use super::table::{Cause, GraphIds, Table};
 
 /// Runs pass 3 over `graph`'s nodes (view ops skipped; `ix`: the graph's ids).
@@ -17,7 +18,7 @@ use super::table::{Cause, GraphIds, Table};
 /// `graph` must be a live graph of live tensors.
 pub unsafe fn upgrade(caps: &dyn Caps, table: &mut Table, graph: &ggml_cgraph, ix: &GraphIds) {
     // SAFETY: `graph` is a live graph of live tensors (this function's contract).
-    let nodes = unsafe { query::nodes(graph) };
+    let nodes = unsafe { inspect::nodes(graph) };
     for &i in &ix.compute {
         let i = i as usize;
         let n = nodes[i];
@@ -158,6 +159,6 @@ mod tests {
         });
         let t = Table::default();
         // SAFETY: `lone` is owned by `b.arena`.
-        assert!(!unsafe { query::buffer_supported(&b.caps, &t, b.t("lone"), 0) });
+        assert!(!unsafe { crate::sched::query::buffer_supported(&b.caps, &t, b.t("lone"), 0) });
     }
 }
