@@ -177,7 +177,10 @@ impl Claim {
     }
 }
 
-/// Whether `op` only re-describes existing storage.
+/// Whether `op` only re-describes existing storage (`NONE` included: HRX accepts leaves).
+///
+/// ggml-base's `tensor::meta::is_view_op` asks the same of the view ops; HRX keeps its own
+/// because it must load under stock's libggml-base too, so it links nothing of ours.
 pub fn is_view_op(op: ggml_op) -> bool {
     matches!(
         op,

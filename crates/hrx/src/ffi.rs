@@ -38,6 +38,12 @@ impl Failed for usize {
 
 /// `enum ggml_status` and plain `int` results: `GGML_STATUS_FAILED` (-1). Entry points whose
 /// `int` means something else (`ggml_backend_score`) use [`guard_or`] with their own value.
+///
+/// Why not 0, as ggml-base's soft failures are: ggml-base's integers are sizes and counts,
+/// where 0 is "nothing", while HRX's `int` results are `enum ggml_status` values returned
+/// through the backend interface (graph_compute and the like), where 0 is
+/// `GGML_STATUS_SUCCESS` and would report a failed compute as a success. (`usize` results
+/// fail as 0 in both crates.)
 impl Failed for i32 {
     fn failed() -> Self {
         ggml_sys::GGML_STATUS_FAILED
