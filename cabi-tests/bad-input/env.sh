@@ -215,7 +215,7 @@ for name in "${sched_vars[@]}" "${hrx_vars[@]}"; do
       echo "$name|$label|$have_stock|$have_ours"
       continue
     fi
-    row=$(grep -F "$name|$label|" <<<"$expected" | head -1)
+    row=$(awk -F'|' -v n="$name" -v l="$label" '$1 == n && $2 == l' <<<"$expected" | head -1)
     IFS='|' read -r _ _ want_stock want_ours <<<"$row"
     for arm in stock ours; do
       have=$([ $arm = stock ] && echo "$have_stock" || echo "$have_ours")
