@@ -94,6 +94,9 @@ pub struct Sched {
     /// Which graph `is_alloc` is about: its address, node-array address and sizes when it
     /// was allocated (see [`GraphIdentity`]).
     pub(crate) allocated: Option<GraphIdentity>,
+    /// Whether work was queued (`graph_compute_async`) and not waited for since
+    /// (`synchronize`): then [`ggml_backend_sched_free`] waits for the backends first.
+    pub(crate) queued: std::cell::Cell<bool>,
 }
 
 impl Sched {
@@ -152,6 +155,7 @@ impl Sched {
         for b in 0..self.backends.len() {
             crate::backend::synchronize(self.backend(b));
         }
+        self.queued.set(false);
         if !self.is_alloc {
             self.next_copy = 0;
         }
@@ -363,6 +367,7 @@ export! {
             is_reset: false,
             is_alloc: false,
             allocated: None,
+            queued: std::cell::Cell::new(false),
         });
         s.reset();
         Box::into_raw(s) as ggml_backend_sched_t
@@ -370,25 +375,31 @@ export! {
 }
 
 export! {
-    /// Frees a scheduler: its events, gallocr (and so its compute buffers) and tensor headers,
-    /// after waiting for every backend's queued work (stock frees at once; see below). NULL is
+    /// Frees a scheduler: its events, gallocr (and so its compute buffers) and tensor headers.
+    /// When work it queued has not been waited for (`graph_compute_async` without a
+    /// `synchronize` since), it waits for its backends first (stock frees at once). NULL is
     /// ignored. Matches stock `ggml_backend_sched_free` otherwise.
     ///
     /// # Safety
-    /// `sched` must be NULL or from [`ggml_backend_sched_new`], not used afterwards; its
-    /// backends still live (as `ggml_backend_sched_new` requires).
+    /// `sched` must be NULL or from [`ggml_backend_sched_new`], not used afterwards; with work
+    /// still queued, its backends must still be alive. A scheduler with nothing queued does not
+    /// touch its backends (llama.cpp frees them first).
     pub unsafe fn ggml_backend_sched_free(sched: ggml_backend_sched_t) {
         if !sched.is_null() {
             // SAFETY: a non-NULL `sched` came from `Box::into_raw` in ggml_backend_sched_new
             // and is freed once (the `# Safety` contract).
             let s = unsafe { Box::from_raw(sched as *mut Sched) };
-            // Work queued by graph_compute_async may still read the compute buffers and the
-            // split graphs freed below (stock frees them at once: a device queue then reads
-            // freed memory). Wait for every backend first.
-            for &b in &s.backends {
-                // SAFETY: the scheduler's backends were checked non-NULL at creation and
-                // outlive it (the contract of ggml_backend_sched_new).
-                crate::backend::synchronize(unsafe { crate::backend::backend_ref(b, F) });
+            // Work queued by graph_compute_async and not waited for may still read the
+            // compute buffers and split graphs freed below (stock frees them at once, and a
+            // device queue then reads freed memory): wait for the backends first. Only then:
+            // llama.cpp frees its backends before its scheduler, after a synchronize, so a
+            // scheduler with nothing queued must not touch them.
+            if s.queued.get() {
+                for &b in &s.backends {
+                    // SAFETY: the scheduler's backends were checked non-NULL at creation, and
+                    // with work still queued on them they are alive (the `# Safety` contract).
+                    crate::backend::synchronize(unsafe { crate::backend::backend_ref(b, F) });
+                }
             }
             drop(s);
         }
@@ -725,6 +736,7 @@ unsafe fn compute_async(
     // SAFETY: as above; the mutable borrow has ended, and this shared one lets the eval
     // callback query the scheduler while it computes.
     let s = unsafe { sched_ref(sched, f) };
+    s.queued.set(true);
     // SAFETY: the graph split last is allocated (above, or before this call) and, by this
     // function's contract, still alive.
     unsafe { s.compute_splits() }

@@ -141,7 +141,7 @@ pub const STEPS: &[Step] = &[
     ab("scheduler differential", &["sched-diff", "--seeds", "2000"], Exact("placements, splits, copies, buffer sizes; the test backends compute nothing")),
     script("HRX C API and SIGSEGV, stock base", HRX_CHECK, &["cabi"], Exact("bytes uploaded and read back")),
     script("HRX C API and SIGSEGV, our base", HRX_CHECK, &["cabi", OURS_DIR], Exact("bytes uploaded and read back")),
-    script("bad input, both bases", "cabi-tests/bad-input/run.sh", &[], Exact("each misuse's outcome (exit status or signal, a message naming the argument) in the stock arm and in ours, against the table of cabi-tests/bad-input/run.sh")),
+    script("bad input, both bases", "cabi-tests/bad-input/all.sh", &[], Exact("each misuse's outcome (exit status or signal, a message naming what was wrong, output unchanged) in the stock arm and in ours, against the tables of cabi-tests/bad-input/{run,gguf,env}.sh")),
     script("HRX test-backend-ops -b HRX0, stock base", HRX_CHECK, &["backend-ops"], HRX_OPS),
     script("HRX test-backend-ops -b HRX0, our base", HRX_CHECK, &["backend-ops", OURS_DIR], HRX_OPS),
     script("HRX SmolLM2 on HRX0 + arena, stock base", HRX_CHECK, &["smollm2"], HRX_SMOLLM2),
