@@ -14,7 +14,7 @@ mkdir -p "$out"
 [ -f "$hrx/libggml_hrx.so" ] || { echo "build first: cargo build -p hrx --release" >&2; exit 2; }
 for t in api null segv env; do
   cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O1 -g \
-     -I"$root/include" -I"$up/include" "$root/cabi-tests/hrx/$t.c" -o "$out/$t" \
+     -I"$root/include" -I"$up/include" -I"$up/src" "$root/cabi-tests/hrx/$t.c" -o "$out/$t" \
      -L"$stock" -Wl,--no-as-needed -lggml-base -lggml-cpu -Wl,--as-needed -L"$hrx" -lggml_hrx
   [ "$t" = env ] && continue # run per case below
   echo "== $t (libggml-base from $base)"
