@@ -63,12 +63,25 @@ pub struct Work {
     pub timeout: Duration,
 }
 
+/// A whole number from `AB_*` variable `name`, at least 1: `None` when unset; a value that is
+/// not one is named in a warning and read as unset (the default applies), never as 0.
+fn env_count(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    match v.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Some(n),
+        _ => {
+            crate::say(&format!(
+                "warning: {name}='{v}' is not a whole number of at least 1; using the default"
+            ));
+            None
+        }
+    }
+}
+
 /// `test-backend-ops -j`: `AB_BACKEND_OPS_JOBS`, else the number of CPUs.
 fn backend_ops_jobs() -> usize {
-    std::env::var("AB_BACKEND_OPS_JOBS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| *n > 0)
+    env_count("AB_BACKEND_OPS_JOBS")
+        .map(|n| n as usize)
         .unwrap_or_else(|| {
             std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -76,12 +89,10 @@ fn backend_ops_jobs() -> usize {
         })
 }
 
-/// `AB_TIMEOUT_S`: one time limit for every work, instead of each work's own.
+/// `AB_TIMEOUT_S`: one time limit for every work, instead of each work's own (seconds, at
+/// least 1).
 fn timeout_override() -> Option<Duration> {
-    std::env::var("AB_TIMEOUT_S")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(Duration::from_secs)
+    env_count("AB_TIMEOUT_S").map(Duration::from_secs)
 }
 
 /// Builds the work list for a llama.cpp build folder.
@@ -126,7 +137,7 @@ pub fn works(
     }
     if selected("ctest") {
         let exclude = format!("^({})$", NETWORK_TESTS.join("|"));
-        let jobs = std::env::var("AB_CTEST_JOBS").unwrap_or_else(|_| "1".into());
+        let jobs = env_count("AB_CTEST_JOBS").unwrap_or(1).to_string();
         out.push(Work {
             name: "ctest".into(),
             kind: Kind::Ctest,

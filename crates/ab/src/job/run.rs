@@ -256,6 +256,11 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
             for e in &r.proof.errors {
                 say(&format!("  PROOF FAILED: {e}"));
             }
+            // Said here too, not only in report.json: `--backend` with a program that never
+            // loads backends (llama-simple) would otherwise look like an HRX comparison.
+            for note in &r.proof.notes {
+                say(&format!("  note: {note}"));
+            }
             runs[i].push(r);
             // Written after every run: an interrupted job leaves a partial report.
             report::write(&path, &make(&runs, false))?;
