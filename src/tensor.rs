@@ -305,7 +305,8 @@ unsafe fn strided<H>(
 }
 
 /// [`access`] for the entry points, which hold the tensor as a C pointer: borrows it, aborting
-/// naming `func` when it is NULL.
+/// naming `func` when it is NULL. Host memory is one pointer type for both directions; a
+/// write only reads through it (the `set` entry points cast their `const` data).
 ///
 /// # Safety
 /// `tensor` must be NULL or live; `data` as for [`access`].
@@ -328,6 +329,26 @@ unsafe fn access_c(
             func,
         )
     }
+}
+
+/// [`access_c`] on `backend`'s queue, for the `_async` entry points: borrows the backend,
+/// aborting naming `func` when it is NULL.
+///
+/// # Safety
+/// `backend` and `tensor` must be NULL or live; `data` valid for `rows` in this direction
+/// until the backend is synchronized.
+unsafe fn queued(
+    backend: ggml_backend_t,
+    access: Access,
+    tensor: *const ggml_tensor,
+    data: *mut c_void,
+    rows: Rows,
+    func: &str,
+) {
+    // SAFETY: the caller's contract: `backend` is NULL (`backend_ref` aborts) or live.
+    let be = unsafe { backend_ref(backend, func) };
+    // SAFETY: the caller's contract, for the tensor and the data.
+    unsafe { access_c(Target::Queue(be), access, tensor, data, rows, func) }
 }
 
 /// One range of [`access`]. A buffer target does nothing for a zero size (after checking the
@@ -391,13 +412,9 @@ export! {
         offset: usize,
         size: usize,
     ) {
-        // `access` takes host memory as one pointer type for both directions; a write only
-        // reads through it.
-        let data = data.cast_mut();
         let rows = Rows::one(offset, size);
-        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
-        // (`# Safety`).
-        unsafe { access_c(Target::Buffer, Access::Write, tensor, data, rows, F) }
+        // SAFETY: this export's `# Safety` contract, as the callee requires it.
+        unsafe { access_c(Target::Buffer, Access::Write, tensor, data.cast_mut(), rows, F) }
     }
 }
 
@@ -415,8 +432,7 @@ export! {
         size: usize,
     ) {
         let rows = Rows::one(offset, size);
-        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
-        // (`# Safety`).
+        // SAFETY: this export's `# Safety` contract, as the callee requires it.
         unsafe { access_c(Target::Buffer, Access::Read, tensor, data, rows, F) }
     }
 }
@@ -438,13 +454,9 @@ export! {
         stride_tensor: usize,
         stride_data: usize,
     ) {
-        // `access` takes host memory as one pointer type for both directions; a write only
-        // reads through it.
-        let data = data.cast_mut();
         let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
-        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
-        // (`# Safety`).
-        unsafe { access_c(Target::Buffer, Access::Write, tensor, data, rows, F) }
+        // SAFETY: this export's `# Safety` contract, as the callee requires it.
+        unsafe { access_c(Target::Buffer, Access::Write, tensor, data.cast_mut(), rows, F) }
     }
 }
 
@@ -465,8 +477,7 @@ export! {
         stride_data: usize,
     ) {
         let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
-        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
-        // (`# Safety`).
+        // SAFETY: this export's `# Safety` contract, as the callee requires it.
         unsafe { access_c(Target::Buffer, Access::Read, tensor, data, rows, F) }
     }
 }
@@ -517,16 +528,9 @@ export! {
         offset: usize,
         size: usize,
     ) {
-        // `access` takes host memory as one pointer type for both directions; a write only
-        // reads through it.
-        let data = data.cast_mut();
         let rows = Rows::one(offset, size);
-        // SAFETY: forwards the contract of `ggml_backend_tensor_set_async`: `backend` is NULL or
-        // live (`backend_ref` aborts on NULL).
-        let be = unsafe { backend_ref(backend, F) };
-        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
-        // until the backend is synchronized (`# Safety`).
-        unsafe { access_c(Target::Queue(be), Access::Write, tensor, data, rows, F) }
+        // SAFETY: this export's `# Safety` contract, as the callee requires it.
+        unsafe { queued(backend, Access::Write, tensor, data.cast_mut(), rows, F) }
     }
 }
 
@@ -546,12 +550,8 @@ export! {
         size: usize,
     ) {
         let rows = Rows::one(offset, size);
-        // SAFETY: forwards the contract of `ggml_backend_tensor_get_async`: `backend` is NULL or
-        // live (`backend_ref` aborts on NULL).
-        let be = unsafe { backend_ref(backend, F) };
-        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
-        // until the backend is synchronized (`# Safety`).
-        unsafe { access_c(Target::Queue(be), Access::Read, tensor, data, rows, F) }
+        // SAFETY: this export's `# Safety` contract, as the callee requires it.
+        unsafe { queued(backend, Access::Read, tensor, data, rows, F) }
     }
 }
 
@@ -573,16 +573,9 @@ export! {
         stride_tensor: usize,
         stride_data: usize,
     ) {
-        // `access` takes host memory as one pointer type for both directions; a write only
-        // reads through it.
-        let data = data.cast_mut();
         let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
-        // SAFETY: forwards the contract of `ggml_backend_tensor_set_2d_async`: `backend` is NULL or
-        // live (`backend_ref` aborts on NULL).
-        let be = unsafe { backend_ref(backend, F) };
-        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
-        // until the backend is synchronized (`# Safety`).
-        unsafe { access_c(Target::Queue(be), Access::Write, tensor, data, rows, F) }
+        // SAFETY: this export's `# Safety` contract, as the callee requires it.
+        unsafe { queued(backend, Access::Write, tensor, data.cast_mut(), rows, F) }
     }
 }
 
@@ -604,12 +597,8 @@ export! {
         stride_data: usize,
     ) {
         let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
-        // SAFETY: forwards the contract of `ggml_backend_tensor_get_2d_async`: `backend` is NULL or
-        // live (`backend_ref` aborts on NULL).
-        let be = unsafe { backend_ref(backend, F) };
-        // SAFETY: `tensor` is NULL (abort) or live and `data` valid for the rows in this direction
-        // until the backend is synchronized (`# Safety`).
-        unsafe { access_c(Target::Queue(be), Access::Read, tensor, data, rows, F) }
+        // SAFETY: this export's `# Safety` contract, as the callee requires it.
+        unsafe { queued(backend, Access::Read, tensor, data, rows, F) }
     }
 }
 
