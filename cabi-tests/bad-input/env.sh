@@ -33,12 +33,7 @@
 set -uo pipefail
 print=no
 [ "${1:-}" = --print ] && { print=yes; shift; }
-root=$(cd "$(dirname "$0")/../.." && pwd)
-here=$root/cabi-tests/bad-input
-stock=${HRX_STOCK_BIN:-$root/target/llama-stock/bin}
-ours=${1:-$root/target/ours/lib}
-[ -z "${1:-}" ] || ours=$(cd "$root" && cd "$ours" && pwd)
-model=$root/target/models/SmolLM2-135M-Instruct.Q4_1.gguf
+. "$(dirname "$0")/common.sh" "$@"
 hrx=$root/target/release/libggml_hrx.so
 out=$root/target/bad-input
 logs=$out/env-logs

@@ -27,12 +27,7 @@
 # from attaching gdb (slow, and nothing to compare). The case "control" is the unchanged
 # model: it proves the command works, so that every other failure is the fault's.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-here=$root/cabi-tests/bad-input
-stock=${HRX_STOCK_BIN:-$root/target/llama-stock/bin}
-ours=${1:-$root/target/ours/lib}
-[ -z "${1:-}" ] || ours=$(cd "$root" && cd "$ours" && pwd)
-model=$root/target/models/SmolLM2-135M-Instruct.Q4_1.gguf
+. "$(dirname "$0")/common.sh" "$@"
 out=$root/target/bad-input
 files=$out/gguf
 [ -f "$model" ] || { echo "no model: $model (./ab fetches it)" >&2; exit 2; }

@@ -9,13 +9,7 @@
 #include "ggml-backend.h"
 #include "ggml-hrx.h"
 
-#define CHECK(c)                                                              \
-    do {                                                                      \
-        if (!(c)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-            return 1;                                                         \
-        }                                                                     \
-    } while (0)
+#include "check.h"
 
 int main(void) {
     ggml_backend_reg_t reg = ggml_backend_hrx_reg();

@@ -29,13 +29,7 @@
 #include "ggml-backend-impl.h"
 #include "ggml-hrx.h"
 
-#define CHECK(c)                                                                  \
-    do {                                                                          \
-        if (!(c)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-            return 1;                                                             \
-        }                                                                         \
-    } while (0)
+#include "check.h"
 
 /* Messages logged through ggml's logger since the last clear_log(). */
 static char g_log[16384];
