@@ -295,7 +295,7 @@ export! {
 
         let n_copies = if parallel {
             crate::env::read("GGML_SCHED_MAX_COPIES", DEFAULT_COPIES, "4", |t| {
-                crate::env::parse_count(t, 1, crate::env::MAX_COPIES)
+                envvar::count(t, 1..=crate::env::MAX_COPIES)
             })
         } else {
             1

@@ -1,8 +1,9 @@
-//! The `GGML_HRX_*` environment variables, read with one rule: a value we do not understand
-//! is named in a warning and the default is kept; it is never silently mapped to something
-//! else (a negative budget to "not a number", `inf` devices to an endless loop, garbage to
-//! "off"). Each parser returns what was wrong in words; [`read`] logs it with the variable's
-//! name and the value used instead.
+//! The `GGML_HRX_*` environment variables, read with the rule of the `envvar` crate (shared
+//! with libggml-base): a value we do not understand is named in a warning and the default is
+//! kept; it is never silently mapped to something else (a negative budget to "not a
+//! number", `inf` devices to an endless loop, garbage to "off"). Each parser returns what
+//! was wrong in words; [`read`] logs it with the variable's name and the value used instead.
+//! The parsers only HRX needs (sizes in MiB, addresses) are here.
 
 use std::ops::RangeInclusive;
 
@@ -17,51 +18,20 @@ pub(crate) const MAX_SIM_MEMORY_MB: f64 = 1_048_576.0;
 /// The most host threads a simulated device may run a node with.
 pub(crate) const MAX_SIM_THREADS: usize = 1024;
 
-/// Reads `name` with `parse`: `default` when the variable is unset; when it is set and
-/// `parse` refuses it, a warning naming the variable, the value, what is wrong and the
-/// default used (through ggml's logger), and `default`. `shown` is how the default is
-/// written in that warning.
+/// [`envvar::read`] with HRX's logger: the warning goes through ggml's logger as
+/// `HRX: NAME='VALUE' what is wrong; using DEFAULT`.
 pub fn read<T>(
     name: &str,
     default: T,
     shown: &str,
     parse: impl FnOnce(&str) -> Result<T, String>,
 ) -> T {
-    match std::env::var(name) {
-        Err(std::env::VarError::NotPresent) => default,
-        Err(std::env::VarError::NotUnicode(v)) => {
-            crate::log::warn(&format!(
-                "HRX: {name}={v:?} is not UTF-8 text; using {shown}\n"
-            ));
-            default
-        }
-        Ok(v) => parse(&v).unwrap_or_else(|why| {
-            crate::log::warn(&format!("HRX: {name}='{v}' {why}; using {shown}\n"));
-            default
-        }),
-    }
+    envvar::read(name, default, shown, parse, |m| {
+        crate::log::warn(&format!("HRX: {m}\n"))
+    })
 }
 
-/// A whole number in `range` (decimal, surrounding blanks allowed).
-pub fn count(text: &str, range: RangeInclusive<usize>) -> Result<usize, String> {
-    let t = text.trim();
-    let n: usize = t.parse().map_err(|_| {
-        format!(
-            "is not a whole number from {} to {}",
-            range.start(),
-            range.end()
-        )
-    })?;
-    if range.contains(&n) {
-        Ok(n)
-    } else {
-        Err(format!(
-            "is out of range: {} to {} allowed",
-            range.start(),
-            range.end()
-        ))
-    }
-}
+pub use envvar::{count, switch};
 
 /// A finite number of MiB in `range` (fractions allowed: `0.5`); `inf`, `nan` and
 /// negative values are refused by what they are.
@@ -84,16 +54,6 @@ pub fn mib(text: &str, range: RangeInclusive<f64>) -> Result<f64, String> {
         ));
     }
     Ok(x)
-}
-
-/// An on/off switch: `1`, `on`, `yes`, `true` or `0`, `off`, `no`, `false` (any case,
-/// surrounding blanks allowed). Anything else, the empty string included, is refused.
-pub fn switch(text: &str) -> Result<bool, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "yes" | "true" => Ok(true),
-        "0" | "off" | "no" | "false" => Ok(false),
-        _ => Err("is not a switch (1, on, yes, true or 0, off, no, false)".into()),
-    }
 }
 
 /// A host address: `0x` hex or decimal, not 0 (a buffer base of NULL would read as "no
@@ -119,26 +79,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts() {
-        assert_eq!(count(" 3 ", 0..=MAX_DEVICES), Ok(3));
-        assert_eq!(count("0", 0..=MAX_DEVICES), Ok(0));
-        assert_eq!(
-            count("inf", 0..=MAX_DEVICES),
-            Err("is not a whole number from 0 to 64".into())
-        );
-        assert_eq!(
-            count("1e9", 0..=MAX_DEVICES),
-            Err("is not a whole number from 0 to 64".into())
-        );
-        assert_eq!(
-            count("65", 0..=MAX_DEVICES),
-            Err("is out of range: 0 to 64 allowed".into())
-        );
-        assert!(count("-1", 0..=MAX_DEVICES).is_err());
-        assert!(count("2.5", 0..=MAX_DEVICES).is_err());
-    }
-
-    #[test]
     fn sizes_in_mib() {
         assert_eq!(mib("0.5", 0.0..=10.0), Ok(0.5));
         assert_eq!(mib(" 40 ", 0.0..=1e9), Ok(40.0));
@@ -159,19 +99,6 @@ mod tests {
             mib("2e6", 1.0..=MAX_SIM_MEMORY_MB),
             Err("is out of range: 1 to 1048576 MiB allowed".into())
         );
-    }
-
-    #[test]
-    fn switches() {
-        for on in ["1", "on", "YES", " true "] {
-            assert_eq!(switch(on), Ok(true), "{on}");
-        }
-        for off in ["0", "OFF", "no", "false"] {
-            assert_eq!(switch(off), Ok(false), "{off}");
-        }
-        for bad in ["", "2", "enable", "of"] {
-            assert!(switch(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]
