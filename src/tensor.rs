@@ -398,6 +398,32 @@ unsafe fn access_range(
     }
 }
 
+/// The template of the four strided exports (`*_2d`, `*_2d_async`): it appends stock's common
+/// parameter tail `offset, size, n_copies, stride_tensor, stride_data` (bytes, bytes, rows,
+/// bytes, bytes) to the leading parameters given, and hands the body those rows as `$rows`, so
+/// the four C signatures are written once and cannot drift apart.
+macro_rules! export_2d {
+    (
+        $(#[$attr:meta])*
+        pub unsafe fn $name:ident($($head:ident: $head_ty:ty),* $(,)?) |$rows:ident| $body:block
+    ) => {
+        export! {
+            $(#[$attr])*
+            pub unsafe fn $name(
+                $($head: $head_ty,)*
+                offset: usize,
+                size: usize,
+                n_copies: usize,
+                stride_tensor: usize,
+                stride_data: usize,
+            ) {
+                let $rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
+                $body
+            }
+        }
+    };
+}
+
 export! {
     /// Writes `size` bytes from host memory `data` into `tensor` at byte `offset`, through its
     /// buffer's `set_tensor` (stock `ggml_backend_tensor_set`). Blocking. A zero `size` does
@@ -437,7 +463,7 @@ export! {
     }
 }
 
-export! {
+export_2d! {
     /// Writes `n_copies` rows of `size` bytes: row `i` from `data + i*stride_data` to tensor byte
     /// `offset + i*stride_tensor` (stock `ggml_backend_tensor_set_2d`). Uses the buffer's
     /// `set_tensor_2d` when it has one and `n_copies > 1`, otherwise `set_tensor` once per row.
@@ -448,19 +474,13 @@ export! {
     pub unsafe fn ggml_backend_tensor_set_2d(
         tensor: *mut ggml_tensor,
         data: *const c_void,
-        offset: usize,
-        size: usize,
-        n_copies: usize,
-        stride_tensor: usize,
-        stride_data: usize,
-    ) {
-        let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
+    ) |rows| {
         // SAFETY: this export's `# Safety` contract, as the callee requires it.
         unsafe { access_c(Target::Buffer, Access::Write, tensor, data.cast_mut(), rows, F) }
     }
 }
 
-export! {
+export_2d! {
     /// Reads `n_copies` rows of `size` bytes: tensor byte `offset + i*stride_tensor` to
     /// `data + i*stride_data` (stock `ggml_backend_tensor_get_2d`). Same dispatch and checks as
     /// [`ggml_backend_tensor_set_2d`].
@@ -470,13 +490,7 @@ export! {
     pub unsafe fn ggml_backend_tensor_get_2d(
         tensor: *const ggml_tensor,
         data: *mut c_void,
-        offset: usize,
-        size: usize,
-        n_copies: usize,
-        stride_tensor: usize,
-        stride_data: usize,
-    ) {
-        let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
+    ) |rows| {
         // SAFETY: this export's `# Safety` contract, as the callee requires it.
         unsafe { access_c(Target::Buffer, Access::Read, tensor, data, rows, F) }
     }
@@ -555,7 +569,7 @@ export! {
     }
 }
 
-export! {
+export_2d! {
     /// Queued form of [`ggml_backend_tensor_set_2d`] on `backend` (stock
     /// `ggml_backend_tensor_set_2d_async`): the backend's `set_tensor_2d_async` when it has one
     /// and `n_copies > 1`, else one queued write per row, as [`ggml_backend_tensor_set_async`].
@@ -567,19 +581,13 @@ export! {
         backend: ggml_backend_t,
         tensor: *mut ggml_tensor,
         data: *const c_void,
-        offset: usize,
-        size: usize,
-        n_copies: usize,
-        stride_tensor: usize,
-        stride_data: usize,
-    ) {
-        let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
+    ) |rows| {
         // SAFETY: this export's `# Safety` contract, as the callee requires it.
         unsafe { queued(backend, Access::Write, tensor, data.cast_mut(), rows, F) }
     }
 }
 
-export! {
+export_2d! {
     /// Queued form of [`ggml_backend_tensor_get_2d`] on `backend` (stock
     /// `ggml_backend_tensor_get_2d_async`); dispatch as [`ggml_backend_tensor_set_2d_async`].
     ///
@@ -590,13 +598,7 @@ export! {
         backend: ggml_backend_t,
         tensor: *const ggml_tensor,
         data: *mut c_void,
-        offset: usize,
-        size: usize,
-        n_copies: usize,
-        stride_tensor: usize,
-        stride_data: usize,
-    ) {
-        let rows = Rows::strided(offset, size, n_copies, stride_tensor, stride_data);
+    ) |rows| {
         // SAFETY: this export's `# Safety` contract, as the callee requires it.
         unsafe { queued(backend, Access::Read, tensor, data, rows, F) }
     }
