@@ -137,6 +137,97 @@ static void case_compute_other_graph(void) {
     printf("graph_compute(B) computed B\n");
 }
 
+/* A parallel scheduler (pipeline copies) computing, round after round, a new graph over one
+ * graph input the application allocated in its own buffer before the scheduler saw it (the
+ * crash tests/sched_calls.rs found). Stock gives that input pipeline copies, although its
+ * storage cannot rotate, and dies of SIGSEGV in ggml_gallocr_alloc_graph in round 1; ours
+ * leaves such an input alone (split.rs, pass 6). Exit 0 when all 3 rounds compute
+ * (in + in) * 2, 1 when a round is wrong. */
+static void case_parallel_preallocated_input(void) {
+    ggml_backend_t cpu = cpu_backend();
+    struct ggml_init_params p = { ggml_tensor_overhead() * 4, NULL, true };
+    struct ggml_context * cin = ggml_init(p);
+    struct ggml_tensor * in = ggml_new_tensor_1d(cin, GGML_TYPE_F32, 24);
+    ggml_set_input(in);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(cin, cpu);
+    float v[24];
+    for (int i = 0; i < 24; i++) {
+        v[i] = (float) i;
+    }
+    ggml_backend_tensor_set(in, v, 0, sizeof(v));
+    ggml_backend_sched_t s = ggml_backend_sched_new(&cpu, NULL, 1, 64, true, false);
+    for (int round = 0; round < 3; round++) {
+        struct ggml_init_params gp = { ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true };
+        struct ggml_context * ctx = ggml_init(gp);
+        struct ggml_tensor * out = ggml_scale(ctx, ggml_add(ctx, in, in), 2.0f);
+        ggml_set_output(out);
+        struct ggml_cgraph * gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, out);
+        enum ggml_status st = ggml_backend_sched_graph_compute(s, gf);
+        float o[24];
+        ggml_backend_tensor_get(out, o, 0, sizeof(o));
+        for (int i = 0; i < 24; i++) {
+            if (st != GGML_STATUS_SUCCESS || o[i] != 4.0f * (float) i) {
+                printf("round %d: status %d, out[%d] = %g, not %g\n", round, (int) st, i, o[i], 4.0f * (float) i);
+                exit(1);
+            }
+        }
+        ggml_backend_sched_reset(s);
+        ggml_free(ctx);
+    }
+    ggml_backend_sched_free(s);
+    ggml_backend_buffer_free(buf);
+    printf("3 rounds computed\n");
+}
+
+/* reserve(A), then compute(B), where B has A's node and leaf counts but another structure:
+ * B's first node is an output that A's plan lets a later node overwrite. gallocr reuses a
+ * plan while counts match and sizes fit, so stock computes B with A's plan and B's output
+ * reads 4x where 2x is right (exit 1); ours plans B again (exit 0). */
+static void case_reserve_other_structure(void) {
+    ggml_backend_t cpu = cpu_backend();
+    ggml_backend_sched_t s = ggml_backend_sched_new(&cpu, NULL, 1, 64, false, false);
+    struct ggml_init_params p = { ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true };
+    /* A: 2 input leafs, 4 nodes, no output but the last */
+    struct ggml_context * ca = ggml_init(p);
+    struct ggml_tensor * x = ggml_new_tensor_1d(ca, GGML_TYPE_F32, 100);
+    struct ggml_tensor * y = ggml_new_tensor_1d(ca, GGML_TYPE_F32, 100);
+    ggml_set_input(x);
+    ggml_set_input(y);
+    struct ggml_tensor * a = ggml_add(ca, ggml_add(ca, ggml_add(ca, ggml_add(ca, x, x), x), y), x);
+    ggml_set_output(a);
+    struct ggml_cgraph * ga = ggml_new_graph(ca);
+    ggml_build_forward_expand(ga, a);
+    if (!ggml_backend_sched_reserve(s, ga)) {
+        exit(91);
+    }
+    /* B: leafs u and dst, nodes n0 = u + u (output), n1 = n0 + u, n2 = n1 + u, cpy(n2, dst) */
+    struct ggml_context * cb = ggml_init(p);
+    struct ggml_tensor * u = ggml_new_tensor_1d(cb, GGML_TYPE_F32, 1);
+    ggml_set_input(u);
+    struct ggml_tensor * n0 = ggml_add(cb, u, u);
+    ggml_set_output(n0);
+    struct ggml_tensor * n2 = ggml_add(cb, ggml_add(cb, n0, u), u);
+    struct ggml_tensor * out = ggml_cpy(cb, n2, ggml_new_tensor_1d(cb, GGML_TYPE_F32, 1));
+    ggml_set_output(out);
+    struct ggml_cgraph * gb = ggml_new_graph(cb);
+    ggml_build_forward_expand(gb, out);
+    if (ggml_graph_n_nodes(gb) != ggml_graph_n_nodes(ga)) {
+        fprintf(stderr, "B has %d nodes, A %d\n", ggml_graph_n_nodes(gb), ggml_graph_n_nodes(ga));
+        exit(92);
+    }
+    if (!ggml_backend_sched_alloc_graph(s, gb)) {
+        exit(91);
+    }
+    float one = 1.0f, v0 = 0.0f, vout = 0.0f;
+    ggml_backend_tensor_set(u, &one, 0, sizeof(one));
+    ggml_backend_sched_graph_compute(s, gb);
+    ggml_backend_tensor_get(n0, &v0, 0, sizeof(v0));
+    ggml_backend_tensor_get(out, &vout, 0, sizeof(vout));
+    printf("B: n0 = %g (2 is right), out = %g (4 is right)\n", v0, vout);
+    exit(v0 == 2.0f && vout == 4.0f ? 0 : 1);
+}
+
 static void case_sched_set_tensor_backend_null(void) {
     ggml_backend_t cpu = cpu_backend();
     ggml_backend_sched_t s = ggml_backend_sched_new(&cpu, NULL, 1, 64, false, true);
@@ -180,6 +271,8 @@ static const struct bad_case k_cases[] = {
     { "sched_new(graph_size SIZE_MAX)",         case_sched_new_size_max,            "graph_size is too large",  false },
     { "sched_new(graph_size 1000000) memory",   case_sched_new_million,             "",                         false },
     { "alloc_graph(A), graph_compute(B)",        case_compute_other_graph,           "",                         false },
+    { "parallel sched, pre-allocated input",    case_parallel_preallocated_input,   "",                         false },
+    { "reserve(A), compute(B), same counts",      case_reserve_other_structure,       "",                         false },
     { "free while busy (HRX0)",                 case_free_while_busy,               "",                         true  },
 };
 #define N_CASES (sizeof(k_cases) / sizeof(k_cases[0]))

@@ -33,6 +33,8 @@ sched_set_tensor_backend(s, NULL, cpu)|exit 0; message: no|signal SIGABRT; messa
 sched_new(graph_size SIZE_MAX)|signal SIGABRT; message: no|signal SIGABRT; message: yes
 sched_new(graph_size 1000000) memory|exit 0; message: no|exit 0; message: no
 alloc_graph(A), graph_compute(B)|exit 1; message: no|exit 0; message: no
+parallel sched, pre-allocated input|signal SIGSEGV; message: no|exit 0; message: no
+reserve(A), compute(B), same counts|exit 1; message: no|exit 0; message: no
 free while busy (HRX0)|signal SIGSEGV; message: no or exit 0; message: no|exit 0; message: no
 TABLE
 )

@@ -9,6 +9,7 @@ use std::os::raw::{c_int, c_void};
 use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
 
 use super::inspect;
+use super::plan_key::Plan;
 use super::split;
 use super::Sched;
 use crate::ffi::c_name;
@@ -236,17 +237,37 @@ impl Sched {
     /// # Safety
     /// The graph last given to [`Sched::split`], and its tensors, must still be live.
     pub(crate) unsafe fn alloc_splits(&mut self) -> bool {
+        // SAFETY: the allocation graph `split` built, of live tensors (this function's
+        // contract).
+        let key = unsafe { self.split_plan_key() };
         let prev = |v: &Vec<c_int>, i: usize| v.get(i).copied().unwrap_or(0);
         let n_nodes = self.graph.get_mut().n_nodes as usize;
         let n_leafs = self.graph.get_mut().n_leafs as usize;
-        let gc = self.graph.get();
         let moved = |cur: &Vec<c_int>, old: &Vec<c_int>, n: usize| {
             (0..n).any(|i| {
                 cur[i] != prev(old, i) && self.buft_of(cur[i]) != self.buft_of(prev(old, i))
             })
         };
+        let gc = self.graph.get();
         let changed = moved(&self.node_ids, &self.prev_node_ids, n_nodes)
             || moved(&self.leaf_ids, &self.prev_leaf_ids, n_leafs);
+        // A plan made for a graph of another structure but the same counts, which gallocr
+        // would reuse (stock does, see `plan_key`), is made again first, quietly. Count
+        // changes are left to gallocr and the path below, as in stock (GGML_SCHED_DEBUG_REALLOC
+        // included).
+        let this = Plan {
+            key,
+            n_nodes,
+            n_leafs,
+        };
+        let stale = !changed
+            && self.plan.is_some_and(|p| {
+                p != this && p.n_nodes == this.n_nodes && p.n_leafs == this.n_leafs
+            });
+        // SAFETY: as for `ggml_gallocr_alloc_graph` below.
+        if stale && !unsafe { self.reserve_split() } {
+            return false;
+        }
 
         // SAFETY: `galloc` is the scheduler's own (`ggml_gallocr_new_n` aborts rather than
         // return NULL); `gc` is the allocation graph `split` built, whose node and leaf
@@ -265,24 +286,8 @@ impl Sched {
                     );
                 }
             }
-            // Inputs may move: wait for every backend (without touching the copy index).
-            for b in 0..self.backends.len() {
-                crate::backend::synchronize(self.backend(b));
-            }
-            // SAFETY: as for `ggml_gallocr_alloc_graph` above; `put` grew `node_ids` and
-            // `leaf_ids` to at least `n_nodes` and `n_leafs` entries, all gallocr reads.
-            let reserved = unsafe {
-                ggml_sys::ggml_gallocr_reserve_n(
-                    self.galloc,
-                    gc,
-                    self.node_ids.as_ptr(),
-                    self.leaf_ids.as_ptr(),
-                )
-            };
-            if !reserved {
-                crate::ffi::log::error(
-                    "ggml_backend_sched_alloc_splits: failed to reserve graph buffers\n",
-                );
+            // SAFETY: as for `ggml_gallocr_alloc_graph` above.
+            if !unsafe { self.reserve_split() } {
                 return false;
             }
             // SAFETY: as for the first `ggml_gallocr_alloc_graph`.
@@ -293,6 +298,71 @@ impl Sched {
                 return false;
             }
         }
+        self.plan = Some(this);
         true
+    }
+
+    /// Makes gallocr plan the allocation graph again, after waiting for every backend (inputs
+    /// may move; the copy index is left alone). False, with stock's error line, when the
+    /// buffers cannot be had.
+    ///
+    /// # Safety
+    /// As [`Sched::alloc_splits`].
+    unsafe fn reserve_split(&mut self) -> bool {
+        for b in 0..self.backends.len() {
+            crate::backend::synchronize(self.backend(b));
+        }
+        // SAFETY: `galloc` is the scheduler's own; the allocation graph `split` built, of
+        // live tensors (this function's contract); `put` grew `node_ids` and `leaf_ids` to
+        // at least its node and leaf counts, all gallocr reads.
+        let reserved = unsafe {
+            ggml_sys::ggml_gallocr_reserve_n(
+                self.galloc,
+                self.graph.get(),
+                self.node_ids.as_ptr(),
+                self.leaf_ids.as_ptr(),
+            )
+        };
+        if !reserved {
+            crate::ffi::log::error(
+                "ggml_backend_sched_alloc_splits: failed to reserve graph buffers\n",
+            );
+        }
+        reserved
+    }
+
+    /// The plan gallocr holds after a reserve of the allocation graph the last split built.
+    ///
+    /// # Safety
+    /// As [`Sched::split_plan_key`].
+    pub(crate) unsafe fn split_plan(&mut self) -> Plan {
+        let (n_nodes, n_leafs) = {
+            let g = self.graph.get_mut();
+            (g.n_nodes as usize, g.n_leafs as usize)
+        };
+        // SAFETY: this function's contract.
+        let key = unsafe { self.split_plan_key() };
+        Plan {
+            key,
+            n_nodes,
+            n_leafs,
+        }
+    }
+
+    /// The [`plan_key::plan_key`] of the allocation graph the last split built.
+    ///
+    /// # Safety
+    /// The graph last given to [`Sched::split`], and its tensors, must still be live.
+    pub(crate) unsafe fn split_plan_key(&mut self) -> u64 {
+        // SAFETY: `graph` points at `graph_nodes` and `graph_leafs`, whose tensors are live
+        // (this function's contract); `put` grew the id arrays to the graph's counts.
+        unsafe {
+            super::plan_key::plan_key(
+                &mut self.key_scratch,
+                &*self.graph.get(),
+                &self.node_ids,
+                &self.leaf_ids,
+            )
+        }
     }
 }

@@ -28,6 +28,7 @@ pub mod inspect;
 #[cfg(test)]
 pub(crate) mod mock;
 pub mod place;
+pub mod plan_key;
 pub mod query;
 pub mod split;
 pub mod table;
@@ -94,6 +95,11 @@ pub struct Sched {
     /// Which graph `is_alloc` is about: its address, node-array address and sizes when it
     /// was allocated (see [`GraphIdentity`]).
     pub(crate) allocated: Option<GraphIdentity>,
+    /// The [`plan_key::plan_key`] of the graph gallocr's plan was made for (by a reserve, or an
+    /// allocation that reserved), None before the first: a graph of another key is reserved
+    /// again before it is allocated.
+    pub(crate) plan: Option<plan_key::Plan>,
+    pub(crate) key_scratch: plan_key::KeyScratch,
     /// Whether work was queued (`graph_compute_async`) and not waited for since
     /// (`synchronize`): then [`ggml_backend_sched_free`] waits for the backends first.
     pub(crate) queued: std::cell::Cell<bool>,
@@ -368,6 +374,8 @@ export! {
             is_alloc: false,
             allocated: None,
             queued: std::cell::Cell::new(false),
+            plan: None,
+            key_scratch: Default::default(),
         });
         s.reset();
         Box::into_raw(s) as ggml_backend_sched_t
@@ -452,6 +460,9 @@ export! {
                 sizes,
             )
         };
+        // gallocr's plan is now this graph's (sizing replans without allocating).
+        // SAFETY: the allocation graph the split just built, of live tensors.
+        s.plan = Some(unsafe { s.split_plan() });
     }
 }
 
@@ -485,6 +496,8 @@ export! {
         if !reserved {
             return false;
         }
+        // SAFETY: the allocation graph the split just built, of live tensors.
+        s.plan = Some(unsafe { s.split_plan() });
         s.reset();
         true
     }

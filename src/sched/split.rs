@@ -293,6 +293,14 @@ pub unsafe fn split_graph(
 /// copy on its own backend, the current copy being the leaf itself, all flagged input and
 /// output so the allocator never reuses them. Returns the graph inputs in leaf order.
 ///
+/// Differs from stock on purpose: an input leaf whose storage the caller already gave it
+/// (pre-allocated `data`, or a `view_src`) gets no copies. The copies rotate storage by
+/// letting the allocator place the leaf itself at copy `cur_copy`'s slot; storage the
+/// allocator does not own cannot rotate, and stock, which copies it anyway, hands the
+/// allocator a slot recorded as "not allocated" that holds a fresh copy one round later:
+/// SIGSEGV in `ggml_gallocr_alloc_graph` (case `parallel sched, pre-allocated input` of
+/// cabi-tests/bad-input/run.sh).
+///
 /// # Safety
 /// `graph` must be a live graph of live tensors, every input leaf placed.
 pub unsafe fn graph_inputs(
@@ -310,6 +318,11 @@ pub unsafe fn graph_inputs(
         // SAFETY: a leaf of the live graph, non-NULL (`GraphIds::rebuild` stopped on NULL),
         // so a live tensor.
         if unsafe { (*leaf).flags } & ggml_sys::GGML_TENSOR_FLAG_INPUT as i32 == 0 {
+            continue;
+        }
+        // SAFETY: as above.
+        let (data, view_src) = unsafe { ((*leaf).data, (*leaf).view_src) };
+        if !data.is_null() || !view_src.is_null() {
             continue;
         }
         let Some(lb) = table.backend(leaf) else {
@@ -492,6 +505,48 @@ mod tests {
         assert_eq!(inputs, vec![x]);
         assert_eq!(t.copy(x, 1, 1), Some(x));
         assert_eq!(name_of(t.copy(x, 1, 0).unwrap()), "B1#x#0");
+        pool.reset();
+    }
+
+    /// Pass 6 leaves alone the input leafs whose storage the caller gave (pre-allocated data,
+    /// or a view), and copies the others; stock copies both (and then crashes in the allocator
+    /// one round later: `parallel sched, pre-allocated input` in cabi-tests/bad-input/run.sh).
+    #[test]
+    fn graph_inputs_skip_caller_storage() {
+        let caps = Mock::new(&[&[GGML_OP_ADD]]);
+        let mut a = Arena::default();
+        let x = a.input("x");
+        let pre = a.input("pre");
+        let viewed = a.input("viewed");
+        let mut storage = [0u8; 64];
+        // SAFETY: tensors of the arena are live; only their storage fields change.
+        unsafe {
+            (*pre).data = storage.as_mut_ptr().cast();
+            (*viewed).view_src = x;
+        }
+        let n0 = a.tensor("n0", GGML_OP_ADD, &[x, pre]);
+        let n1 = a.tensor("n1", GGML_OP_ADD, &[n0, viewed]);
+        let mut nodes = vec![n0, n1];
+        let mut leafs = vec![x, pre, viewed];
+        let g = graph(&mut nodes, &mut leafs);
+        let mut t = Table::default();
+        for l in [x, pre, viewed] {
+            t.set(l, 0, Cause::Input);
+        }
+        let mut pool = CtxPool::new(4);
+        let mut sc = SplitCtx {
+            caps: &caps,
+            pool: &mut pool,
+            n_copies: 3,
+            cur_copy: 2,
+        };
+        // SAFETY: tensors live in the arena; the copies in the pool.
+        let inputs = unsafe { graph_inputs(&mut sc, &mut t, &g) };
+        assert_eq!(inputs, vec![x]);
+        assert_eq!(t.copy(x, 0, 2), Some(x));
+        assert_eq!(name_of(t.copy(x, 0, 0).unwrap()), "B0#x#0");
+        assert!(!t.has_copies(pre, 0));
+        assert!(!t.has_copies(viewed, 0));
         pool.reset();
     }
 
