@@ -7,6 +7,7 @@
 //! match arm in [`dispatch`]; to make it part of `./ab test`, add one line to
 //! `test_steps.rs`.
 
+mod abi;
 mod job;
 mod machine;
 mod ours;
@@ -63,6 +64,10 @@ enum Cmd {
     RunpathTrap(BuildArg),
     /// Self-test of the swap: the stock file and a modified copy are each proven mapped.
     SwapCheck(BuildArg),
+    /// Prints, as JSON, the ggml version, commit and struct sizes of one libggml-base file
+    /// (what the harness runs in a child before it swaps a file into a build).
+    #[command(hide = true)]
+    AbiOf { file: PathBuf },
     /// Any other name runs a tool of the workspace: `ab NAME ARGS` builds the workspace
     /// binary `NAME` (or `ab-NAME`, or the package of that name) and runs it with ARGS.
     #[command(external_subcommand)]
@@ -167,6 +172,7 @@ fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
     let build = default_build(paths, a.llama_build)?;
     let probe = ensure_probe(paths)?;
     let arm = swap::Arm::prepare(&paths.ab_dir(), &a.arm, &a.lib, a.backend.as_deref())?;
+    abi::check_arms(&build, std::slice::from_ref(&arm))?;
     let program = paths::program(&build, &a.command[0])?;
     let name = program
         .file_name()
@@ -352,6 +358,7 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
         Cmd::Test => testrun::run(paths),
         Cmd::RunpathTrap(b) => trap::run(paths, b.llama_build),
         Cmd::SwapCheck(b) => selftest::swap_check(paths, b.llama_build),
+        Cmd::AbiOf { file } => Ok(abi_of(&file)),
         Cmd::External(args) => external(paths, args),
     }
 }
@@ -385,10 +392,32 @@ fn merge_repro(paths: &Paths) -> Result<()> {
     Ok(())
 }
 
+/// `ab abi-of FILE`: the identity of one libggml-base as one JSON line; 1 when it cannot be
+/// read (the reason on stderr).
+fn abi_of(file: &std::path::Path) -> u8 {
+    match abi::read_in_process(file) {
+        Ok(a) => {
+            println!(
+                "{}",
+                serde_json::to_string(&a).expect("plain fields serialize")
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("{e:#}");
+            1
+        }
+    }
+}
+
 fn main() -> ExitCode {
     proc::install_interrupt_handler();
     let cli = Cli::parse();
     let cmd = cli.cmd.unwrap_or(Cmd::Ab(AbArgs::default()));
+    // Needs no workspace: it runs as a child of the harness, wherever the harness runs.
+    if let Cmd::AbiOf { file } = &cmd {
+        return ExitCode::from(abi_of(file));
+    }
     let result = Paths::discover().and_then(|p| dispatch(&p, cmd));
     match result {
         Ok(code) => ExitCode::from(code),

@@ -210,6 +210,9 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
         .iter()
         .map(|(name, f)| Arm::prepare(&ab_dir, name, f, opts.backend.as_deref()))
         .collect::<Result<_>>()?;
+    // Before anything runs: a library of another ggml than the build's would run with
+    // mismatched structs.
+    crate::abi::check_arms(&build, &arms)?;
     for arm in &arms {
         say(&format!(
             "arm {}: {} (sha256 {}) -> {}",

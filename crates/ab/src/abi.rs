@@ -1,0 +1,195 @@
+//! Which ggml a `libggml-base` file belongs to, and the refusal to swap it into a build of
+//! another: a library whose structs differ from the ones the build's programs were compiled
+//! against would run, and corrupt memory, instead of failing.
+//!
+//! The identity is what the library says of itself: `ggml_version()`, `ggml_commit()`, and
+//! the sizes the programs bake in, `ggml_tensor_overhead()` (`sizeof(struct ggml_object) +
+//! sizeof(struct ggml_tensor)`) and `ggml_graph_overhead()`. Each file is opened in a child
+//! process (`ab abi-of FILE`), so a library that crashes when loaded, or one of another
+//! version whose constructors fight the harness's own mappings, cannot take the harness down.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::ffi::{c_char, CStr, CString};
+use std::path::Path;
+use std::process::Command;
+
+/// The ABI identity of one `libggml-base` file, as its own functions report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LibAbi {
+    /// `ggml_version()`, e.g. `0.25.3`.
+    pub version: String,
+    /// `ggml_commit()`: the build commit baked in, `unknown` when the build had none.
+    pub commit: String,
+    /// `ggml_tensor_overhead()`, bytes.
+    pub tensor_overhead: usize,
+    /// `ggml_graph_overhead()`, bytes.
+    pub graph_overhead: usize,
+}
+
+impl std::fmt::Display for LibAbi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ggml {} (commit {}, tensor overhead {} B, graph overhead {} B)",
+            self.version, self.commit, self.tensor_overhead, self.graph_overhead
+        )
+    }
+}
+
+/// Opens `file` in this process and reads its identity: what `ab abi-of` runs in the child.
+/// Fails naming the file and the loader's message, or the missing function.
+pub fn read_in_process(file: &Path) -> Result<LibAbi> {
+    let path = CString::new(file.as_os_str().as_encoded_bytes())
+        .with_context(|| format!("{}: a path with a NUL byte", file.display()))?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call. RTLD_LOCAL keeps the
+    // library's symbols out of this process's global scope.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        bail!("cannot load {}: {}", file.display(), dl_error());
+    }
+    let sym = |name: &str| -> Result<*mut libc::c_void> {
+        let c = CString::new(name).expect("a symbol name without NUL");
+        // SAFETY: `handle` is the live handle just opened; `c` is NUL-terminated.
+        let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
+        if p.is_null() {
+            bail!("{} has no {name}: not a libggml-base", file.display());
+        }
+        Ok(p)
+    };
+    let text = |name: &str| -> Result<String> {
+        // SAFETY: ggml's `const char * ggml_version(void)` and `ggml_commit(void)` take no
+        // arguments and return a static NUL-terminated string (or NULL, checked below).
+        let f: extern "C" fn() -> *const c_char = unsafe { std::mem::transmute(sym(name)?) };
+        let p = f();
+        if p.is_null() {
+            return Ok(String::new());
+        }
+        // SAFETY: non-NULL, static and NUL-terminated (see above).
+        Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
+    let size = |name: &str| -> Result<usize> {
+        // SAFETY: `size_t ggml_tensor_overhead(void)` and `ggml_graph_overhead(void)` take no
+        // arguments and only compute sizes.
+        let f: extern "C" fn() -> usize = unsafe { std::mem::transmute(sym(name)?) };
+        Ok(f())
+    };
+    Ok(LibAbi {
+        version: text("ggml_version")?,
+        commit: text("ggml_commit")?,
+        tensor_overhead: size("ggml_tensor_overhead")?,
+        graph_overhead: size("ggml_graph_overhead")?,
+    })
+    // The handle stays open: this runs in a child that exits right after.
+}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        "unknown loader error".into()
+    } else {
+        // SAFETY: as above.
+        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    }
+}
+
+/// Reads `file`'s identity in a child process (`ab abi-of FILE`), with `lib_dir` (the folder
+/// of the build's other ggml libraries) on `LD_LIBRARY_PATH` for its dependencies.
+pub fn read(file: &Path, lib_dir: &Path) -> Result<LibAbi> {
+    let exe = std::env::current_exe().context("finding the harness's own binary")?;
+    let out = Command::new(exe)
+        .arg("abi-of")
+        .arg(file)
+        .env("LD_LIBRARY_PATH", lib_dir)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .with_context(|| format!("running `ab abi-of {}`", file.display()))?;
+    if !out.status.success() {
+        bail!(
+            "reading the ggml version of {}: {}{}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr).trim(),
+            if out.status.code().is_none() {
+                " (killed by a signal)"
+            } else {
+                ""
+            }
+        );
+    }
+    serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("parsing `ab abi-of {}`", file.display()))
+}
+
+/// Checks that `arm` (named `arm_name`) belongs to the ggml of the build's own library
+/// `build_lib`: the same version, commit and struct sizes. Fails naming both identities,
+/// before anything runs. Two arms that both match a build of another ggml (a fork) pass: the
+/// comparison is with the build, not with our pinned version.
+pub fn check_arm(arm_name: &str, arm: &LibAbi, build_lib: &Path, build: &LibAbi) -> Result<()> {
+    if arm == build {
+        return Ok(());
+    }
+    bail!(
+        "arm {arm_name} is {arm}, but the llama.cpp build's own {} is {build}: its programs \
+         were compiled against that ggml's structs, so swapping this library in would run \
+         with mismatched structs; refusing. Build llama.cpp from the same ggml as the arm \
+         (the pinned one for ours: ./ab build-stock), or name an arm of the build's version.",
+        build_lib.display()
+    )
+}
+
+/// Checks every arm against the build's own `libggml-base.so.0` (in `bin_dir(build)`), each
+/// read in a child; prints each identity. Fails at the first arm of another ggml, or when the
+/// build has no library of its own to compare with.
+pub fn check_arms(build: &Path, arms: &[crate::swap::Arm]) -> Result<()> {
+    let lib_dir = crate::paths::bin_dir(build);
+    let build_lib = lib_dir.join("libggml-base.so.0");
+    if !build_lib.exists() {
+        bail!(
+            "{} not found: without the build's own libggml-base the harness cannot tell which \
+             ggml its programs were compiled against",
+            build_lib.display()
+        );
+    }
+    let own = read(&build_lib, &lib_dir)?;
+    crate::say(&format!("build's ggml: {own}"));
+    for arm in arms {
+        let a = read(&arm.lib_copy, &lib_dir)?;
+        check_arm(&arm.name, &a, &build_lib, &own)?;
+        crate::say(&format!("arm {}: {a}, matches the build", arm.name));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn abi(version: &str, tensor_overhead: usize) -> LibAbi {
+        LibAbi {
+            version: version.into(),
+            commit: "abc".into(),
+            tensor_overhead,
+            graph_overhead: 80,
+        }
+    }
+
+    #[test]
+    fn same_identity_passes_and_any_difference_is_refused_naming_both() {
+        let build = abi("0.25.3", 368);
+        let lib = Path::new("/b/libggml-base.so.0");
+        check_arm("ours", &abi("0.25.3", 368), lib, &build).unwrap();
+        let e = check_arm("ours", &abi("0.26.0", 368), lib, &build)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("arm ours is ggml 0.26.0"), "{e}");
+        assert!(e.contains("/b/libggml-base.so.0 is ggml 0.25.3"), "{e}");
+        let e = check_arm("b", &abi("0.25.3", 376), lib, &build)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tensor overhead 376 B") && e.contains("tensor overhead 368 B"),
+            "{e}"
+        );
+    }
+}
