@@ -362,6 +362,10 @@ impl Sched {
                 &*self.graph.get(),
                 &self.node_ids,
                 &self.leaf_ids,
+                &self.graph_ids,
+                self.table.len(),
+                &self.splits,
+                self.n_copies,
             )
         }
     }

@@ -12,17 +12,14 @@
 //! graphs) share a key, so the plan is reused exactly where stock reuses it and is right to.
 
 use std::hash::Hasher;
+use std::os::raw::c_int;
 
 use ggml_sys::{ggml_cgraph, ggml_tensor};
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::FxHasher;
 
 use super::inspect;
-
-/// Position of each tensor of the allocation graph, kept between calls for its memory.
-#[derive(Default)]
-pub struct KeyScratch {
-    pos: FxHashMap<usize, u64>,
-}
+use super::split::Split;
+use super::table::{GraphIds, NO_ID};
 
 /// The graph a gallocr plan was made for: its [`plan_key`] and counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,65 +29,88 @@ pub struct Plan {
     pub n_leafs: usize,
 }
 
-/// What [`plan_key`] hashes of a tensor that is not a node or leaf of the graph.
-const OUTSIDE: u64 = u64::MAX;
+/// Position (plus one; 0: not in the graph) of each table id in the user's graph, kept between
+/// calls for its memory. Indexed by id, so no lookup by address is needed.
+#[derive(Default)]
+pub struct KeyScratch {
+    pos: Vec<u32>,
+}
 
-/// The key of `g`, the allocation graph the scheduler gives gallocr, with `node_ids` and
-/// `leaf_ids` its backend per node and leaf: the counts; per leaf and node its op, flags,
-/// type, whether it has storage of its own already (`data`) and whether it is a view, the
-/// position of its view source and of each source (leafs first, then nodes), and whether it
-/// has the layout of each source (gallocr lets a node reuse its source's memory in place only
-/// then); and the backends. Sizes are left out: gallocr checks them itself.
+/// What the plan of an allocation graph depends on, hashed by position (see the module
+/// docs). The parts: of the allocation graph `alloc` (what gallocr sees: split inputs and
+/// copies, the user's nodes in the backends' order, dependencies) its counts, and per leaf and
+/// node its op, flags, type and whether it has storage already (`data`), with the backend of
+/// every position (`node_ids`, `leaf_ids`); of the user's graph, whose ids `ix` holds (table
+/// ids below `n_ids`), who reads whom: each node's source and view-source positions; of the
+/// splits, their backends, bounds and input positions; and the number of pipeline copies.
+/// That fixes which tensor reads which in `alloc`, and so which memory gallocr lets them
+/// share. Sizes are left out (gallocr checks them itself), and so are layouts, as in stock:
+/// a plan made without an in-place reuse stays right for a graph whose layouts would allow one.
 ///
 /// # Safety
-/// `g` must be a live graph of live tensors; `node_ids` and `leaf_ids` hold at least
-/// `n_nodes` and `n_leafs` entries.
+/// `alloc` must be a live graph of live tensors; `node_ids` and `leaf_ids` hold at least its
+/// `n_nodes` and `n_leafs` entries; `ix` holds ids below `n_ids`.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn plan_key(
     scratch: &mut KeyScratch,
-    g: &ggml_cgraph,
-    node_ids: &[std::os::raw::c_int],
-    leaf_ids: &[std::os::raw::c_int],
+    alloc: &ggml_cgraph,
+    node_ids: &[c_int],
+    leaf_ids: &[c_int],
+    ix: &GraphIds,
+    n_ids: usize,
+    splits: &[Split],
+    n_copies: usize,
 ) -> u64 {
-    // SAFETY: `g` is live (this function's contract).
-    let (leafs, nodes) = unsafe { (inspect::leafs(g), inspect::nodes(g)) };
-    let pos = &mut scratch.pos;
-    pos.clear();
-    for (i, &t) in leafs.iter().chain(nodes).enumerate() {
-        pos.entry(t as usize).or_insert(i as u64);
-    }
-    let at = |t: *mut ggml_tensor| {
-        if t.is_null() {
-            OUTSIDE - 1
-        } else {
-            pos.get(&(t as usize)).copied().unwrap_or(OUTSIDE)
-        }
-    };
     let mut h = FxHasher::default();
+    // SAFETY: `alloc` is live (this function's contract).
+    let (leafs, nodes) = unsafe { (inspect::leafs(alloc), inspect::nodes(alloc)) };
     h.write_usize(leafs.len());
     h.write_usize(nodes.len());
-    for (i, &t) in leafs.iter().chain(nodes).enumerate() {
+    h.write_usize(n_copies);
+    for &t in leafs.iter().chain(nodes) {
         // SAFETY: a leaf or node of the live graph, so a live tensor; only read.
-        let t = unsafe { &*t };
-        h.write_u32(t.op);
-        h.write_i32(t.flags);
-        h.write_u32(t.type_);
-        h.write_u8(u8::from(t.data.is_null()));
-        h.write_u64(at(t.view_src));
-        for &s in &t.src {
-            h.write_u64(at(s));
-            if !s.is_null() {
-                // SAFETY: a non-NULL source of a live tensor is live.
-                h.write_u8(u8::from(crate::tensor::meta::same_layout(t, unsafe {
-                    &*s
-                })));
-            }
+        let t: &ggml_tensor = unsafe { &*t };
+        h.write_u64(
+            u64::from(t.op)
+                | u64::from(t.type_) << 16
+                | u64::from(t.flags as u32) << 32
+                | u64::from(t.data.is_null()) << 63,
+        );
+    }
+    for &b in node_ids[..nodes.len()]
+        .iter()
+        .chain(&leaf_ids[..leafs.len()])
+    {
+        h.write_i32(b);
+    }
+
+    let pos = &mut scratch.pos;
+    if pos.len() < n_ids {
+        pos.resize(n_ids, 0);
+    }
+    for (i, &id) in ix.leafs.iter().chain(&ix.nodes).enumerate() {
+        pos[id] = i as u32 + 1;
+    }
+    let at = |id: u32| if id == NO_ID { 0 } else { pos[id as usize] };
+    for (i, srcs) in ix.srcs.iter().enumerate() {
+        h.write_u32(at(ix.view_srcs[i]));
+        for &s in &srcs[..ix.n_srcs[i] as usize] {
+            h.write_u32(at(s));
         }
-        let backend = if i < leafs.len() {
-            leaf_ids.get(i)
-        } else {
-            node_ids.get(i - leafs.len())
-        };
-        h.write_i32(backend.copied().unwrap_or(-1));
+        h.write_u8(ix.n_srcs[i]);
+    }
+    for s in splits {
+        h.write_usize(s.backend);
+        h.write_usize(s.i_start);
+        h.write_usize(s.i_end);
+        for &id in &s.input_ids {
+            h.write_u32(at(id as u32));
+        }
+        h.write_usize(s.input_ids.len());
+    }
+    // Leave no position behind for the next graph, whose tensors may take other ids.
+    for &id in ix.leafs.iter().chain(&ix.nodes) {
+        pos[id] = 0;
     }
     h.finish()
 }
@@ -99,13 +119,29 @@ pub unsafe fn plan_key(
 mod tests {
     use super::*;
     use crate::sched::mock::{graph, Arena};
+    use crate::sched::table::Table;
     use ggml_sys::*;
 
     fn key(nodes: &mut [*mut ggml_tensor], leafs: &mut [*mut ggml_tensor]) -> u64 {
         let g = graph(nodes, leafs);
-        let ids = vec![0; 16];
+        let mut t = Table::default();
+        let mut ix = GraphIds::default();
         // SAFETY: the arena's tensors are live.
-        unsafe { plan_key(&mut KeyScratch::default(), &g, &ids, &ids) }
+        unsafe { ix.rebuild(&mut t, &g) };
+        let ids = vec![0; 16];
+        // SAFETY: as above; `ix` was taken from `g`.
+        unsafe {
+            plan_key(
+                &mut KeyScratch::default(),
+                &g,
+                &ids,
+                &ids,
+                &ix,
+                t.len(),
+                &[],
+                1,
+            )
+        }
     }
 
     /// Two chains built alike in two arenas share a key; marking a middle node output, or
