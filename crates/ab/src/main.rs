@@ -11,6 +11,7 @@ mod abi;
 mod job;
 mod machine;
 mod ours;
+mod pack;
 mod parse;
 mod paths;
 mod proc;
@@ -64,6 +65,13 @@ enum Cmd {
     RunpathTrap(BuildArg),
     /// Self-test of the swap: the stock file and a modified copy are each proven mapped.
     SwapCheck(BuildArg),
+    /// Write target/ab-bundle/ (and .tar.gz): the harness, our libraries and the probe, to
+    /// run on a machine without cargo (`ab-bundle/ab ab --llama-build DIR --model FILE`).
+    Bundle {
+        /// The folder to write (default: target/ab-bundle).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Prints, as JSON, the ggml version, commit and struct sizes of one libggml-base file
     /// (what the harness runs in a child before it swaps a file into a build).
     #[command(hide = true)]
@@ -117,9 +125,18 @@ struct AbArgs {
     /// test-backend-ops over every op (one run) instead of the default op list.
     #[arg(long)]
     full: bool,
-    /// Only these works, comma-separated: llama-simple, backend-ops, "backend-ops ADD", ctest.
+    /// Only these works, comma-separated: llama-simple, backend-ops, "backend-ops ADD",
+    /// "backend-ops CUDA0", ctest.
     #[arg(long, value_name = "WORK")]
     only: Option<String>,
+    /// The GGUF model of the generation works (default: the pinned SmolLM2; required from a
+    /// bundle).
+    #[arg(long, value_name = "FILE")]
+    model: Option<PathBuf>,
+    /// Layers offloaded (-ngl) in the partial-offload generation, on builds with a device
+    /// besides the CPU (full and no offload run too).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    partial_ngl: u32,
     /// Skip the in-place reproducer's three arms (stock, patched, ours), which the job runs
     /// after the two-arm work when the arms are the default ones (no --a/--b/--llama-build).
     #[arg(long)]
@@ -144,6 +161,9 @@ pub fn fmt_secs(s: f64) -> String {
 /// Makes sure the probe library exists (builds it with cargo when missing).
 pub fn ensure_probe(paths: &Paths) -> Result<PathBuf> {
     let p = paths.probe();
+    if paths.bundle.is_some() && !p.is_file() {
+        anyhow::bail!("the bundle has no probe {}", p.display());
+    }
     if !p.is_file() {
         say("building the probe: cargo build --release -p ab-probe");
         let st = std::process::Command::new("cargo")
@@ -159,6 +179,9 @@ pub fn ensure_probe(paths: &Paths) -> Result<PathBuf> {
 }
 
 pub(crate) fn default_build(paths: &Paths, given: Option<PathBuf>) -> Result<PathBuf> {
+    if given.is_none() && paths.bundle.is_some() {
+        anyhow::bail!("from a bundle, name the llama.cpp build: --llama-build DIR");
+    }
     let d = given.unwrap_or_else(|| paths.stock_build());
     d.canonicalize().with_context(|| {
         format!(
@@ -239,6 +262,9 @@ fn external(paths: &Paths, args: Vec<OsString>) -> Result<u8> {
         .first()
         .map(|a| a.to_string_lossy().into_owned())
         .unwrap_or_default();
+    if let Some(b) = &paths.bundle {
+        return bundled_tool(paths, b, &name, &args[1..]);
+    }
     let tools = ours::workspace_binaries(paths)?;
     let wanted = [name.clone(), format!("ab-{name}")];
     // A binary of that name in any workspace package, else a package of that name.
@@ -269,8 +295,36 @@ fn external(paths: &Paths, args: Vec<OsString>) -> Result<u8> {
         );
     }
     let exe = paths.target.join("release").join(&bin);
-    let st = std::process::Command::new(&exe)
-        .args(&args[1..])
+    run_tool(paths, &exe, &name, &args[1..])
+}
+
+/// `ab NAME ARGS` from a bundle: the bundle's binary `NAME` (or `ab-NAME`), as built.
+fn bundled_tool(
+    paths: &Paths,
+    bundle: &std::path::Path,
+    name: &str,
+    args: &[OsString],
+) -> Result<u8> {
+    let Some(exe) = [name.to_string(), format!("ab-{name}")]
+        .iter()
+        .map(|n| bundle.join(n))
+        .find(|p| p.is_file())
+    else {
+        say(&format!(
+            "error: unknown subcommand `{name}`: not built into ab, and the bundle {} has no \
+             binary `{name}` or `ab-{name}` (see `ab --help`)",
+            bundle.display()
+        ));
+        return Ok(2);
+    };
+    run_tool(paths, &exe, name, args)
+}
+
+/// Runs a tool binary with the harness's locations in its environment; its exit status, or
+/// 128 + the signal that killed it.
+fn run_tool(paths: &Paths, exe: &std::path::Path, name: &str, args: &[OsString]) -> Result<u8> {
+    let st = std::process::Command::new(exe)
+        .args(args)
         .current_dir(&paths.root)
         .env("AB_WORKSPACE", &paths.root)
         .env("AB_STOCK_BUILD", paths.stock_build())
@@ -326,6 +380,8 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
                     llama_build: a.llama_build,
                     full: a.full,
                     only: a.only,
+                    model: a.model,
+                    partial_ngl: a.partial_ngl,
                 },
             )?;
             let repro_code = if with_repro {
@@ -359,6 +415,7 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
         Cmd::RunpathTrap(b) => trap::run(paths, b.llama_build),
         Cmd::SwapCheck(b) => selftest::swap_check(paths, b.llama_build),
         Cmd::AbiOf { file } => Ok(abi_of(&file)),
+        Cmd::Bundle { out } => pack::make(paths, out).map(|_| 0),
         Cmd::External(args) => external(paths, args),
     }
 }

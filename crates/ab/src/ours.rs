@@ -101,6 +101,14 @@ impl Watcher for CargoWatch {
 /// Builds and installs our libraries. Fails with the compiler's last lines when the build
 /// fails (the root crate may be work in progress: then name files with `--a`/`--b`).
 pub fn build(paths: &Paths) -> Result<Installed> {
+    if let Some(b) = &paths.bundle {
+        // A bundle carries our libraries as they were built; there is no cargo to build with.
+        let base = paths.ours_lib().join("libggml-base.so.0");
+        if !base.is_file() {
+            bail!("the bundle {} has no {}", b.display(), base.display());
+        }
+        return Ok(Installed { base });
+    }
     let packages = workspace_packages(paths)?;
     let has_hrx = packages.iter().any(|p| p == "hrx");
     let mut cmd = Command::new("cargo");

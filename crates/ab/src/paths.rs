@@ -10,12 +10,23 @@ pub struct Paths {
     pub root: PathBuf,
     /// `<root>/target`: cache of pins, the stock build, our build, the harness's output.
     pub target: PathBuf,
+    /// Set when the harness runs from a bundle (`ab bundle`): then `root` is the bundle's
+    /// folder, our libraries and the probe come from its `lib/`, and nothing is built.
+    pub bundle: Option<PathBuf>,
 }
 
 impl Paths {
-    /// Finds the workspace root: the nearest folder above the current directory holding both
+    /// Finds the harness's files: the bundle this binary runs from (see the `bundle` crate),
+    /// else the workspace root, the nearest folder above the current directory holding both
     /// `pins.toml` and `Cargo.toml`, else the folder this binary was compiled from.
     pub fn discover() -> Result<Paths> {
+        if let Some(root) = bundle::root() {
+            return Ok(Paths {
+                target: root.join("target"),
+                bundle: Some(root.clone()),
+                root,
+            });
+        }
         let cwd = std::env::current_dir().context("reading the current directory")?;
         let compiled = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let root = cwd
@@ -35,6 +46,7 @@ impl Paths {
         Ok(Paths {
             target: root.join("target"),
             root,
+            bundle: None,
         })
     }
 
@@ -43,9 +55,12 @@ impl Paths {
         self.target.join("llama-stock")
     }
 
-    /// Where `build-ours` installs our libraries, `target/ours/lib`.
+    /// Where `build-ours` installs our libraries, `target/ours/lib` (a bundle's `lib/`).
     pub fn ours_lib(&self) -> PathBuf {
-        self.target.join("ours").join("lib")
+        match &self.bundle {
+            Some(b) => bundle::lib_dir(b),
+            None => self.target.join("ours").join("lib"),
+        }
     }
 
     /// The harness's own output folder, `target/ab`.
@@ -53,9 +68,13 @@ impl Paths {
         self.target.join("ab")
     }
 
-    /// The probe library built by `cargo build --release -p ab-probe`.
+    /// The probe library built by `cargo build --release -p ab-probe` (a bundle's
+    /// `lib/libab_probe.so`).
     pub fn probe(&self) -> PathBuf {
-        self.target.join("release").join("libab_probe.so")
+        match &self.bundle {
+            Some(b) => bundle::lib_dir(b).join("libab_probe.so"),
+            None => self.target.join("release").join("libab_probe.so"),
+        }
     }
 }
 

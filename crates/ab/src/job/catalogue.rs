@@ -95,13 +95,60 @@ fn timeout_override() -> Option<Duration> {
     env_count("AB_TIMEOUT_S").map(Duration::from_secs)
 }
 
+/// What the job runs beyond the build: which works, on which devices, with which model.
+#[derive(Debug, Clone, Default)]
+pub struct Plan<'a> {
+    /// test-backend-ops over every op in one run per device.
+    pub full: bool,
+    /// `--only`: comma-separated work names or prefixes.
+    pub only: Option<&'a str>,
+    /// The build's devices (see [`devices`]); `CPU` first.
+    pub devices: Vec<String>,
+    /// The generation works' model; None: the pinned one (fetched when missing).
+    pub model: Option<&'a Path>,
+    /// Layers offloaded in the partial-offload generation (`-ngl`), on builds with a device
+    /// besides the CPU.
+    pub partial_ngl: u32,
+}
+
+/// The devices a llama.cpp build has: `CPU`, then every device `llama-completion
+/// --list-devices` lists (CUDA0, ..., HRX0 when `backend` is loaded through
+/// `GGML_BACKEND_PATH`), run with the build's own libraries. A build without
+/// `llama-completion` is taken to have the CPU only.
+pub fn devices(llama_build: &Path, backend: Option<&Path>) -> Result<Vec<String>> {
+    let mut out = vec!["CPU".to_string()];
+    let Ok(prog) = paths::program(llama_build, "llama-completion") else {
+        return Ok(out);
+    };
+    let mut cmd = std::process::Command::new(&prog);
+    cmd.arg("--list-devices");
+    if let Some(b) = backend {
+        cmd.env("GGML_BACKEND_PATH", b);
+    }
+    let o = cmd
+        .output()
+        .map_err(|e| anyhow::anyhow!("running {} --list-devices: {e}", prog.display()))?;
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    out.extend(parse_devices(&text));
+    Ok(out)
+}
+
+/// The device names of `--list-devices` output: the lines `  NAME: description` after
+/// `Available devices:`.
+pub fn parse_devices(text: &str) -> Vec<String> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("Available devices:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.trim().split_once(':').map(|(n, _)| n.to_string()))
+        .filter(|n| !n.is_empty() && !n.contains(' '))
+        .collect()
+}
+
 /// Builds the work list for a llama.cpp build folder.
-pub fn works(
-    paths: &Paths,
-    llama_build: &Path,
-    full: bool,
-    only: Option<&str>,
-) -> Result<Vec<Work>> {
+pub fn works(paths: &Paths, llama_build: &Path, plan: &Plan) -> Result<Vec<Work>> {
+    let (full, only) = (plan.full, plan.only);
     let wanted: Option<Vec<String>> = only.map(|o| {
         o.split(',')
             .map(|s| s.trim().to_string())
@@ -114,24 +161,43 @@ pub fn works(
             name == x
                 || name.starts_with(&format!("{x} "))
                 || name.strip_prefix("llama-") == Some(x.as_str())
+                || name.starts_with(&format!("llama-{x} "))
         }),
     };
     let t = |d: u64| timeout_override().unwrap_or(Duration::from_secs(d));
     let mut out = Vec::new();
-    if selected("llama-simple") {
-        let pins = pins::Pins::load(&paths.root)?;
-        let model = pins.ensure_model(&paths.target)?;
+    let accel = plan.devices.iter().any(|d| d != "CPU");
+    // On a build with a device besides the CPU: full, partial and no offload; else one run.
+    let offloads: Vec<Option<u32>> = if accel {
+        vec![Some(99), Some(plan.partial_ngl), Some(0)]
+    } else {
+        vec![None]
+    };
+    for ngl in offloads {
+        let name = match ngl {
+            Some(n) => format!("llama-simple ngl={n}"),
+            None => "llama-simple".into(),
+        };
+        if !selected(&name) {
+            continue;
+        }
+        let model = match plan.model {
+            Some(m) => m.to_path_buf(),
+            None if paths.bundle.is_some() => {
+                bail!("from a bundle, name the generation model: --model FILE.gguf")
+            }
+            None => pins::Pins::load(&paths.root)?.ensure_model(&paths.target)?,
+        };
+        let mut args: Vec<OsString> = vec!["-m".into(), model.into_os_string()];
+        if let Some(n) = ngl {
+            args.extend(["-ngl".into(), n.to_string().into()]);
+        }
+        args.extend(["-n".into(), "32".into(), PROMPT.into()]);
         out.push(Work {
-            name: "llama-simple".into(),
+            name,
             kind: Kind::Generation,
             program: paths::program(llama_build, "llama-simple")?,
-            args: vec![
-                "-m".into(),
-                model.into_os_string(),
-                "-n".into(),
-                "32".into(),
-                PROMPT.into(),
-            ],
+            args,
             timeout: t(600),
         });
     }
@@ -162,31 +228,58 @@ pub fn works(
     } else {
         DEFAULT_OPS.iter().map(|o| Some(*o)).collect()
     };
-    for op in ops {
-        let name = match op {
-            Some(o) => format!("backend-ops {o}"),
-            None => "backend-ops all".to_string(),
+    for dev in &plan.devices {
+        // The CPU's works keep their names of CPU-only builds: `backend-ops OP`.
+        let prefix = if dev == "CPU" {
+            "backend-ops".to_string()
+        } else {
+            format!("backend-ops {dev}")
         };
-        if !selected(&name) {
-            continue;
+        for op in &ops {
+            let name = match op {
+                Some(o) => format!("{prefix} {o}"),
+                None => format!("{prefix} all"),
+            };
+            if !selected(&name) {
+                continue;
+            }
+            let mut args: Vec<OsString> = vec!["test".into(), "-b".into(), dev.into()];
+            args.push("-j".into());
+            args.push(backend_ops_jobs().to_string().into());
+            if let Some(o) = op {
+                args.push("-o".into());
+                args.push(o.into());
+            }
+            out.push(Work {
+                name,
+                kind: Kind::BackendOps,
+                program: paths::program(llama_build, "test-backend-ops")?,
+                args,
+                timeout: t(if op.is_some() { 1800 } else { 4 * 3600 }),
+            });
         }
-        let mut args: Vec<OsString> = vec!["test".into(), "-b".into(), "CPU".into()];
-        args.push("-j".into());
-        args.push(backend_ops_jobs().to_string().into());
-        if let Some(o) = op {
-            args.push("-o".into());
-            args.push(o.into());
-        }
-        out.push(Work {
-            name,
-            kind: Kind::BackendOps,
-            program: paths::program(llama_build, "test-backend-ops")?,
-            args,
-            timeout: t(if op.is_some() { 1800 } else { 4 * 3600 }),
-        });
     }
     if out.is_empty() {
         bail!("--only {:?} selects no work", only.unwrap_or(""));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_are_read_off_list_devices() {
+        let cuda = concat!(
+            "ggml_cuda_init: found 1 CUDA devices:\n",
+            "  Device 0: NVIDIA H200, compute capability 9.0\n",
+            "Available devices:\n",
+            "  CUDA0: NVIDIA H200 (143171 MiB, 142520 MiB free)\n",
+            "  HRX0: HRX simulated device 0 (8192 MiB private memory, CPU kernels) (8192 MiB, 8192 MiB free)\n",
+        );
+        assert_eq!(parse_devices(cuda), vec!["CUDA0", "HRX0"]);
+        assert!(parse_devices("Available devices:\n  (none)\n").is_empty());
+        assert!(parse_devices("").is_empty());
+    }
 }

@@ -12,8 +12,14 @@ pub fn compare(a: &ArmReport, b: &ArmReport) -> Comparison {
         };
         let same_end =
             ra.exit_code == rb.exit_code && ra.signal == rb.signal && ra.timed_out == rb.timed_out;
+        // A generation that did not end well in both arms compared nothing: empty texts are
+        // equal, and that must not read as a pass.
+        let generated = |r: &super::report::RunReport| r.exit_code == Some(0) && !r.timed_out;
         let (outputs_equal, counts_equal) = match ra.kind {
-            Kind::Generation => (Some(ra.output_text == rb.output_text), None),
+            Kind::Generation => (
+                Some(ra.output_text == rb.output_text && generated(ra) && generated(rb)),
+                None,
+            ),
             _ => (
                 None,
                 Some(
@@ -106,6 +112,20 @@ mod tests {
         // Same counts and names, same end: equal, although its proof failed; the proof
         // is judged on its own (`proofs_ok`).
         assert!(c.runs[3].equal);
+    }
+
+    #[test]
+    fn a_generation_that_failed_in_both_arms_is_not_equal() {
+        let mut a = arm("a", "x", STOCK_SHA, vec![]);
+        let mut b = arm("b", "x", STOCK_SHA, vec![]);
+        let mut failed = generation("", 0.1);
+        failed.exit_code = Some(1);
+        a.runs = vec![failed.clone()];
+        b.runs = vec![failed];
+        let c = compare(&a, &b);
+        assert!(c.runs[0].same_end);
+        assert_eq!(c.runs[0].outputs_equal, Some(false));
+        assert!(!c.all_equal);
     }
 
     #[test]

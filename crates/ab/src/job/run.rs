@@ -32,6 +32,10 @@ pub struct AbOptions {
     /// Comma-separated work names or name prefixes (`simple`, `backend-ops`, `ctest`,
     /// `backend-ops MUL_MAT`).
     pub only: Option<String>,
+    /// The generation works' model (default: the pinned one).
+    pub model: Option<PathBuf>,
+    /// `-ngl` of the partial-offload generation on builds with a device besides the CPU.
+    pub partial_ngl: u32,
 }
 
 /// Progress for a suite: counts case lines and shows ctest's result lines.
@@ -201,7 +205,13 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
         Some(d) => d
             .canonicalize()
             .with_context(|| format!("--llama-build {} not found", d.display()))?,
-        None => crate::stock::ensure(paths, false)?,
+        None => crate::default_build(paths, None).or_else(|e| {
+            if paths.bundle.is_some() {
+                Err(e)
+            } else {
+                crate::stock::ensure(paths, false)
+            }
+        })?,
     };
     crate::ensure_probe(paths)?;
     let files = arm_files(paths, opts, &build)?;
@@ -222,7 +232,16 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
             arm.lib_copy.display()
         ));
     }
-    let works = works(paths, &build, opts.full, opts.only.as_deref())?;
+    let devices = super::catalogue::devices(&build, opts.backend.as_deref())?;
+    say(&format!("devices of the build: {}", devices.join(", ")));
+    let plan = super::catalogue::Plan {
+        full: opts.full,
+        only: opts.only.as_deref(),
+        devices,
+        model: opts.model.as_deref(),
+        partial_ngl: opts.partial_ngl,
+    };
+    let works = works(paths, &build, &plan)?;
     let total = works.len() * arms.len();
     let path = ab_dir.join("report.json");
     let make = |runs: &[Vec<RunReport>], complete: bool| {
