@@ -16,6 +16,7 @@ mod parse;
 mod paths;
 mod proc;
 mod proof;
+mod rpc;
 mod selftest;
 mod stock;
 mod swap;
@@ -65,6 +66,23 @@ enum Cmd {
     RunpathTrap(BuildArg),
     /// Self-test of the swap: the stock file and a modified copy are each proven mapped.
     SwapCheck(BuildArg),
+    /// ggml-rpc across arms: ggml-rpc-server in one arm on a loopback port, llama-completion
+    /// splitting a model between RPC0 and its own device; texts compared (stock+stock,
+    /// ours+ours, stock server + our client), every process proven.
+    Rpc {
+        /// A llama.cpp build folder (default: target/llama-stock).
+        #[arg(long, value_name = "DIR")]
+        llama_build: Option<PathBuf>,
+        /// The GGUF model (default: the pinned SmolLM2; required from a bundle).
+        #[arg(long, value_name = "FILE")]
+        model: Option<PathBuf>,
+        /// Layers on RPC0 when the build has no device besides the CPU.
+        #[arg(long, value_name = "N", default_value_t = 8)]
+        ngl: u32,
+        /// Loopback port of the server.
+        #[arg(long, default_value_t = 50752)]
+        port: u16,
+    },
     /// Write target/ab-bundle/ (and .tar.gz): the harness, our libraries and the probe, to
     /// run on a machine without cargo (`ab-bundle/ab ab --llama-build DIR --model FILE`).
     Bundle {
@@ -415,6 +433,20 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
         Cmd::RunpathTrap(b) => trap::run(paths, b.llama_build),
         Cmd::SwapCheck(b) => selftest::swap_check(paths, b.llama_build),
         Cmd::AbiOf { file } => Ok(abi_of(&file)),
+        Cmd::Rpc {
+            llama_build,
+            model,
+            ngl,
+            port,
+        } => rpc::run(
+            paths,
+            &rpc::RpcOptions {
+                llama_build,
+                model,
+                ngl,
+                port,
+            },
+        ),
         Cmd::Bundle { out } => pack::make(paths, out).map(|_| 0),
         Cmd::External(args) => external(paths, args),
     }

@@ -146,14 +146,8 @@ pub fn run(
     let probe_file = runs.join(format!("{stem}.probe.jsonl"));
     let log = runs.join(format!("{stem}.log"));
     let _ = std::fs::remove_file(&probe_file);
-    let mut cmd = Command::new(&job.program);
+    let mut cmd = command(arm, probe_so, &job.program, &probe_file);
     cmd.args(&job.args);
-    cmd.env("LD_LIBRARY_PATH", prepend(&arm.lib_dir, "LD_LIBRARY_PATH"));
-    cmd.env("LD_PRELOAD", prepend(probe_so, "LD_PRELOAD"));
-    cmd.env(ab_probe_env(), &probe_file);
-    if let Some((b, _)) = &arm.backend {
-        cmd.env("GGML_BACKEND_PATH", b);
-    }
     let label = format!("[{}] {}", arm.name, job.name);
     let finished = proc::run(
         &mut cmd,
@@ -177,6 +171,20 @@ pub fn run(
         log,
         probe_file,
     })
+}
+
+/// `program` set up to run in `arm`: the arm's folder first on `LD_LIBRARY_PATH`, the probe
+/// preloaded and writing to `probe_file`, the arm's backend on `GGML_BACKEND_PATH`. For a
+/// process the caller manages itself (a server); [`run`] uses it too.
+pub fn command(arm: &Arm, probe_so: &Path, program: &Path, probe_file: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env("LD_LIBRARY_PATH", prepend(&arm.lib_dir, "LD_LIBRARY_PATH"));
+    cmd.env("LD_PRELOAD", prepend(probe_so, "LD_PRELOAD"));
+    cmd.env(ab_probe_env(), probe_file);
+    if let Some((b, _)) = &arm.backend {
+        cmd.env("GGML_BACKEND_PATH", b);
+    }
+    cmd
 }
 
 /// The probe's output variable (kept in one place; the probe crate defines the same name).

@@ -149,6 +149,7 @@ pub const STEPS: &[Step] = &[
     script("HRX test-llama-archs -b HRX0, our base", HRX_CHECK, &["archs", OURS_DIR], ARCHS),
     ab("test-llama-archs (CPU), our base", &["exec", "--lib", OURS, "--", "test-llama-archs"], ARCHS),
     ab("upstream suites, stock vs ours", &["ab", "--only", SUITES_CI], SUITES),
+    ab("ggml-rpc, stock and ours", &["rpc"], SamePath("greedy text of llama-completion with 8 layers on RPC0 (ggml-rpc-server on 127.0.0.1) and the rest on the CPU: stock server and client against ours and ours, and stock server with our client; the same programs and kernels, only libggml-base differs")),
     ab("in-place reproducer, three arms", &["repro"], Exact("FILL and SET_ROWS results against values written by the host (no rounding)")),
     ab("in-place property, 2000 seeds, ours", &["repro", "prop", "--seeds", "2000"], Tolerance("outputs through the scheduler over [HRX0, CPU] against the CPU alone, NMSE <= 1e-6")),
 ];

@@ -1,10 +1,11 @@
 //! `ab ab`, the main job: the same work in two arms, a proof per run, `target/ab/report.json`
 //! and a readable table.
 //!
-//! Work (default): `llama-simple` greedy 32 tokens on the pinned model (output compared byte
-//! for byte), `test-backend-ops test -b CPU -o OP` for each op of
-//! [`catalogue::DEFAULT_OPS`] (`--full`: every op in one run), and the stock build's ctest
-//! suite without the model-labelled and network tests.
+//! Work (default): `llama-simple` greedy 32 tokens on the pinned model or `--model` (output
+//! compared byte for byte; at `-ngl` 99, `--partial-ngl` and 0 on a build with a device
+//! besides the CPU), `test-backend-ops test -b DEV -o OP` for each device of the build and
+//! each op of [`catalogue::DEFAULT_OPS`] (`--full`: every op in one run), and the build's
+//! ctest suite without the model-labelled and network tests.
 //!
 //! One module per job:
 //! - [`catalogue`]: the work list (programs, arguments, time limits, `--only`);
@@ -21,4 +22,5 @@ mod report;
 mod run;
 mod table;
 
+pub use catalogue::{devices, PROMPT};
 pub use run::{run, AbOptions};
