@@ -56,10 +56,12 @@ struct CopyRec {
     seq: u64,
 }
 
-/// A buffer as the reports name it.
+/// A buffer as the reports name it, and the device whose queue its blocking accesses wait
+/// for (a device's own host buffer type, see [`State::host_buffer_waits`]).
 struct BufInfo {
     base: usize,
     buft: String,
+    waits_for: Option<usize>,
 }
 
 #[derive(Default)]
@@ -67,6 +69,11 @@ struct State {
     model: Model,
     actors: HashMap<usize, Actor>,
     names: Vec<String>,
+    /// The device of each actor (0 for the host).
+    devices: Vec<usize>,
+    /// Whether each actor's backend has no `synchronize`: it finishes its work before the
+    /// call that queued it returns (the CPU backend), so the host is ordered after it.
+    blocking: Vec<bool>,
     bufs: HashMap<usize, BufInfo>,
     copies: HashMap<usize, CopyRec>,
     reports: u64,
@@ -137,9 +144,15 @@ impl State {
         let key = std::ptr::from_ref(b) as usize;
         if self.names.is_empty() {
             self.names.push("the host".into());
+            self.devices.push(0);
+            self.blocking.push(true);
         }
+        // A backend freed and another made at the same address (of another device) is a new
+        // actor: its name, device and kind of queue are its own.
         if let Some(&a) = self.actors.get(&key) {
-            return a;
+            if self.devices[a] == b.device as usize {
+                return a;
+            }
         }
         let a = self.names.len();
         let name = match b.iface.get_name {
@@ -154,7 +167,32 @@ impl State {
             format!("{name}#{}", n + 1)
         });
         self.actors.insert(key, a);
+        self.devices.push(b.device as usize);
+        self.blocking.push(b.iface.synchronize.is_none());
         a
+    }
+
+    /// After work queued on `a`: a backend without `synchronize` has finished it already.
+    fn queued(&mut self, a: Actor) {
+        if a != HOST && self.blocking[a] {
+            self.model.synchronize(a);
+        }
+    }
+
+    /// A blocking host access through the buffer that holds `t`: when that buffer is a host
+    /// buffer type of a device other than the CPU (`HRXn_HOST`), the device's buffer waits for
+    /// its queue before the memcpy (docs/hrx.md), so the access is ordered after the queued
+    /// work of every backend of that device, as a synchronize would order it.
+    fn host_buffer_waits(&mut self, t: &ggml_tensor) {
+        let Some(p) = place(t) else { return };
+        let Some(dev) = self.buf_info(p.buf).waits_for else {
+            return;
+        };
+        for a in 1..self.devices.len() {
+            if self.devices[a] == dev {
+                self.model.synchronize(a);
+            }
+        }
     }
 
     fn name(&self, a: Actor) -> &str {
@@ -176,7 +214,20 @@ impl State {
                 Some(f) => cstr(unsafe { f(b.buft) }),
                 None => "?".into(),
             };
-            BufInfo { base, buft }
+            // SAFETY: as above; a buffer type's device is NULL or live for the process.
+            let waits_for = unsafe { b.buft.as_ref() }
+                .filter(|t| t.iface.is_host.is_some_and(|f| unsafe { f(b.buft) }))
+                .map(|t| t.device)
+                .filter(|d| !d.is_null())
+                // SAFETY: a live device; its own callback.
+                .filter(|&d| unsafe { (*d).iface.get_type.map(|f| f(d)) }
+                    != Some(ggml_sys::GGML_BACKEND_DEVICE_TYPE_CPU))
+                .map(|d| d as usize);
+            BufInfo {
+                base,
+                buft,
+                waits_for,
+            }
         })
     }
 
@@ -201,7 +252,11 @@ impl State {
         };
         // SAFETY: a live tensor's view source is NULL or live.
         let text: Arc<str> = match unsafe { t.view_src.as_ref() } {
-            Some(v) => format!("{verb} of '{}' (a view of '{}') by {what}", tname(t), tname(v)),
+            Some(v) => format!(
+                "{verb} of '{}' (a view of '{}') by {what}",
+                tname(t),
+                tname(v)
+            ),
             None => format!("{verb} of '{}' by {what}", tname(t)),
         }
         .into();
@@ -345,9 +400,13 @@ pub fn data(
                 s.model.submit(a);
                 a
             }
-            None => HOST,
+            None => {
+                s.host_buffer_waits(t);
+                HOST
+            }
         };
         s.check(a, kind, t, Some((offset, size)), &by(func), out);
+        s.queued(a);
     })
 }
 
@@ -355,8 +414,22 @@ pub fn data(
 pub fn host_copy(src: &ggml_tensor, dst: &ggml_tensor, func: &str) {
     with(|s, out| {
         let w = by(func);
-        s.check(HOST, Kind::Read, src, None, &format!("{w} into '{}'", tname(dst)), out);
-        s.check(HOST, Kind::Write, dst, None, &format!("{w} from '{}'", tname(src)), out);
+        s.check(
+            HOST,
+            Kind::Read,
+            src,
+            None,
+            &format!("{w} into '{}'", tname(dst)),
+            out,
+        );
+        s.check(
+            HOST,
+            Kind::Write,
+            dst,
+            None,
+            &format!("{w} from '{}'", tname(src)),
+            out,
+        );
     })
 }
 
@@ -381,6 +454,7 @@ pub fn queued_copy(
         s.check(a, Kind::Read, src, None, &into, out);
         let from = format!("{w} (cpy_tensor_async) from '{}'", tname(src));
         s.check(a, Kind::Write, dst, None, &from, out);
+        s.queued(a);
     })
 }
 
@@ -434,6 +508,7 @@ pub unsafe fn graph_compute(b: &ggml_backend, g: *const ggml_cgraph) {
             }
             s.check(a, Kind::Write, node, None, &who, out);
         }
+        s.queued(a);
     })
 }
 
@@ -522,7 +597,13 @@ pub fn sched_copied(
     queued: Option<(Option<&ggml_backend>, &ggml_backend)>,
 ) {
     if let Some((src_b, dst_b)) = queued {
-        queued_copy(src_b, dst_b, input, cpy, "ggml_backend_sched_compute_splits");
+        queued_copy(
+            src_b,
+            dst_b,
+            input,
+            cpy,
+            "ggml_backend_sched_compute_splits",
+        );
     }
     let ctx = CTX.with(Cell::get);
     let (Some(split), Some(k)) = (ctx.split, ctx.input) else {

@@ -51,9 +51,11 @@ fn parse(text: &str) -> Result<u8, String> {
         "0" | "off" | "no" | "false" => Ok(0),
         "1" | "on" | "yes" | "true" => Ok(1),
         "2" => Ok(2),
-        _ => Err("is not a sanitizer level (0 off, 1 abort at the first report, 2 log every \
+        _ => Err(
+            "is not a sanitizer level (0 off, 1 abort at the first report, 2 log every \
                   report and go on)"
-            .into()),
+                .into(),
+        ),
     }
 }
 
@@ -257,7 +259,14 @@ mod tests {
 
     #[test]
     fn levels_parse_and_garbage_is_refused() {
-        for (t, l) in [("0", 0), ("off", 0), ("1", 1), (" on ", 1), ("2", 2), ("TRUE", 1)] {
+        for (t, l) in [
+            ("0", 0),
+            ("off", 0),
+            ("1", 1),
+            (" on ", 1),
+            ("2", 2),
+            ("TRUE", 1),
+        ] {
             assert_eq!(parse(t), Ok(l), "{t:?}");
         }
         for bad in ["", "3", "log", "abort", "-1"] {

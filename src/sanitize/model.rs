@@ -234,7 +234,7 @@ impl Model {
         if b == HOST {
             return;
         }
-        self.ensure(b.max(HOST));
+        self.ensure(b);
         let host = self.clocks[HOST].clone();
         self.clocks[b].join(&host);
         self.clocks[HOST].tick(HOST);
@@ -333,22 +333,20 @@ impl Model {
         let ordered = |x: &Acc| x.actor == a || clock.get(x.actor) >= x.epoch;
         let shadow = self.buffers.entry(buf).or_default();
         let mut out: Vec<Conflict> = Vec::new();
-        let mut add = |hazard: Hazard, x: &Acc, s: usize, e: usize| {
-            match out
-                .iter_mut()
-                .find(|c| c.earlier.seq == x.seq && c.hazard == hazard)
-            {
-                Some(c) => {
-                    c.lo = c.lo.min(s);
-                    c.hi = c.hi.max(e);
-                }
-                None => out.push(Conflict {
-                    hazard,
-                    earlier: x.clone(),
-                    lo: s,
-                    hi: e,
-                }),
+        let mut add = |hazard: Hazard, x: &Acc, s: usize, e: usize| match out
+            .iter_mut()
+            .find(|c| c.earlier.seq == x.seq && c.hazard == hazard)
+        {
+            Some(c) => {
+                c.lo = c.lo.min(s);
+                c.hi = c.hi.max(e);
             }
+            None => out.push(Conflict {
+                hazard,
+                earlier: x.clone(),
+                lo: s,
+                hi: e,
+            }),
         };
         for s in shadow.cover(lo, hi) {
             let seg = shadow.segs.get_mut(&s).expect("covered");
@@ -471,13 +469,15 @@ mod tests {
         acc(&mut m, 1, Kind::Write, 0, 10, "x");
         assert!(acc(&mut m, HOST, Kind::Write, 10, 20, "y").is_empty());
         assert!(acc(&mut m, HOST, Kind::Read, 30, 40, "z").is_empty());
-        // [0,10) [10,20) [20,30) [30,40)
-        assert_eq!(m.shadow(BUF).unwrap().len(), 4);
+        // [0,10) [10,20) [30,40): a gap stays a gap until an access covers it
+        assert_eq!(m.shadow(BUF).unwrap().len(), 3);
         let c = acc(&mut m, HOST, Kind::Read, 5, 35, "r");
         assert_eq!(
             hazards(&c),
             vec![(Hazard::ReadAfterWrite, "x".to_string(), 5, 10)]
         );
+        // cut at 5 and 35, the gap [20,30) filled: [0,5) [5,10) [10,20) [20,30) [30,35) [35,40)
+        assert_eq!(m.shadow(BUF).unwrap().len(), 6);
         m.forget_buffer(BUF);
         assert!(m.shadow(BUF).is_none());
         assert_eq!(m.checked, 4);
