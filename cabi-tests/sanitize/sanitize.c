@@ -2,8 +2,9 @@
 //
 // An asynchronous test device: the fake backend of cabi-tests/common with real memory, whose
 // backends queue their graphs on a worker thread per device (each graph starts after a
-// 50 ms delay, so an unordered access really sees the wrong bytes), with events (record and
-// wait are queue entries, event_synchronize blocks the host) and synchronize. Buffer
+// delay, so an unordered access really sees the wrong bytes), with events (record and
+// wait are queue entries, event_synchronize blocks the host) and synchronize. DEV0 starts
+// each graph after 100 ms, DEV1 after 10 ms. Buffer
 // set/get/cpy act at once, without waiting for the queue, as a device DMA engine would.
 //
 //   sanitize CASE FAULT      CASE: copy-without-wait | event-before-work | sched-inputless
@@ -62,6 +63,7 @@ struct queue {
     struct job      jobs[QMAX];
     int             head, tail; // jobs[head..tail) pending
     bool            busy;
+    int             delay_ms; // before each graph: DEV0 100, DEV1 10 (DEV0 is the slow one)
     pthread_t       thread;
 };
 
@@ -108,7 +110,7 @@ static void * worker(void * arg) {
         pthread_mutex_unlock(&q->m);
         switch (j.kind) {
             case JOB_GRAPH:
-                sleep_ms(50);
+                sleep_ms(q->delay_ms);
                 for (int i = 0; i < j.n_nodes; i++) run_node(j.nodes[i]);
                 free(j.nodes);
                 break;
@@ -247,6 +249,7 @@ static struct fake_dev * add_dev(const char * name) {
     struct queue * q                 = &queues[d->index];
     pthread_mutex_init(&q->m, NULL);
     pthread_cond_init(&q->c, NULL);
+    q->delay_ms = d->index == 0 ? 100 : 10;
     pthread_create(&q->thread, NULL, worker, q);
     return d;
 }
