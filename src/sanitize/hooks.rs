@@ -333,12 +333,27 @@ fn with(f: impl FnOnce(&mut State, &mut Vec<String>)) {
         let mut g = STATE.lock();
         f(g.get_or_insert_with(State::default), &mut out);
     }
-    for r in out {
-        if super::level() == 1 {
-            crate::ffi::fatal(NAME, r.trim_end());
-        }
-        crate::ffi::log::error(&r);
+    out.into_iter().for_each(emit);
+}
+
+/// One report: at level 1 the abort through ggml's abort, else ggml's logger.
+#[cfg(not(test))]
+fn emit(r: String) {
+    if super::level() == 1 {
+        crate::ffi::fatal(NAME, r.trim_end());
     }
+    crate::ffi::log::error(&r);
+}
+
+#[cfg(test)]
+thread_local! {
+    static SEEN: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Unit tests collect the reports instead.
+#[cfg(test)]
+fn emit(r: String) {
+    SEEN.with(|s| s.borrow_mut().push(r));
 }
 
 /// Words for an access the scheduler makes or orders, from this thread's context.
@@ -626,4 +641,94 @@ pub fn sched_copied(
             },
         );
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr;
+
+    // SAFETY (for the zeroed structs below): ggml's ABI structs are plain C data for which
+    // all-zero bytes are valid (NULL pointers, `None` callbacks, zero sizes and enums).
+    fn zeroed<T>() -> Box<T> {
+        // SAFETY: see above; only used for the bindgen structs of ggml.
+        Box::new(unsafe { std::mem::zeroed() })
+    }
+
+    fn tensor(name: &str, buf: &mut ggml_sys::ggml_backend_buffer, at: usize) -> Box<ggml_tensor> {
+        let mut t: Box<ggml_tensor> = zeroed();
+        t.type_ = ggml_sys::GGML_TYPE_F32;
+        t.ne = [16, 1, 1, 1];
+        t.nb = [4, 64, 64, 64];
+        t.buffer = buf;
+        t.data = at as *mut std::ffi::c_void;
+        for (d, s) in t.name.iter_mut().zip(name.bytes()) {
+            *d = s as c_char;
+        }
+        t
+    }
+
+    fn graph(nodes: &mut [*mut ggml_tensor]) -> ggml_cgraph {
+        // SAFETY: as `zeroed`.
+        let mut g: ggml_cgraph = unsafe { std::mem::zeroed() };
+        g.n_nodes = nodes.len() as i32;
+        g.nodes = nodes.as_mut_ptr();
+        g
+    }
+
+    /// The scheduler's context and a stale copy, through the hooks (the real report text):
+    /// split 0 copies `x` (host copy), split 1 writes `x` in place on DEV, split 2 reads the
+    /// copy again without a new one.
+    #[test]
+    fn a_copy_read_after_its_source_was_written_again_is_reported_stale() {
+        let mut host_buf: Box<ggml_sys::ggml_backend_buffer> = zeroed();
+        host_buf.size = 4096;
+        let mut dev_buf: Box<ggml_sys::ggml_backend_buffer> = zeroed();
+        dev_buf.size = 4096;
+        let x = tensor("x", &mut host_buf, 0x10000);
+        let cpy = tensor("DEV#x#0", &mut dev_buf, 0x20000);
+        let mut w = tensor("x_upd", &mut host_buf, 0x10000);
+        w.op = ggml_sys::GGML_OP_SCALE;
+        w.view_src = ptr::from_ref(&*x).cast_mut();
+        let mut r = tensor("y", &mut dev_buf, 0x20400);
+        r.op = ggml_sys::GGML_OP_ADD;
+        r.src[0] = ptr::from_ref(&*cpy).cast_mut();
+        let dev: Box<ggml_backend> = zeroed();
+
+        sched_graph(true);
+        sched_split(0, 1);
+        sched_input(Some(0));
+        host_copy(&x, &cpy, "ggml_backend_sched_compute_splits");
+        sched_copied(&x, &cpy, None);
+        sched_split(1, 0);
+        sched_nodes_from(0);
+        let mut n1 = [ptr::from_ref(&*w).cast_mut()];
+        let g1 = graph(&mut n1);
+        // SAFETY: a graph of live tensors (above).
+        unsafe { graph_compute(&dev, &g1) };
+        sched_split(2, 0);
+        sched_nodes_from(0);
+        let mut n2 = [ptr::from_ref(&*r).cast_mut()];
+        let g2 = graph(&mut n2);
+        // SAFETY: as above.
+        unsafe { graph_compute(&dev, &g2) };
+        sched_graph(false);
+
+        let seen = SEEN.with(|s| s.take());
+        let stale: Vec<&String> = seen.iter().filter(|r| r.contains("stale")).collect();
+        assert_eq!(stale.len(), 1, "{seen:#?}");
+        assert_eq!(
+            stale[0].as_str(),
+            "ggml_backend_sched_sanitize: stale split input copy: node 0 'y' (ADD) of split 2 \
+             on ? reads 'DEV#x#0', the copy of 'x' made for input 0 of split 0, but 'x' (buffer \
+             type ?, bytes [65536, 65600)) was written again after that copy: write of 'x_upd' \
+             (a view of 'x') by node 0 'x_upd' (SCALE) of split 1 on ?, bytes [65536, 65600); \
+             expected: a new copy (the reading split should list 'x' as an input)\n"
+        );
+        // The in-place write on DEV after the host's copy read of `x` is ordered (DEV joined
+        // the host when it was queued), so nothing else is reported.
+        assert_eq!(seen.len(), 1, "{seen:#?}");
+        buffer_free(ptr::from_ref(&*host_buf) as usize);
+        buffer_free(ptr::from_ref(&*dev_buf) as usize);
+    }
 }

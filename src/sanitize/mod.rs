@@ -72,9 +72,26 @@ extern "C" fn at_exit() {
     });
 }
 
+/// Reads the level when the library is loaded, before any exported function runs and before
+/// the application installs a log callback: a refused value is then named on stderr even in a
+/// program (llama.cpp's tools) that silences ggml's logger while it first loads a model.
+/// ELF only; elsewhere, and in unit tests, the first hook reads it.
+#[cfg(all(not(test), target_os = "linux"))]
+#[used]
+#[link_section = ".init_array"]
+static READ_LEVEL_AT_LOAD: extern "C" fn() = {
+    extern "C" fn read() {
+        init();
+    }
+    read
+};
+
 #[cold]
 #[inline(never)]
 fn init() -> bool {
+    // The test-only fault switch is read here too, so that a garbage value is named in every
+    // process, not only in one that reaches a split without inputs.
+    fault::fault();
     // Unset is off; set, a value `parse` refuses is named in a warning and reads 2.
     let l = if std::env::var_os("GGML_SCHED_SANITIZE").is_none() {
         OFF
