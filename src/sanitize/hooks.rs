@@ -340,7 +340,9 @@ fn with(f: impl FnOnce(&mut State, &mut Vec<String>)) {
 #[cfg(not(test))]
 fn emit(r: String) {
     if super::level() == 1 {
-        crate::ffi::fatal(NAME, r.trim_end());
+        // `fatal` writes "NAME: message"; the report already starts with the name.
+        let text = r.strip_prefix(NAME).and_then(|t| t.strip_prefix(": "));
+        crate::ffi::fatal(NAME, text.unwrap_or(&r).trim_end());
     }
     crate::ffi::log::error(&r);
 }
