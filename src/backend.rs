@@ -184,6 +184,7 @@ pub(crate) fn synchronize(backend: &ggml_backend) {
         // SAFETY: the backend's own callback with itself, live while borrowed.
         unsafe { f(handle(backend)) }
     }
+    crate::sanitize::synchronize(backend);
 }
 
 export! {
@@ -298,6 +299,8 @@ pub(crate) unsafe fn graph_compute_async(
 ) -> ggml_status {
     const F: &str = c_name!(ggml_backend_graph_compute_async);
     let f = required(backend.iface.graph_compute, F, "graph_compute");
+    // SAFETY: `cgraph` is a live graph of live tensors (the callback's own requirement).
+    unsafe { crate::sanitize::graph_compute(backend, cgraph) };
     // SAFETY: the backend's own callback with itself and a graph it can use.
     unsafe { f(handle(backend), cgraph) }
 }

@@ -91,6 +91,7 @@ pub(crate) unsafe fn free(buffer: ggml_backend_buffer_t) {
     if buffer.is_null() {
         return;
     }
+    crate::sanitize::buffer_free(buffer);
     // SAFETY: non-NULL and live by the caller's contract.
     if let Some(f) = unsafe { (*buffer).iface.free_buffer } {
         // SAFETY: the backend's callback, called once with its own buffer.

@@ -84,6 +84,7 @@ export! {
 pub(crate) unsafe fn record(event: ggml_backend_event_t, backend: &ggml_backend) {
     const F: &str = c_name!(ggml_backend_event_record);
     let f = required(backend.iface.event_record, F, "event_record");
+    crate::sanitize::event_record(event, backend);
     // SAFETY: the backend's own callback with itself and an event it can use.
     unsafe { f(handle(backend), event) }
 }
@@ -108,7 +109,8 @@ pub(crate) fn synchronize(event: &ggml_backend_event) {
     let dev = unsafe { non_null(event.device, F, "event->device") };
     let f = required(dev.iface.event_synchronize, F, "event_synchronize");
     // SAFETY: the device's own callback with its own event, live while borrowed.
-    unsafe { f(event.device, handle(event)) }
+    unsafe { f(event.device, handle(event)) };
+    crate::sanitize::event_synchronize(event);
 }
 
 export! {
@@ -130,6 +132,7 @@ export! {
 pub(crate) unsafe fn wait(backend: &ggml_backend, event: ggml_backend_event_t) {
     const F: &str = c_name!(ggml_backend_event_wait);
     let f = required(backend.iface.event_wait, F, "event_wait");
+    crate::sanitize::event_wait(backend, event);
     // SAFETY: the backend's own callback with itself and a live event.
     unsafe { f(handle(backend), event) }
 }

@@ -24,5 +24,6 @@ pub mod ffi;
 pub mod graph_copy;
 pub mod iface;
 pub mod multi_buffer;
+pub mod sanitize;
 pub mod sched;
 pub mod tensor;

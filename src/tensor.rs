@@ -58,6 +58,14 @@ pub(crate) enum Access {
 }
 
 impl Access {
+    /// The sanitizer's word for it.
+    fn kind(self) -> crate::sanitize::Kind {
+        match self {
+            Access::Write => crate::sanitize::Kind::Write,
+            Access::Read => crate::sanitize::Kind::Read,
+        }
+    }
+
     /// Stock's words for a range that leaves the tensor.
     fn oob(self) -> &'static str {
         match self {
@@ -254,7 +262,7 @@ pub(crate) unsafe fn access(
                 Access::Read => b.iface.get_tensor_2d.map(RowsFn::Get),
             };
             // SAFETY: the buffer's own callback; `data` by the caller's contract.
-            unsafe { strided(f, handle(b), access, t, data, rows, func) }
+            unsafe { strided(f, handle(b), None, access, t, data, rows, func) }
         }
         Target::Queue(be) => {
             if t.data.is_null() {
@@ -265,7 +273,7 @@ pub(crate) unsafe fn access(
                 Access::Read => be.iface.get_tensor_2d_async.map(RowsFn::Get),
             };
             // SAFETY: the backend's own callback; `data` by the caller's contract.
-            unsafe { strided(f, handle(be), access, t, data, rows, func) }
+            unsafe { strided(f, handle(be), Some(be), access, t, data, rows, func) }
         }
     };
     if took {
@@ -284,9 +292,11 @@ pub(crate) unsafe fn access(
 ///
 /// # Safety
 /// `h` is `f`'s own buffer or backend; `data` as for [`access`].
+#[allow(clippy::too_many_arguments)]
 unsafe fn strided<H>(
     f: Option<RowsFn<H>>,
     h: H,
+    queue: Option<&ggml_backend>,
     access: Access,
     t: &ggml_tensor,
     data: *mut c_void,
@@ -298,6 +308,10 @@ unsafe fn strided<H>(
     };
     if rows.size != 0 {
         check_range(t, rows, access, func);
+        for i in 0..rows.n_copies {
+            let (row, _) = rows.row(i, data);
+            crate::sanitize::data(queue, access.kind(), t, row.offset, row.size, func);
+        }
         // SAFETY: the caller's contract; the rows lie in `t`, which has data.
         unsafe { f.call(h, t, data, rows) };
     }
@@ -376,6 +390,7 @@ unsafe fn access_range(
                 Access::Write => RangeFn::Set(required(b.iface.set_tensor, func, "set_tensor")),
                 Access::Read => RangeFn::Get(required(b.iface.get_tensor, func, "get_tensor")),
             };
+            crate::sanitize::data(None, access.kind(), t, row.offset, row.size, func);
             // SAFETY: the buffer's own callback; range checked; `data` by contract.
             unsafe { f.call(handle(b), t, data, row) }
         }
@@ -386,8 +401,11 @@ unsafe fn access_range(
                 Access::Read => be.iface.get_tensor_async.map(RangeFn::Get),
             };
             match f {
-                // SAFETY: the backend's own callback; range checked; `data` by contract.
-                Some(f) => unsafe { f.call(handle(be), t, data, row) },
+                Some(f) => {
+                    crate::sanitize::data(Some(be), access.kind(), t, row.offset, row.size, func);
+                    // SAFETY: the backend's own callback; range checked; `data` by contract.
+                    unsafe { f.call(handle(be), t, data, row) }
+                }
                 None => {
                     backend::synchronize(be);
                     // SAFETY: as above, now blocking.
@@ -521,6 +539,7 @@ export! {
         let Some(memset) = b.iface.memset_tensor else {
             ffi::fatal(F, "memset not implemented by backend buffer");
         };
+        crate::sanitize::data(None, crate::sanitize::Kind::Write, t, offset, size, F);
         // SAFETY: the buffer's own callback; range checked. It writes the tensor's data only.
         unsafe { memset(handle(b), tensor, value, offset, size) }
     }
@@ -633,6 +652,7 @@ pub(crate) unsafe fn copy(src: &ggml_tensor, dst: &ggml_tensor, func: &str) {
 /// # Safety
 /// `src` and `dst` are live, allocated tensors of the same layout.
 unsafe fn copy_blocking(src: &ggml_tensor, dst: &ggml_tensor, func: &str) {
+    crate::sanitize::host_copy(src, dst, func);
     let n = nbytes(src);
     let all = Rows::one(0, n);
     // SAFETY: a live tensor's buffer is NULL (abort) or live; host buffers' data is host memory
@@ -707,6 +727,9 @@ export! {
         if let Some(f) = bd.iface.cpy_tensor_async {
             // SAFETY: the destination backend's callback with live tensors.
             if unsafe { f(backend_src, backend_dst, src, dst) } {
+                // SAFETY: `backend_src` is NULL or live (the `# Safety` contract).
+                let sb = unsafe { backend_src.as_ref() };
+                crate::sanitize::queued_copy(sb, bd, s, d, F);
                 return;
             }
         }

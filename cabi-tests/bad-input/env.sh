@@ -46,7 +46,8 @@ cc -std=gnu11 -Wall -Wextra -Werror -O1 -shared -fPIC "$here/logflush.c" \
 long=$(printf 'x%.0s' $(seq 10240))
 labels=(on empty -5 inf 1e9 4000000000 0x 10kB)
 value() { case $1 in empty) echo -n "" ;; 10kB) echo -n "$long" ;; *) echo -n "$1" ;; esac; }
-sched_vars=(GGML_SCHED_MAX_COPIES GGML_SCHED_DEBUG GGML_SCHED_DEBUG_REALLOC GGML_SCHED_INPLACE_RULE)
+sched_vars=(GGML_SCHED_MAX_COPIES GGML_SCHED_DEBUG GGML_SCHED_DEBUG_REALLOC GGML_SCHED_INPLACE_RULE
+            GGML_SCHED_SANITIZE GGML_SCHED_TEST_FAULT)
 hrx_vars=(GGML_HRX_DEVICES GGML_HRX_SIM_MEMORY_MB GGML_HRX_HOST_WEIGHT_LIMIT_MB
           GGML_HRX_FAKE_PTR_BASE GGML_HRX_SIM_THREADS GGML_HRX_REPORT GGML_HRX_EAGER_OPS
           GGML_HRX_AUTOREGISTER)
@@ -82,7 +83,9 @@ outcome() {
 
 # variable | value | stock's outcome | ours' outcome
 # Rows with no warning in ours are values the reader understands: on is a documented switch
-# value (GGML_SCHED_INPLACE_RULE, GGML_HRX_REPORT, GGML_HRX_AUTOREGISTER); 1e9 and 4000000000
+# value (GGML_SCHED_INPLACE_RULE, GGML_HRX_REPORT, GGML_HRX_AUTOREGISTER) and a sanitizer
+# level (GGML_SCHED_SANITIZE: 1, abort at the first report; none comes); an empty
+# GGML_SCHED_TEST_FAULT plants no fault; 1e9 and 4000000000
 # MiB are in GGML_HRX_HOST_WEIGHT_LIMIT_MB's range (0 to any finite size); an empty
 # GGML_HRX_EAGER_OPS is an edit list with no edits (the default set; the one empty value that
 # is not refused by name, see the bad-input report).
@@ -183,6 +186,22 @@ GGML_HRX_AUTOREGISTER|1e9|exit 0; warning: yes; output: same|exit 0; warning: ye
 GGML_HRX_AUTOREGISTER|4000000000|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
 GGML_HRX_AUTOREGISTER|0x|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
 GGML_HRX_AUTOREGISTER|10kB|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_SANITIZE|on|exit 0; warning: no; output: same|exit 0; warning: no; output: same
+GGML_SCHED_SANITIZE|empty|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_SANITIZE|-5|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_SANITIZE|inf|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_SANITIZE|1e9|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_SANITIZE|4000000000|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_SANITIZE|0x|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_SANITIZE|10kB|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_TEST_FAULT|on|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_TEST_FAULT|empty|exit 0; warning: no; output: same|exit 0; warning: no; output: same
+GGML_SCHED_TEST_FAULT|-5|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_TEST_FAULT|inf|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_TEST_FAULT|1e9|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_TEST_FAULT|4000000000|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_TEST_FAULT|0x|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_TEST_FAULT|10kB|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 TABLE
 )
 

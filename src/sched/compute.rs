@@ -175,8 +175,10 @@ impl Sched {
             (ptr::null_mut(), Vec::new(), Vec::new());
         let mut prev_backend: Option<usize> = None;
         let cc = self.cur_copy;
+        crate::sanitize::sched_graph(true);
 
-        for split in &self.splits {
+        for (si, split) in self.splits.iter().enumerate() {
+            crate::sanitize::sched_split(si, split.inputs.len());
             let sb = split.backend;
             let backend = self.backends[sb];
             let be = self.backend(sb);
@@ -185,13 +187,18 @@ impl Sched {
             // The allocator may have reused memory across splits: let the previous backend
             // finish before a split without inputs starts.
             if let Some(p) = prev_backend {
-                if split.inputs.is_empty() && p != sb {
+                // (GGML_SCHED_TEST_FAULT can remove this wait, for the sanitizer's test only.)
+                if split.inputs.is_empty()
+                    && p != sb
+                    && !crate::sanitize::fault::skip_wait_before_inputless_split()
+                {
                     // SAFETY: the scheduler's own event (or NULL).
                     unsafe { self.wait_host(p, self.event(p, cc)) };
                 }
             }
 
             for (k, (&input, &id)) in split.inputs.iter().zip(&split.input_ids).enumerate() {
+                crate::sanitize::sched_input(Some(k));
                 let input_backend = self
                     .table
                     .backend_at(id)
@@ -209,6 +216,7 @@ impl Sched {
                     let dst = unsafe { non_null(cpy, F, "dst") };
                     // SAFETY: both are live and allocated (the graph is, by this contract).
                     unsafe { tensor::copy(inp, dst, F) };
+                    crate::sanitize::sched_copied(inp, dst, None);
                     continue;
                 }
                 // Wait until the split's backend no longer reads the previous contents.
@@ -262,9 +270,16 @@ impl Sched {
                     let dst = unsafe { non_null(cpy, F, "dst") };
                     // SAFETY: both live and allocated.
                     unsafe { tensor::copy(inp, dst, F) };
+                    crate::sanitize::sched_copied(inp, dst, None);
+                } else if crate::sanitize::on() {
+                    // SAFETY: the copy the backend accepted is a live, allocated header;
+                    // `input_backend` is one of the scheduler's backends (live) or NULL.
+                    let (dst, ib) = unsafe { (non_null(cpy, F, "dst"), input_backend.as_ref()) };
+                    crate::sanitize::sched_copied(inp, dst, Some((ib, be)));
                 }
             }
 
+            crate::sanitize::sched_nodes_from(0);
             match self.callback_eval {
                 None => {
                     // SAFETY: the split's view of the allocated graph, on the backend it was
@@ -300,6 +315,7 @@ impl Sched {
                         // SAFETY: `sg` is live and `[j0, j1 + 1)` lies within its nodes.
                         let mut gv =
                             unsafe { ggml_sys::ggml_graph_view(sg, j0 as i32, (j1 + 1) as i32) };
+                        crate::sanitize::sched_nodes_from(j0);
                         // SAFETY: a view of the split's allocated nodes, on its backend.
                         let ec = unsafe { backend::graph_compute_async(be, &mut gv) };
                         if ec != ggml_sys::GGML_STATUS_SUCCESS {
@@ -321,6 +337,7 @@ impl Sched {
             }
             prev_backend = Some(sb);
         }
+        crate::sanitize::sched_graph(false);
         ggml_sys::GGML_STATUS_SUCCESS
     }
 }

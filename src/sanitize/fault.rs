@@ -1,0 +1,51 @@
+//! `GGML_SCHED_TEST_FAULT`: a test-only switch that plants a known fault in the scheduler, so
+//! that the sanitizer's test (`cabi-tests/sanitize`) can show the sanitizer finds it. Never
+//! set it outside that test.
+//!
+//! Values: unset or `0`/`off`/`none`: no fault; `no-wait-before-inputless-split`: the
+//! scheduler skips its wait for the previous backend before a split without inputs (the
+//! upstream fix for a CPU split reusing memory a GPU still read). Anything else is named in
+//! a warning and no fault is planted.
+
+use std::sync::OnceLock;
+
+/// The faults the scheduler can be told to plant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    NoWaitBeforeInputlessSplit,
+}
+
+fn parse(text: &str) -> Result<Fault, String> {
+    match text.trim() {
+        "" | "0" | "off" | "none" => Ok(Fault::None),
+        "no-wait-before-inputless-split" => Ok(Fault::NoWaitBeforeInputlessSplit),
+        _ => Err("is not a test fault (none, no-wait-before-inputless-split)".into()),
+    }
+}
+
+/// The fault asked for, read once.
+pub fn fault() -> Fault {
+    static F: OnceLock<Fault> = OnceLock::new();
+    *F.get_or_init(|| crate::env::read("GGML_SCHED_TEST_FAULT", Fault::None, "none", parse))
+}
+
+/// Whether the scheduler must skip its wait before a split without inputs (test-only).
+pub fn skip_wait_before_inputless_split() -> bool {
+    fault() == Fault::NoWaitBeforeInputlessSplit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_named_fault_is_planted() {
+        assert_eq!(parse("none"), Ok(Fault::None));
+        assert_eq!(
+            parse(" no-wait-before-inputless-split "),
+            Ok(Fault::NoWaitBeforeInputlessSplit)
+        );
+        assert!(parse("no-wait").is_err());
+    }
+}
