@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# gpu/pack.sh: writes .device/ (ignored by git), what gpu/run.sh needs on a CUDA machine that
+# has no Rust and no network: the harness bundle (`./ab bundle`), the pinned llama.cpp tree
+# trimmed to what a CUDA build reads (no models/ but one vocab, no docs/, media/, tools/ui,
+# no backends but cpu, cuda, rpc, blas), and the random-weight model writer. About 14 MiB:
+# small enough to travel with the working tree (the lent machine's limit is 64 MiB).
+#
+#   gpu/pack.sh            then, there: gpu/run.sh STAGE ...   (see gpu/README.md)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+dev=.device
+mkdir -p "$dev"
+./ab bundle --out "$root/target/ab-bundle" >&2
+cp target/ab-bundle.tar.gz "$dev/ab-bundle.tar.gz"
+
+up=target/upstream/llama_cpp_python-0.3.36/vendor
+[ -d "$up/llama.cpp" ] || ./ab fetch >&2
+if [ ! -f "$dev/llama.tar.gz" ]; then
+  keep_backends='ggml-cpu|ggml-cuda|ggml-rpc|ggml-blas'
+  excludes=(--exclude='llama.cpp/models' --exclude='llama.cpp/docs' --exclude='llama.cpp/media'
+            --exclude='llama.cpp/tools/ui' --exclude='llama.cpp/.git')
+  for d in "$up"/llama.cpp/ggml/src/ggml-*/; do
+    n=$(basename "$d")
+    [[ $n =~ ^($keep_backends)$ ]] || excludes+=(--exclude="llama.cpp/ggml/src/$n")
+  done
+  tmp=$(mktemp -d)
+  mkdir -p "$tmp/llama.cpp/models"
+  cp "$up/llama.cpp/models/ggml-vocab-llama-bpe.gguf" "$tmp/llama.cpp/models/"
+  tar -cf "$tmp/llama.tar" "${excludes[@]}" -C "$up" llama.cpp
+  # the one vocab mkmodel.py reads, added without the excludes (they would drop it)
+  tar -rf "$tmp/llama.tar" -C "$tmp" llama.cpp/models
+  gzip -c "$tmp/llama.tar" > "$dev/llama.tar.gz"
+  rm -rf "$tmp"
+fi
+mk=../shared/gpu/mkmodel.py
+[ -f "$mk" ] && cp "$mk" "$dev/mkmodel.py"
+[ -f "$dev/mkmodel.py" ] || { echo "gpu/pack.sh: no mkmodel.py (../shared/gpu/mkmodel.py)" >&2; exit 1; }
+du -sh "$dev"/* >&2

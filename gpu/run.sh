@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# gpu/run.sh STAGE...: the GPU-build checks (issue 16) on a CUDA machine without Rust or
+# network, from what gpu/pack.sh wrote to .device/. Each stage skips what is already there,
+# so a later call on the same machine goes on where the last one stopped.
+#
+#   setup    unpack the trimmed llama.cpp tree and the harness bundle into $W
+#   build    the stock llama.cpp, CUDA (sm_90), RPC and the programs the checks run ($W/build)
+#   model    a random-weight Llama-3.2-1B-shaped model, F16 then Q4_0 ($W/model-q4_0.gguf)
+#   ops      ab ab: test-backend-ops -b CUDA0 over every op and -b CPU on the default ops,
+#            and the generation at -ngl 99, 8 and 0, in the stock arm and ours
+#   rpc      ab rpc: ggml-rpc-server in one arm, the model split between RPC0 and CUDA0
+#   bench    ab bench gpu: llama-bench, batched-bench and the scheduler's per-call time,
+#            arms alternating (BENCH_ROUNDS, default 10)
+#   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
+#   status   what the background run has done so far
+#
+# GPU_BUILD, GPU_MODEL and OPS_ONLY override the build folder, the model and the ops
+# stage's --only (to try the stages on a CPU build here).
+# Results go to $OUT when it is set (the lent machine brings that folder back), else $W/out.
+# Measured on the H200 (16 cores): build about 5 to 6 min, model about 1 min.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dev=${GPU_DIR:-$root/.device}
+W=${GPU_WORK:-$dev/work}
+out=${OUT:-$W/out}
+mkdir -p "$W/logs" "$out"
+B=${GPU_BUILD:-$W/build}
+M=${GPU_MODEL:-$W/model-q4_0.gguf}
+ab=$W/ab-bundle/ab
+jobs=$(nproc)
+
+log() { echo "[gpu $(date -u +%H:%M:%S)] $*"; }
+collect() {
+  for f in "$W"/logs/*.log "$W"/ab-bundle/target/ab/report.json "$W"/bench/report.md; do
+    [ -f "$f" ] && cp "$f" "$out/" 2>/dev/null
+  done
+  true
+}
+
+stage_setup() {
+  [ -d "$W/llama.cpp" ] || tar -xzf "$dev/llama.tar.gz" -C "$W"
+  rm -rf "$W/ab-bundle" && tar -xzf "$dev/ab-bundle.tar.gz" -C "$W"
+  log "setup: $(ls "$W")"
+}
+
+stage_build() {
+  stage_setup
+  if [ ! -f "$B/build.ninja" ]; then
+    cmake -S "$W/llama.cpp" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=ON \
+      -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF \
+      -DLLAMA_OPENSSL=OFF > "$W/logs/cmake.log" 2>&1 || { log "cmake failed"; tail -20 "$W/logs/cmake.log"; return 1; }
+  fi
+  local t0=$SECONDS
+  ninja -C "$B" -j "$jobs" llama-simple llama-completion llama-bench llama-batched-bench \
+    ggml-rpc-server llama-quantize test-backend-ops > "$W/logs/ninja.log" 2>&1 \
+    || { log "ninja failed"; tail -30 "$W/logs/ninja.log"; return 1; }
+  log "build: done in $((SECONDS - t0)) s; $(ls "$B/bin" | tr '\n' ' ' | head -c 400)"
+}
+
+stage_model() {
+  [ -f "$M" ] && { log "model: $M exists"; return 0; }
+  local f16=$W/model-f16.gguf
+  PYTHONPATH=$W/llama.cpp/gguf-py python3 "$dev/mkmodel.py" \
+    "$W/llama.cpp/models/ggml-vocab-llama-bpe.gguf" "$f16" 2048 16 32 8 8192 > "$W/logs/model.log" 2>&1 \
+    || { log "mkmodel failed"; tail "$W/logs/model.log"; return 1; }
+  "$B/bin/llama-quantize" "$f16" "$M" Q4_0 >> "$W/logs/model.log" 2>&1 \
+    || { log "quantize failed"; tail "$W/logs/model.log"; return 1; }
+  rm -f "$f16"
+  log "model: $(ls -la "$M")"
+}
+
+stage_ops() {
+  "$ab" ab --llama-build "$B" --model "$M" --full --partial-ngl 8 \
+    --only "${OPS_ONLY:-llama-simple,backend-ops CUDA0 all}" > "$W/logs/ops.log" 2>&1
+  local rc=$?
+  tail -25 "$W/logs/ops.log"
+  log "ops: exit $rc"
+  return $rc
+}
+
+stage_rpc() {
+  "$ab" rpc --llama-build "$B" --model "$M" > "$W/logs/rpc.log" 2>&1
+  local rc=$?
+  tail -12 "$W/logs/rpc.log"
+  log "rpc: exit $rc"
+  return $rc
+}
+
+stage_bench() {
+  "$ab" bench gpu --llama-build "$B" --model "$M" --rounds "${BENCH_ROUNDS:-10}" \
+    --out "$W/bench" > "$W/logs/bench.log" 2>&1
+  local rc=$?
+  tail -40 "$W/logs/bench.log"
+  log "bench: exit $rc"
+  return $rc
+}
+
+run_stages() {
+  local rc=0
+  for s in "$@"; do
+    log "== $s"
+    "stage_$s" || rc=1
+    collect
+  done
+  return $rc
+}
+
+case "${1:-}" in
+  bg)
+    shift
+    setsid nohup "$0" "$@" > "$W/bg.log" 2>&1 < /dev/null &
+    log "started in the background: $* (log $W/bg.log)"
+    ;;
+  status)
+    tail -40 "$W/bg.log" 2>/dev/null
+    for f in "$W"/logs/*.log; do [ -f "$f" ] && log "$(basename "$f"): $(tail -1 "$f" | head -c 300)"; done
+    collect
+    ;;
+  "")
+    sed -n '2,20p' "$0"
+    ;;
+  *)
+    run_stages "$@"
+    ;;
+esac
