@@ -19,6 +19,7 @@ mod proof;
 mod rpc;
 mod selftest;
 mod stock;
+mod store;
 mod swap;
 mod test_steps;
 mod testrun;
@@ -83,6 +84,9 @@ enum Cmd {
         #[arg(long, default_value_t = 50752)]
         port: u16,
     },
+    /// The libggml-base files the harness has kept (target/ab/store), by sha256: what
+    /// --a, --b and --lib accept besides a path.
+    Store,
     /// Write target/ab-bundle/ (and .tar.gz): the harness, our libraries and the probe, to
     /// run on a machine without cargo (`ab-bundle/ab ab --llama-build DIR --model FILE`).
     Bundle {
@@ -109,7 +113,7 @@ struct BuildArg {
 
 #[derive(Args, Debug)]
 struct ExecArgs {
-    /// The libggml-base file to run with.
+    /// The libggml-base to run with: a file, or a stored sha256 (prefix), as `ab ab --a`.
     #[arg(long, value_name = "FILE")]
     lib: PathBuf,
     /// A backend library for GGML_BACKEND_PATH.
@@ -128,10 +132,12 @@ struct ExecArgs {
 
 #[derive(Args, Debug, Default)]
 struct AbArgs {
-    /// libggml-base file of arm A (default: the llama build's own, arm `stock`).
+    /// libggml-base of arm A: a file, or the sha256 (a unique prefix of 6+ digits) of one the
+    /// harness has kept (`ab store`) (default: the llama build's own, arm `stock`).
     #[arg(long, value_name = "FILE")]
     a: Option<PathBuf>,
-    /// libggml-base file of arm B (default: ours from target/ours/lib, arm `ours`).
+    /// libggml-base of arm B: a file or a stored sha256, as --a (default: ours from
+    /// target/ours/lib, arm `ours`).
     #[arg(long, value_name = "FILE")]
     b: Option<PathBuf>,
     /// A backend library for GGML_BACKEND_PATH, in both arms.
@@ -212,7 +218,9 @@ pub(crate) fn default_build(paths: &Paths, given: Option<PathBuf>) -> Result<Pat
 fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
     let build = default_build(paths, a.llama_build)?;
     let probe = ensure_probe(paths)?;
-    let arm = swap::Arm::prepare(&paths.ab_dir(), &a.arm, &a.lib, a.backend.as_deref())?;
+    let lib = store::resolve(&paths.ab_dir(), &a.lib)?;
+    let arm = swap::Arm::prepare(&paths.ab_dir(), &a.arm, &lib, a.backend.as_deref())?;
+    store::keep(&paths.ab_dir(), &arm.resolved, &arm.sha256)?;
     abi::check_arms(&build, std::slice::from_ref(&arm))?;
     let program = paths::program(&build, &a.command[0])?;
     let name = program
@@ -447,6 +455,18 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
                 port,
             },
         ),
+        Cmd::Store => {
+            let all = store::list(&paths.ab_dir())?;
+            for e in &all {
+                println!("{}  {}", e.sha256, e.sources.join(", "));
+            }
+            say(&format!(
+                "{} libraries in {}",
+                all.len(),
+                store::dir(&paths.ab_dir()).display()
+            ));
+            Ok(0)
+        }
         Cmd::Bundle { out } => pack::make(paths, out).map(|_| 0),
         Cmd::External(args) => external(paths, args),
     }

@@ -168,7 +168,7 @@ fn arm_report(arm: &Arm, runs: Vec<RunReport>) -> ArmReport {
 /// ours (built on demand).
 fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, PathBuf); 2]> {
     let a = match &opts.a {
-        Some(f) => ("a".to_string(), f.clone()),
+        Some(f) => ("a".to_string(), crate::store::resolve(&paths.ab_dir(), f)?),
         None => {
             let f = paths::bin_dir(build).join("libggml-base.so.0");
             if !f.exists() {
@@ -182,7 +182,7 @@ fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, 
         }
     };
     let b = match &opts.b {
-        Some(f) => ("b".to_string(), f.clone()),
+        Some(f) => ("b".to_string(), crate::store::resolve(&paths.ab_dir(), f)?),
         None => match crate::ours::build(paths) {
             Ok(i) => ("ours".to_string(), i.base),
             Err(e) => bail!(
@@ -224,6 +224,7 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     // mismatched structs.
     crate::abi::check_arms(&build, &arms)?;
     for arm in &arms {
+        crate::store::keep(&ab_dir, &arm.resolved, &arm.sha256)?;
         say(&format!(
             "arm {}: {} (sha256 {}) -> {}",
             arm.name,

@@ -96,6 +96,15 @@ fn write_arms(out: &mut String, r: &Report) -> std::fmt::Result {
     Ok(())
 }
 
+/// An arm as the table names it: its name and the first 8 digits of its file's sha256.
+fn label(a: &ArmReport) -> String {
+    format!(
+        "{} {}",
+        a.name,
+        &a.intended.sha256[..a.intended.sha256.len().min(8)]
+    )
+}
+
 /// `== libraries mapped ==`: every library name either arm mapped, with the short hashes of
 /// its files in each arm.
 fn write_libraries(out: &mut String, a: &ArmReport, b: &ArmReport) -> std::fmt::Result {
@@ -103,7 +112,8 @@ fn write_libraries(out: &mut String, a: &ArmReport, b: &ArmReport) -> std::fmt::
     writeln!(
         out,
         "== libraries mapped (name: {} | {}) ==",
-        a.name, b.name
+        label(a),
+        label(b)
     )?;
     let names: BTreeSet<&str> = a
         .libraries
@@ -151,17 +161,19 @@ fn write_runs(out: &mut String, r: &Report) -> std::fmt::Result {
         .map(|c| c.0.len())
         .max()
         .unwrap_or(0)
-        .max(a.name.len());
+        .max(label(a).len());
     let w2 = cells
         .iter()
         .map(|c| c.1.len())
         .max()
         .unwrap_or(0)
-        .max(b.name.len());
+        .max(label(b).len());
     writeln!(
         out,
         "{:<w0$}  {:<w1$}  {:<w2$}  same?",
-        "work", a.name, b.name
+        "work",
+        label(a),
+        label(b)
     )?;
     writeln!(out, "{}", "-".repeat(w0 + w1 + w2 + 12))?;
     for (c, (ca, cb)) in r.comparison.runs.iter().zip(cells.iter()) {
@@ -226,7 +238,7 @@ b      intended ./target/ab/modified/libggml-base.so.0 sha256 7464e16406b05630e6
        mapped   ./target/ab/arms/b/lib/libggml-base.so.0 sha256 7464e16406b05630e64193724decf4b37796d10cf077636723d31e300981f3c7
        proof    OK
 
-== libraries mapped (name: a | b) ==
+== libraries mapped (name: a 89957c70 | b 7464e164) ==
 libggml            3cc524978e6a33bc   | 3cc524978e6a33bc
 libggml-base       89957c70e920ec81   | 7464e16406b05630
 libggml-cpu        965b9db953804433   | 965b9db953804433
@@ -234,7 +246,7 @@ libggml-rpc        300e30cf436a0aca   | 300e30cf436a0aca
 libllama           e7aee4852597ea3c   | e7aee4852597ea3c
 libllama-common    91f1b6a645228a1b   | 91f1b6a645228a1b
 
-work          a                                         b                                        same?
+work          a 89957c70                                b 7464e164                               same?
 -------------------------------------------------------------------------------------------------------
 llama-simple  161 bytes, exit 0, 2.5 s                  161 bytes, exit 0, 1.1 s                 yes (output equal)
 ctest         50 passed, 0 failed, exit 0, 10 min 10 s  50 passed, 0 failed, exit 0, 9 min 03 s  yes
@@ -254,7 +266,7 @@ ours   intended /w/target/ours/lib/libggml-base.so.0 sha256 34e2d76033991d701b51
        mapped   /w/target/llama-stock/bin/libggml-base.so.0.25.3 sha256 89957c70e920ec8143063bf97671c488ab681cbe8d137d4af0650d3f1ad824ab
        proof    FAILED
 
-== libraries mapped (name: stock | ours) ==
+== libraries mapped (name: stock 89957c70 | ours 34e2d760) ==
 libggml            3cc524978e6a33bc   | 3cc524978e6a33bc
 libggml-base       89957c70e920ec81   | 34e2d76033991d70,89957c70e920ec81
 libggml-cpu        965b9db953804433   | 965b9db953804433
@@ -262,7 +274,7 @@ libggml-rpc        300e30cf436a0aca   | ?
 libllama           e7aee4852597ea3c   | e7aee4852597ea3c
 libllama-common    91f1b6a645228a1b   | 91f1b6a645228a1b
 
-work                 stock                                       ours                                                    same?
+work                 stock 89957c70                              ours 34e2d760                                           same?
 -------------------------------------------------------------------------------------------------------------------------------
 llama-simple         32 bytes, exit 0, 2.4 s                     31 bytes, exit 0, 1.2 s                                 NO: output differs
 backend-ops ADD      154 passed, 0 failed, exit 0, 41.3 s        154 passed, 0 failed, SIGSEGV, 40.8 s                   NO: ended differently
