@@ -96,6 +96,17 @@ fn write_arms(out: &mut String, r: &Report) -> std::fmt::Result {
     Ok(())
 }
 
+/// Whether the work `name` did not end with exit 0 in either arm.
+fn failed_in_both(a: &ArmReport, b: &ArmReport, name: &str) -> bool {
+    let failed = |arm: &ArmReport| {
+        arm.runs
+            .iter()
+            .find(|r| r.name == name)
+            .is_some_and(|r| r.exit_code != Some(0) || r.timed_out)
+    };
+    failed(a) && failed(b)
+}
+
 /// An arm as the table names it: its name and the first 8 digits of its file's sha256.
 fn label(a: &ArmReport) -> String {
     format!(
@@ -182,6 +193,8 @@ fn write_runs(out: &mut String, r: &Report) -> std::fmt::Result {
                 Some(true) => "yes (output equal)",
                 _ => "yes",
             }
+        } else if c.outputs_equal == Some(false) && failed_in_both(a, b, &c.name) {
+            "NO: failed in both arms"
         } else if c.outputs_equal == Some(false) {
             "NO: output differs"
         } else if c.counts_equal == Some(false) {
