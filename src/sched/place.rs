@@ -94,7 +94,7 @@ impl Sched {
             };
             // SAFETY: `g` is live and was just split into `self.splits`; the split inputs,
             // their copies and the graph inputs are live tensors of this split.
-            record::write(dir, unsafe { record::build::collect(&inp) });
+            unsafe { record::write(dir, &inp) };
         }
 
         self.first_split_backend = self.splits[0].backend;

@@ -2,10 +2,12 @@
 // docs/sched-dump.md) as the overview, the node list with search and the node detail, and
 // on an A/B page the two sides and the nodes placed differently. No network, no library.
 // When it has rendered, <body> carries data-ready="1", data-errors (uncaught errors seen),
-// data-overviews (overview layouts shown) and data-detail (the node whose detail is shown),
+// data-overviews (overview layouts shown), data-detail (the node whose detail is shown),
+// data-render-ms (the script's first render) and data-list-ms (the last node-list render),
 // for the browser check (docs/sched-view.md).
 "use strict";
 (function () {
+  const t0 = performance.now();
   const errors = [];
   window.addEventListener("error", function (e) {
     errors.push(String(e.message));
@@ -256,6 +258,7 @@
   }
 
   function renderList() {
+    const tl = performance.now();
     const r = recOf(st.side);
     const list = document.getElementById("list");
     const which = document.getElementById("which");
@@ -303,6 +306,7 @@
       list.append(el("button", { onclick: function () { st.limit += 500; renderList(); } },
         "show " + Math.min(500, rows.length - st.limit) + " more of " + (rows.length - st.limit)));
     }
+    document.body.dataset.listMs = (performance.now() - tl).toFixed(1);
   }
 
   function tensorLink(r, t, side) {
@@ -427,5 +431,6 @@
   parseHash();
   renderAll();
   window.addEventListener("hashchange", function () { parseHash(); renderAll(); });
+  document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);
   document.body.dataset.ready = "1";
 })();

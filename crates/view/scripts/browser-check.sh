@@ -40,13 +40,14 @@ for arg in "$@"; do
   body=$(grep -o '<body[^>]*>' <<<"$dom" | head -1)
   attr() { sed -n "s/.* $1=\"\([^\"]*\)\".*/\1/p" <<<"$body"; }
   ready=$(attr data-ready); errs=$(attr data-errors); ovs=$(attr data-overviews); det=$(attr data-detail)
+  ms=$(attr data-render-ms); list_ms=$(attr data-list-ms)
   uncaught=$(grep -c 'Uncaught' "$log")
   timeout 120 "${chrome[@]}" --window-size=1400,1100 --screenshot="$out/$name.png" "$url" 2>>"$log" >/dev/null
   [ -f "$out/$name.png" ] && pngquant --force --quality=60-90 --speed 3 --output "$out/$name.png" "$out/$name.png" 2>>"$log"
   png=$( [ -f "$out/$name.png" ] && stat -c %s "$out/$name.png" || echo 0)
   if [ "$ready" = 1 ] && [ "$errs" = 0 ] && [ "$uncaught" = 0 ] && [ "${ovs:-0}" -ge 1 ] \
      && [ -n "$want" ] && [ "$det" = "$want" ] && [ "$png" -gt 0 ]; then
-    echo "[view-check] PASS $name: ready, 0 errors, $ovs overview(s), detail of $det, screenshot $out/$name.png ($((png / 1024)) KiB)"
+    echo "[view-check] PASS $name: ready in ${ms} ms (node list ${list_ms} ms), 0 errors, $ovs overview(s), detail of $det, screenshot $out/$name.png ($((png / 1024)) KiB)"
     pass=$((pass + 1))
   else
     echo "[view-check] FAIL $name: ready=$ready errors=$errs uncaught=$uncaught overviews=$ovs detail=$det (wanted $want) png=$png (console: $log)"

@@ -47,9 +47,22 @@ done
 
 # A deepseek-class graph: test-llama-archs' deepseek4 (MLA, MoE, sparse indexer) on HRX0.
 fresh deepseek4-hrx0
+rc=0
 GGML_SCHED_DUMP=$D/deepseek4-hrx0 GGML_HRX_AUTOREGISTER=1 LD_PRELOAD=$HRX LD_LIBRARY_PATH=$OURS:$S \
-  "$S/test-llama-archs" -a deepseek4 -b HRX0 -s 42 >"$D/deepseek4-hrx0.log" 2>&1
-say "deepseek4: $(grep -h '^Summary' "$D/deepseek4-hrx0.log"), $(ls "$D/deepseek4-hrx0" | wc -l) records"
+  "$S/test-llama-archs" -a deepseek4 -b HRX0 -s 42 >"$D/deepseek4-hrx0.log" 2>&1 || rc=$?
+say "deepseek4: exit $rc, $(ls "$D/deepseek4-hrx0" | wc -l) records"
+
+# The biggest graph: the 6,092-node DeepSeek-style graph of the scheduler benchmark
+# (cabi-tests/sched-bench, docs/bench.md) on its fake devices FAKE0, FAKE1 and FCPU, rule
+# off against rule on.
+cc -std=c11 -O2 -I"$UP/ggml/include" -I"$UP/ggml/src" -Icabi-tests/common cabi-tests/sched-bench/sched_bench.c \
+  cabi-tests/common/fake_backend.c -o "$D/sched-bench" -L"$S" -l:libggml-base.so.0 -lm -ldl
+for rule in 0 1; do
+  fresh "sched-bench-deepseek3-rule$rule"
+  GGML_SCHED_DUMP=$D/sched-bench-deepseek3-rule$rule GGML_SCHED_INPLACE_RULE=$rule LD_LIBRARY_PATH=$OURS:$S \
+    "$D/sched-bench" --graph deepseek --backends 3 --iters 2 --warmup 1 >"$D/sched-bench-deepseek3-rule$rule.log" 2>&1
+  say "sched-bench deepseek rule=$rule: $(ls "$D/sched-bench-deepseek3-rule$rule" | wc -l) records"
+done
 
 v() { "$root/ab" view "$@"; }
 v "$D/smollm2-hrx0-ngl99" --out "$V/smollm2-hrx0-ngl99.html" --title "SmolLM2-135M on HRX0, -ngl 99" \
@@ -67,10 +80,15 @@ last=$(ls "$D/deepseek4-hrx0"/sched-*.json | tail -n1)
 v "$last" --out "$V/deepseek4-hrx0.html" --title "test-llama-archs deepseek4 on HRX0 (largest graph)" \
   --command "GGML_SCHED_DUMP=DIR GGML_HRX_AUTOREGISTER=1 LD_PRELOAD=target/ours/lib/libggml-hrx.so test-llama-archs -a deepseek4 -b HRX0 -s 42 (crates/view/scripts/pages.sh; the last record)"
 
+v --a "$D/sched-bench-deepseek3-rule0" --b "$D/sched-bench-deepseek3-rule1" --out "$V/sched-bench-deepseek3-ab.html" \
+  --title "sched-bench deepseek graph (6,092 nodes) on FAKE0 + FAKE1 + FCPU: rule off (stock) vs on" \
+  --command "GGML_SCHED_DUMP=DIR GGML_SCHED_INPLACE_RULE=0|1 sched-bench --graph deepseek --backends 3 --iters 2 --warmup 1 (crates/view/scripts/pages.sh)"
+
 # The browser check, with a node of interest selected on each page.
 "$root/crates/view/scripts/browser-check.sh" "$root/docs/view" \
   "$V/smollm2-hrx0-ngl99.html#q=set_rows&node=12" \
   "$V/smollm2-hrx0-cpu-ngl15.html#q=norm&node=1" \
   "$V/smollm2-ngl15-ab.html#node=12" \
   "$V/repro-ab.html#node=1" \
-  "$V/deepseek4-hrx0.html#q=cache_k&node=43"
+  "$V/deepseek4-hrx0.html#q=cache_k&node=43" \
+  "$V/sched-bench-deepseek3-ab.html#q=fill&node=100"

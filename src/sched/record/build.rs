@@ -79,17 +79,6 @@ pub struct GraphInfo {
     pub placement_hash: String,
 }
 
-impl GraphInfo {
-    /// [`GraphInfo::structure_hash`] as a number.
-    pub fn structure_hash_u64(&self) -> u64 {
-        u64::from_str_radix(&self.structure_hash, 16).unwrap_or(0)
-    }
-    /// [`GraphInfo::placement_hash`] as a number.
-    pub fn placement_hash_u64(&self) -> u64 {
-        u64::from_str_radix(&self.placement_hash, 16).unwrap_or(0)
-    }
-}
-
 /// One backend.
 #[derive(Serialize, Debug)]
 pub struct BackendRec {
@@ -254,6 +243,21 @@ fn flags(t: &ggml_tensor) -> Vec<&'static str> {
     .collect()
 }
 
+/// Each split-input copy, to the tensor it copies.
+fn copies(inp: &Input) -> rustc_hash::FxHashMap<*mut ggml_tensor, *mut ggml_tensor> {
+    let mut copy_of = rustc_hash::FxHashMap::default();
+    for s in inp.splits {
+        for (&t, &id) in s.inputs.iter().zip(&s.input_ids) {
+            for c in 0..inp.settings.n_copies.max(1) {
+                if let Some(cp) = inp.table.copy_at(id, s.backend, c) {
+                    copy_of.insert(cp, t);
+                }
+            }
+        }
+    }
+    copy_of
+}
+
 /// Builds the record of `inp.graph`.
 ///
 /// # Safety
@@ -270,17 +274,7 @@ pub unsafe fn collect(inp: &Input) -> Record {
     for (i, &n) in nodes.iter().enumerate() {
         refs.insert(n, ("node", i));
     }
-    // Each split-input copy, to the tensor it copies.
-    let mut copy_of: HashMap<*mut ggml_tensor, *mut ggml_tensor> = HashMap::new();
-    for s in inp.splits {
-        for (&t, &id) in s.inputs.iter().zip(&s.input_ids) {
-            for c in 0..inp.settings.n_copies.max(1) {
-                if let Some(cp) = table.copy_at(id, s.backend, c) {
-                    copy_of.insert(cp, t);
-                }
-            }
-        }
-    }
+    let copy_of = copies(inp);
     let tref = |t: *mut ggml_tensor| -> TRef {
         // SAFETY: called with tensors of the graph, its sources and view sources, all live.
         let name = inspect::name(unsafe { &*t });
@@ -443,7 +437,8 @@ pub unsafe fn collect(inp: &Input) -> Record {
             cpu: b + 1 == caps.n_backends(),
         })
         .collect();
-    let (sh, ph) = hashes(&node_recs, &leaf_recs, &splits);
+    // SAFETY: this function's contract is `hashes`'s.
+    let (sh, ph) = unsafe { hashes(inp) };
     Record {
         format: super::FORMAT,
         version: super::VERSION,
@@ -469,27 +464,51 @@ pub unsafe fn collect(inp: &Input) -> Record {
     }
 }
 
-/// The structure and placement hashes (std's SipHash with fixed keys: the same in every
-/// process, so that records of two runs can be paired).
-fn hashes(nodes: &[TensorRec], leafs: &[TensorRec], splits: &[SplitRec]) -> (u64, u64) {
-    #[allow(deprecated)]
-    let new = || std::hash::SipHasher::new();
-    let (mut s, mut p) = (new(), new());
-    for t in nodes.iter().chain(leafs) {
-        (&t.name, &t.op, &t.type_, t.shape).hash(&mut s);
-        for src in &t.srcs {
+/// The structure and placement hashes of `inp.graph`, read from the graph and the table
+/// directly (the scheduler computes them on every split while records are written, to
+/// decide whether the split is new, so they build no strings). FxHash (rustc-hash) has no random seed, so
+/// the values are the same in every process and run. The structure covers every node's and
+/// leaf's name, op, type and shape and every node's sources by name and op (a split-input
+/// copy by the tensor it copies); the placement every backend and cause and the splits.
+///
+/// # Safety
+/// As [`collect`].
+pub unsafe fn hashes(inp: &Input) -> (u64, u64) {
+    use rustc_hash::FxHasher;
+    let (mut s, mut p) = (FxHasher::default(), FxHasher::default());
+    // SAFETY: the graph is live and not resized while this runs (this function's contract).
+    let (nodes, leafs) = unsafe { (inspect::nodes(inp.graph), inspect::leafs(inp.graph)) };
+    let tensor = |t: &ggml_tensor, h: &mut FxHasher| {
+        // SAFETY: ggml keeps a tensor's name NUL-terminated within its 64 bytes.
+        let name = unsafe { std::ffi::CStr::from_ptr(t.name.as_ptr()) };
+        (name.to_bytes(), t.op, t.type_, t.ne).hash(h);
+    };
+    let copy_of = copies(inp);
+    for (i, &n) in nodes.iter().enumerate() {
+        // SAFETY: a node of the live graph (this function's contract); only read.
+        let r = unsafe { &*n };
+        tensor(r, &mut s);
+        for (j, src) in inspect::sources(r) {
+            j.hash(&mut s);
+            let orig = copy_of.get(&src).copied().unwrap_or(src);
+            // SAFETY: a source of a live node, or the tensor a split input copies, is live.
+            let o = unsafe { &*orig };
+            // SAFETY: ggml keeps a tensor's name NUL-terminated within its 64 bytes.
             (
-                src.slot,
-                &src.tensor.kind,
-                src.tensor.index,
-                &src.tensor.name,
+                unsafe { std::ffi::CStr::from_ptr(o.name.as_ptr()) }.to_bytes(),
+                o.op,
             )
                 .hash(&mut s);
         }
-        (t.backend, t.cause).hash(&mut p);
+        (i, inp.table.get(n).map(|x| (x.backend, x.cause))).hash(&mut p);
     }
-    for sp in splits {
-        (sp.backend, sp.first_node, sp.end_node, sp.inputs.len()).hash(&mut p);
+    for &l in leafs {
+        // SAFETY: a leaf of the live graph; only read.
+        tensor(unsafe { &*l }, &mut s);
+        inp.table.get(l).map(|x| (x.backend, x.cause)).hash(&mut p);
+    }
+    for sp in inp.splits {
+        (sp.backend, sp.i_start, sp.i_end, sp.inputs.len()).hash(&mut p);
     }
     (s.finish(), p.finish())
 }
@@ -531,6 +550,12 @@ mod tests {
 
     /// The record of the reproducer's graph run through every pass.
     fn record_struct(rule: bool) -> Record {
+        // SAFETY: `with_input` gives the input of a graph just split, all live.
+        with_input(rule, |i| unsafe { collect(i) })
+    }
+
+    /// Runs the reproducer's graph through every pass and gives `f` the record's input.
+    fn with_input<R>(rule: bool, f: impl FnOnce(&Input) -> R) -> R {
         let case = Case {
             name: "repro",
             ops: OPS,
@@ -573,7 +598,7 @@ mod tests {
             };
             split::split_graph(&mut sc, &mut t, &g, &ix, 0, &mut splits, &mut Vec::new());
             let gi = split::graph_inputs(&mut sc, &mut t, &g);
-            collect(&Input {
+            f(&Input {
                 caps,
                 table: &t,
                 graph: &g,
@@ -747,14 +772,16 @@ mod tests {
             v.sort();
             v
         };
-        record::write(&d, record_struct(true));
-        record::write(&d, record_struct(true));
+        // SAFETY: `with_input` gives the input of a graph just split, all live.
+        let write = |rule| with_input(rule, |i| unsafe { record::write(&d, i) });
+        write(true);
+        write(true);
         assert_eq!(
             files().len(),
             1,
             "the same graph and placement again: no second file"
         );
-        record::write(&d, record_struct(false));
+        write(false);
         let f = files();
         assert_eq!(f.len(), 2);
         let pid = std::process::id();

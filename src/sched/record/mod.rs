@@ -62,15 +62,17 @@ fn seen() -> &'static Mutex<Seen> {
     SEEN.get_or_init(Default::default)
 }
 
-/// Writes `rec` into `dir` as `sched-PID-SEQ.json` unless this process already wrote a
-/// record of the same graph placed the same way. `SEQ` counts this process's records from 0
-/// (written into the record as `seq`). Write errors are logged (once per process), never
-/// fatal: the record is a diagnostic.
-pub fn write(dir: &Path, mut rec: Record) {
-    let key = (
-        rec.graph.structure_hash_u64(),
-        rec.graph.placement_hash_u64(),
-    );
+/// Writes the record of `inp`'s graph into `dir` as `sched-PID-SEQ.json` unless this
+/// process already wrote one of the same graph placed the same way (same
+/// [`build::hashes`]; only those are computed then). `SEQ` counts this process's records
+/// from 0 (written into the record as `seq`). Write errors are logged (once per process),
+/// never fatal: the record is a diagnostic.
+///
+/// # Safety
+/// As [`build::collect`].
+pub unsafe fn write(dir: &Path, inp: &build::Input) {
+    // SAFETY: this function's contract is `hashes`'s.
+    let key = unsafe { build::hashes(inp) };
     let seq = {
         let mut s = seen().lock().unwrap_or_else(|e| e.into_inner());
         if !s.0.insert(key) {
@@ -79,6 +81,8 @@ pub fn write(dir: &Path, mut rec: Record) {
         s.1 += 1;
         s.1 - 1
     };
+    // SAFETY: as above.
+    let mut rec = unsafe { build::collect(inp) };
     rec.seq = seq;
     let pid = std::process::id();
     let path = dir.join(format!("sched-{pid}-{seq:03}.json"));
