@@ -22,8 +22,9 @@ impl Sched {
         let mut ids = std::mem::take(&mut self.graph_ids);
         let rule = self.inplace_rule;
         let mut reuse = inplace::Reuse::new(g, self.n_copies > 1);
-        // `GGML_SCHED_DUMP`: one cached load when unset; the rule's moves are noted only when set.
-        let mut moves = record::enabled().then(record::Moves::default);
+        // `GGML_SCHED_DUMP`: one cached load per split; the rule's moves are noted only when set.
+        let dump_dir = record::dir();
+        let mut moves = dump_dir.map(|_| record::Moves::default());
         let mut sc = SplitCtx {
             caps,
             pool: &mut self.pool,
@@ -77,7 +78,7 @@ impl Sched {
         // 6: with pipeline copies, one tensor per copy for every graph input.
         // SAFETY: `g` is live; pass 1 placed every input leaf (CPU or its storage's backend).
         self.graph_inputs = unsafe { split::graph_inputs(&mut sc, t, g) };
-        if let (Some(moves), Some(dir)) = (moves, record::dir()) {
+        if let (Some(moves), Some(dir)) = (moves, dump_dir) {
             let inp = record::build::Input {
                 caps,
                 table: t,
