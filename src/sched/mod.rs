@@ -13,7 +13,8 @@
 //! Environment: `GGML_SCHED_DEBUG` (1: splits and their inputs; 2: also every node with its
 //! backend and cause), `GGML_SCHED_DEBUG_REALLOC` (as stock), `GGML_SCHED_MAX_COPIES`
 //! (pipeline copies when `parallel`, default 4), `GGML_SCHED_INPLACE_RULE` (only 0, off, no or
-//! false turn the in-place co-location rule off; default on; see `crate::env`).
+//! false turn the in-place co-location rule off; default on; see `crate::env`),
+//! `GGML_SCHED_DUMP=DIR` (a JSON placement record per distinct graph; see [`record`]).
 
 pub mod alloc;
 pub mod assign;
@@ -30,6 +31,7 @@ pub(crate) mod mock;
 pub mod place;
 pub mod plan_key;
 pub mod query;
+pub mod record;
 pub mod split;
 pub mod table;
 pub mod upgrade;

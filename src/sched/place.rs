@@ -6,7 +6,7 @@ use ggml_sys::ggml_cgraph;
 
 use super::caps::Live;
 use super::split::{self, SplitCtx};
-use super::{assign, dump, expand, fill, inplace, upgrade, Sched};
+use super::{assign, dump, expand, fill, inplace, record, upgrade, Sched};
 
 impl Sched {
     /// Places every node and leaf of `g`, cuts it into splits with their input copies, and
@@ -22,6 +22,9 @@ impl Sched {
         let mut ids = std::mem::take(&mut self.graph_ids);
         let rule = self.inplace_rule;
         let mut reuse = inplace::Reuse::new(g, self.n_copies > 1);
+        // `GGML_SCHED_DUMP`: one cached load per split; the rule's moves are noted only when set.
+        let dump_dir = record::dir();
+        let mut moves = dump_dir.map(|_| record::Moves::default());
         let mut sc = SplitCtx {
             caps,
             pool: &mut self.pool,
@@ -44,16 +47,24 @@ impl Sched {
         unsafe { upgrade::upgrade(caps, t, g, ix) };
         // 3b: in-place writers join the storage they write (not in stock; can be off).
         if rule {
+            let before = moves.as_ref().map(|_| record::moves::snapshot(t, ix));
             // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild above.
             unsafe { inplace::colocate(caps, t, g, false, &mut reuse) };
+            if let (Some(m), Some(b)) = (moves.as_mut(), before) {
+                m.note(&b, t, ix, 0);
+            }
         }
         // 4: views follow their source, sources their reader, the rest a first supporter.
         // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild above.
         unsafe { fill::fill(caps, t, g, ix) };
         // 3b again: groups whose view root only got its place in pass 4.
         if rule {
+            let before = moves.as_ref().map(|_| record::moves::snapshot(t, ix));
             // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild above.
             unsafe { inplace::colocate(caps, t, g, true, &mut reuse) };
+            if let (Some(m), Some(b)) = (moves.as_mut(), before) {
+                m.note(&b, t, ix, 1);
+            }
         }
         // 5: splits at backend changes, with a copy of each source a split cannot use.
         let (first, splits) = (self.first_split_backend, &mut self.splits);
@@ -67,6 +78,25 @@ impl Sched {
         // 6: with pipeline copies, one tensor per copy for every graph input.
         // SAFETY: `g` is live; pass 1 placed every input leaf (CPU or its storage's backend).
         self.graph_inputs = unsafe { split::graph_inputs(&mut sc, t, g) };
+        if let (Some(moves), Some(dir)) = (moves, dump_dir) {
+            let inp = record::build::Input {
+                caps,
+                table: t,
+                graph: g,
+                splits: &self.splits,
+                graph_inputs: &self.graph_inputs,
+                moves: &moves,
+                settings: record::Settings {
+                    inplace_rule: rule,
+                    n_copies: self.n_copies,
+                    cur_copy: self.cur_copy,
+                    op_offload: self.op_offload,
+                },
+            };
+            // SAFETY: `g` is live and was just split into `self.splits`; the split inputs,
+            // their copies and the graph inputs are live tensors of this split.
+            unsafe { record::write(dir, &inp) };
+        }
 
         self.first_split_backend = self.splits[0].backend;
         self.graph_ids = ids;

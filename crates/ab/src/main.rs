@@ -24,6 +24,7 @@ mod swap;
 mod test_steps;
 mod testrun;
 mod trap;
+mod views;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -165,6 +166,11 @@ struct AbArgs {
     /// after the two-arm work when the arms are the default ones (no --a/--b/--llama-build).
     #[arg(long)]
     no_repro: bool,
+    /// Skip the placement pages: by default the generation works run with GGML_SCHED_DUMP
+    /// (arm B once more with GGML_SCHED_INPLACE_RULE=0) and `ab view` renders their records
+    /// into target/ab/view/, listed in report.json under `pages` (docs/sched-view.md).
+    #[arg(long)]
+    no_view: bool,
 }
 
 /// Prints a harness message on stderr, prefixed `[ab]`.
@@ -408,6 +414,7 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
                     only: a.only,
                     model: a.model,
                     partial_ngl: a.partial_ngl,
+                    view: !a.no_view,
                 },
             )?;
             let repro_code = if with_repro {

@@ -118,7 +118,8 @@ pub struct Comparison {
 
 /// The whole report (`target/ab/report.json`). After a run with the default arms, `ab ab`
 /// adds one more key, `inplace_reproducer`: `target/repro/report.json` as it is (or a
-/// string saying it was not written).
+/// string saying it was not written); unless `--no-view`, one more, `pages`: the placement
+/// pages of the generation works (`crate::views::Page`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// The format's version, 1; raised when a field changes meaning.

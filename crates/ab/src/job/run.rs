@@ -36,6 +36,8 @@ pub struct AbOptions {
     pub model: Option<PathBuf>,
     /// `-ngl` of the partial-offload generation on builds with a device besides the CPU.
     pub partial_ngl: u32,
+    /// Placement pages of the generation works (`crate::views`).
+    pub view: bool,
 }
 
 /// Progress for a suite: counts case lines and shows ctest's result lines.
@@ -274,7 +276,17 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
                 arm.name,
                 fmt_secs(started.elapsed().as_secs_f64())
             ));
+            // Our scheduler records its placements for the pages (stock ignores it).
+            let _dump = (opts.view && w.kind == Kind::Generation)
+                .then(|| {
+                    crate::views::Env::set(
+                        &crate::views::dump_dir(paths, &arm.name, &w.name),
+                        false,
+                    )
+                })
+                .transpose()?;
             let r = run_work(paths, arm, w)?;
+            drop(_dump);
             say(&format!("  -> {}", r.cell()));
             for e in &r.proof.errors {
                 say(&format!("  PROOF FAILED: {e}"));
@@ -289,9 +301,41 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
             report::write(&path, &make(&runs, false))?;
         }
     }
+    // Stock writes no placement record: arm B's generation works once more with the rule
+    // off, which places as stock does, for the pages' A side (not part of the comparison).
+    let generation: Vec<&Work> = works
+        .iter()
+        .filter(|w| w.kind == Kind::Generation)
+        .collect();
+    let b = &arms[1];
+    if opts.view {
+        for w in &generation {
+            say(&format!(
+                "{} in arm {} with GGML_SCHED_INPLACE_RULE=0, for its placement page",
+                w.name, b.name
+            ));
+            let off = crate::views::dump_dir(paths, &format!("{}-rule0", b.name), &w.name);
+            let _env = crate::views::Env::set(&off, true)?;
+            let mut again = (*w).clone();
+            again.name = format!("{} rule0", w.name);
+            let r = run_work(paths, b, &again)?;
+            say(&format!("  -> {} (log {})", r.cell(), r.log));
+        }
+    }
     let report = make(&runs, true);
     report::write(&path, &report)?;
     print_table(&report);
+    if opts.view {
+        let names: Vec<String> = generation.iter().map(|w| w.name.clone()).collect();
+        let pages = crate::views::write_pages(paths, &b.name, &names);
+        for p in &pages {
+            match &p.error {
+                None => say(&format!("page ({}, {}): {}", p.work, p.kind, p.page)),
+                Some(e) => say(&format!("page ({}, {}) not written: {e}", p.work, p.kind)),
+            }
+        }
+        crate::views::merge(&path, &pages)?;
+    }
     say(&format!(
         "report: {} ({} total)",
         path.display(),

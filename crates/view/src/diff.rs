@@ -1,0 +1,134 @@
+//! A/B: pairing the records of two dumps of the same work, and the nodes (and leafs) each
+//! pair places differently.
+
+use serde::Serialize;
+use std::collections::HashMap;
+
+use crate::model::{Record, Tensor};
+
+/// One tensor placed differently by side A and side B.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Differs {
+    /// `node` or `leaf`.
+    pub kind: &'static str,
+    /// Position in A's list.
+    pub a_index: usize,
+    /// Position in B's list.
+    pub b_index: usize,
+    pub name: String,
+    pub op: String,
+    pub a_backend: String,
+    pub a_cause: String,
+    pub b_backend: String,
+    pub b_cause: String,
+    /// B's in-place move, as `FROM → TO (call)`, when it made one.
+    pub b_move: Option<String>,
+    /// Whether A's node is an in-place writer apart from its storage (the defect).
+    pub a_apart: bool,
+}
+
+/// Two records of the same graph.
+#[derive(Serialize, Debug, Clone)]
+pub struct Pair {
+    /// Index into the page's A records.
+    pub a: usize,
+    /// Index into the page's B records.
+    pub b: usize,
+    /// Whether the two node lists have the same names and ops in the same order (same
+    /// structure hash); otherwise tensors are matched by name.
+    pub same_structure: bool,
+    pub differs: Vec<Differs>,
+}
+
+fn describe_move(rec: &Record, t: &Tensor) -> Option<String> {
+    t.moved.as_ref().map(|m| {
+        format!(
+            "{} → {} ({})",
+            rec.backend_name(m.from),
+            rec.backend_name(Some(m.to)),
+            m.call
+        )
+    })
+}
+
+fn list_diff(
+    kind: &'static str,
+    a: &Record,
+    b: &Record,
+    at: &[Tensor],
+    bt: &[Tensor],
+    same: bool,
+    out: &mut Vec<Differs>,
+) {
+    let by_name: HashMap<&str, usize> = if same {
+        HashMap::new()
+    } else {
+        let mut m = HashMap::new();
+        for t in bt {
+            m.entry(t.name.as_str()).or_insert(t.index);
+        }
+        m
+    };
+    for ta in at {
+        let tb = if same {
+            bt.get(ta.index)
+        } else {
+            by_name.get(ta.name.as_str()).and_then(|&i| bt.get(i))
+        };
+        let Some(tb) = tb else { continue };
+        let (na, nb) = (a.backend_name(ta.backend), b.backend_name(tb.backend));
+        if na == nb {
+            continue;
+        }
+        out.push(Differs {
+            kind,
+            a_index: ta.index,
+            b_index: tb.index,
+            name: ta.name.clone(),
+            op: ta.op.clone(),
+            a_backend: na.to_string(),
+            a_cause: ta.cause.clone().unwrap_or_default(),
+            b_backend: nb.to_string(),
+            b_cause: tb.cause.clone().unwrap_or_default(),
+            b_move: describe_move(b, tb),
+            a_apart: ta.inplace.as_ref().is_some_and(|i| !i.same_backend),
+        });
+    }
+}
+
+/// The tensors `a` and `b` place on differently named backends: nodes, then leafs.
+pub fn differs(a: &Record, b: &Record) -> (bool, Vec<Differs>) {
+    let same = a.graph.structure_hash == b.graph.structure_hash
+        && a.nodes.len() == b.nodes.len()
+        && a.leafs.len() == b.leafs.len();
+    let mut out = Vec::new();
+    list_diff("node", a, b, &a.nodes, &b.nodes, same, &mut out);
+    list_diff("leaf", a, b, &a.leafs, &b.leafs, same, &mut out);
+    (same, out)
+}
+
+/// Pairs every record of `a` with the first unpaired record of `b` of the same structure
+/// hash (the same graph, placed however); with one record on each side, those two are
+/// paired whatever their hashes.
+pub fn pair(a: &[Record], b: &[Record]) -> Vec<Pair> {
+    let mut used = vec![false; b.len()];
+    let mut pairs = Vec::new();
+    for (i, ra) in a.iter().enumerate() {
+        let j = if a.len() == 1 && b.len() == 1 {
+            Some(0)
+        } else {
+            (0..b.len()).find(|&j| !used[j] && b[j].graph.structure_hash == ra.graph.structure_hash)
+        };
+        if let Some(j) = j {
+            used[j] = true;
+            let (same_structure, differs) = differs(ra, &b[j]);
+            pairs.push(Pair {
+                a: i,
+                b: j,
+                same_structure,
+                differs,
+            });
+        }
+    }
+    pairs
+}

@@ -1,0 +1,321 @@
+//! Graph layout by Graphviz: the split-level overview of a record (one box per split, in
+//! compute order, coloured by backend, with its op count, its input copies and the bytes
+//! they move, and the in-place moves it holds) and, for small graphs, every node grouped by
+//! split. Each is written in the dot language and laid out by `dot -Tsvg`; the SVG goes
+//! inline into the page.
+
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use crate::model::Record;
+use crate::style::{fmt_bytes, Palette};
+
+/// Graphs with at most this many nodes also get a node-level layout; bigger ones keep the
+/// overview and the searchable node list (a layout of thousands of nodes is neither quick to
+/// make nor readable).
+pub const NODE_GRAPH_LIMIT: usize = 400;
+
+/// Splits per row of the overview when there are more than two rows of them.
+pub const ROW: usize = 4;
+
+/// A string as a dot quoted string.
+fn q(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// Where a split input comes from, as an overview box id: the split of the node that
+/// produces it, else a box for the leafs (weights, graph inputs) of a backend.
+fn producer(rec: &Record, kind: &str, index: Option<usize>, from: Option<usize>) -> String {
+    if kind == "node" {
+        if let Some(s) = index.and_then(|i| rec.nodes.get(i)).and_then(|n| n.split) {
+            return format!("s{s}");
+        }
+    }
+    format!("l{}", from.map_or("x".to_string(), |b| b.to_string()))
+}
+
+/// The overview of `rec` in the dot language. Box ids are `s{split}` (`l{backend}` for
+/// leafs), which the page's script uses to link a box to its nodes.
+pub fn overview(rec: &Record, pal: &Palette) -> String {
+    let mut d = String::new();
+    d.push_str("digraph overview {\n");
+    d.push_str("  graph [rankdir=TB, nodesep=0.25, ranksep=0.3, bgcolor=\"transparent\", fontname=\"Helvetica\"];\n");
+    d.push_str("  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10, margin=\"0.12,0.04\"];\n");
+    d.push_str("  edge [fontname=\"Helvetica\", fontsize=9, arrowsize=0.6];\n");
+    // Nodes of each split the in-place rule moved, and writers apart from their storage.
+    let mut moved = vec![0usize; rec.splits.len()];
+    let mut apart = vec![0usize; rec.splits.len()];
+    for n in &rec.nodes {
+        if let Some(s) = n.split.filter(|&s| s < rec.splits.len()) {
+            moved[s] += n.moved.is_some() as usize;
+            apart[s] += n.inplace.as_ref().is_some_and(|i| !i.same_backend) as usize;
+        }
+    }
+    for s in &rec.splits {
+        let be = rec.backend_name(Some(s.backend));
+        let mut label = format!(
+            "#{} {}\n{} ops · nodes {}–{}",
+            s.index,
+            be,
+            s.n_ops,
+            s.first_node,
+            s.end_node.saturating_sub(1)
+        );
+        if !s.inputs.is_empty() {
+            let _ = write!(
+                label,
+                "\nin: {} cop{} · {}",
+                s.inputs.len(),
+                if s.inputs.len() == 1 { "y" } else { "ies" },
+                fmt_bytes(s.bytes_in)
+            );
+        }
+        let mut extra = String::new();
+        if moved[s.index] > 0 {
+            let _ = write!(label, "\n⇄ {} moved by the in-place rule", moved[s.index]);
+            extra.push_str(", penwidth=3, color=\"#c2185b\"");
+        }
+        if apart[s.index] > 0 {
+            let _ = write!(
+                label,
+                "\n⚠ {} writer(s) apart from their storage",
+                apart[s.index]
+            );
+            extra.push_str(", penwidth=3, color=\"#d50000\", style=\"rounded,filled,dashed\"");
+        }
+        let _ = writeln!(
+            d,
+            "  s{} [id={}, label={}, fillcolor={}, tooltip={}{}];",
+            s.index,
+            q(&format!("s{}", s.index)),
+            q(&label),
+            q(pal.color(be)),
+            q(&format!(
+                "split {} on {}: click to list its nodes",
+                s.index, be
+            )),
+            extra
+        );
+    }
+    // Copies between boxes, summed per (producer, consumer).
+    let mut flows: BTreeMap<(String, usize), (usize, u64)> = BTreeMap::new();
+    let mut leaf_boxes: BTreeMap<String, Option<usize>> = BTreeMap::new();
+    for s in &rec.splits {
+        for i in &s.inputs {
+            let p = producer(rec, &i.tensor.kind, i.tensor.index, i.from_backend);
+            if p.starts_with('l') {
+                leaf_boxes.insert(p.clone(), i.from_backend);
+            }
+            let e = flows.entry((p, s.index)).or_default();
+            e.0 += 1;
+            e.1 += i.bytes;
+        }
+    }
+    for (id, b) in &leaf_boxes {
+        let be = rec.backend_name(*b);
+        let _ = writeln!(
+            d,
+            "  {id} [id={}, shape=cylinder, style=filled, label={}, fillcolor={}];",
+            q(id),
+            q(&format!("leafs on {be}\n(weights, inputs)")),
+            q(pal.color(be))
+        );
+    }
+    // The compute order: a heavy edge from each split to the next keeps the bands in order.
+    // Many splits go in rows of [ROW] (left to right, row after row), so that a graph of
+    // hundreds of splits is a block to look at, not a column to scroll.
+    let snake = rec.splits.len() > 2 * ROW;
+    if snake {
+        for row in rec.splits.chunks(ROW) {
+            let ids: Vec<String> = row.iter().map(|s| format!("s{}", s.index)).collect();
+            let _ = writeln!(d, "  {{ rank=same; {}; }}", ids.join("; "));
+        }
+    }
+    for (k, w) in rec.splits.windows(2).enumerate() {
+        let (a, b) = (w[0].index, w[1].index);
+        // In rows, the step to the next row must not pull that row under this one's end
+        // (a staircase); invisible edges down the columns align the rows instead.
+        let weight = if snake && (k + 1) % ROW == 0 { 0 } else { 20 };
+        if snake && k + ROW < rec.splits.len() {
+            let _ = writeln!(
+                d,
+                "  s{a} -> s{} [style=invis, weight=5];",
+                rec.splits[k + ROW].index
+            );
+        }
+        match flows.remove(&(format!("s{a}"), b)) {
+            Some((n, bytes)) => {
+                let _ = writeln!(
+                    d,
+                    "  s{a} -> s{b} [weight={weight}, penwidth=1.6, label={}];",
+                    q(&format!("{n} · {}", fmt_bytes(bytes)))
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    d,
+                    "  s{a} -> s{b} [weight={weight}, color=\"#bbbbbb\", arrowhead=none];"
+                );
+            }
+        }
+    }
+    for ((p, c), (n, bytes)) in flows {
+        let constraint = if p.starts_with('l') && !snake {
+            "true"
+        } else {
+            "false"
+        };
+        let _ = writeln!(
+            d,
+            "  {p} -> s{c} [constraint={constraint}, color=\"#666666\", style=dashed, label={}];",
+            q(&format!("{n} · {}", fmt_bytes(bytes)))
+        );
+    }
+    d.push_str("}\n");
+    d
+}
+
+/// Every node of a small graph (at most [`NODE_GRAPH_LIMIT`]), grouped by split, coloured by
+/// backend; leafs as small boxes; reads through a split-input copy dashed; in-place moves
+/// with a thick border. `None` for bigger graphs. Node ids are `n{index}`, leafs `f{index}`.
+pub fn nodes(rec: &Record, pal: &Palette) -> Option<String> {
+    if rec.nodes.len() + rec.leafs.len() > NODE_GRAPH_LIMIT {
+        return None;
+    }
+    let mut d = String::new();
+    d.push_str("digraph nodes {\n");
+    d.push_str("  graph [rankdir=TB, nodesep=0.2, ranksep=0.3, bgcolor=\"transparent\", fontname=\"Helvetica\", fontsize=10];\n");
+    d.push_str("  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=9, margin=\"0.06,0.02\", height=0.3];\n");
+    d.push_str("  edge [arrowsize=0.5, color=\"#777777\"];\n");
+    let raw_nodes = rec.raw["nodes"].as_array();
+    for s in &rec.splits {
+        let be = rec.backend_name(Some(s.backend));
+        let _ = writeln!(
+            d,
+            "  subgraph cluster_{} {{ label={}; style=\"rounded\"; color={};",
+            s.index,
+            q(&format!("split #{} · {}", s.index, be)),
+            q(pal.color(be))
+        );
+        for n in rec.nodes.iter().filter(|n| n.split == Some(s.index)) {
+            let be = rec.backend_name(n.backend);
+            let mut extra = String::new();
+            if n.moved.is_some() {
+                extra.push_str(", penwidth=3, color=\"#c2185b\"");
+            }
+            if n.inplace.as_ref().is_some_and(|i| !i.same_backend) {
+                extra.push_str(", penwidth=3, color=\"#d50000\", style=\"rounded,filled,dashed\"");
+            }
+            let shape = if n.is_view {
+                ", shape=ellipse, fontsize=8"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                d,
+                "    n{} [id={}, label={}, fillcolor={}, tooltip={}{shape}{extra}];",
+                n.index,
+                q(&format!("n{}", n.index)),
+                q(&format!(
+                    "{}\n{} · {}",
+                    n.name,
+                    n.op,
+                    n.cause.as_deref().unwrap_or("-")
+                )),
+                q(pal.color(be)),
+                q(&format!("#{} {} on {}", n.index, n.name, be))
+            );
+        }
+        d.push_str("  }\n");
+    }
+    for l in &rec.leafs {
+        let be = rec.backend_name(l.backend);
+        let _ = writeln!(
+            d,
+            "  f{} [id={}, shape=note, style=filled, fontsize=8, label={}, fillcolor={}];",
+            l.index,
+            q(&format!("f{}", l.index)),
+            q(&l.name),
+            q(pal.color(be))
+        );
+    }
+    for (i, n) in raw_nodes.into_iter().flatten().enumerate() {
+        for s in n["srcs"].as_array().into_iter().flatten() {
+            let t = &s["tensor"];
+            let Some(j) = t["index"].as_u64() else {
+                continue;
+            };
+            let from = match t["kind"].as_str() {
+                Some("node") => format!("n{j}"),
+                Some("leaf") => format!("f{j}"),
+                _ => continue,
+            };
+            let style = if s["via_copy"].as_bool() == Some(true) {
+                " [style=dashed, color=\"#d50000\"]"
+            } else {
+                ""
+            };
+            let _ = writeln!(d, "  {from} -> n{i}{style};");
+        }
+    }
+    d.push_str("}\n");
+    Some(d)
+}
+
+/// Lays out `dot_text` with Graphviz's `dot` and returns the `<svg>` element (the XML
+/// prologue and doctype removed, so it can go inline into HTML).
+pub fn render(dot_text: &str) -> Result<String> {
+    let mut child = Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context(
+            "running Graphviz `dot` (Debian package graphviz; `./ab view` installs it when \
+             missing)",
+        )?;
+    let mut stdin = child.stdin.take().context("dot's stdin")?;
+    let text = dot_text.to_string();
+    // Written from another thread: dot may fill its output pipe before it has read all.
+    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
+    let out = child.wait_with_output().context("waiting for dot")?;
+    writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("writing to dot panicked"))?
+        .context("writing to dot")?;
+    if !out.status.success() {
+        bail!(
+            "dot failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let svg = String::from_utf8(out.stdout).context("dot's SVG is not UTF-8")?;
+    let at = svg.find("<svg").context("dot printed no <svg> element")?;
+    Ok(svg[at..].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(q("a\"b\\c\nd"), "\"a\\\"b\\\\c\\nd\"");
+    }
+}

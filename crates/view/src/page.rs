@@ -1,0 +1,108 @@
+//! The page: one HTML file with everything inline (style, script, the records as JSON, the
+//! SVG layouts), so it opens from disk with no network and no other file.
+
+use anyhow::Result;
+use serde_json::json;
+
+use crate::diff::Pair;
+use crate::dot;
+use crate::model::Record;
+use crate::style::Palette;
+
+const CSS: &str = include_str!("../assets/view.css");
+const JS: &str = include_str!("../assets/view.js");
+
+/// What the page shows besides the records.
+pub struct Meta {
+    /// The page title.
+    pub title: String,
+    /// How the dumps were made, shown verbatim (may be empty).
+    pub command: String,
+}
+
+/// Text for inside a `<script>` element: no `</` (which would end it) and no `<!--`.
+fn script_safe(s: &str) -> String {
+    s.replace("</", "<\\/").replace("<!--", "<\\!--")
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The layouts of one side's records, as hidden `<div>`s the script moves into view.
+fn layouts(side: &str, recs: &[Record], pal: &Palette, out: &mut String) -> Result<()> {
+    for (i, r) in recs.iter().enumerate() {
+        let svg = dot::render(&dot::overview(r, pal))?;
+        out.push_str(&format!(
+            "<div class=\"layout\" data-side=\"{side}\" data-rec=\"{i}\" data-kind=\"overview\">{svg}</div>\n"
+        ));
+        if let Some(d) = dot::nodes(r, pal) {
+            let svg = dot::render(&d)?;
+            out.push_str(&format!(
+                "<div class=\"layout\" data-side=\"{side}\" data-rec=\"{i}\" data-kind=\"nodes\">{svg}</div>\n"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The whole page for side A's records (and, in an A/B page, side B's with their pairs).
+pub fn render(meta: &Meta, a: &[Record], b: Option<(&[Record], &[Pair])>) -> Result<String> {
+    let mut pal = Palette::default();
+    for r in a.iter().chain(b.iter().flat_map(|(r, _)| r.iter())) {
+        pal.add(r.backends.iter().map(|x| (x.name.as_str(), x.cpu)));
+    }
+    let side = |recs: &[Record]| -> Vec<serde_json::Value> {
+        recs.iter()
+            .map(|r| {
+                let mut v = r.raw.clone();
+                v["_file"] = json!(r.path.display().to_string());
+                v
+            })
+            .collect()
+    };
+    let data = json!({
+        "mode": if b.is_some() { "ab" } else { "single" },
+        "title": meta.title,
+        "command": meta.command,
+        "palette": pal.all(),
+        "node_graph_limit": dot::NODE_GRAPH_LIMIT,
+        "a": side(a),
+        "b": b.map(|(r, _)| side(r)).unwrap_or_default(),
+        "pairs": b.map(|(_, p)| serde_json::to_value(p).unwrap_or_default()).unwrap_or_default(),
+    });
+    let mut svgs = String::new();
+    layouts("a", a, &pal, &mut svgs)?;
+    if let Some((rb, _)) = b {
+        layouts("b", rb, &pal, &mut svgs)?;
+    }
+    let title = esc(&meta.title);
+    Ok(format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title}</title>\n<style>\n{CSS}</style></head>\n\
+         <body data-ready=\"0\" data-errors=\"0\">\n\
+         <header><h1>{title}</h1><div id=\"notes\"></div></header>\n\
+         <main id=\"app\"><noscript>This page needs JavaScript for the node list; the \
+         layouts below are plain SVG.</noscript></main>\n\
+         <div id=\"layouts\" hidden>\n{svgs}</div>\n\
+         <script type=\"application/json\" id=\"data\">{}</script>\n\
+         <script>\n{}</script>\n</body></html>\n",
+        script_safe(&data.to_string()),
+        script_safe(JS)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_text_cannot_close_the_element() {
+        assert_eq!(script_safe("a</script>b<!--"), "a<\\/script>b<\\!--");
+        assert_eq!(esc("<a href=\"x\">&"), "&lt;a href=&quot;x&quot;&gt;&amp;");
+    }
+}
