@@ -526,4 +526,74 @@ mod tests {
         assert!(rows.iter().all(|r| r.unit == "t/s"));
         assert_eq!(rows.len(), 7);
     }
+
+    #[test]
+    fn the_table_prints_medians_ratios_and_verdicts() {
+        let rounds = vec![
+            [
+                arm_round(100.0, 50_000, false),
+                arm_round(110.0, 20_000, false),
+            ],
+            [
+                arm_round(200.0, 60_000, false),
+                arm_round(180.0, 40_000, false),
+            ],
+        ];
+        let arm = |key: &'static str, label: &str| Arm {
+            key,
+            label: label.into(),
+            source: format!("/src/{key}.so").into(),
+            dir: "/d".into(),
+            file: "/d/libggml-base.so.0".into(),
+            sha256: "ab".repeat(32),
+        };
+        let rep = GpuReport {
+            command: "bench gpu --model m.gguf".into(),
+            layout: "bundle".into(),
+            root: "/b".into(),
+            started_utc: "s".into(),
+            finished_utc: "f".into(),
+            wall_seconds: 1.0,
+            machine: Machine {
+                cpu: "cpu".into(),
+                cores: 16,
+                kernel: "Linux".into(),
+                mem_gib: 128.0,
+            },
+            gpu: Some("NVIDIA H200".into()),
+            loadavg_start: 0.0,
+            loadavg_end: 0.0,
+            llama_build: "/llama/build".into(),
+            model: "/m.gguf".into(),
+            model_bytes: 1 << 20,
+            arms: [arm("A", "stock"), arm("B", "ours")],
+            sched_probe: Some("/p.so".into()),
+            ab_probe: None,
+            rounds_asked: 3,
+            reps: 5,
+            partial_ngl: 8,
+            npl: vec![1],
+            threads: None,
+            rows: rows(&rounds, 8, &[1]),
+            errors: vec!["round 3 arm B: llama-bench failed\nexit 1".into()],
+            rounds,
+        };
+        let md = rep.markdown();
+        // tg128: medians 150 and 145, paired 1.10 and 0.90 -> 1.00.
+        assert!(
+            md.contains(
+                "| llama-bench tg128, -ngl 99 | t/s | 150.0 | 145.0 | 0.967 | \
+                 1.000 [0.950–1.050] (n=2) | ≥ 1.00 met |"
+            ),
+            "{md}"
+        );
+        // alloc_graph: 50, 60 µs against 20, 40: paired 0.4 and 0.667.
+        assert!(md.contains("| µs/call | 55.00 | 30.00 | 0.545 | 0.533 [0.467–0.600] (n=2) | ≤ 0.50 **not met** |"), "{md}");
+        assert!(md.contains("- Rounds: 2 of 3 asked"), "{md}");
+        assert!(
+            md.contains("- round 3 arm B: llama-bench failed exit 1"),
+            "{md}"
+        );
+        assert!(md.contains("GPU: NVIDIA H200"), "{md}");
+    }
 }
