@@ -144,7 +144,7 @@ pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<BenchRun> {
     Ok(BenchRun { tests, probe })
 }
 
-fn is_ld_debug(line: &str) -> bool {
+pub(crate) fn is_ld_debug(line: &str) -> bool {
     // LD_DEBUG lines look like "     12345:\tcalling init: /path".
     let t = line.trim_start();
     let digits = t.chars().take_while(|c| c.is_ascii_digit()).count();
@@ -152,7 +152,7 @@ fn is_ld_debug(line: &str) -> bool {
 }
 
 /// Paths from the loader's "calling init:" lines: every shared object the process ran.
-fn mapped_libs(stderr: &str) -> Vec<String> {
+pub(crate) fn mapped_libs(stderr: &str) -> Vec<String> {
     stderr
         .lines()
         .filter(|l| is_ld_debug(l))

@@ -30,12 +30,16 @@
 //!
 //! The table is printed and written to `<out>/report.md` and `<out>/report.json`
 //! (`<out>` defaults to `target/bench`).
+//!
+//! `bench gpu ...` is a separate mode for a GPU build of llama.cpp, which runs from an
+//! `ab bundle` folder too: see [`gpu`].
 
 mod archs;
 mod archs_cycle;
 mod arms;
 mod cbuild;
 mod e2e;
+mod gpu;
 mod probe;
 mod report;
 mod sched;
@@ -53,7 +57,8 @@ use std::time::Instant;
     name = "bench",
     about = "Benchmarks two libggml-base arms against each other (B/A): scheduler overhead, \
              instruction counts, memory, real graphs, llama-bench end to end",
-    after_help = "Writes <OUT>/report.md and <OUT>/report.json. See docs/bench.md.",
+    after_help = "Writes <OUT>/report.md and <OUT>/report.json. See docs/bench.md.\n\n\
+                  `bench gpu --help`: the GPU mode (a CUDA build of llama.cpp, runs from a bundle).",
     // The hand-written parser this replaces let a repeated flag's last value win.
     args_override_self = true
 )]
@@ -150,6 +155,11 @@ fn progress(msg: &str) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `bench gpu ...`: its own options, nothing of the CPU bench runs.
+    if args.first().map(String::as_str) == Some("gpu") {
+        gpu::main(&args[1..]);
+        return;
+    }
     let opts = match parse_args(&args) {
         Ok(o) => o,
         // --help: printed on stdout, status 0.

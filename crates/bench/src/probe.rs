@@ -44,12 +44,19 @@ pub struct ProbeStats {
     pub reset: Counter,
 }
 
-/// Compiles the probe into `<out>/libsched-probe.so` ([`crate::cbuild::compile`]).
+/// Compiles the probe into `<out>/libsched-probe.so` ([`crate::cbuild::compile`]) against the
+/// pinned sources' headers.
 pub fn build(ws: &Path, upstream: &Path, out: &Path) -> Result<PathBuf> {
+    build_with(ws, &upstream.join("ggml/include"), out)
+}
+
+/// Compiles `<root>/cabi-tests/sched-bench/sched_probe.c` (a workspace or a bundle root) into
+/// `<out>/libsched-probe.so` against the ggml headers in `include`.
+pub fn build_with(root: &Path, include: &Path, out: &Path) -> Result<PathBuf> {
     crate::cbuild::compile(
-        &ws.join("cabi-tests/sched-bench/sched_probe.c"),
+        &root.join("cabi-tests/sched-bench/sched_probe.c"),
         &out.join("libsched-probe.so"),
-        &[upstream.join("ggml/include")],
+        &[include.to_path_buf()],
         &["-fPIC", "-shared"],
         &["-ldl".as_ref()],
     )

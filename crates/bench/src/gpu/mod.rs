@@ -1,0 +1,375 @@
+//! `bench gpu`: the two arms inside an unchanged GPU (CUDA) build of llama.cpp, end to end.
+//!
+//! ```text
+//! bench gpu --model FILE [--llama-build DIR] [--a LIB] [--b LIB] [--rounds 10]
+//!     [--partial-ngl 8] [--reps 5] [--npl 1,4,8] [--threads N] [--sched-probe LIB]
+//!     [--ggml-include DIR] [--no-sched-probe] [--timeout 900] [--out DIR]
+//! ```
+//!
+//! Per round and arm (A B, then B A the next round) it runs three processes of the build's
+//! own tools, each with the arm's `libggml-base.so.0` first on `LD_LIBRARY_PATH`:
+//!
+//! 1. `llama-bench -p 512 -n 128 -ngl 99,P -r R -o json`: pp512 and tg128 at full and at
+//!    partial offload;
+//! 2. `LLAMA_GRAPH_REUSE_DISABLE=1 llama-bench -p 0 -n 128 -ngl 99 -r R -o json`: tg128 with
+//!    one scheduler cycle per token;
+//! 3. `llama-batched-bench -ngl 99 -c 4096 -npp 128 -ntg 128 -npl 1,4,8`.
+//!
+//! The scheduler probe (`cabi-tests/sched-bench/sched_probe.c`) is preloaded into each and
+//! gives the time per `ggml_backend_sched_alloc_graph` and `_reset` call. Every process proves
+//! it mapped the arm's file (the loader's log, the probe, and `libab_probe.so` when present).
+//!
+//! It runs from a workspace or from a bundle (`ab bundle`: the binaries with [`bundle::MARKER`]
+//! beside them) and never builds, fetches or calls cargo: everything comes from the options,
+//! the llama.cpp build and the bundle (or `target/` in a workspace).
+
+mod parse;
+mod run;
+mod table;
+
+use crate::arms::{loadavg, Arm, Machine};
+use crate::report::round_order;
+use crate::{progress, utc_now};
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// `bench gpu` options; see the module documentation.
+#[derive(Parser, Debug)]
+#[command(
+    name = "bench gpu",
+    about = "Benchmarks two libggml-base arms (B/A) inside a GPU build of llama.cpp: llama-bench \
+             at full and partial offload, with graph reuse off, llama-batched-bench, and the \
+             scheduler's time per call",
+    after_help = "Writes <OUT>/report.md and <OUT>/report.json. See docs/bench.md, \"GPU bench\".",
+    args_override_self = true
+)]
+pub struct GpuOptions {
+    /// The GGUF model to run.
+    #[arg(long, value_name = "FILE")]
+    model: PathBuf,
+    /// The llama.cpp build: its bin/ holds llama-bench, llama-batched-bench and
+    /// libggml-base.so.0 (default in a workspace: target/llama-stock; required in a bundle).
+    #[arg(long, value_name = "DIR")]
+    llama_build: Option<PathBuf>,
+    /// Arm A, the baseline (default: the build's own bin/libggml-base.so.0).
+    #[arg(long, value_name = "LIB")]
+    a: Option<PathBuf>,
+    /// Arm B, the candidate (default: ours, the bundle's lib/libggml-base.so.0, in a workspace
+    /// target/ours/lib/libggml-base.so.0).
+    #[arg(long, value_name = "LIB")]
+    b: Option<PathBuf>,
+    /// Rounds; each runs every process once per arm, A B then B A (10 or more recommended).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+    /// The partial offload's -ngl.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    partial_ngl: u32,
+    /// llama-bench repetitions per test inside one process (its -r; 5 is llama-bench's own
+    /// default).
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    reps: u32,
+    /// llama-batched-bench's parallel sequence counts (its -npl).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', action = clap::ArgAction::Set,
+          default_value = "1,4,8")]
+    npl: Vec<u32>,
+    /// CPU threads for the tools (-t; default: theirs).
+    #[arg(long, value_name = "N")]
+    threads: Option<u32>,
+    /// A prebuilt scheduler probe (default: the bundle's lib/libsched-probe.so, else
+    /// cabi-tests/sched-bench/sched_probe.c compiled with cc).
+    #[arg(long, value_name = "LIB")]
+    sched_probe: Option<PathBuf>,
+    /// ggml's include directory, to compile the probe (default: the pinned sources in a
+    /// workspace, else the build's CMakeCache.txt names the source tree).
+    #[arg(long, value_name = "DIR")]
+    ggml_include: Option<PathBuf>,
+    /// Run without the scheduler probe (no per-call scheduler rows).
+    #[arg(long)]
+    no_sched_probe: bool,
+    /// Seconds one tool process may run before it is killed (and the round counted failed).
+    #[arg(long = "timeout", value_name = "SECONDS", default_value_t = 900)]
+    timeout_s: u64,
+    /// Output folder (default: target/bench-gpu, under the bundle in a bundle).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+/// Where bench runs from: the folder holding `cabi-tests/`, `target/` and our libraries.
+#[derive(Debug, Clone)]
+enum Layout {
+    /// A bundle root ([`bundle::root`]): libraries in `lib/`.
+    Bundle(PathBuf),
+    /// A workspace checkout: libraries in `target/ours/lib`, `target/release`.
+    Workspace(PathBuf),
+}
+
+impl Layout {
+    fn find() -> Result<Layout> {
+        Ok(match bundle::root() {
+            Some(r) => Layout::Bundle(r),
+            None => Layout::Workspace(crate::workspace_root()?),
+        })
+    }
+
+    fn root(&self) -> &Path {
+        match self {
+            Layout::Bundle(r) | Layout::Workspace(r) => r,
+        }
+    }
+
+    /// Our library, the default arm B.
+    fn ours(&self) -> PathBuf {
+        match self {
+            Layout::Bundle(r) => bundle::lib_dir(r).join("libggml-base.so.0"),
+            Layout::Workspace(r) => r.join("target/ours/lib/libggml-base.so.0"),
+        }
+    }
+
+    /// `libab_probe.so`, the in-process proof of the mapped files, when it exists.
+    fn ab_probe(&self) -> Option<PathBuf> {
+        let p = match self {
+            Layout::Bundle(r) => bundle::lib_dir(r).join("libab_probe.so"),
+            Layout::Workspace(r) => std::env::var_os("AB_PROBE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| r.join("target/release/libab_probe.so")),
+        };
+        p.is_file().then_some(p)
+    }
+}
+
+/// Parses `bench gpu`'s arguments (those after `gpu`).
+pub fn parse_args(args: &[String]) -> Result<GpuOptions, clap::Error> {
+    GpuOptions::try_parse_from(std::iter::once("bench gpu").chain(args.iter().map(String::as_str)))
+}
+
+/// `bench gpu ARGS`: parses, runs, prints the table; exits 1 on any error.
+pub fn main(args: &[String]) {
+    let opts = match parse_args(args) {
+        Ok(o) => o,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = real_main(args, &opts) {
+        eprintln!("bench gpu: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
+    let layout = Layout::find()?;
+    let root = layout.root().to_path_buf();
+    progress(&match &layout {
+        Layout::Bundle(r) => format!("bundle {}", r.display()),
+        Layout::Workspace(r) => format!("workspace {}", r.display()),
+    });
+    let build = match (&opts.llama_build, &layout) {
+        (Some(d), _) => d.clone(),
+        (None, Layout::Workspace(r)) => std::env::var_os("AB_STOCK_BUILD")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| r.join("target/llama-stock")),
+        (None, Layout::Bundle(_)) => bail!("--llama-build DIR is required in a bundle"),
+    };
+    let build = build
+        .canonicalize()
+        .with_context(|| format!("llama.cpp build {}", build.display()))?;
+    let bin = build.join("bin");
+    for tool in ["llama-bench", "llama-batched-bench", "libggml-base.so.0"] {
+        if !bin.join(tool).exists() {
+            bail!("{} has no {tool}", bin.display());
+        }
+    }
+    if !opts.model.is_file() {
+        bail!("model {} does not exist", opts.model.display());
+    }
+    let model = opts.model.canonicalize()?;
+    let out = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("target/bench-gpu"));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let out = out.canonicalize()?;
+
+    // Arms.
+    let a_src = opts
+        .a
+        .clone()
+        .unwrap_or_else(|| bin.join("libggml-base.so.0"));
+    let b_src = opts.b.clone().unwrap_or_else(|| layout.ours());
+    if !b_src.is_file() {
+        bail!(
+            "arm B {} does not exist{}",
+            b_src.display(),
+            if opts.b.is_none() && matches!(layout, Layout::Workspace(_)) {
+                " (build ours with `./ab build-ours`, or name a file with --b)"
+            } else {
+                ""
+            }
+        );
+    }
+    let arm_root = out.join("arms");
+    let a_label = if opts.a.is_some() { "A" } else { "stock" };
+    let b_label = if opts.b.is_some() { "B" } else { "ours" };
+    let arm_a = Arm::prepare("A", a_label.into(), &a_src, &arm_root)?;
+    let mut arm_b = Arm::prepare("B", b_label.into(), &b_src, &arm_root)?;
+    if arm_b.sha256 == arm_a.sha256 {
+        arm_b.label = format!("{} (same file as A)", arm_a.label);
+    }
+    for arm in [&arm_a, &arm_b] {
+        progress(&format!(
+            "arm {} = {} ({}, sha256 {})",
+            arm.key,
+            arm.source.display(),
+            arm.label,
+            &arm.sha256[..12]
+        ));
+    }
+
+    let sched_probe = if opts.no_sched_probe {
+        None
+    } else {
+        Some(run::sched_probe(&layout, opts, &build, &out)?)
+    };
+    let ab_probe = layout.ab_probe();
+    if ab_probe.is_none() {
+        progress(
+            "libab_probe.so not found: the loader's log and the scheduler probe prove the arms",
+        );
+    }
+    let ctx = run::Ctx {
+        bin: bin.clone(),
+        model: model.clone(),
+        sched_probe: sched_probe.clone(),
+        ab_probe: ab_probe.clone(),
+        out: out.clone(),
+        timeout_s: opts.timeout_s,
+        threads: opts.threads,
+        reps: opts.reps,
+        partial_ngl: opts.partial_ngl,
+        npl: opts.npl.clone(),
+    };
+
+    if opts.rounds < 10 {
+        progress(&format!(
+            "{} rounds: fewer than the 10 recommended, the spread will be wide",
+            opts.rounds
+        ));
+    }
+    let machine = Machine::probe();
+    let gpu = run::gpu_info();
+    let started = utc_now();
+    let load_start = loadavg();
+    let clock = Instant::now();
+    let arms = [&arm_a, &arm_b];
+    let mut rounds = Vec::new();
+    let mut errors = Vec::new();
+    for round in 0..opts.rounds {
+        progress(&format!("round {}/{}", round + 1, opts.rounds));
+        let mut got: [Option<run::ArmRound>; 2] = [None, None];
+        for k in round_order(round) {
+            let r = run::arm_round(&ctx, arms[k])?;
+            for e in &r.errors {
+                progress(&format!("round {} arm {}: {e}", round + 1, arms[k].key));
+                errors.push(format!("round {} arm {}: {e}", round + 1, arms[k].key));
+            }
+            got[k] = Some(r);
+        }
+        if let [Some(a), Some(b)] = got {
+            rounds.push([a, b]);
+        }
+    }
+
+    let rows = table::rows(&rounds, opts.partial_ngl, &opts.npl);
+    let rep = table::GpuReport {
+        command: format!("bench gpu{}", crate::render_args(args)),
+        layout: match &layout {
+            Layout::Bundle(_) => "bundle".into(),
+            Layout::Workspace(_) => "workspace".into(),
+        },
+        root: root.display().to_string(),
+        started_utc: started,
+        finished_utc: utc_now(),
+        wall_seconds: clock.elapsed().as_secs_f64(),
+        machine,
+        gpu,
+        loadavg_start: load_start,
+        loadavg_end: loadavg(),
+        llama_build: build.display().to_string(),
+        model: model.display().to_string(),
+        model_bytes: std::fs::metadata(&model)?.len(),
+        arms: [arm_a.clone(), arm_b.clone()],
+        sched_probe: sched_probe.map(|p| p.display().to_string()),
+        ab_probe: ab_probe.map(|p| p.display().to_string()),
+        rounds_asked: opts.rounds,
+        reps: opts.reps,
+        partial_ngl: opts.partial_ngl,
+        npl: opts.npl.clone(),
+        threads: opts.threads,
+        rows,
+        errors,
+        rounds,
+    };
+    let md = rep.markdown();
+    std::fs::write(out.join("report.md"), &md)?;
+    std::fs::write(out.join("report.json"), serde_json::to_string_pretty(&rep)?)?;
+    println!("{md}");
+    progress(&format!(
+        "wrote {} and {}",
+        out.join("report.md").display(),
+        out.join("report.json").display()
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<GpuOptions, clap::Error> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        parse_args(&args)
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let o = parse(&["--model", "m.gguf"]).unwrap();
+        assert_eq!((o.rounds, o.partial_ngl, o.reps), (10, 8, 5));
+        assert_eq!(o.npl, [1, 4, 8]);
+        assert_eq!(o.timeout_s, 900);
+        assert_eq!((o.a, o.b, o.llama_build, o.out), (None, None, None, None));
+        assert!(!o.no_sched_probe && o.threads.is_none());
+    }
+
+    #[test]
+    fn the_h200_command_line_parses() {
+        let o = parse(&[
+            "--llama-build",
+            "/opt/llama.cpp/build",
+            "--model",
+            "/models/r1b.gguf",
+            "--rounds",
+            "12",
+            "--partial-ngl",
+            "6",
+            "--reps",
+            "5",
+            "--npl",
+            "1,2",
+            "--out",
+            "/tmp/o",
+        ])
+        .unwrap();
+        assert_eq!(
+            o.llama_build.as_deref(),
+            Some(Path::new("/opt/llama.cpp/build"))
+        );
+        assert_eq!((o.rounds, o.partial_ngl, o.reps), (12, 6, 5));
+        assert_eq!(o.npl, [1, 2]);
+        assert!(parse(&["--rounds", "3"]).is_err(), "--model is required");
+        assert!(parse(&["--model", "m", "--rounds", "0"]).is_err());
+    }
+}
