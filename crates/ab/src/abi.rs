@@ -10,6 +10,7 @@
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::ffi::{c_char, CStr, CString};
 use std::path::Path;
 use std::process::Command;
@@ -122,11 +123,21 @@ pub fn read(file: &Path, lib_dir: &Path) -> Result<LibAbi> {
 }
 
 /// Checks that `arm` (named `arm_name`) belongs to the ggml of the build's own library
-/// `build_lib`: the same version, commit and struct sizes. Fails naming both identities,
+/// `build_lib`: the same version and struct sizes, and the same commit unless one of the
+/// two has none (`unknown`: built from a tree without git history). Fails naming both identities,
 /// before anything runs. Two arms that both match a build of another ggml (a fork) pass: the
 /// comparison is with the build, not with our pinned version.
 pub fn check_arm(arm_name: &str, arm: &LibAbi, build_lib: &Path, build: &LibAbi) -> Result<()> {
-    if arm == build {
+    // A build from a source tree without git history (a release tarball, a copy) has no
+    // commit baked in: then the version and the struct sizes decide alone.
+    let unknown = |c: &str| c.is_empty() || c == "unknown";
+    let commits_agree =
+        arm.commit == build.commit || unknown(&arm.commit) || unknown(&build.commit);
+    if arm.version == build.version
+        && arm.tensor_overhead == build.tensor_overhead
+        && arm.graph_overhead == build.graph_overhead
+        && commits_agree
+    {
         return Ok(());
     }
     bail!(
@@ -158,7 +169,119 @@ pub fn check_arms(build: &Path, arms: &[crate::swap::Arm]) -> Result<()> {
         check_arm(&arm.name, &a, &build_lib, &own)?;
         crate::say(&format!("arm {}: {a}, matches the build", arm.name));
     }
+    check_imports(build, arms);
     Ok(())
+}
+
+/// The dynamic symbols of an ELF file, by `nm -D -P` (defined or undefined ones), names
+/// without their version suffix. Empty for a file nm cannot read (not ELF).
+fn dyn_symbols(file: &Path, defined: bool) -> BTreeSet<String> {
+    let which = if defined {
+        "--defined-only"
+    } else {
+        "--undefined-only"
+    };
+    let Ok(o) = Command::new("nm")
+        .args(["-D", "-P", which])
+        .arg(file)
+        .output()
+    else {
+        return BTreeSet::new();
+    };
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .collect()
+}
+
+/// Of `wanted` (symbols a program takes from the build's libggml-base that the arm lacks),
+/// those no other library the program loads (`ldd`) defines either: what would fail at load
+/// time with a "symbol lookup error" once the arm is swapped in.
+fn unprovided(program: &Path, mut wanted: Vec<String>) -> Vec<String> {
+    let libs = Command::new("ldd").arg(program).output().map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split("=> ").nth(1))
+            .filter_map(|r| r.split(" (").next())
+            .filter(|p| !p.contains("libggml-base"))
+            .map(std::path::PathBuf::from)
+            .collect::<Vec<_>>()
+    });
+    for lib in libs.unwrap_or_default() {
+        let defs = dyn_symbols(&lib, true);
+        wanted.retain(|s| !defs.contains(s));
+    }
+    wanted
+}
+
+/// Warns, before anything runs, about every program of the build that imports from the
+/// build's own libggml-base a symbol the arm's file lacks and nothing else provides (seen
+/// on a CUDA build whose toolchain put C++ runtime symbols into libggml-base): those programs
+/// will stop at load time in that arm, which the table then shows; the others run. Returns
+/// the programs, as `arm: program: symbol, ...`.
+pub fn check_imports(build: &Path, arms: &[crate::swap::Arm]) -> Vec<String> {
+    let lib_dir = crate::paths::bin_dir(build);
+    let build_exports = dyn_symbols(&lib_dir.join("libggml-base.so.0"), true);
+    let mut programs: Vec<std::path::PathBuf> = std::fs::read_dir(&lib_dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+                    p.is_file() && !name.is_some_and(|n| n.contains(".so"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    programs.sort();
+    // What each program takes from the build's libggml-base: read once for every arm.
+    let imports: Vec<(std::path::PathBuf, Vec<String>)> = programs
+        .into_iter()
+        .map(|p| {
+            let from_base: Vec<String> = dyn_symbols(&p, false)
+                .into_iter()
+                .filter(|s| build_exports.contains(s))
+                .collect();
+            (p, from_base)
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    let mut out = Vec::new();
+    for arm in arms {
+        let arm_exports = dyn_symbols(&arm.lib_copy, true);
+        for (p, from_base) in &imports {
+            let lacking: Vec<String> = from_base
+                .iter()
+                .filter(|s| !arm_exports.contains(*s))
+                .cloned()
+                .collect();
+            if lacking.is_empty() {
+                continue;
+            }
+            let missing = unprovided(p, lacking);
+            if missing.is_empty() {
+                continue;
+            }
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            let more = if missing.len() > 3 {
+                format!(" and {} more", missing.len() - 3)
+            } else {
+                String::new()
+            };
+            let line = format!(
+                "{name}: {}{more}",
+                missing[..missing.len().min(3)].join(", ")
+            );
+            crate::say(&format!(
+                "warning: arm {}: {line}: the build's programs take these from its own \
+                 libggml-base, which the arm's file does not define, and no other library of \
+                 theirs does; {name} will stop at load time (symbol lookup error) in this arm",
+                arm.name
+            ));
+            out.push(format!("{}: {line}", arm.name));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! `ab bundle`: one folder (and a `.tar.gz` of it) with everything the harness needs on a
-//! machine without cargo: the `ab` and `bench` binaries, our libraries and the probe, the C
+//! machine without cargo: the `ab`, `bench` and `view` binaries, our libraries and the probe, the C
 //! sources the tools compile at run time, and `pins.toml`. Run from there, `ab` finds its
 //! files through the marker (see the `bundle` crate) and builds nothing; the llama.cpp build
 //! and the model are named on the command line (`--llama-build`, `--model`).
@@ -69,6 +69,7 @@ pub fn make(paths: &Paths, out: Option<PathBuf>) -> Result<PathBuf> {
     // built, so an arm keeps the sha256 it has in the workspace.
     strip(&release.join("ab"), &out.join("ab"))?;
     strip(&release.join("bench"), &out.join("bench"))?;
+    strip(&release.join("view"), &out.join("view"))?;
     strip(&release.join("libab_probe.so"), &lib.join("libab_probe.so"))?;
     copy(&ours.base, &lib.join("libggml-base.so.0"))?;
     let hrx = paths.ours_lib().join("libggml-hrx.so");

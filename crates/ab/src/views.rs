@@ -96,8 +96,16 @@ fn records(dir: &Path) -> usize {
         .unwrap_or(0)
 }
 
-/// Builds the `view` tool (`cargo build --release -p view`) and returns its path.
+/// Builds the `view` tool (`cargo build --release -p view`) and returns its path; in a bundle,
+/// the bundle's `view` binary as it is.
 fn tool(paths: &Paths) -> Result<PathBuf> {
+    if let Some(b) = &paths.bundle {
+        let exe = b.join("view");
+        if !exe.is_file() {
+            bail!("the bundle {} has no view binary", b.display());
+        }
+        return Ok(exe);
+    }
     let st = Command::new("cargo")
         .args(["build", "--release", "-q", "-p", "view", "--bin", "view"])
         .current_dir(&paths.root)

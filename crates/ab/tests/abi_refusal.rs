@@ -107,3 +107,70 @@ fn another_ggml_is_refused_before_anything_runs() {
     assert!(err.contains("arm abi-same: ggml 0.25.3"), "{err}");
     assert!(marker.exists(), "the program did not run: {err}");
 }
+
+/// A build whose programs take a symbol from the build's own libggml-base that the arm's file
+/// lacks (as a CUDA build's programs took C++ runtime symbols on the H200): the harness names
+/// the program and the symbol before it runs anything, and the program then stops at load
+/// time in that arm.
+#[test]
+fn programs_importing_what_the_arm_lacks_are_named() {
+    let root = root();
+    let dir = root.join("target/tmp/abi-imports");
+    let _ = std::fs::remove_dir_all(&dir);
+    let bin = dir.join("build/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let identity = "#include <stddef.h>\n\
+        const char * ggml_version(void) { return \"1.0.0\"; }\n\
+        const char * ggml_commit(void) { return \"same\"; }\n\
+        size_t ggml_tensor_overhead(void) { return 400; }\n\
+        size_t ggml_graph_overhead(void) { return 80; }\n";
+    let lib = |name: &str, extra: &str| {
+        let src = dir.join(format!("{name}.c"));
+        std::fs::write(&src, format!("{identity}{extra}")).unwrap();
+        let out = dir.join(name);
+        assert!(Command::new("cc")
+            .args(["-shared", "-fPIC", "-Wl,-soname,libggml-base.so.0", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .unwrap()
+            .success());
+        out
+    };
+    let own = lib("own.so", "int runtime_extra(void) { return 7; }\n");
+    let arm = lib("arm.so", "");
+    std::fs::copy(&own, bin.join("libggml-base.so.0")).unwrap();
+    std::os::unix::fs::symlink("libggml-base.so.0", bin.join("libggml-base.so")).unwrap();
+    let prog_src = dir.join("prog.c");
+    std::fs::write(
+        &prog_src,
+        "int runtime_extra(void);\nint main(void) { return runtime_extra() == 7 ? 0 : 1; }\n",
+    )
+    .unwrap();
+    assert!(Command::new("cc")
+        .arg("-o")
+        .arg(bin.join("needs-extra"))
+        .arg(&prog_src)
+        .arg(format!("-L{}", bin.display()))
+        .args(["-lggml-base", "-Wl,-rpath,$ORIGIN"])
+        .status()
+        .unwrap()
+        .success());
+
+    let out = Command::new(env!("CARGO_BIN_EXE_ab"))
+        .current_dir(&root)
+        .args(["exec", "--arm", "abi-imports", "--lib"])
+        .arg(&arm)
+        .arg("--llama-build")
+        .arg(dir.join("build"))
+        .args(["--", "needs-extra"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: arm abi-imports: needs-extra: runtime_extra: the build's programs take these from its own libggml-base"),
+        "{err}"
+    );
+    // and so it does stop at load time (the loader's 127), as the warning said
+    assert_eq!(out.status.code(), Some(127), "{err}");
+}

@@ -36,6 +36,7 @@ fn a_bundle_runs_without_cargo() {
     for f in [
         "ab",
         "bench",
+        "view",
         "ab-bundle.json",
         "pins.toml",
         "lib/libggml-base.so.0",
