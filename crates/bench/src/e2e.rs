@@ -83,11 +83,7 @@ pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<BenchRun> {
         .with_context(|| format!("starting {}", setup.llama_bench.display()))?;
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
-        let useful: String = stderr
-            .lines()
-            .filter(|l| !is_ld_debug(l))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let useful = without_ld_debug(&stderr);
         bail!(
             "llama-bench ({}, arm {}) failed ({}): {}",
             dev.name,
@@ -142,6 +138,15 @@ pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<BenchRun> {
         })
         .collect();
     Ok(BenchRun { tests, probe })
+}
+
+/// A process's stderr without the loader's `LD_DEBUG` lines: what it said itself.
+pub(crate) fn without_ld_debug(stderr: &str) -> String {
+    stderr
+        .lines()
+        .filter(|l| !is_ld_debug(l))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 pub(crate) fn is_ld_debug(line: &str) -> bool {

@@ -141,6 +141,19 @@ fn workspace_root() -> Result<PathBuf> {
         .with_context(|| format!("workspace root {}", root.display()))
 }
 
+/// Writes `<out>/report.md` (`md`, also printed) and `<out>/report.json` (`rep`).
+pub(crate) fn write_report<T: serde::Serialize>(out: &Path, md: &str, rep: &T) -> Result<()> {
+    std::fs::write(out.join("report.md"), md)?;
+    std::fs::write(out.join("report.json"), serde_json::to_string_pretty(rep)?)?;
+    println!("{md}");
+    progress(&format!(
+        "wrote {} and {}",
+        out.join("report.md").display(),
+        out.join("report.json").display()
+    ));
+    Ok(())
+}
+
 fn utc_now() -> String {
     std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
@@ -447,16 +460,7 @@ fn real_main(args: &[String], opts: Options) -> Result<()> {
         e2e_errors,
         e2e_devices,
     };
-    let md = rep.markdown();
-    std::fs::write(out.join("report.md"), &md)?;
-    std::fs::write(out.join("report.json"), serde_json::to_string_pretty(&rep)?)?;
-    println!("{md}");
-    progress(&format!(
-        "wrote {} and {}",
-        out.join("report.md").display(),
-        out.join("report.json").display()
-    ));
-    Ok(())
+    write_report(&out, &rep.markdown(), &rep)
 }
 
 /// 5: writes the models, then runs `archs-cycle` per round, per device configuration, per

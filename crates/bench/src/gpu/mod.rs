@@ -313,16 +313,7 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
         errors,
         rounds,
     };
-    let md = rep.markdown();
-    std::fs::write(out.join("report.md"), &md)?;
-    std::fs::write(out.join("report.json"), serde_json::to_string_pretty(&rep)?)?;
-    println!("{md}");
-    progress(&format!(
-        "wrote {} and {}",
-        out.join("report.md").display(),
-        out.join("report.json").display()
-    ));
-    Ok(())
+    crate::write_report(&out, &rep.markdown(), &rep)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use super::parse::{self, BatchedRow, BenchTest};
 use super::{GpuOptions, Layout};
 use crate::arms::Arm;
-use crate::e2e::{is_ld_debug, mapped_libs};
+use crate::e2e::{mapped_libs, without_ld_debug};
 use crate::probe::{self, ProbeStats};
 use crate::sched::tail;
 use anyhow::{bail, Context, Result};
@@ -187,11 +187,7 @@ fn run_parsed<T>(
     let stderr = String::from_utf8_lossy(&output.stderr);
     let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
-        let useful: String = stderr
-            .lines()
-            .filter(|l| !is_ld_debug(l))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let useful = without_ld_debug(&stderr);
         return Ok(Err(format!(
             "{name} failed ({}{}): {}",
             output.status,
