@@ -2,7 +2,8 @@
 # gpu/pack.sh: writes .device/ (ignored by git), what gpu/run.sh needs on a CUDA machine that
 # has no Rust and no network: the harness bundle (`./ab bundle`), the pinned llama.cpp tree
 # trimmed to what a CUDA build reads (no models/ but one vocab, no docs/, media/, tools/ui,
-# no backends but cpu, cuda, rpc, blas), and the random-weight model writer. About 14 MiB:
+# no backends but cpu, cuda, rpc, blas), and the random-weight model writer gpu/mkmodel.py.
+# About 16 MiB:
 # small enough to travel with the working tree (the lent machine's limit is 64 MiB).
 #
 #   gpu/pack.sh            then, there: gpu/run.sh STAGE ...   (see gpu/README.md)
@@ -33,7 +34,5 @@ if [ ! -f "$dev/llama.tar.gz" ]; then
   gzip -c "$tmp/llama.tar" > "$dev/llama.tar.gz"
   rm -rf "$tmp"
 fi
-mk=../shared/gpu/mkmodel.py
-[ -f "$mk" ] && cp "$mk" "$dev/mkmodel.py"
-[ -f "$dev/mkmodel.py" ] || { echo "gpu/pack.sh: no mkmodel.py (../shared/gpu/mkmodel.py)" >&2; exit 1; }
+cp gpu/mkmodel.py "$dev/mkmodel.py"
 du -sh "$dev"/* >&2
