@@ -38,7 +38,7 @@ pub fn make(paths: &Paths, out: Option<PathBuf>) -> Result<PathBuf> {
         bail!("ab bundle runs in a workspace (it builds with cargo), not from a bundle");
     }
     let out = out.unwrap_or_else(|| paths.target.join("ab-bundle"));
-    say("bundle: cargo build --release -p ab -p bench -p ab-probe");
+    say("bundle: cargo build --release -p ab -p bench -p view -p ab-probe");
     let st = Command::new("cargo")
         .args([
             "build",
@@ -48,6 +48,8 @@ pub fn make(paths: &Paths, out: Option<PathBuf>) -> Result<PathBuf> {
             "ab",
             "-p",
             "bench",
+            "-p",
+            "view",
             "-p",
             "ab-probe",
         ])
