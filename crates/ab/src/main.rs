@@ -39,7 +39,10 @@ use std::time::Duration;
     name = "ab",
     about = "A/B harness: run an unchanged llama.cpp build with one libggml-base or another, \
              prove which library each process mapped, compare the results",
-    after_help = "Without a subcommand, runs the main job (`ab ab`)."
+    after_help = "Without a subcommand, runs the main job (`ab ab`). The workspace's other \
+                  tools run as `ab NAME ARGS`: `ab bench` (benchmarks, `ab bench gpu` on a GPU \
+                  build), `ab view` (placement pages), `ab sched-diff` (the differential), \
+                  `ab repro` (the in-place reproducer); each has its own --help."
 )]
 struct Cli {
     #[command(subcommand)]
