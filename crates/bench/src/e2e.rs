@@ -4,7 +4,7 @@ use crate::arms::Arm;
 use crate::probe::{self, ProbeStats};
 use crate::sched::tail;
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -41,14 +41,6 @@ pub struct Device {
 pub struct TestResult {
     pub test: String,
     pub samples_ts: Vec<f64>,
-}
-
-#[derive(Deserialize)]
-struct BenchJson {
-    n_prompt: u32,
-    n_gen: u32,
-    #[serde(default)]
-    samples_ts: Vec<f64>,
 }
 
 /// One llama-bench process: its tests and the scheduler time the probe saw.
@@ -119,21 +111,13 @@ pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<BenchRun> {
         }
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let start = stdout
-        .find('[')
-        .context("llama-bench printed no JSON array")?;
-    let parsed: Vec<BenchJson> =
-        serde_json::from_str(&stdout[start..]).context("parsing llama-bench JSON")?;
+    let parsed = crate::llama_bench::llama_bench_json(&stdout)?;
     let probe = probe::take(&setup.probe_out)?;
     arm.check_mapped(&probe.lib, "llama-bench scheduler calls")?;
     let tests = parsed
         .into_iter()
         .map(|r| TestResult {
-            test: if r.n_gen > 0 {
-                format!("tg{}", r.n_gen)
-            } else {
-                format!("pp{}", r.n_prompt)
-            },
+            test: r.test,
             samples_ts: r.samples_ts,
         })
         .collect();

@@ -40,6 +40,7 @@ mod arms;
 mod cbuild;
 mod e2e;
 mod gpu;
+mod llama_bench;
 mod probe;
 mod report;
 mod sched;
