@@ -73,30 +73,30 @@ stage_model() {
   log "model: $(ls -la "$M")"
 }
 
-stage_ops() {
-  "$ab" ab --llama-build "$B" --model "$M" --full --partial-ngl 8 \
-    --only "${OPS_ONLY:-llama-simple,backend-ops CUDA0 all}" > "$W/logs/ops.log" 2>&1
+# logged NAME LINES CMD...: runs CMD with its output in $W/logs/NAME.log, shows its last LINES
+# lines and its exit status, and returns that status.
+logged() {
+  local name=$1 lines=$2
+  shift 2
+  "$@" > "$W/logs/$name.log" 2>&1
   local rc=$?
-  tail -25 "$W/logs/ops.log"
-  log "ops: exit $rc"
+  tail -"$lines" "$W/logs/$name.log"
+  log "$name: exit $rc"
   return $rc
+}
+
+stage_ops() {
+  logged ops 25 "$ab" ab --llama-build "$B" --model "$M" --full --partial-ngl 8 \
+    --only "${OPS_ONLY:-llama-simple,backend-ops CUDA0 all}"
 }
 
 stage_rpc() {
-  "$ab" rpc --llama-build "$B" --model "$M" > "$W/logs/rpc.log" 2>&1
-  local rc=$?
-  tail -12 "$W/logs/rpc.log"
-  log "rpc: exit $rc"
-  return $rc
+  logged rpc 12 "$ab" rpc --llama-build "$B" --model "$M"
 }
 
 stage_bench() {
-  "$ab" bench gpu --llama-build "$B" --model "$M" --rounds "${BENCH_ROUNDS:-10}" \
-    --out "$W/bench" > "$W/logs/bench.log" 2>&1
-  local rc=$?
-  tail -40 "$W/logs/bench.log"
-  log "bench: exit $rc"
-  return $rc
+  logged bench 40 "$ab" bench gpu --llama-build "$B" --model "$M" --rounds "${BENCH_ROUNDS:-10}" \
+    --out "$W/bench"
 }
 
 run_stages() {
