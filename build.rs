@@ -1,6 +1,6 @@
 //! Builds everything of `libggml-base.so.0` that is not Rust: the upstream C and C++ sources
-//! of the pinned llama.cpp tree (all of stock's `ggml-base` target except `ggml-backend.cpp`,
-//! whose 103 functions are implemented in Rust), compiled with exactly the definitions and
+//! of the pinned llama.cpp tree (all of stock's `ggml-base` target except `ggml-backend.cpp`
+//! and `ggml-alloc.c`, whose 117 functions are implemented in Rust), compiled with exactly the definitions and
 //! optimisation flags that the stock CMake build uses.
 //!
 //! A Rust `cdylib` keeps only the Rust `#[no_mangle]` items global, so the compiled archives
@@ -21,7 +21,8 @@ mod cmake;
 mod nm;
 
 /// Upstream C sources (relative to `ggml/src`), sorted.
-const C_SOURCES: &[&str] = &["ggml-alloc.c", "ggml-quants.c", "ggml.c"];
+/// `ggml-alloc.c` is not among them: its 14 functions are Rust as well (`src/alloc/`).
+const C_SOURCES: &[&str] = &["ggml-quants.c", "ggml.c"];
 /// Upstream C++ sources (relative to `ggml/src`), sorted. `ggml-backend.cpp` is never built.
 const CXX_SOURCES: &[&str] = &[
     "ggml-backend-meta.cpp",

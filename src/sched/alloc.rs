@@ -264,16 +264,15 @@ impl Sched {
             && self.plan.is_some_and(|p| {
                 p != this && p.n_nodes == this.n_nodes && p.n_leafs == this.n_leafs
             });
-        // SAFETY: as for `ggml_gallocr_alloc_graph` below.
+        // SAFETY: as for `alloc_graph` below.
         if stale && !unsafe { self.reserve_split() } {
             return false;
         }
 
-        // SAFETY: `galloc` is the scheduler's own (`ggml_gallocr_new_n` aborts rather than
-        // return NULL); `gc` is the allocation graph `split` built, whose node and leaf
-        // arrays are `graph_nodes` and `graph_leafs` (unchanged since) and whose tensors
-        // are live by this function's contract.
-        if changed || !unsafe { ggml_sys::ggml_gallocr_alloc_graph(self.galloc, gc) } {
+        // SAFETY: `gc` is the allocation graph `split` built, whose node and leaf arrays are
+        // `graph_nodes` and `graph_leafs` (unchanged since) and whose tensors are live by this
+        // function's contract.
+        if changed || !unsafe { self.galloc.alloc_graph(&*gc) } {
             if self.debug_realloc > 0 {
                 let unexpected = !changed && self.debug_prev_graph_size == self.debug_graph_size;
                 if unexpected || self.debug_realloc > 1 {
@@ -286,12 +285,12 @@ impl Sched {
                     );
                 }
             }
-            // SAFETY: as for `ggml_gallocr_alloc_graph` above.
+            // SAFETY: as for `alloc_graph` above.
             if !unsafe { self.reserve_split() } {
                 return false;
             }
-            // SAFETY: as for the first `ggml_gallocr_alloc_graph`.
-            if !unsafe { ggml_sys::ggml_gallocr_alloc_graph(self.galloc, gc) } {
+            // SAFETY: as for the first `alloc_graph`.
+            if !unsafe { self.galloc.alloc_graph(&*gc) } {
                 crate::ffi::log::error(
                     "ggml_backend_sched_alloc_splits: failed to allocate graph\n",
                 );
@@ -312,23 +311,30 @@ impl Sched {
         for b in 0..self.backends.len() {
             crate::backend::synchronize(self.backend(b));
         }
-        // SAFETY: `galloc` is the scheduler's own; the allocation graph `split` built, of
-        // live tensors (this function's contract); `put` grew `node_ids` and `leaf_ids` to
-        // at least its node and leaf counts, all gallocr reads.
-        let reserved = unsafe {
-            ggml_sys::ggml_gallocr_reserve_n(
-                self.galloc,
-                self.graph.get(),
-                self.node_ids.as_ptr(),
-                self.leaf_ids.as_ptr(),
-            )
-        };
+        // SAFETY: this function's contract.
+        let reserved = unsafe { self.reserve_graph(false) };
         if !reserved {
             crate::ffi::log::error(
                 "ggml_backend_sched_alloc_splits: failed to reserve graph buffers\n",
             );
         }
         reserved
+    }
+
+    /// Plans the allocation graph the last split built and, unless `no_alloc`, grows the
+    /// compute buffers to the plan (stock `ggml_gallocr_reserve_n`, or `_size` with
+    /// `no_alloc`). False when a backend cannot allocate a buffer.
+    ///
+    /// # Safety
+    /// As [`Sched::alloc_splits`].
+    pub(crate) unsafe fn reserve_graph(&mut self, no_alloc: bool) -> bool {
+        let g = self.graph.get_mut();
+        let (n, l) = (g.n_nodes.max(0) as usize, g.n_leafs.max(0) as usize);
+        // `put` grew `node_ids` and `leaf_ids` to at least the graph's counts.
+        let (nodes, leafs) = (&self.node_ids[..n], &self.leaf_ids[..l]);
+        // SAFETY: the allocation graph `split` built, of live tensors (this function's
+        // contract), with one buffer id per node and leaf.
+        unsafe { self.galloc.reserve(g, Some(nodes), Some(leafs), no_alloc) }.is_ok()
     }
 
     /// The plan gallocr holds after a reserve of the allocation graph the last split built.

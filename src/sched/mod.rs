@@ -42,10 +42,12 @@ use std::ptr;
 
 use ggml_sys::{
     ggml_backend_buffer_type_t, ggml_backend_event_t, ggml_backend_sched_eval_callback,
-    ggml_backend_sched_t, ggml_backend_t, ggml_cgraph, ggml_gallocr_t, ggml_status, ggml_tensor,
+    ggml_backend_sched_t, ggml_backend_t, ggml_cgraph, ggml_status, ggml_tensor,
 };
 
 use crate::ffi::{c_name, export, fatal, non_null, non_null_mut};
+use crate::alloc::gallocr::Gallocr;
+use crate::alloc::pack::Layout;
 use ctx::CtxPool;
 use split::Split;
 use table::{Cause, GraphIds, Table};
@@ -59,7 +61,7 @@ pub const DEFAULT_COPIES: usize = 4;
 pub struct Sched {
     pub(crate) backends: Vec<ggml_backend_t>,
     pub(crate) bufts: Vec<ggml_backend_buffer_type_t>,
-    pub(crate) galloc: ggml_gallocr_t,
+    pub(crate) galloc: Gallocr,
     pub(crate) table: Table,
     /// The ids of the last split graph's tensors in `table`, reused by the next split.
     pub(crate) graph_ids: GraphIds,
@@ -239,10 +241,6 @@ impl Drop for Sched {
                 }
             }
         }
-        if !self.galloc.is_null() {
-            // SAFETY: made by ggml_gallocr_new_n, freed once.
-            unsafe { ggml_sys::ggml_gallocr_free(self.galloc) };
-        }
         // The tensor-header contexts are freed by the pool's own Drop.
     }
 }
@@ -340,8 +338,9 @@ export! {
             }
             events.push(row);
         }
-        // SAFETY: `buft_list` holds `n_backends` live buffer types; gallocr copies the list.
-        let galloc = unsafe { ggml_sys::ggml_gallocr_new_n(buft_list.as_mut_ptr(), n_backends) };
+        // SAFETY: `buft_list` holds live buffer types, which outlive the scheduler (the
+        // backends' contract); the allocator copies the list.
+        let galloc = unsafe { Gallocr::new(&buft_list, Layout::from_env(), F) };
         let mut s = Box::new(Sched {
             backends: list,
             bufts: buft_list,
@@ -451,17 +450,15 @@ export! {
         // SAFETY: non-NULL (asserted above) and a live graph of live tensors (the `# Safety`
         // contract).
         unsafe { s.split(measure_graph) };
-        // SAFETY: the split just made filled `graph`, `node_ids` and `leaf_ids` for gallocr,
-        // and `sizes` (non-NULL) has room for one size per backend (the `# Safety` contract).
-        unsafe {
-            ggml_sys::ggml_gallocr_reserve_n_size(
-                s.galloc,
-                s.graph.get(),
-                s.node_ids.as_ptr(),
-                s.leaf_ids.as_ptr(),
-                sizes,
-            )
-        };
+        // SAFETY: the split just made filled `graph`, `node_ids` and `leaf_ids` for the
+        // allocator.
+        let planned = unsafe { s.reserve_graph(true) };
+        crate::ggml_assert!(F, planned, "GGML_ASSERT(ggml_gallocr_reserve_n_impl(...)) failed");
+        for (i, size) in s.galloc.planned_sizes().into_iter().enumerate() {
+            // SAFETY: `sizes` (non-NULL) has room for one size per backend (the `# Safety`
+            // contract), and the allocator has one buffer id per backend.
+            unsafe { *sizes.add(i) = size };
+        }
         // gallocr's plan is now this graph's (sizing replans without allocating).
         // SAFETY: the allocation graph the split just built, of live tensors.
         s.plan = Some(unsafe { s.split_plan() });
@@ -486,15 +483,9 @@ export! {
         // SAFETY: non-NULL (asserted above) and a live graph of live tensors (the `# Safety`
         // contract).
         unsafe { s.split(measure_graph) };
-        // SAFETY: the split just made filled `graph`, `node_ids` and `leaf_ids` for gallocr.
-        let reserved = unsafe {
-            ggml_sys::ggml_gallocr_reserve_n(
-                s.galloc,
-                s.graph.get(),
-                s.node_ids.as_ptr(),
-                s.leaf_ids.as_ptr(),
-            )
-        };
+        // SAFETY: the split just made filled `graph`, `node_ids` and `leaf_ids` for the
+        // allocator.
+        let reserved = unsafe { s.reserve_graph(false) };
         if !reserved {
             return false;
         }
@@ -586,8 +577,7 @@ export! {
         // SAFETY: `sched` is NULL (aborts) or a live scheduler (the `# Safety` contract).
         let s = unsafe { sched_ref(sched, F) };
         let i = s.backend_index_or_abort(backend, F);
-        // SAFETY: the scheduler's own gallocr, and `i` one of its buffer indices.
-        unsafe { ggml_sys::ggml_gallocr_get_buffer_size(s.galloc, i as c_int) }
+        s.galloc.buffer_size(i)
     }
 }
 

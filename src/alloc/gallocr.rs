@@ -1,0 +1,382 @@
+//! The graph allocator (stock's `struct ggml_gallocr`): plans a graph with [`Planner::walk`],
+//! lays the plan out ([`super::pack`]), keeps one virtual buffer (up to 16 backend buffers)
+//! per buffer type, and places a graph's tensors at the planned addresses, as long as the
+//! graph still fits the plan.
+//!
+//! The C functions over it are in [`super::exports`]; the scheduler calls the methods here
+//! directly.
+
+use ggml_sys::{ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
+
+use super::blocks::{Addr, MAX_CHUNKS};
+use super::pack::{self, Layout};
+use super::walk::{graph_tensors, Planner};
+use crate::{buffer, buffer_type, ffi, multi_buffer, tensor};
+
+/// Where the plan put one tensor (stock's `struct tensor_alloc`): buffer id -1 for a tensor
+/// the graph allocator does not place (it had memory, or is a view).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placed {
+    /// Buffer id, or -1.
+    pub buffer_id: i32,
+    /// Address in that buffer id's virtual buffer.
+    pub addr: Addr,
+    /// Bytes the tensor needed when planned (0 when not placed): a later graph's tensor at
+    /// this position fits when it needs no more.
+    pub size_max: usize,
+}
+
+impl Placed {
+    const NONE: Placed = Placed {
+        buffer_id: -1,
+        addr: Addr {
+            chunk: u32::MAX,
+            offset: usize::MAX,
+        },
+        size_max: 0,
+    };
+}
+
+/// The plan of one node: its own place and its sources' (stock's `struct node_alloc`).
+#[derive(Clone, Copy, Debug)]
+pub struct NodePlan {
+    dst: Placed,
+    src: [Placed; ggml_sys::GGML_MAX_SRC as usize],
+}
+
+/// A graph allocator. Made by [`Gallocr::new`] (C: `ggml_gallocr_new_n`), which borrows the
+/// buffer types for its lifetime; owns its compute buffers and frees them when dropped.
+pub struct Gallocr {
+    planner: Planner,
+    /// One virtual buffer per allocator (shared by the buffer ids of one buffer type, as
+    /// stock's buffers array holds the same pointer twice): its chunks, or `None` when not
+    /// allocated.
+    buffers: Vec<Option<Vec<ggml_backend_buffer_t>>>,
+    nodes: Vec<NodePlan>,
+    leafs: Vec<Placed>,
+    layout: Layout,
+}
+
+/// Why [`Gallocr::reserve`] failed: a backend could not allocate a compute buffer.
+#[derive(Debug)]
+pub struct AllocFailed;
+
+impl Gallocr {
+    /// A graph allocator for `bufts`, one buffer id each (stock `ggml_gallocr_new_n`), laying
+    /// plans out as `layout` says.
+    ///
+    /// # Safety
+    /// Every buffer type must be live for the allocator's lifetime.
+    pub unsafe fn new(bufts: &[ggml_backend_buffer_type_t], layout: Layout, func: &str) -> Self {
+        // SAFETY: forwarded: live buffer types.
+        let planner = unsafe { Planner::new(bufts, func) };
+        Gallocr {
+            buffers: vec![None; planner.blocks.len()],
+            planner,
+            nodes: Vec::new(),
+            leafs: Vec::new(),
+            layout,
+        }
+    }
+
+    /// Buffer ids.
+    pub fn n_buffers(&self) -> usize {
+        self.planner.bufts.len()
+    }
+
+    /// Plans `graph` and makes every compute buffer at least as large as the plan needs
+    /// (stock `ggml_gallocr_reserve_n`), or with `no_alloc` only plans, freeing buffers that
+    /// would have to grow (stock's `reserve_n_size` path). Fails, after logging the buffer type
+    /// and size, when a backend cannot allocate.
+    ///
+    /// # Safety
+    /// As [`Planner::walk`].
+    pub unsafe fn reserve(
+        &mut self,
+        graph: &ggml_cgraph,
+        node_ids: Option<&[i32]>,
+        leaf_ids: Option<&[i32]>,
+        no_alloc: bool,
+    ) -> Result<(), AllocFailed> {
+        // SAFETY: forwarded.
+        unsafe { self.planner.walk(graph, node_ids, leaf_ids) };
+        pack::lay_out(&mut self.planner, self.layout);
+        // SAFETY: forwarded.
+        unsafe { self.record_plan(graph) };
+        self.grow_buffers(no_alloc)
+    }
+
+    /// Bytes each buffer id's virtual buffer needs for the last plan (stock's `sizes` of
+    /// `ggml_gallocr_reserve_n_size`); shared buffer types count once per buffer id.
+    pub fn planned_sizes(&self) -> Vec<usize> {
+        (0..self.n_buffers())
+            .map(|i| {
+                let b = &self.planner.blocks[self.planner.talloc_of[i]];
+                (0..b.n_chunks()).map(|c| b.max_size(c)).sum()
+            })
+            .collect()
+    }
+
+    /// Copies the walk's table into the per-position plan that [`Gallocr::alloc_graph`] uses.
+    ///
+    /// # Safety
+    /// As [`Planner::walk`].
+    unsafe fn record_plan(&mut self, graph: &ggml_cgraph) {
+        // SAFETY: forwarded.
+        let (leafs, nodes) = unsafe { graph_tensors(graph) };
+        let place = |p: &mut Planner, t: *mut ggml_tensor| -> Placed {
+            // SAFETY: a tensor of the live graph, or a source of one.
+            let r = unsafe { &*t };
+            if !r.view_src.is_null() || !r.data.is_null() {
+                return Placed::NONE;
+            }
+            let n = *p.node(t);
+            Placed {
+                buffer_id: n.buffer_id,
+                addr: n.addr,
+                size_max: p.alloc_size(n.buffer_id, r),
+            }
+        };
+        self.nodes.clear();
+        for &node in nodes {
+            // SAFETY: live (forwarded contract).
+            let r = unsafe { &*node };
+            let mut plan = NodePlan {
+                dst: place(&mut self.planner, node),
+                src: [Placed::NONE; ggml_sys::GGML_MAX_SRC as usize],
+            };
+            for (j, &s) in r.src.iter().enumerate() {
+                if !s.is_null() {
+                    plan.src[j] = place(&mut self.planner, s);
+                }
+            }
+            self.nodes.push(plan);
+        }
+        self.leafs.clear();
+        for &leaf in leafs {
+            let placed = place(&mut self.planner, leaf);
+            self.leafs.push(placed);
+        }
+    }
+
+    /// Reallocates each virtual buffer whose chunks are too small for the plan (or that does
+    /// not exist yet: even an empty plan needs one, for views); with `no_alloc` frees it.
+    fn grow_buffers(&mut self, no_alloc: bool) -> Result<(), AllocFailed> {
+        for (a, blocks) in self.planner.blocks.iter().enumerate() {
+            let buf = &mut self.buffers[a];
+            let mut realloc = buf.is_none();
+            for c in 0..blocks.n_chunks() {
+                let have = buf.as_ref().and_then(|b| b.get(c)).map_or(0, |&b| {
+                    // SAFETY: a chunk this allocator made and has not freed.
+                    unsafe { (*b).size }
+                });
+                if blocks.max_size(c) > have {
+                    realloc = true;
+                }
+            }
+            if !realloc {
+                continue;
+            }
+            free_chunks(buf.take());
+            if no_alloc {
+                continue;
+            }
+            let buft_ptr = self.planner.bufts[self.planner.talloc_of.iter().position(|&t| t == a).unwrap_or(0)];
+            // SAFETY: the allocator's buffer types are live (`new`'s contract).
+            let buft = unsafe { &*buft_ptr };
+            let mut chunks = Vec::with_capacity(blocks.n_chunks());
+            for c in 0..blocks.n_chunks() {
+                let b = buffer_type::alloc_buffer(buft, blocks.max_size(c));
+                if b.is_null() {
+                    free_chunks(Some(chunks));
+                    let total: usize = (0..blocks.n_chunks()).map(|c| blocks.max_size(c)).sum();
+                    ffi::log::error(&format!(
+                        "ggml_gallocr_reserve_n_impl: failed to allocate {} buffer of size {total}\n",
+                        cstr(buffer_type::name(buft))
+                    ));
+                    return Err(AllocFailed);
+                }
+                // SAFETY: a buffer just made, owned here and referenced from nowhere else.
+                multi_buffer::set_usage(
+                    unsafe { &mut *b },
+                    ggml_sys::GGML_BACKEND_BUFFER_USAGE_COMPUTE,
+                );
+                chunks.push(b);
+            }
+            *buf = Some(chunks);
+        }
+        Ok(())
+    }
+
+    /// Whether `graph` still fits the plan: the same node and leaf counts, and every node and
+    /// source the plan placed needing no more than it did (stock's `ggml_gallocr_needs_realloc`,
+    /// negated).
+    ///
+    /// # Safety
+    /// `graph` must be live, with live tensors.
+    unsafe fn fits(&mut self, graph: &ggml_cgraph) -> bool {
+        if self.nodes.len() != graph.n_nodes.max(0) as usize
+            || self.leafs.len() != graph.n_leafs.max(0) as usize
+        {
+            return false;
+        }
+        // SAFETY: forwarded.
+        let (_, nodes) = unsafe { graph_tensors(graph) };
+        let ok = |p: &Planner, t: *mut ggml_tensor, placed: &Placed| {
+            // SAFETY: a node of the live graph or a source of one.
+            let r = unsafe { &*t };
+            if !r.data.is_null() || !r.view_src.is_null() {
+                return true;
+            }
+            if placed.buffer_id < 0 {
+                // It had memory when planned and has none now.
+                return false;
+            }
+            placed.size_max >= p.alloc_size(placed.buffer_id, r)
+        };
+        for (plan, &node) in self.nodes.iter().zip(nodes) {
+            if !ok(&self.planner, node, &plan.dst) {
+                return false;
+            }
+            // SAFETY: live.
+            let r = unsafe { &*node };
+            for (s, placed) in r.src.iter().zip(&plan.src) {
+                if !s.is_null() && !ok(&self.planner, *s, placed) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Places `graph`'s tensors by the plan (stock `ggml_gallocr_alloc_graph`). A graph that no
+    /// longer fits is planned again when there is a single buffer id; with several, returns
+    /// false (the caller must reserve with the buffer ids).
+    ///
+    /// # Safety
+    /// `graph` must be live, with live tensors, sources and view sources.
+    pub unsafe fn alloc_graph(&mut self, graph: &ggml_cgraph) -> bool {
+        // SAFETY: forwarded.
+        if !unsafe { self.fits(graph) } {
+            if self.n_buffers() != 1 {
+                return false;
+            }
+            // SAFETY: forwarded.
+            if unsafe { self.reserve(graph, None, None, false) }.is_err() {
+                return false;
+            }
+        }
+        for i in 0..self.n_buffers() {
+            if let Some(chunks) = &self.buffers[self.planner.talloc_of[i]] {
+                for &b in chunks {
+                    // SAFETY: a chunk this allocator made and has not freed.
+                    unsafe { buffer::ggml_backend_buffer_reset(b) };
+                }
+            }
+        }
+        // SAFETY: forwarded.
+        let (leafs, nodes) = unsafe { graph_tensors(graph) };
+        for (&leaf, placed) in leafs.iter().zip(&self.leafs) {
+            // SAFETY: live tensors of the graph.
+            unsafe { self.init_tensor(leaf, placed) };
+        }
+        for (&node, plan) in nodes.iter().zip(&self.nodes) {
+            // SAFETY: live.
+            let r = unsafe { &*node };
+            for (&s, placed) in r.src.iter().zip(&plan.src) {
+                if !s.is_null() {
+                    // SAFETY: a source of a live node.
+                    unsafe { self.init_tensor(s, placed) };
+                }
+            }
+            // SAFETY: live.
+            unsafe { self.init_tensor(node, &plan.dst) };
+        }
+        true
+    }
+
+    /// Gives one tensor its planned memory, or inits a view over its source's (stock
+    /// `ggml_gallocr_init_tensor`). Tensors with memory, and views of tensors that ggml-backend
+    /// did not allocate, are left alone.
+    ///
+    /// # Safety
+    /// `t` and its view source must be live.
+    unsafe fn init_tensor(&self, t: *mut ggml_tensor, placed: &Placed) {
+        // SAFETY: the caller's contract; no other borrow of it is held.
+        let r = unsafe { &mut *t };
+        if !r.view_src.is_null() {
+            // SAFETY: live (the caller's contract).
+            if r.buffer.is_null() && !unsafe { (*r.view_src).buffer }.is_null() {
+                // SAFETY: a view of an allocated, live source, without a buffer.
+                unsafe { tensor::view_init(r, "ggml_gallocr_alloc_graph") };
+            }
+            return;
+        }
+        if !r.data.is_null() {
+            return;
+        }
+        if placed.buffer_id < 0 {
+            ffi::fatal(
+                "ggml_gallocr_alloc_graph",
+                "a leaf that had memory when the graph was planned has none now; reserve again",
+            );
+        }
+        let chunks = self.buffers[self.planner.talloc_of[placed.buffer_id as usize]]
+            .as_ref()
+            .unwrap_or_else(|| {
+                ffi::fatal("ggml_gallocr_alloc_graph", "the compute buffer is not allocated")
+            });
+        let b = chunks[placed.addr.chunk as usize];
+        // SAFETY: a live chunk of this allocator.
+        let base = buffer::base(unsafe { &*b });
+        let addr = base.cast::<u8>().wrapping_add(placed.addr.offset).cast();
+        // SAFETY: a live chunk and a tensor without memory; the plan keeps it inside the chunk.
+        unsafe { tensor::ggml_backend_tensor_alloc(b, t, addr) };
+    }
+
+    /// Bytes of buffer id `id`'s compute buffer: 0 when not allocated, and for a buffer id
+    /// whose buffer type an earlier id has (stock `ggml_gallocr_get_buffer_size`).
+    pub fn buffer_size(&self, id: usize) -> usize {
+        let a = self.planner.talloc_of[id];
+        let Some(chunks) = &self.buffers[a] else {
+            return 0;
+        };
+        if self.planner.talloc_of[..id].contains(&a) {
+            return 0;
+        }
+        chunks
+            .iter()
+            // SAFETY: chunks this allocator made and has not freed.
+            .map(|&b| unsafe { (*b).size })
+            .sum()
+    }
+}
+
+impl Drop for Gallocr {
+    fn drop(&mut self) {
+        for b in self.buffers.drain(..) {
+            free_chunks(b);
+        }
+    }
+}
+
+/// Frees the chunks of a virtual buffer.
+fn free_chunks(chunks: Option<Vec<ggml_backend_buffer_t>>) {
+    for b in chunks.into_iter().flatten() {
+        // SAFETY: a chunk made by `buffer_type::alloc_buffer` for this allocator, freed once.
+        unsafe { buffer::free(b) };
+    }
+}
+
+/// A C string for a message ("?" for NULL).
+fn cstr(p: *const std::os::raw::c_char) -> String {
+    if p.is_null() {
+        return "?".into();
+    }
+    // SAFETY: a buffer type's name, a NUL-terminated string it owns.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+const _: () = assert!(MAX_CHUNKS == 16);

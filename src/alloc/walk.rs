@@ -1,0 +1,444 @@
+//! The planning walk of the graph allocator (stock's `ggml_gallocr_alloc_graph_impl`): one
+//! pass over a graph in execution order that gives every tensor the graph allocator owns an
+//! address in its buffer type's virtual buffer, frees each one after its last reader, and lets
+//! an in-place-able op take over its parent's memory. It only plans: no tensor is changed.
+//!
+//! Every decision and its order are stock's, because the `stock` layout reproduces stock's
+//! offsets byte for byte and the other layouts start from the same lifetimes. Besides the
+//! addresses, the walk records each block it hands out as a [`Slot`] with its lifetime in walk
+//! steps, for the planners that re-pack them ([`super::pack`]).
+
+use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
+use rustc_hash::FxHashMap;
+
+use super::blocks::{align_up, Addr, Blocks};
+use crate::buffer_type;
+use crate::tensor::meta::same_layout;
+
+const OUTPUT: i32 = ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32;
+const INPUT: i32 = ggml_sys::GGML_TENSOR_FLAG_INPUT as i32;
+const MAX_SRC: usize = ggml_sys::GGML_MAX_SRC as usize;
+
+/// What the walk knows of one tensor (stock's `struct hash_node`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Node {
+    /// Readers (as a source) not yet run.
+    pub n_children: i32,
+    /// Views of it not yet done with.
+    pub n_views: i32,
+    /// Index into the graph allocator's buffer types.
+    pub buffer_id: i32,
+    /// Where its memory is.
+    pub addr: Addr,
+    /// Whether the graph allocator gave it memory that is still its own.
+    pub allocated: bool,
+    /// The [`Slot`] its memory belongs to, as index + 1 (0: none; several tensors share one
+    /// through in-place reuse).
+    pub slot: u32,
+}
+
+/// One block handed out by a buffer type's [`Blocks`]: its size after alignment, its
+/// allocator, and the walk steps during which it is in use, `[start, end)` (`end` is
+/// `u32::MAX` for a block never freed, such as an output's). A block that an in-place op took
+/// over lives on in that op's tensor, and so does its slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// Index of the [`Blocks`] (one per distinct buffer type).
+    pub talloc: u32,
+    /// Bytes, aligned.
+    pub size: usize,
+    /// Step at which it was handed out.
+    pub start: u32,
+    /// Step after its last use.
+    pub end: u32,
+    /// Where the greedy walk put it.
+    pub addr: Addr,
+}
+
+/// The walk's state: the buffer types and their allocators, and the per-tensor table.
+/// Owned by the graph allocator and reused from plan to plan.
+pub struct Planner {
+    /// Buffer type of each buffer id.
+    pub bufts: Vec<ggml_backend_buffer_type_t>,
+    /// Allocator index of each buffer id (buffer ids of the same buffer type share one).
+    pub talloc_of: Vec<usize>,
+    /// One allocator per distinct buffer type.
+    pub blocks: Vec<Blocks>,
+    /// The per-tensor table, keyed by the tensor's address.
+    pub hash: FxHashMap<*mut ggml_tensor, Node>,
+    /// Every block handed out in the last walk, in order.
+    pub slots: Vec<Slot>,
+    step: u32,
+}
+
+/// Borrows a tensor of the graph being planned.
+///
+/// # Safety
+/// `t` must point to a live tensor that nothing mutates while the borrow is used.
+#[inline(always)]
+unsafe fn tensor<'a>(t: *mut ggml_tensor) -> &'a ggml_tensor {
+    // SAFETY: the caller's contract.
+    unsafe { &*t }
+}
+
+/// Whether `op` may write its result over a source of the same layout (stock
+/// `ggml_op_can_inplace`; backends must not use restrict pointers for these).
+pub fn op_can_inplace(op: ggml_sys::ggml_op) -> bool {
+    use ggml_sys::*;
+    matches!(
+        op,
+        GGML_OP_FILL
+            | GGML_OP_SCALE
+            | GGML_OP_DIAG_MASK_ZERO
+            | GGML_OP_DIAG_MASK_INF
+            | GGML_OP_ADD
+            | GGML_OP_ADD_ID
+            | GGML_OP_ADD1
+            | GGML_OP_SUB
+            | GGML_OP_MUL
+            | GGML_OP_DIV
+            | GGML_OP_SQR
+            | GGML_OP_SQRT
+            | GGML_OP_LOG
+            | GGML_OP_UNARY
+            | GGML_OP_ROPE
+            | GGML_OP_ROPE_BACK
+            | GGML_OP_SILU_BACK
+            | GGML_OP_RMS_NORM
+            | GGML_OP_RMS_NORM_BACK
+            | GGML_OP_CLAMP
+            | GGML_OP_SOFT_MAX
+            | GGML_OP_SOFT_MAX_BACK
+    )
+}
+
+impl Planner {
+    /// A planner for `bufts` (stock `ggml_gallocr_new_n`): buffer ids of the same buffer type
+    /// share one allocator, made with the type's alignment and maximum size.
+    ///
+    /// # Safety
+    /// Every buffer type must be live for the planner's lifetime.
+    pub unsafe fn new(bufts: &[ggml_backend_buffer_type_t], func: &str) -> Self {
+        let mut talloc_of = Vec::with_capacity(bufts.len());
+        let mut blocks = Vec::new();
+        for (i, &b) in bufts.iter().enumerate() {
+            if let Some(j) = bufts[..i].iter().position(|&o| o == b) {
+                talloc_of.push(talloc_of[j]);
+                continue;
+            }
+            // SAFETY: live by the caller's contract (`buft_ref` aborts on NULL).
+            let buft = unsafe { buffer_type::buft_ref(b, func) };
+            blocks.push(Blocks::new(
+                buffer_type::alignment(buft),
+                buffer_type::max_size(buft),
+            ));
+            talloc_of.push(blocks.len() - 1);
+        }
+        Planner {
+            bufts: bufts.to_vec(),
+            talloc_of,
+            blocks,
+            hash: FxHashMap::default(),
+            slots: Vec::new(),
+            step: 0,
+        }
+    }
+
+    /// Bytes `t` needs in a buffer of buffer id `id`'s type.
+    #[inline]
+    pub fn alloc_size(&self, id: i32, t: &ggml_tensor) -> usize {
+        // SAFETY: the planner's buffer types are live (`Planner::new`'s contract); `id` is one
+        // of its buffer ids (stock indexes its array the same way, unchecked).
+        buffer_type::alloc_size(unsafe { &*self.bufts[id as usize] }, t)
+    }
+
+    /// The table entry of `t`, made zeroed on first use (stock `ggml_gallocr_hash_get`).
+    #[inline]
+    pub fn node(&mut self, t: *mut ggml_tensor) -> &mut Node {
+        self.hash.entry(t).or_default()
+    }
+
+    /// Whether the graph allocator gave `t` memory that is still its own.
+    fn is_own(&mut self, t: *mut ggml_tensor) -> bool {
+        self.node(t).allocated
+    }
+
+    /// Whether `t` has memory, or will get it from this walk.
+    ///
+    /// # Safety
+    /// `t` must be a live tensor.
+    unsafe fn is_allocated(&mut self, t: *mut ggml_tensor) -> bool {
+        // SAFETY: the caller's contract.
+        let r = unsafe { tensor(t) };
+        !r.data.is_null() || !r.buffer.is_null() || self.is_own(t)
+    }
+
+    /// Hands out `size` bytes of allocator `talloc` as a new slot; aborts as stock does when
+    /// no chunk is left.
+    fn take(&mut self, talloc: usize, size: usize) -> (Addr, u32) {
+        let blocks = &mut self.blocks[talloc];
+        let aligned = align_up(size, blocks.alignment());
+        let addr = match blocks.alloc(size) {
+            Ok(a) => a,
+            Err(e) => {
+                crate::ffi::log::error(&format!(
+                    "ggml_dyn_tallocr_alloc: not enough space in the buffer to allocate {} bytes, \
+                     largest block available {} bytes\n",
+                    e.size, e.max_avail
+                ));
+                crate::ffi::fatal(
+                    "ggml_gallocr_alloc_graph",
+                    "graph allocation: failed to reserve memory",
+                );
+            }
+        };
+        self.slots.push(Slot {
+            talloc: talloc as u32,
+            size: aligned,
+            start: self.step,
+            end: u32::MAX,
+            addr,
+        });
+        (addr, self.slots.len() as u32)
+    }
+
+    /// Gives the memory of `node` back unless it is an output (stock `ggml_gallocr_free_node`).
+    ///
+    /// # Safety
+    /// `t` must be a live tensor.
+    unsafe fn free_node(&mut self, t: *mut ggml_tensor) {
+        // SAFETY: the caller's contract.
+        let r = unsafe { tensor(t) };
+        if r.flags & OUTPUT != 0 {
+            return;
+        }
+        let n = *self.node(t);
+        let size = self.alloc_size(n.buffer_id, r);
+        let talloc = self.talloc_of[n.buffer_id as usize];
+        self.blocks[talloc].free(n.addr, size);
+        if let Some(s) = (n.slot as usize).checked_sub(1) {
+            self.slots[s].end = self.step;
+        }
+        self.node(t).allocated = false;
+    }
+
+    /// When `node` took over `parent`'s memory and is smaller, gives the tail back (stock
+    /// `ggml_gallocr_free_extra_space`).
+    ///
+    /// # Safety
+    /// Both must be live tensors with table entries.
+    unsafe fn free_extra_space(&mut self, node: *mut ggml_tensor, parent: *mut ggml_tensor) {
+        let (n, p) = (*self.node(node), *self.node(parent));
+        // SAFETY: the caller's contract.
+        let (rn, rp) = unsafe { (tensor(node), tensor(parent)) };
+        let parent_size = self.alloc_size(p.buffer_id, rp);
+        let node_size = self.alloc_size(n.buffer_id, rn);
+        crate::ggml_assert!(
+            "ggml_gallocr_alloc_graph",
+            parent_size >= node_size,
+            "GGML_ASSERT(parent_size >= node_size) failed"
+        );
+        let talloc = self.talloc_of[p.buffer_id as usize];
+        let align = self.blocks[talloc].alignment();
+        let (parent_size, node_size) = (align_up(parent_size, align), align_up(node_size, align));
+        if parent_size > node_size {
+            let at = Addr {
+                chunk: p.addr.chunk,
+                offset: p.addr.offset + node_size,
+            };
+            self.blocks[talloc].free(at, parent_size - node_size);
+        }
+    }
+
+    /// Gives `t` memory on buffer id `buffer_id`, reusing a parent's when its op can run in
+    /// place (stock `ggml_gallocr_allocate_node`). Tensors with memory, views and tensors
+    /// already planned are left as they are.
+    ///
+    /// # Safety
+    /// `t`, its sources and their view sources must be live tensors.
+    unsafe fn allocate(&mut self, t: *mut ggml_tensor, buffer_id: i32) {
+        crate::ggml_assert!(
+            "ggml_gallocr_alloc_graph",
+            buffer_id >= 0,
+            "GGML_ASSERT(buffer_id >= 0) failed"
+        );
+        self.node(t);
+        // SAFETY: the caller's contract.
+        let r = unsafe { tensor(t) };
+        // SAFETY: as above.
+        if unsafe { self.is_allocated(t) } || !r.view_src.is_null() {
+            return;
+        }
+        self.node(t).allocated = true;
+        if op_can_inplace(r.op) {
+            for &parent in r.src.iter().filter(|p| !p.is_null()) {
+                // SAFETY: a source of a live tensor is live (the caller's contract).
+                if unsafe { self.reuse_parent(t, parent) } {
+                    return;
+                }
+            }
+        }
+        let size = self.alloc_size(buffer_id, r);
+        let (addr, slot) = self.take(self.talloc_of[buffer_id as usize], size);
+        let n = self.node(t);
+        n.buffer_id = buffer_id;
+        n.addr = addr;
+        n.slot = slot;
+    }
+
+    /// Lets `t` take over `parent`'s memory when `parent` is the graph allocator's, not an
+    /// output, of `t`'s layout, and `t` is its last reader; a view parent only when it is its
+    /// view source's only view, at its start. Returns whether it did.
+    ///
+    /// # Safety
+    /// Both, and `parent`'s view source, must be live tensors.
+    unsafe fn reuse_parent(&mut self, t: *mut ggml_tensor, parent: *mut ggml_tensor) -> bool {
+        if !self.is_own(parent) {
+            return false;
+        }
+        // SAFETY: the caller's contract.
+        let (r, p) = unsafe { (tensor(t), tensor(parent)) };
+        // SAFETY: as above; NULL when not a view.
+        let view_src = unsafe { p.view_src.as_ref() };
+        if p.flags & OUTPUT != 0 || view_src.is_some_and(|v| v.flags & OUTPUT != 0) {
+            return false;
+        }
+        if !same_layout(r, p) {
+            return false;
+        }
+        let ph = *self.node(parent);
+        if ph.n_children != 1 || ph.n_views != 0 {
+            return false;
+        }
+        let owner = match view_src {
+            Some(v) => {
+                let vs = p.view_src;
+                let vh = *self.node(vs);
+                if !(vh.n_views == 1 && vh.n_children == 0 && v.data == p.data) {
+                    return false;
+                }
+                self.node(vs).allocated = false;
+                vs
+            }
+            None => parent,
+        };
+        let n = self.node(t);
+        n.buffer_id = ph.buffer_id;
+        n.addr = ph.addr;
+        n.slot = ph.slot;
+        self.node(parent).allocated = false;
+        // SAFETY: both live with table entries (made above).
+        unsafe { self.free_extra_space(t, owner) };
+        true
+    }
+
+    /// Plans `graph` (stock `ggml_gallocr_alloc_graph_impl`): leafs first, then graph inputs,
+    /// then every node in order, freeing sources after their last reader. `node_ids` and
+    /// `leaf_ids` give each node's and leaf's buffer id (all 0 when `None`).
+    ///
+    /// # Safety
+    /// `graph` must be a live graph whose tensors (and their sources and view sources) are
+    /// live; the id slices, when given, must cover its nodes and leafs.
+    pub unsafe fn walk(
+        &mut self,
+        graph: &ggml_cgraph,
+        node_ids: Option<&[i32]>,
+        leaf_ids: Option<&[i32]>,
+    ) {
+        self.hash.clear();
+        self.slots.clear();
+        self.step = 0;
+        for b in &mut self.blocks {
+            b.reset();
+        }
+        let id = |ids: Option<&[i32]>, i: usize| ids.map_or(0, |v| v[i]);
+        // SAFETY: the caller's contract: `n_leafs` and `n_nodes` live tensors.
+        let (leafs, nodes) = unsafe { graph_tensors(graph) };
+
+        for (i, &leaf) in leafs.iter().enumerate() {
+            // SAFETY: live (the caller's contract).
+            unsafe { self.allocate(leaf, id(leaf_ids, i)) };
+        }
+        // Count readers and views; graph inputs get memory first, so nothing overwrites them.
+        for (i, &node) in nodes.iter().enumerate() {
+            // SAFETY: live (the caller's contract).
+            let r = unsafe { tensor(node) };
+            // A NONE node is the scheduler's way to keep its sources alive; it is no view.
+            if !r.view_src.is_null() && r.op != ggml_sys::GGML_OP_NONE {
+                self.node(r.view_src).n_views += 1;
+            }
+            if r.flags & INPUT != 0 {
+                // SAFETY: live (the caller's contract).
+                unsafe { self.allocate(node, id(node_ids, i)) };
+            }
+            for &src in r.src.iter().take(MAX_SRC).filter(|s| !s.is_null()) {
+                self.node(src).n_children += 1;
+                // SAFETY: a source of a live node is live.
+                if unsafe { tensor(src) }.flags & INPUT != 0 {
+                    // SAFETY: as above.
+                    unsafe { self.allocate(src, id(node_ids, i)) };
+                }
+            }
+        }
+        for (i, &node) in nodes.iter().enumerate() {
+            self.step += 1;
+            let buffer_id = id(node_ids, i);
+            // SAFETY: live (the caller's contract).
+            let r = unsafe { tensor(node) };
+            for &src in r.src.iter().filter(|s| !s.is_null()) {
+                // SAFETY: a source of a live node is live.
+                unsafe { self.allocate(src, buffer_id) };
+            }
+            // SAFETY: live (the caller's contract).
+            unsafe { self.allocate(node, buffer_id) };
+            self.step += 1;
+            for &parent in r.src.iter().filter(|s| !s.is_null()) {
+                // SAFETY: as above.
+                unsafe { self.release(parent) };
+            }
+        }
+    }
+
+    /// One reader of `parent` has run: frees it (or, for a view, its view source) when that
+    /// was the last use.
+    ///
+    /// # Safety
+    /// `parent` and its view source must be live tensors.
+    unsafe fn release(&mut self, parent: *mut ggml_tensor) {
+        let p = self.node(parent);
+        p.n_children -= 1;
+        if p.n_children != 0 || p.n_views != 0 {
+            return;
+        }
+        let allocated = p.allocated;
+        // SAFETY: the caller's contract.
+        let vs = unsafe { tensor(parent) }.view_src;
+        if !vs.is_null() {
+            let v = self.node(vs);
+            v.n_views -= 1;
+            if v.n_views == 0 && v.n_children == 0 && v.allocated {
+                // SAFETY: the view source is live (the caller's contract).
+                unsafe { self.free_node(vs) };
+            }
+        } else if allocated {
+            // SAFETY: the caller's contract.
+            unsafe { self.free_node(parent) };
+        }
+    }
+}
+
+/// The leafs and nodes of a graph as slices.
+///
+/// # Safety
+/// `graph` must be live, with `n_leafs` leaf and `n_nodes` node pointers.
+pub unsafe fn graph_tensors(graph: &ggml_cgraph) -> (&[*mut ggml_tensor], &[*mut ggml_tensor]) {
+    let part = |p: *mut *mut ggml_tensor, n: i32| {
+        if p.is_null() || n <= 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller's contract: `n` pointers at `p`, live as long as the graph.
+            unsafe { std::slice::from_raw_parts(p, n as usize) }
+        }
+    };
+    (part(graph.leafs, graph.n_leafs), part(graph.nodes, graph.n_nodes))
+}
