@@ -31,7 +31,8 @@ static void record_free(const struct fake_reg * reg, void * p) {
 struct fake_buf {
     struct fake_dev * dev;
     void *            base;
-    size_t            size; // as asked (mmap length of a RESERVE buffer)
+    size_t            size;   // as asked (mmap length of a RESERVE buffer)
+    int               serial; // the device's n_bufs when it was allocated
 };
 
 static const char * buf_name(ggml_backend_buffer_t buffer) {
@@ -170,8 +171,9 @@ static ggml_backend_buffer_t buft_alloc_reserve(struct fake_dev * d, ggml_backen
     if (fb == NULL) {
         return NULL;
     }
-    fb->dev  = d;
-    fb->size = size;
+    fb->dev    = d;
+    fb->size   = size;
+    fb->serial = d->n_bufs++;
     // A zero-size buffer still needs a non-NULL, aligned base: ggml treats NULL as "no memory".
     fb->base = size ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
                     : (void *) (uintptr_t) d->desc.alignment;
@@ -198,8 +200,9 @@ static ggml_backend_buffer_t buft_alloc_heap(struct fake_dev * d, ggml_backend_b
         record_free(d->reg, fb);
         return NULL;
     }
+    fb->serial = d->n_bufs++;
     if (d->desc.log) {
-        printf("  ALLOCBUF %s %zu\n", buft_get_name(buft), size);
+        printf("  ALLOCBUF %s %zu buf=%s#%d\n", buft_get_name(buft), size, buft_get_name(buft), fb->serial);
     }
     return ggml_backend_buffer_init(buft, heap_buffer_i, fb, size);
 }
@@ -412,4 +415,13 @@ struct fake_dev * fake_dev_of_buft(const struct fake_reg * reg, ggml_backend_buf
 
 struct fake_dev * fake_dev_of_backend(ggml_backend_t backend) {
     return dev_of(backend->context);
+}
+
+int fake_buffer_serial(const struct fake_reg * reg, ggml_backend_buffer_t buffer) {
+    // ggml's zero-size dummy buffer has this buffer type but none of its callbacks
+    if (buffer == NULL || fake_dev_of_buft(reg, buffer->buft) == NULL || buffer->iface.get_base != buf_get_base ||
+        buffer->context == NULL) {
+        return -1;
+    }
+    return ((const struct fake_buf *) buffer->context)->serial;
 }

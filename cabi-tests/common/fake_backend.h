@@ -74,7 +74,8 @@ struct fake_reg;
 struct fake_dev {
     struct fake_dev_desc            desc;
     struct fake_reg *               reg;
-    int                             index; // position in the registry
+    int                             index;  // position in the registry
+    int                             n_bufs; // buffers its buffer type has allocated so far
     struct ggml_backend_buffer_type buft;
     struct ggml_backend_device      dev;
     struct ggml_backend             backend;
@@ -106,5 +107,12 @@ struct fake_dev * fake_dev_of_buft(const struct fake_reg * reg, ggml_backend_buf
 
 // The device behind a backend of this registry (its `backend` member).
 struct fake_dev * fake_dev_of_backend(ggml_backend_t backend);
+
+// The allocation number of a buffer that one of this registry's buffer types allocated:
+// k for the buffer type's k-th allocation (from 0, counted since the device was added, freed
+// buffers included), the number in that buffer's `ALLOCBUF` line. -1 for NULL, for another
+// registry's or a library's buffer, and for ggml's zero-size dummy buffers (made without
+// asking the buffer type). Deterministic, unlike the buffer's address.
+int fake_buffer_serial(const struct fake_reg * reg, ggml_backend_buffer_t buffer);
 
 #endif // FAKE_BACKEND_H

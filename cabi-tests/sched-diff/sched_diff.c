@@ -18,7 +18,8 @@
 //   CONFIG ...                          seed-level choices (backends, parallel, offload,
 //                                       reserve first, rounds, the second round's graph)
 //   DEV <i> <name> ...                  one test device and its capabilities
-//   ALLOCBUF <buft> <size>              a test buffer type allocated a buffer
+//   ALLOCBUF <buft> <size> buf=<buft>#<k>   a test buffer type allocated a buffer, its
+//                                       k-th in this seed (from 0, freed ones counted)
 //   RESERVE ok|fail                     ggml_backend_sched_reserve on graph variant 0
 //   ROUND <k>                           k-th allocation+compute on the same scheduler
 //   GRAPH variant=<v> ops=<n> inplace=<0|1>   a graph is being built
@@ -27,6 +28,16 @@
 //   ALLOC ok|fail                       result of ggml_backend_sched_alloc_graph
 //   LEAF <i> <name> <backend> <buft>    graph leaves in first-use order
 //   NODE <i> <name> <op> <backend> s<j>=<src>@<backend>[-><current src name>] ...
+//   DATA <name> <buft>#<k>|<buft>#?|- <offset>|- [pre] [view=<view_src>]
+//                                       where a tensor's data lives after allocation: after
+//                                       each LEAF and NODE line, that tensor, then (once
+//                                       each) the split-input copies the node now reads.
+//                                       Buffer as in ALLOCBUF (#? a buffer no test buffer
+//                                       type allocated: ggml's zero-size dummy), offset =
+//                                       data - ggml_backend_buffer_get_base(buffer) in bytes
+//                                       (a view's lies in its view source's buffer), `- -`
+//                                       without data; pre: a buffer whose usage is not
+//                                       COMPUTE (pre-allocated weight or cache)
 //   INPLACE <i> <name> <op> node=<b> root=<name> root_backend=<b> root_buft=<t>
 //           root_alloc=pre|sched|reused|none usable=yes|no|unknown rule=ok|violated|unknown
 //   SPLITS <n> COPIES <n>
@@ -882,6 +893,38 @@ static const char * backend_name_or_dash(ggml_backend_t b) {
     return b ? ggml_backend_name(b) : "-";
 }
 
+// prints where `t`'s data lives, as `DATA <name> <buffer> <offset> [pre] [view=<src>]`:
+// the buffer as `<buft>#<k>` (its ALLOCBUF line; `<buft>#?` for a buffer no test buffer
+// type allocated, ggml's zero-size dummy), the offset as bytes from the buffer's base (a
+// view's inside its view source's buffer), `- -` when the tensor has no data. `pre` marks a
+// buffer the scheduler did not allocate (usage other than COMPUTE: a weight or a cache).
+static void print_data(const struct ggml_tensor * t) {
+    printf("DATA %s", t->name);
+    if (t->buffer == NULL || t->data == NULL) {
+        printf(" - -");
+    } else {
+        int          k    = fake_buffer_serial(&g_reg, t->buffer);
+        const char * base = (const char *) ggml_backend_buffer_get_base(t->buffer);
+        if (k >= 0) {
+            printf(" %s#%d", buf_name(t->buffer), k);
+        } else {
+            printf(" %s#?", buf_name(t->buffer));
+        }
+        if (base != NULL) {
+            printf(" %td", (const char *) t->data - base);
+        } else {
+            printf(" -");
+        }
+        if (ggml_backend_buffer_get_usage(t->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE) {
+            printf(" pre");
+        }
+    }
+    if (t->view_src != NULL) {
+        printf(" view=%s", t->view_src->name);
+    }
+    printf("\n");
+}
+
 static bool eval_cb(struct ggml_tensor * t, bool ask, void * user_data) {
     (void) user_data;
     printf("  %s %s\n", ask ? "ASK" : "SEE", t->name);
@@ -1049,10 +1092,13 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
                 seen[nseen++] = s;
                 printf("LEAF %d %s %s %s\n", nseen - 1, s->name,
                        backend_name_or_dash(ggml_backend_sched_get_tensor_backend(sched, s)), buf_name(s->buffer));
+                print_data(s);
             }
         }
     }
 
+    struct ggml_tensor * copies[MAX_T * 2];
+    int                  ncopies = 0;
     for (int i = 0; i < n_nodes; i++) {
         struct ggml_tensor * node = ggml_graph_node(gf, i);
         printf("NODE %d %s %s %s", i, node->name, ggml_op_desc(node),
@@ -1068,6 +1114,23 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
             }
         }
         printf(" buf=%s\n", buf_name(node->buffer));
+        print_data(node);
+        // the split-input copies that replaced its sources, each once (where the first
+        // reader's line is); a copy is allocated like any other tensor
+        for (int j = 0; j < GGML_MAX_SRC; j++) {
+            struct ggml_tensor * c = node->src[j];
+            if (c == NULL || c == orig[i * GGML_MAX_SRC + j]) {
+                continue;
+            }
+            bool dup = false;
+            for (int k = 0; k < ncopies && !dup; k++) {
+                dup = copies[k] == c;
+            }
+            if (!dup && ncopies < MAX_T * 2) {
+                copies[ncopies++] = c;
+                print_data(c);
+            }
+        }
     }
 
     for (int i = 0; i < n_nodes; i++) {

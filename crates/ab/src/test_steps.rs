@@ -138,7 +138,7 @@ pub const STEPS: &[Step] = &[
     },
     ab("RUNPATH trap", &["runpath-trap"], Exact("which library file each process mapped")),
     ab("swap self-check", &["swap-check"], Exact("which library file each process mapped")),
-    ab("scheduler differential", &["sched-diff", "--seeds", "2000"], Exact("placements, splits, copies, buffer sizes; the test backends compute nothing")),
+    ab("scheduler differential", &["sched-diff", "--seeds", "2000"], Exact("placements, splits, copies, buffer sizes, every tensor's buffer and offset; the test backends compute nothing")),
     script("HRX C API and SIGSEGV, stock base", HRX_CHECK, &["cabi"], Exact("bytes uploaded and read back")),
     script("HRX C API and SIGSEGV, our base", HRX_CHECK, &["cabi", OURS_DIR], Exact("bytes uploaded and read back")),
     script("bad input, both bases", "cabi-tests/bad-input/all.sh", &[], Exact("each misuse's outcome (exit status or signal, a message naming what was wrong, output unchanged) in the stock arm and in ours, against the tables of cabi-tests/bad-input/{run,gguf,env}.sh")),

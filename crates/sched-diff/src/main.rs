@@ -3,8 +3,9 @@
 //! Compiles the C driver `cabi-tests/sched-diff/sched_diff.c`, runs it over a range of
 //! seeds against two `libggml-base.so.0` files (arm A, by default the stock build; arm B,
 //! by default ours), and compares, seed by seed, what the two `ggml_backend_sched_*`
-//! implementations decided: node placement, split inputs, splits, buffer sizes, the
-//! compute dispatch and the data copies. See `docs/sched-diff.md`.
+//! implementations decided: node placement, split inputs, splits, buffer sizes, where each
+//! tensor's data lives (buffer and byte offset), the compute dispatch and the data copies.
+//! See `docs/sched-diff.md`.
 //!
 //! Exit status: 0 when every seed passed (or, with `--self-test`, when the detector
 //! caught the perturbation and nothing else), 1 otherwise, 2 on a usage or setup error.
@@ -15,7 +16,8 @@ mod program;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use outcome::{
-    classify, has_inplace_conflict, has_unusable_write, hazards_only_via_reuse, SeedRun, Verdict,
+    classify, data_differs, differs_only_in_allocation, has_inplace_conflict, has_unusable_write,
+    hazards_only_via_reuse, SeedRun, Verdict,
 };
 use program::{Arm, Program};
 use std::path::{Path, PathBuf};
@@ -351,6 +353,23 @@ fn real_main() -> Result<bool> {
         moved + refused
     );
     println!("  unexplained: {}", unexplained.len());
+    let data_explained =
+        count(&|p| p.verdict != Verdict::Unexplained && data_differs(&p.a.lines, &p.b.lines));
+    let data_unexplained = unexplained
+        .iter()
+        .filter(|p| data_differs(&p.a.lines, &p.b.lines))
+        .count();
+    let alloc_only = unexplained
+        .iter()
+        .filter(|p| differs_only_in_allocation(&p.a, &p.b))
+        .count();
+    println!(
+        "  where some tensor's data lives (DATA records) differs: {} seeds ({data_explained} explained, {data_unexplained} unexplained)",
+        data_explained + data_unexplained
+    );
+    println!(
+        "  unexplained with the same decisions, only ggml-alloc's records differing (DATA, ALLOCBUF, BUFSIZE): {alloc_only}"
+    );
     println!("crashes: A {crash_a}, B {crash_b}");
     println!(
         "in-place hazards (rule=violated or usable=no): A in {conflict_a} seeds, B in {} seeds ({})",

@@ -146,6 +146,33 @@ pub fn is_inplace_refusal(msg: &str) -> bool {
     m.contains("in-place") || m.contains("inplace")
 }
 
+/// Whether a record is one of ggml-alloc's results: where a tensor's data lives (`DATA`),
+/// a test buffer type's allocation (`ALLOCBUF`, indented), a compute buffer's size
+/// (`BUFSIZE`).
+fn is_allocation_record(l: &str) -> bool {
+    let l = l.trim_start();
+    l.starts_with("DATA ") || l.starts_with("ALLOCBUF ") || l.starts_with("BUFSIZE ")
+}
+
+/// Whether the two arms put some tensor's data elsewhere: their `DATA` records (buffer and
+/// byte offset of every leaf, node and split-input copy) differ.
+pub fn data_differs(a: &[String], b: &[String]) -> bool {
+    fn data(v: &[String]) -> impl Iterator<Item = &String> {
+        v.iter().filter(|l| l.starts_with("DATA "))
+    }
+    data(a).ne(data(b))
+}
+
+/// Whether the two arms differ only in allocation records ([`is_allocation_record`]): the
+/// scheduler decided the same, ggml-alloc placed or sized something differently. False when
+/// the records are equal or either arm crashed.
+pub fn differs_only_in_allocation(a: &SeedRun, b: &SeedRun) -> bool {
+    fn rest(r: &SeedRun) -> impl Iterator<Item = &String> {
+        r.lines.iter().filter(|l| !is_allocation_record(l))
+    }
+    a.crash.is_none() && b.crash.is_none() && a.lines != b.lines && rest(a).eq(rest(b))
+}
+
 /// How arm B's result for a seed relates to arm A's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -255,6 +282,61 @@ mod tests {
         assert_eq!(classify(&a, &cb), Verdict::Unexplained);
         assert!(!Verdict::IdenticalBothCrashed.differs());
         assert!(Verdict::ExplainedMoved.differs());
+    }
+
+    #[test]
+    fn an_offset_difference_alone_is_unexplained_and_counted_as_allocation() {
+        let node = "NODE 0 t1 ADD T0 s0=i0@T0 buf=T0_BUF";
+        let a = run(
+            2,
+            &[
+                "  ALLOCBUF T0_BUF 512 buf=T0_BUF#0",
+                node,
+                "DATA t1 T0_BUF#0 256",
+                "BUFSIZE T0 512",
+            ],
+            None,
+        );
+        // the same decisions, ggml-alloc put t1 at another offset of a smaller buffer
+        let b = run(
+            2,
+            &[
+                "  ALLOCBUF T0_BUF 384 buf=T0_BUF#0",
+                node,
+                "DATA t1 T0_BUF#0 128",
+                "BUFSIZE T0 384",
+            ],
+            None,
+        );
+        assert_eq!(classify(&a, &b), Verdict::Unexplained);
+        assert!(data_differs(&a.lines, &b.lines));
+        assert!(differs_only_in_allocation(&a, &b));
+        assert!(!differs_only_in_allocation(&a, &a.clone()));
+        // a buffer size alone: not a data difference, still an allocation-only one
+        let c = run(
+            2,
+            &[
+                "  ALLOCBUF T0_BUF 640 buf=T0_BUF#0",
+                node,
+                "DATA t1 T0_BUF#0 256",
+                "BUFSIZE T0 640",
+            ],
+            None,
+        );
+        assert!(!data_differs(&a.lines, &c.lines));
+        assert!(differs_only_in_allocation(&a, &c));
+        // another placement as well: not allocation-only
+        let d = run(
+            2,
+            &[
+                "  ALLOCBUF T0_BUF 512 buf=T0_BUF#0",
+                "NODE 0 t1 ADD TCPU s0=i0@T0 buf=T0_BUF",
+                "DATA t1 T0_BUF#0 128",
+            ],
+            None,
+        );
+        assert!(data_differs(&a.lines, &d.lines));
+        assert!(!differs_only_in_allocation(&a, &d));
     }
 
     #[test]
