@@ -8,6 +8,7 @@
 //! clearing of its hash tables happens in the reset call, not in alloc_graph).
 
 use crate::arms::Arm;
+use crate::buffers::{Ratios, Sized};
 use crate::probe;
 use crate::sched::tail;
 use crate::stats::{paired_ratios, Summary};
@@ -54,6 +55,17 @@ pub struct ModelRun {
     pub reset_calls: i64,
     #[serde(default)]
     pub reset_ns: i64,
+}
+
+impl ModelRow {
+    /// Its compute buffers summed over the backends, both arms, named by the model file
+    /// without `.gguf` (for [`crate::buffers::Ratios`]).
+    pub fn sized(&self) -> Sized {
+        Sized {
+            name: self.model.trim_end_matches(".gguf").to_string(),
+            bytes: [self.buffers[0].iter().sum(), self.buffers[1].iter().sum()],
+        }
+    }
 }
 
 impl ModelRun {
@@ -373,11 +385,11 @@ pub fn markdown(
     );
     let _ = writeln!(
         s,
-        "| devices | backends | models (both arms) | nodes min–max | same placement of every node, every round | compute buffers B ≤ A, every backend (of which equal) | rounds | A: Σ µs/token, median [min–max] over rounds | B: the same | B/A of medians | alloc_graph alone B/A | paired per round B/A [IQR] | per-model B/A median [min–max] | models at ≤ {goal} | goal B/A ≤ {goal} |"
+        "| devices | backends | models (both arms) | nodes min–max | same placement of every node, every round | compute buffers Σ B/A (models over 1.00) | rounds | A: Σ µs/token, median [min–max] over rounds | B: the same | B/A of medians | alloc_graph alone B/A | paired per round B/A [IQR] | per-model B/A median [min–max] | models at ≤ {goal} | goal B/A ≤ {goal} |"
     );
     let _ = writeln!(
         s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for c in configs {
         let rows = c.rows();
@@ -400,18 +412,17 @@ pub fn markdown(
         let nodes_min = rows.iter().map(|r| r.nodes).min().unwrap_or(0);
         let nodes_max = rows.iter().map(|r| r.nodes).max().unwrap_or(0);
         let same_placement = rows.iter().filter(|r| r.same_placement).count();
-        let buffers_le = rows
-            .iter()
-            .filter(|r| (0..4).all(|k| r.buffers[1][k] <= r.buffers[0][k]))
-            .count();
-        let buffers_eq = rows.iter().filter(|r| r.buffers[0] == r.buffers[1]).count();
+        let sized: Vec<Sized> = rows.iter().map(ModelRow::sized).collect();
+        let buffers = Ratios::of(&sized).map_or("–".into(), |b| {
+            format!("{:.3} ({})", b.total_ratio(), b.over.len())
+        });
         let per_model: Vec<f64> = rows.iter().map(|r| r.cycle_ns[1] / r.cycle_ns[0]).collect();
         let pm = Summary::of(&per_model);
         let paired = Summary::of(&c.paired_total_ratios(&rows));
         let at_goal = per_model.iter().filter(|&&r| r <= goal).count();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}–{} | {}/{} | {}/{} ({}) | {} | {:.1} [{:.1}–{:.1}] | {:.1} [{:.1}–{:.1}] | {:.3} | {:.3} | {} | {} | {}/{} | {} |",
+            "| {} | {} | {} | {}–{} | {}/{} | {} | {} | {:.1} [{:.1}–{:.1}] | {:.1} [{:.1}–{:.1}] | {:.3} | {:.3} | {} | {} | {}/{} | {} |",
             c.devices,
             backends
                 .iter()
@@ -423,9 +434,7 @@ pub fn markdown(
             nodes_max,
             same_placement,
             rows.len(),
-            buffers_le,
-            rows.len(),
-            buffers_eq,
+            buffers,
             c.runs[0].len(),
             a.median / 1e3,
             a.min / 1e3,
@@ -590,6 +599,13 @@ mod tests {
         assert_eq!(rows[0].cycle_ns, [250.0, 125.0]);
         assert_eq!(rows[0].splits, [5, 5]);
         assert_eq!(rows[0].buffers, [[1024, 2048, 0, 0]; 2]);
+        assert_eq!(
+            rows[0].sized(),
+            Sized {
+                name: "a".into(),
+                bytes: [3072, 3072]
+            }
+        );
         // One of B's processes placed "a" differently (another hash).
         assert!(!rows[0].same_placement);
         assert_eq!(
@@ -630,7 +646,7 @@ mod tests {
         let md = markdown(&[c], 4, 2, None, 0.5);
         assert!(
             md.contains(
-                "| HRX0 | 3 | 1 | 100–100 | 1/1 | 1/1 (1) | 3 | 0.3 [0.3–0.3] | 0.1 [0.1–0.1] | 0.400 | 0.400 |"
+                "| HRX0 | 3 | 1 | 100–100 | 1/1 | 1.000 (0) | 3 | 0.3 [0.3–0.3] | 0.1 [0.1–0.1] | 0.400 | 0.400 |"
             ),
             "{md}"
         );

@@ -37,6 +37,7 @@
 mod archs;
 mod archs_cycle;
 mod arms;
+mod buffers;
 mod cbuild;
 mod e2e;
 mod gpu;
