@@ -44,11 +44,15 @@ pub fn lay_out(p: &mut Planner, layout: Layout) {
     }
     let mut moved: Vec<Option<usize>> = vec![None; p.slots.len()];
     let mut any = false;
+    // Slot ids grouped by allocator and chunk.
+    let mut groups: Vec<Vec<Vec<usize>>> =
+        p.blocks.iter().map(|b| vec![Vec::new(); b.n_chunks()]).collect();
+    for (i, s) in p.slots.iter().enumerate() {
+        groups[s.talloc as usize][s.addr.chunk as usize].push(i);
+    }
     for (a, blocks) in p.blocks.iter_mut().enumerate() {
         for c in 0..blocks.n_chunks() {
-            let ids: Vec<usize> = (0..p.slots.len())
-                .filter(|&i| p.slots[i].talloc as usize == a && p.slots[i].addr.chunk as usize == c)
-                .collect();
+            let ids = &groups[a][c];
             let slots: Vec<Slot> = ids.iter().map(|&i| p.slots[i]).collect();
             let (offsets, extent) = pack(&slots);
             if extent >= blocks.max_size(c) {
@@ -75,9 +79,17 @@ pub fn lay_out(p: &mut Planner, layout: Layout) {
     }
 }
 
+/// Steps per bucket of the time index in [`pack`].
+const BUCKET: u32 = 16;
+
 /// Offsets for `slots` (sizes already aligned) such that two slots alive at the same step
 /// never overlap, and the bytes they span: largest first (then earliest), each at the lowest
 /// offset that fits between the slots placed so far that it meets in time.
+///
+/// The slots placed so far are indexed by time in buckets of [`BUCKET`] steps, so a slot is
+/// compared only with those alive near its own lifetime: graphs keep few tensors alive at once,
+/// and this stays close to linear where comparing every pair cost several times stock's whole
+/// reserve on a 6,000-node graph.
 pub fn pack(slots: &[Slot]) -> (Vec<usize>, usize) {
     let mut order: Vec<usize> = (0..slots.len()).collect();
     order.sort_by(|&a, &b| {
@@ -86,21 +98,36 @@ pub fn pack(slots: &[Slot]) -> (Vec<usize>, usize) {
             .cmp(&slots[a].size)
             .then(slots[a].start.cmp(&slots[b].start))
     });
+    // Steps are bounded by the finite ends and starts; a block never freed lives to the last.
+    let horizon = slots
+        .iter()
+        .map(|s| if s.end == u32::MAX { s.start } else { s.end })
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let bucket_of = |step: u32| (step.min(horizon) / BUCKET) as usize;
+    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); bucket_of(horizon) + 1];
     let mut offsets = vec![0usize; slots.len()];
-    let mut placed: Vec<usize> = Vec::with_capacity(slots.len());
+    let mut seen = vec![u32::MAX; slots.len()];
     let mut busy: Vec<(usize, usize)> = Vec::new();
     let mut extent = 0usize;
-    for &i in &order {
+    for (rank, &i) in order.iter().enumerate() {
         let s = slots[i];
+        let (b0, b1) = (bucket_of(s.start), bucket_of(s.end.saturating_sub(1)));
         busy.clear();
-        busy.extend(
-            placed
-                .iter()
-                .map(|&j| &slots[j])
-                .zip(placed.iter().map(|&j| offsets[j]))
-                .filter(|(o, _)| o.start < s.end && s.start < o.end && o.size > 0)
-                .map(|(o, off)| (off, off + o.size)),
-        );
+        for bucket in &buckets[b0..=b1] {
+            for &j in bucket {
+                let j = j as usize;
+                if seen[j] == rank as u32 {
+                    continue;
+                }
+                seen[j] = rank as u32;
+                let o = &slots[j];
+                if o.start < s.end && s.start < o.end && o.size > 0 {
+                    busy.push((offsets[j], offsets[j] + o.size));
+                }
+            }
+        }
         busy.sort_unstable();
         let mut at = 0usize;
         for &(lo, hi) in &busy {
@@ -111,7 +138,9 @@ pub fn pack(slots: &[Slot]) -> (Vec<usize>, usize) {
         }
         offsets[i] = at;
         extent = extent.max(at + s.size);
-        placed.push(i);
+        for bucket in &mut buckets[b0..=b1] {
+            bucket.push(i as u32);
+        }
     }
     (offsets, extent)
 }
