@@ -259,13 +259,22 @@ mod tests {
         b.free(x, 100);
         b.free(z, 100); // joins the trailing block
         b.free(y, 100); // joins both sides: everything is one block again
-        assert_eq!(b.chunks[0].free, vec![Block { offset: 0, size: 1 << 20 }]);
+        assert_eq!(
+            b.chunks[0].free,
+            vec![Block {
+                offset: 0,
+                size: 1 << 20
+            }]
+        );
     }
 
     #[test]
     fn best_fit_prefers_the_smallest_inner_block_and_the_later_of_equals() {
         let mut b = Blocks::new(1, 1000);
-        let parts: Vec<Addr> = [50, 10, 30, 10, 30, 10].iter().map(|&s| b.alloc(s).unwrap()).collect();
+        let parts: Vec<Addr> = [50, 10, 30, 10, 30, 10]
+            .iter()
+            .map(|&s| b.alloc(s).unwrap())
+            .collect();
         b.free(parts[0], 50); // [0, 50)
         b.free(parts[2], 30); // [60, 90)
         b.free(parts[4], 30); // [100, 130)

@@ -28,7 +28,11 @@ pub fn tallocr_new(buffer: &ggml_backend_buffer, handle: ggml_backend_buffer_t) 
 ///
 /// # Safety
 /// `talloc.buffer` must be live and `t` a live tensor without memory.
-pub unsafe fn tallocr_alloc(talloc: &mut ggml_tallocr, t: *mut ggml_tensor, func: &str) -> ggml_status {
+pub unsafe fn tallocr_alloc(
+    talloc: &mut ggml_tallocr,
+    t: *mut ggml_tensor,
+    func: &str,
+) -> ggml_status {
     // SAFETY: the caller's contract (`buffer_ref` aborts on NULL).
     let b = unsafe { buffer::buffer_ref(talloc.buffer, func) };
     // SAFETY: the caller's contract.
@@ -42,7 +46,10 @@ pub unsafe fn tallocr_alloc(talloc: &mut ggml_tallocr, t: *mut ggml_tensor, func
         ));
         ffi::fatal(func, "not enough space in the buffer");
     }
-    let addr = buffer::base(b).cast::<u8>().wrapping_add(talloc.offset).cast();
+    let addr = buffer::base(b)
+        .cast::<u8>()
+        .wrapping_add(talloc.offset)
+        .cast();
     talloc.offset += size;
     // SAFETY: a live buffer and tensor (the caller's contract), and an address inside it.
     unsafe { tensor::ggml_backend_tensor_alloc(talloc.buffer, t, addr) }
@@ -188,7 +195,10 @@ pub unsafe fn alloc_ctx_tensors(
         1 => buffers[0],
         // SAFETY: live buffers made above, handed over to the multi-buffer.
         _ => unsafe {
-            multi_buffer::ggml_backend_multi_buffer_alloc_buffer(buffers.as_mut_ptr(), buffers.len())
+            multi_buffer::ggml_backend_multi_buffer_alloc_buffer(
+                buffers.as_mut_ptr(),
+                buffers.len(),
+            )
         },
     };
     (total, buffer)

@@ -4,8 +4,8 @@
 use std::os::raw::c_int;
 
 use ggml_sys::{
-    ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_t, ggml_cgraph,
-    ggml_context, ggml_gallocr, ggml_gallocr_t, ggml_op, ggml_status, ggml_tallocr, ggml_tensor,
+    ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_t, ggml_cgraph, ggml_context,
+    ggml_gallocr, ggml_gallocr_t, ggml_op, ggml_status, ggml_tallocr, ggml_tensor,
 };
 
 use super::ctx;

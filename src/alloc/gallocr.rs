@@ -181,7 +181,12 @@ impl Gallocr {
             if no_alloc {
                 continue;
             }
-            let buft_ptr = self.planner.bufts[self.planner.talloc_of.iter().position(|&t| t == a).unwrap_or(0)];
+            let buft_ptr = self.planner.bufts[self
+                .planner
+                .talloc_of
+                .iter()
+                .position(|&t| t == a)
+                .unwrap_or(0)];
             // SAFETY: the allocator's buffer types are live (`new`'s contract).
             let buft = unsafe { &*buft_ptr };
             let mut chunks = Vec::with_capacity(blocks.n_chunks());
@@ -324,7 +329,10 @@ impl Gallocr {
         let chunks = self.buffers[self.planner.talloc_of[placed.buffer_id as usize]]
             .as_ref()
             .unwrap_or_else(|| {
-                ffi::fatal("ggml_gallocr_alloc_graph", "the compute buffer is not allocated")
+                ffi::fatal(
+                    "ggml_gallocr_alloc_graph",
+                    "the compute buffer is not allocated",
+                )
             });
         let b = chunks[placed.addr.chunk as usize];
         // SAFETY: a live chunk of this allocator.

@@ -45,8 +45,11 @@ pub fn lay_out(p: &mut Planner, layout: Layout) {
     let mut moved: Vec<Option<usize>> = vec![None; p.slots.len()];
     let mut any = false;
     // Slot ids grouped by allocator and chunk.
-    let mut groups: Vec<Vec<Vec<usize>>> =
-        p.blocks.iter().map(|b| vec![Vec::new(); b.n_chunks()]).collect();
+    let mut groups: Vec<Vec<Vec<usize>>> = p
+        .blocks
+        .iter()
+        .map(|b| vec![Vec::new(); b.n_chunks()])
+        .collect();
     for (i, s) in p.slots.iter().enumerate() {
         groups[s.talloc as usize][s.addr.chunk as usize].push(i);
     }
@@ -171,7 +174,12 @@ mod tests {
     #[test]
     fn a_small_block_fills_a_gap_between_two_larger_ones() {
         // Two 100-byte blocks alive throughout, one freed early in the middle.
-        let slots = [slot(100, 0, 10), slot(100, 0, 2), slot(100, 0, 10), slot(50, 5, 10)];
+        let slots = [
+            slot(100, 0, 10),
+            slot(100, 0, 2),
+            slot(100, 0, 10),
+            slot(50, 5, 10),
+        ];
         let (off, extent) = pack(&slots);
         assert_eq!(off[3], 100, "the 50 bytes go where the early block was");
         assert_eq!(extent, 300);

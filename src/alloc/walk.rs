@@ -440,5 +440,8 @@ pub unsafe fn graph_tensors(graph: &ggml_cgraph) -> (&[*mut ggml_tensor], &[*mut
             unsafe { std::slice::from_raw_parts(p, n as usize) }
         }
     };
-    (part(graph.leafs, graph.n_leafs), part(graph.nodes, graph.n_nodes))
+    (
+        part(graph.leafs, graph.n_leafs),
+        part(graph.nodes, graph.n_nodes),
+    )
 }

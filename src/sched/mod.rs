@@ -45,9 +45,9 @@ use ggml_sys::{
     ggml_backend_sched_t, ggml_backend_t, ggml_cgraph, ggml_status, ggml_tensor,
 };
 
-use crate::ffi::{c_name, export, fatal, non_null, non_null_mut};
 use crate::alloc::gallocr::Gallocr;
 use crate::alloc::pack::Layout;
+use crate::ffi::{c_name, export, fatal, non_null, non_null_mut};
 use ctx::CtxPool;
 use split::Split;
 use table::{Cause, GraphIds, Table};

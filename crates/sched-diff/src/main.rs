@@ -16,8 +16,8 @@ mod program;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use outcome::{
-    classify, data_differs, differs_only_in_allocation, has_inplace_conflict, has_unusable_write,
-    hazards_only_via_reuse, SeedRun, Verdict,
+    buffer_sizes, classify, data_differs, differs_only_in_allocation, has_inplace_conflict,
+    has_unusable_write, hazards_only_via_reuse, SeedRun, Verdict,
 };
 use program::{Arm, Program};
 use std::path::{Path, PathBuf};
@@ -37,6 +37,16 @@ enum InplacePolicy {
     Expect,
     /// Report B's conflicts, fail nothing for them.
     Ignore,
+}
+
+/// Which allocation layout arm B runs (`--b-layout`, B's `GGML_ALLOC_LAYOUT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LayoutArg {
+    /// Stock's offsets byte for byte: every DATA, ALLOCBUF and BUFSIZE record must match.
+    Stock,
+    /// The packed layout: seeds that differ only in those records, with no compute buffer of
+    /// B larger than A's, are explained.
+    Packed,
 }
 
 /// The command line, as clap parses it; [`Cli::options`] resolves the defaults that depend on
@@ -83,6 +93,9 @@ struct Cli {
     /// none unless A and B are the same file (auto).
     #[arg(long, value_name = "P", value_enum, default_value_t = InplacePolicy::Auto)]
     b_inplace: InplacePolicy,
+    /// Arm B's allocation layout (sets GGML_ALLOC_LAYOUT for B; A, stock, ignores it).
+    #[arg(long, value_name = "L", value_enum, default_value_t = LayoutArg::Stock)]
+    b_layout: LayoutArg,
     /// Run B with SCHED_DIFF_PERTURB=7 (a silent extra backend assignment in every 7th
     /// seed) and SCHED_DIFF_CRASH_SEED (a SIGSEGV in one of them); pass only if those
     /// differences, and no others, are caught and the crash is confined to its seed.
@@ -103,6 +116,7 @@ struct Options {
     timeout: Duration,
     self_test: bool,
     b_inplace: InplacePolicy,
+    b_layout: LayoutArg,
 }
 
 impl Cli {
@@ -130,6 +144,7 @@ impl Cli {
             timeout: Duration::from_secs(self.timeout_s),
             self_test: self.self_test,
             b_inplace: self.b_inplace,
+            b_layout: self.b_layout,
         }
     }
 }
@@ -164,7 +179,7 @@ fn run_all(prog: &Program, arm_a: &Arm, arm_b: &Arm, o: &Options) -> Result<Vec<
                 match res {
                     Ok((ra, rb)) => {
                         let pairs = ra.into_iter().zip(rb).map(|(a, b)| {
-                            let verdict = classify(&a, &b);
+                            let verdict = classify(&a, &b, o.b_layout == LayoutArg::Packed);
                             Pair { a, b, verdict }
                         });
                         if let Ok(mut r) = results.lock() {
@@ -284,6 +299,11 @@ fn real_main() -> Result<bool> {
     let _cleanup = RemoveOnDrop(arms.clone());
     let mut arm_a = Arm::new("A", &o.a, &arms)?;
     let mut arm_b = Arm::new("B", &o.b, &arms)?;
+    let layout = match o.b_layout {
+        LayoutArg::Stock => "stock",
+        LayoutArg::Packed => "packed",
+    };
+    arm_b.env.push(("GGML_ALLOC_LAYOUT".into(), layout.into()));
     arm_a.env.clear();
     // the self-test also kills arm B inside one perturbed seed, to show crash isolation
     let crash_seed = (o.start + 1..o.start + o.seeds).find(|s| s % PERTURB_EVERY == 0);
@@ -351,6 +371,18 @@ fn real_main() -> Result<bool> {
     println!(
         "  explained by the in-place rule: {} (B moved the writer: {moved}, B refused with an in-place message: {refused})",
         moved + refused
+    );
+    let layout_explained = count(&|p| p.verdict == Verdict::ExplainedLayout);
+    let total = |f: &dyn Fn(&Pair) -> &SeedRun| -> u64 {
+        pairs
+            .iter()
+            .flat_map(|p| buffer_sizes(&f(p).lines).into_iter().map(|(_, n)| n))
+            .sum()
+    };
+    let (bytes_a, bytes_b) = (total(&|p| &p.a), total(&|p| &p.b));
+    println!(
+        "  explained by B's {layout} allocation layout (only DATA, ALLOCBUF, BUFSIZE differ; no B buffer larger): {layout_explained}; compute buffers in all seeds: A {bytes_a} bytes, B {bytes_b} bytes, B/A {:.4}",
+        bytes_b as f64 / bytes_a.max(1) as f64
     );
     println!("  unexplained: {}", unexplained.len());
     let data_explained =

@@ -185,6 +185,10 @@ pub enum Verdict {
     ExplainedMoved,
     /// A had such a conflict and B stopped with an abort that names the in-place rule.
     ExplainedRefused,
+    /// Only allocation records differ ([`differs_only_in_allocation`]) and no compute buffer of
+    /// B is larger than A's ([`buffers_not_larger`]): what B's packed allocation layout does
+    /// (`--b-layout packed`).
+    ExplainedLayout,
     /// Any other difference.
     Unexplained,
 }
@@ -196,8 +200,27 @@ impl Verdict {
     }
 }
 
-/// Compares one seed across the arms. Both runs must be for the same seed.
-pub fn classify(a: &SeedRun, b: &SeedRun) -> Verdict {
+/// The compute-buffer sizes a run reports (`BUFSIZE <backend> <bytes>`), in order.
+pub fn buffer_sizes(lines: &[String]) -> Vec<(&str, u64)> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let mut f = l.strip_prefix("BUFSIZE ")?.split(' ');
+            Some((f.next()?, f.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Whether B reports the same compute buffers as A, in the same order, none of them larger.
+pub fn buffers_not_larger(a: &[String], b: &[String]) -> bool {
+    let (sa, sb) = (buffer_sizes(a), buffer_sizes(b));
+    sa.len() == sb.len() && sa.iter().zip(&sb).all(|(x, y)| x.0 == y.0 && y.1 <= x.1)
+}
+
+/// Compares one seed across the arms. Both runs must be for the same seed. With `packed`
+/// (arm B runs its packed allocation layout), a seed whose only differences are where
+/// ggml-alloc put tensors and how large the buffers are, none larger in B, is explained.
+pub fn classify(a: &SeedRun, b: &SeedRun, packed: bool) -> Verdict {
     debug_assert_eq!(a.seed, b.seed);
     let same_lines = a.lines == b.lines;
     match (&a.crash, &b.crash) {
@@ -213,6 +236,9 @@ pub fn classify(a: &SeedRun, b: &SeedRun) -> Verdict {
             }
             Some(_) => {}
         }
+    }
+    if packed && differs_only_in_allocation(a, b) && buffers_not_larger(&a.lines, &b.lines) {
+        return Verdict::ExplainedLayout;
     }
     Verdict::Unexplained
 }
@@ -273,13 +299,13 @@ mod tests {
     #[test]
     fn classifies_identical_and_plain_differences() {
         let a = run(1, &["NODE 0 t1 ADD T0"], None);
-        assert_eq!(classify(&a, &a.clone()), Verdict::Identical);
+        assert_eq!(classify(&a, &a.clone(), false), Verdict::Identical);
         let b = run(1, &["NODE 0 t1 ADD TCPU"], None);
-        assert_eq!(classify(&a, &b), Verdict::Unexplained);
+        assert_eq!(classify(&a, &b, false), Verdict::Unexplained);
         let ca = run(1, &["NODE 0 t1 ADD T0"], Some("x"));
         let cb = run(1, &["NODE 0 t1 ADD T0"], Some("y"));
-        assert_eq!(classify(&ca, &cb), Verdict::IdenticalBothCrashed);
-        assert_eq!(classify(&a, &cb), Verdict::Unexplained);
+        assert_eq!(classify(&ca, &cb, false), Verdict::IdenticalBothCrashed);
+        assert_eq!(classify(&a, &cb, false), Verdict::Unexplained);
         assert!(!Verdict::IdenticalBothCrashed.differs());
         assert!(Verdict::ExplainedMoved.differs());
     }
@@ -308,7 +334,7 @@ mod tests {
             ],
             None,
         );
-        assert_eq!(classify(&a, &b), Verdict::Unexplained);
+        assert_eq!(classify(&a, &b, false), Verdict::Unexplained);
         assert!(data_differs(&a.lines, &b.lines));
         assert!(differs_only_in_allocation(&a, &b));
         assert!(!differs_only_in_allocation(&a, &a.clone()));
@@ -337,6 +363,12 @@ mod tests {
         );
         assert!(data_differs(&a.lines, &d.lines));
         assert!(!differs_only_in_allocation(&a, &d));
+        // B's packed layout: a smaller buffer is explained, a larger one and a moved node not
+        assert_eq!(classify(&a, &b, true), Verdict::ExplainedLayout);
+        assert_eq!(classify(&a, &c, true), Verdict::Unexplained);
+        assert_eq!(classify(&a, &d, true), Verdict::Unexplained);
+        assert!(buffers_not_larger(&a.lines, &b.lines));
+        assert!(!buffers_not_larger(&a.lines, &c.lines));
     }
 
     #[test]
@@ -365,26 +397,26 @@ mod tests {
         assert!(!hazards_only_via_reuse(&[fixed.to_string()]));
         let a = run(3, &["NODE 1 t2 SET_ROWS TCPU", conflict], None);
         let b = run(3, &["NODE 1 t2 SET_ROWS T0", fixed], None);
-        assert_eq!(classify(&a, &b), Verdict::ExplainedMoved);
+        assert_eq!(classify(&a, &b, false), Verdict::ExplainedMoved);
         // B still conflicts: not explained by the rule
         let b2 = run(3, &["NODE 1 t2 SET_ROWS T1", conflict], None);
-        assert_eq!(classify(&a, &b2), Verdict::Unexplained);
+        assert_eq!(classify(&a, &b2, false), Verdict::Unexplained);
         // B refuses with a message naming the rule
         let b3 = run(
             3,
             &["NODE 1 t2 SET_ROWS TCPU"],
             Some("in-place write to t1 refused"),
         );
-        assert_eq!(classify(&a, &b3), Verdict::ExplainedRefused);
+        assert_eq!(classify(&a, &b3, false), Verdict::ExplainedRefused);
         // B dies for another reason
         let b4 = run(
             3,
             &["NODE 1 t2 SET_ROWS TCPU"],
             Some("GGML_ASSERT(x) failed"),
         );
-        assert_eq!(classify(&a, &b4), Verdict::Unexplained);
+        assert_eq!(classify(&a, &b4, false), Verdict::Unexplained);
         // A without a conflict: any difference is unexplained
         let a2 = run(3, &["NODE 1 t2 SET_ROWS TCPU"], None);
-        assert_eq!(classify(&a2, &b), Verdict::Unexplained);
+        assert_eq!(classify(&a2, &b, false), Verdict::Unexplained);
     }
 }
