@@ -220,6 +220,10 @@ impl Gallocr {
     /// # Safety
     /// `graph` must be live, with live tensors.
     unsafe fn fits(&mut self, graph: &ggml_cgraph) -> bool {
+        // After a plan without allocation (`reserve_n_size`) there is nothing to place into.
+        if self.buffers.iter().any(Option::is_none) {
+            return false;
+        }
         if self.nodes.len() != graph.n_nodes.max(0) as usize
             || self.leafs.len() != graph.n_leafs.max(0) as usize
         {

@@ -53,11 +53,31 @@ impl Sched {
     }
 
     /// Places, splits and builds the allocation graph for `graph` (stock
-    /// `ggml_backend_sched_split_graph`).
+    /// `ggml_backend_sched_split_graph`); with `snapshot`, keeps what a replay of it needs
+    /// ([`super::replay`]).
     ///
     /// # Safety
     /// `graph` must be a live graph of live tensors.
-    pub(crate) unsafe fn split(&mut self, graph: *mut ggml_cgraph) {
+    pub(crate) unsafe fn split(&mut self, graph: *mut ggml_cgraph, snapshot: bool) {
+        // A replay needs a split that started from a reset table, and one that neither logs
+        // nor records its graph. Only `alloc_graph` asks for the snapshot (its cost is a copy
+        // of every header): graphs split for a reserve or by `split_graph` alone are rarely
+        // allocated next.
+        let reset = self.materialize_reset();
+        let replayable = snapshot && reset && self.debug == 0 && super::record::dir().is_none();
+        if replayable {
+            // SAFETY: `graph` is a live graph of live tensors (this function's contract).
+            unsafe {
+                self.replay.take(
+                    &*graph,
+                    &self.pending_user,
+                    self.first_split_backend,
+                    self.cur_copy,
+                )
+            };
+        } else {
+            self.replay.invalidate();
+        }
         self.is_reset = false;
         self.pool.reset();
         // SAFETY: ggml's uid counter is a plain atomic increment, callable at any time.
@@ -94,6 +114,10 @@ impl Sched {
                 // `add_alloc_dep` expects.
                 unsafe { opt(self.backends[s.backend], s.graph.get(), &mut params) };
             }
+        }
+        if replayable {
+            // SAFETY: `g` is the live graph given to `take` above.
+            unsafe { self.replay.note_order(g) };
         }
         let max_src = ggml_sys::GGML_MAX_SRC as usize;
         let n_dep_nodes: usize = deps.values().map(|v| v.len().div_ceil(max_src)).sum();
@@ -228,6 +252,47 @@ impl Sched {
             // SAFETY: `&mut self` excludes every other access to the split's graph cell.
             unsafe { (*s.graph.get()).uid = uid };
         }
+        if replayable {
+            // SAFETY: the ids the passes just took from `g`, the graph given to `take`.
+            unsafe { self.replay.commit(&self.graph_ids) };
+        }
+    }
+
+    /// Places `graph` as the last split placed it, without running the passes: the caller has
+    /// checked that it is that graph ([`super::replay`]). Keeps the table, the splits, their
+    /// copies and the allocation graph; gives `graph` the node order the backends chose, the
+    /// splits their views of it, fresh uids, and the copies back their unallocated state, as
+    /// new headers would have.
+    ///
+    /// # Safety
+    /// `graph` must be a live graph of live tensors, equal to the last split's by
+    /// [`super::replay::Replay::matches`].
+    pub(crate) unsafe fn replay_split(&mut self, graph: *mut ggml_cgraph) {
+        // The table is the last split's: a clear, the same assignments, the same passes.
+        self.pending_clear = false;
+        self.is_reset = false;
+        // SAFETY: ggml's uid counter is a plain atomic increment, callable at any time.
+        let uid = unsafe { ggml_sys::ggml_graph_next_uid() };
+        // SAFETY: `graph` is live (this function's contract), no reference to it held.
+        unsafe { (*graph).uid = uid };
+        if let Some(order) = self.replay.optimized() {
+            // SAFETY: the graph has `n_nodes` node slots (live, the contract) and `order` is a
+            // permutation of the same nodes (`matches` compared them), so as many.
+            unsafe { std::ptr::copy_nonoverlapping(order.as_ptr(), (*graph).nodes, order.len()) };
+        }
+        for s in &self.splits {
+            // SAFETY: the split's bounds are within the graph's nodes (the same graph as the
+            // one split); `&mut self` excludes other access to the split's graph cell.
+            unsafe {
+                *s.graph.get() =
+                    ggml_sys::ggml_graph_view(graph, s.i_start as c_int, s.i_end as c_int);
+                (*s.graph.get()).uid = ggml_sys::ggml_graph_next_uid();
+            }
+        }
+        self.pool.forget_storage();
+        // SAFETY: the graph's tensors are the snapshot's, live (this function's contract).
+        unsafe { self.replay.apply_changes() };
+        self.replay.replays += 1;
     }
 
     /// Allocates the split graph, reserving again first when a node or leaf moved to a
@@ -236,34 +301,40 @@ impl Sched {
     ///
     /// # Safety
     /// The graph last given to [`Sched::split`], and its tensors, must still be live.
-    pub(crate) unsafe fn alloc_splits(&mut self) -> bool {
-        // SAFETY: the allocation graph `split` built, of live tensors (this function's
-        // contract).
-        let key = unsafe { self.split_plan_key() };
-        let prev = |v: &Vec<c_int>, i: usize| v.get(i).copied().unwrap_or(0);
+    pub(crate) unsafe fn alloc_splits(&mut self, replayed: bool) -> bool {
         let n_nodes = self.graph.get_mut().n_nodes as usize;
         let n_leafs = self.graph.get_mut().n_leafs as usize;
-        let moved = |cur: &Vec<c_int>, old: &Vec<c_int>, n: usize| {
-            (0..n).any(|i| {
-                cur[i] != prev(old, i) && self.buft_of(cur[i]) != self.buft_of(prev(old, i))
-            })
-        };
         let gc = self.graph.get();
-        let changed = moved(&self.node_ids, &self.prev_node_ids, n_nodes)
-            || moved(&self.leaf_ids, &self.prev_leaf_ids, n_leafs);
-        // A plan made for a graph of another structure but the same counts, which gallocr
-        // would reuse (stock does, see `plan_key`), is made again first, quietly. Count
-        // changes are left to gallocr and the path below, as in stock (GGML_SCHED_DEBUG_REALLOC
-        // included).
-        let this = Plan {
-            key,
-            n_nodes,
-            n_leafs,
+        let (this, changed, stale) = if replayed {
+            // The allocation graph is the one the current plan was checked for, unchanged.
+            (self.plan, false, false)
+        } else {
+            // SAFETY: the allocation graph `split` built, of live tensors (this function's
+            // contract).
+            let key = unsafe { self.split_plan_key() };
+            let prev = |v: &Vec<c_int>, i: usize| v.get(i).copied().unwrap_or(0);
+            let moved = |cur: &Vec<c_int>, old: &Vec<c_int>, n: usize| {
+                (0..n).any(|i| {
+                    cur[i] != prev(old, i) && self.buft_of(cur[i]) != self.buft_of(prev(old, i))
+                })
+            };
+            let changed = moved(&self.node_ids, &self.prev_node_ids, n_nodes)
+                || moved(&self.leaf_ids, &self.prev_leaf_ids, n_leafs);
+            // A plan made for a graph of another structure but the same counts, which gallocr
+            // would reuse (stock does, see `plan_key`), is made again first, quietly. Count
+            // changes are left to gallocr and the path below, as in stock
+            // (GGML_SCHED_DEBUG_REALLOC included).
+            let this = Plan {
+                key,
+                n_nodes,
+                n_leafs,
+            };
+            let stale = !changed
+                && self.plan.is_some_and(|p| {
+                    p != this && p.n_nodes == this.n_nodes && p.n_leafs == this.n_leafs
+                });
+            (Some(this), changed, stale)
         };
-        let stale = !changed
-            && self.plan.is_some_and(|p| {
-                p != this && p.n_nodes == this.n_nodes && p.n_leafs == this.n_leafs
-            });
         // SAFETY: as for `alloc_graph` below.
         if stale && !unsafe { self.reserve_split() } {
             return false;
@@ -297,7 +368,8 @@ impl Sched {
                 return false;
             }
         }
-        self.plan = Some(this);
+        self.plan = this;
+        self.replay.planned = true;
         true
     }
 

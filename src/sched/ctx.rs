@@ -49,6 +49,29 @@ impl CtxPool {
         self.cur = 0;
     }
 
+    /// Gives every tensor header made from the pool back its unallocated state (no data, no
+    /// buffer, no backend extra), as a new header would be: for a replayed split, whose copies
+    /// get their memory from the allocator again.
+    pub fn forget_storage(&mut self) {
+        for c in &self.chunks {
+            if c.ctx.is_null() {
+                continue;
+            }
+            // SAFETY: a live context of the pool.
+            let mut t = unsafe { ggml_sys::ggml_get_first_tensor(c.ctx) };
+            while !t.is_null() {
+                // SAFETY: a tensor header of that context, owned by the pool; the scheduler
+                // holds no reference into it while this runs (`&mut self`).
+                unsafe {
+                    (*t).data = ptr::null_mut();
+                    (*t).buffer = ptr::null_mut();
+                    (*t).extra = ptr::null_mut();
+                    t = ggml_sys::ggml_get_next_tensor(c.ctx, t);
+                }
+            }
+        }
+    }
+
     /// A context with room for `n` more tensor headers. Aborts if ggml cannot make one.
     pub fn ctx(&mut self, n: usize) -> *mut ggml_context {
         // SAFETY: pure size query.

@@ -32,6 +32,7 @@ pub mod place;
 pub mod plan_key;
 pub mod query;
 pub mod record;
+pub mod replay;
 pub mod split;
 pub mod table;
 pub mod upgrade;
@@ -104,6 +105,16 @@ pub struct Sched {
     /// again before it is allocated.
     pub(crate) plan: Option<plan_key::Plan>,
     pub(crate) key_scratch: plan_key::KeyScratch,
+    /// The last split's inputs, to replay its placement for an identical graph
+    /// ([`replay`]).
+    pub(crate) replay: replay::Replay,
+    /// A reset happened and the table still holds the last split's placement: it is cleared
+    /// (and `pending_user` applied) when the next graph is split afresh, or kept when it is
+    /// replayed.
+    pub(crate) pending_clear: bool,
+    /// `ggml_backend_sched_set_tensor_backend` calls since that reset, in order (a later call
+    /// for the same tensor replaces its entry).
+    pub(crate) pending_user: Vec<(*mut ggml_tensor, usize)>,
     /// Whether work was queued (`graph_compute_async`) and not waited for since
     /// (`synchronize`): then [`ggml_backend_sched_free`] waits for the backends first.
     pub(crate) queued: std::cell::Cell<bool>,
@@ -146,18 +157,42 @@ impl Sched {
     /// The backend a tensor is placed on (NULL when none): stock's
     /// `ggml_backend_sched_get_tensor_backend`.
     pub(crate) fn tensor_backend(&self, t: *const ggml_tensor) -> ggml_backend_t {
-        self.table
-            .backend(t)
-            .map_or(ptr::null_mut(), |b| self.backends[b])
+        let b = if self.pending_clear {
+            // Reset: only what the user assigned since counts.
+            self.pending_user
+                .iter()
+                .find(|(u, _)| std::ptr::eq(*u, t))
+                .map(|&(_, b)| b)
+        } else {
+            self.table.backend(t)
+        };
+        b.map_or(ptr::null_mut(), |b| self.backends[b])
     }
 
-    /// Forgets placements and copies unless already reset; always clears `is_alloc`.
+    /// Forgets placements and copies unless already reset; always clears `is_alloc`. The
+    /// table itself is cleared lazily ([`Sched::materialize_reset`]), so that an identical
+    /// next graph can replay it.
     pub(crate) fn reset(&mut self) {
         if !self.is_reset {
-            self.table.clear();
+            self.pending_clear = true;
+            self.pending_user.clear();
             self.is_reset = true;
         }
         self.is_alloc = false;
+    }
+
+    /// Carries out a pending reset: clears the table and applies the user's assignments made
+    /// since. Returns whether there was one (only then may the split be replayed later).
+    pub(crate) fn materialize_reset(&mut self) -> bool {
+        if !self.pending_clear {
+            return false;
+        }
+        self.table.clear();
+        for &(t, b) in &self.pending_user {
+            self.table.set(t, b, Cause::UserAssigned);
+        }
+        self.pending_clear = false;
+        true
     }
 
     /// Waits for every backend; without an allocated graph, the next graph uses copy 0.
@@ -185,9 +220,24 @@ impl Sched {
         self.cur_copy = self.next_copy;
         self.next_copy = (self.next_copy + 1) % self.n_copies;
         // SAFETY: `graph` is a live graph of live tensors (this function's contract).
-        unsafe { self.split(graph) };
-        // SAFETY: the graph just split is that live graph.
-        if !unsafe { self.alloc_splits() } {
+        let replayed = self.pending_clear
+            && unsafe {
+                self.replay.matches(
+                    &*graph,
+                    &self.pending_user,
+                    self.first_split_backend,
+                    self.cur_copy,
+                )
+            };
+        if replayed {
+            // SAFETY: as above; the graph equals the one the last split placed.
+            unsafe { self.replay_split(graph) };
+        } else {
+            // SAFETY: as above.
+            unsafe { self.split(graph, true) };
+        }
+        // SAFETY: the graph just split (or replayed) is that live graph.
+        if !unsafe { self.alloc_splits(replayed) } {
             return false;
         }
         self.is_alloc = true;
@@ -377,6 +427,9 @@ export! {
             queued: std::cell::Cell::new(false),
             plan: None,
             key_scratch: Default::default(),
+            replay: Default::default(),
+            pending_clear: false,
+            pending_user: Vec::new(),
         });
         s.reset();
         Box::into_raw(s) as ggml_backend_sched_t
@@ -449,7 +502,7 @@ export! {
         s.synchronize();
         // SAFETY: non-NULL (asserted above) and a live graph of live tensors (the `# Safety`
         // contract).
-        unsafe { s.split(measure_graph) };
+        unsafe { s.split(measure_graph, false) };
         // SAFETY: the split just made filled `graph`, `node_ids` and `leaf_ids` for the
         // allocator.
         let planned = unsafe { s.reserve_graph(true) };
@@ -462,6 +515,7 @@ export! {
         // gallocr's plan is now this graph's (sizing replans without allocating).
         // SAFETY: the allocation graph the split just built, of live tensors.
         s.plan = Some(unsafe { s.split_plan() });
+        s.replay.planned = true;
     }
 }
 
@@ -482,7 +536,7 @@ export! {
         s.synchronize();
         // SAFETY: non-NULL (asserted above) and a live graph of live tensors (the `# Safety`
         // contract).
-        unsafe { s.split(measure_graph) };
+        unsafe { s.split(measure_graph, false) };
         // SAFETY: the split just made filled `graph`, `node_ids` and `leaf_ids` for the
         // allocator.
         let reserved = unsafe { s.reserve_graph(false) };
@@ -491,6 +545,7 @@ export! {
         }
         // SAFETY: the allocation graph the split just built, of live tensors.
         s.plan = Some(unsafe { s.split_plan() });
+        s.replay.planned = true;
         s.reset();
         true
     }
@@ -600,7 +655,14 @@ export! {
         // mistake that would otherwise surface far away.
         crate::ffi::require_non_null(node, F, "node");
         let i = s.backend_index_or_abort(backend, F);
-        s.table.set(node, i, Cause::UserAssigned);
+        if s.pending_clear {
+            match s.pending_user.iter_mut().find(|(u, _)| *u == node) {
+                Some(entry) => entry.1 = i,
+                None => s.pending_user.push((node, i)),
+            }
+        } else {
+            s.table.set(node, i, Cause::UserAssigned);
+        }
         s.is_reset = false;
     }
 }
@@ -637,7 +699,7 @@ export! {
         crate::ggml_assert!(F, !graph.is_null());
         // SAFETY: non-NULL (asserted above) and a live graph of live tensors (the `# Safety`
         // contract).
-        unsafe { s.split(graph) };
+        unsafe { s.split(graph, false) };
     }
 }
 

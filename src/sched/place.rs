@@ -30,7 +30,9 @@ impl Sched {
             pool: &mut self.pool,
             n_copies: self.n_copies,
             cur_copy: self.cur_copy,
+            rewrites: &mut self.replay.rewrites,
         };
+        sc.rewrites.clear();
 
         // The dense ids of the graph's nodes, leafs and sources (reused where unchanged).
         // SAFETY: `g` is a live graph of live tensors (this function's contract).

@@ -55,6 +55,9 @@ pub struct SplitCtx<'a> {
     pub n_copies: usize,
     /// The copy the current graph uses.
     pub cur_copy: usize,
+    /// Every source the split pass replaced by a copy: (node position, source slot, copy),
+    /// for a replay of this split ([`super::replay`]).
+    pub rewrites: &'a mut Vec<(u32, u8, *mut ggml_tensor)>,
 }
 
 /// A new tensor with `src`'s type, shape and strides (stock's `ggml_dup_tensor_layout`),
@@ -281,7 +284,11 @@ pub unsafe fn split_graph(
                     last.input_ids.push(sid);
                 }
             }
-            node.src[j] = table.copy_at(sid, cur, sc.cur_copy).unwrap_or(s);
+            let copy = table.copy_at(sid, cur, sc.cur_copy).unwrap_or(s);
+            if copy != s {
+                sc.rewrites.push((i as u32, j as u8, copy));
+            }
+            node.src[j] = copy;
         }
     }
     if let Some(last) = splits.last_mut() {
@@ -451,6 +458,7 @@ mod tests {
             pool: &mut pool,
             n_copies: 2,
             cur_copy: 1,
+            rewrites: &mut Vec::new(),
         };
         // SAFETY: tensors live in the arena; the copies in the pool.
         let ix = unsafe { GraphIds::new(&mut t, &g) };
@@ -499,6 +507,7 @@ mod tests {
             pool: &mut pool,
             n_copies: 2,
             cur_copy: 1,
+            rewrites: &mut Vec::new(),
         };
         // SAFETY: as above.
         let inputs = unsafe { graph_inputs(&mut sc, &mut t, &g) };
@@ -539,6 +548,7 @@ mod tests {
             pool: &mut pool,
             n_copies: 3,
             cur_copy: 2,
+            rewrites: &mut Vec::new(),
         };
         // SAFETY: tensors live in the arena; the copies in the pool.
         let inputs = unsafe { graph_inputs(&mut sc, &mut t, &g) };
@@ -628,6 +638,7 @@ mod tests {
                 pool: &mut pool,
                 n_copies: 1,
                 cur_copy: 0,
+                rewrites: &mut Vec::new(),
             };
             let mut splits = Vec::new();
             // SAFETY: the graph's tensors are owned by `b.arena`, every node is placed; the
