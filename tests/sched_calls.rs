@@ -351,12 +351,20 @@ struct Built {
     outputs: Vec<usize>,
 }
 
-fn no_alloc_ctx(n_tensors: usize) -> *mut sys::ggml_context {
-    // SAFETY: plain context creation.
+/// Bytes of a context of `n_tensors` headers and one graph.
+fn ctx_bytes(n_tensors: usize) -> usize {
+    // SAFETY: pure size queries.
+    unsafe { n_tensors * sys::ggml_tensor_overhead() + sys::ggml_graph_overhead() }
+}
+
+/// A no_alloc context of `n_tensors` headers and one graph, in `mem` (at least
+/// [`ctx_bytes`] bytes, which outlive it) or, for NULL, in memory of its own.
+fn no_alloc_ctx_in(n_tensors: usize, mem: *mut u8) -> *mut sys::ggml_context {
+    // SAFETY: plain context creation over NULL or caller-provided memory of the right size.
     let ctx = unsafe {
         sys::ggml_init(sys::ggml_init_params {
-            mem_size: n_tensors * sys::ggml_tensor_overhead() + sys::ggml_graph_overhead(),
-            mem_buffer: null_mut(),
+            mem_size: ctx_bytes(n_tensors),
+            mem_buffer: mem.cast(),
             no_alloc: true,
         })
     };
@@ -364,10 +372,20 @@ fn no_alloc_ctx(n_tensors: usize) -> *mut sys::ggml_context {
     ctx
 }
 
-fn build(spec: &GraphSpec, preallocated: bool) -> Built {
+fn no_alloc_ctx(n_tensors: usize) -> *mut sys::ggml_context {
+    no_alloc_ctx_in(n_tensors, null_mut())
+}
+
+/// Tensor headers per graph context.
+const GRAPH_TENSORS: usize = 64;
+
+/// Builds `spec`'s graph; in `arena` when given (as llama.cpp rebuilds its graphs in the same
+/// memory, so that an identical graph has the same addresses and the scheduler may replay its
+/// placement), else in memory of its own.
+fn build_in(spec: &GraphSpec, preallocated: bool, arena: *mut u8) -> Built {
     // SAFETY: exported API with valid arguments throughout.
     unsafe {
-        let ctx = no_alloc_ctx(64);
+        let ctx = no_alloc_ctx_in(GRAPH_TENSORS, arena);
         let in_ctx = if preallocated { no_alloc_ctx(8) } else { ctx };
         let inputs: Vec<_> = (0..spec.n_inputs)
             .map(|_| {
@@ -433,16 +451,32 @@ fn build(spec: &GraphSpec, preallocated: bool) -> Built {
     }
 }
 
-impl Drop for Built {
-    fn drop(&mut self) {
+fn build(spec: &GraphSpec, preallocated: bool) -> Built {
+    build_in(spec, preallocated, null_mut())
+}
+
+impl Built {
+    /// Frees the contexts and the input buffer now (the graph's memory may then be reused);
+    /// the drop that follows does nothing.
+    fn release(&mut self) {
         // SAFETY: made in build(); the scheduler no longer refers to these tensors.
         unsafe {
             if !self.in_buf.is_null() {
                 ggml_base::buffer::ggml_backend_buffer_free(self.in_buf);
                 sys::ggml_free(self.in_ctx);
+                self.in_buf = null_mut();
             }
-            sys::ggml_free(self.ctx);
+            if !self.ctx.is_null() {
+                sys::ggml_free(self.ctx);
+                self.ctx = null_mut();
+            }
         }
+    }
+}
+
+impl Drop for Built {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -501,17 +535,33 @@ struct Run {
     specs: Vec<GraphSpec>,
     preallocated: bool,
     cur: usize,
+    /// One context memory per graph spec: a rebuilt graph lands at the same addresses.
+    arenas: Vec<Vec<u8>>,
     built: Built,
     live: Option<Live>,
     computes: usize,
 }
 
 impl Run {
+    /// Builds the current spec's graph again: in its arena, after freeing the graph built last
+    /// (whose memory that may be); without arenas in new memory, the old graph freed after.
+    fn rebuild(&mut self) {
+        let n_arenas = self.arenas.len().max(1);
+        match self.arenas.get_mut(self.cur % n_arenas) {
+            Some(a) => {
+                let arena = a.as_mut_ptr();
+                self.built.release();
+                self.built = build_in(&self.specs[self.cur], self.preallocated, arena);
+            }
+            None => self.built = build(&self.specs[self.cur], self.preallocated),
+        }
+    }
+
     /// After a reset, reserve, new or free: a split graph is built again before its next split.
     fn fresh_graph_if_split(&mut self) {
         let split = self.live.as_ref().is_none_or(|l| l.split);
         if split {
-            self.built = build(&self.specs[self.cur], self.preallocated);
+            self.rebuild();
             if let Some(l) = self.live.as_mut() {
                 l.split = false;
             }
@@ -738,7 +788,7 @@ impl Run {
             Call::UseGraph(g) => {
                 self.step(&Call::Reset)?;
                 self.cur = g % self.specs.len();
-                self.built = build(&self.specs[self.cur], self.preallocated);
+                self.rebuild();
                 self.live.as_mut().unwrap().split = false;
             }
         }
@@ -755,7 +805,7 @@ impl Run {
                 }
             }
             // its copies are gone: a graph it split is built again
-            self.built = build(&self.specs[self.cur], self.preallocated);
+            self.rebuild();
         }
     }
 }
@@ -787,11 +837,22 @@ fn one_sequence(
     if std::env::var_os("SCHED_CALLS_TRACE").is_some() {
         eprintln!("case preallocated={preallocated} first={first:?} specs={specs:?}");
     }
-    let built = build(&specs[0], preallocated);
+    // One arena per spec, or (in half of the cases) one shared by all: then graphs of other
+    // structures are built at the same addresses, and must not replay each other.
+    let n_arenas = if specs[0].seed % 2 == 0 {
+        1
+    } else {
+        specs.len()
+    };
+    let mut arenas: Vec<Vec<u8>> = (0..n_arenas)
+        .map(|_| vec![0u8; ctx_bytes(GRAPH_TENSORS)])
+        .collect();
+    let built = build_in(&specs[0], preallocated, arenas[0].as_mut_ptr());
     let mut run = Run {
         specs,
         preallocated,
         cur: 0,
+        arenas,
         built,
         live: None,
         computes: 0,
@@ -875,11 +936,16 @@ fn random_sched_call_sequences() {
             _ => break,
         }
     }
+    let replays = ggml_base::sched::replay::replays_total();
     eprintln!(
-        "sched_calls: {sequences} random call sequences passed in {:.1} s",
+        "sched_calls: {sequences} random call sequences passed in {:.1} s, {replays} \
+         allocations by replaying the last placement",
         start.elapsed().as_secs_f64()
     );
     assert!(sequences >= u64::from(round));
+    // Graphs are rebuilt in the same memory, so some allocations must have been replays:
+    // their values were checked like every other's.
+    assert!(replays > 0, "no allocation replayed a placement");
 }
 
 /// The first crash this file found, kept as a fixed case: a parallel scheduler over TESTA and
@@ -910,6 +976,8 @@ fn parallel_reset_then_alloc_of_a_new_graph() {
         specs: vec![spec],
         preallocated: true,
         cur: 0,
+        // new memory for every graph, as when the crash was found
+        arenas: Vec::new(),
         built,
         live: None,
         computes: 0,

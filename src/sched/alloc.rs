@@ -293,6 +293,7 @@ impl Sched {
         // SAFETY: the graph's tensors are the snapshot's, live (this function's contract).
         unsafe { self.replay.apply_changes() };
         self.replay.replays += 1;
+        super::replay::count_replay();
     }
 
     /// Allocates the split graph, reserving again first when a node or leaf moved to a

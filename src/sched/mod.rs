@@ -661,7 +661,9 @@ export! {
                 None => s.pending_user.push((node, i)),
             }
         } else {
+            // The table no longer is what the last split left: that split cannot be replayed.
             s.table.set(node, i, Cause::UserAssigned);
+            s.replay.invalidate();
         }
         s.is_reset = false;
     }

@@ -27,6 +27,20 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 use super::inspect;
 use super::table::GraphIds;
 
+/// Replays in this process, all schedulers together (for tests: a test that rebuilds its
+/// graphs in the same memory checks that replays happened).
+static REPLAYS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Placements replayed in this process so far, by every scheduler.
+pub fn replays_total() -> u64 {
+    REPLAYS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts one replay.
+pub(crate) fn count_replay() {
+    REPLAYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Bytes of a tensor header.
 const HEADER: usize = std::mem::size_of::<ggml_tensor>();
 
