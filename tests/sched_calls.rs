@@ -839,7 +839,7 @@ fn one_sequence(
     }
     // One arena per spec, or (in half of the cases) one shared by all: then graphs of other
     // structures are built at the same addresses, and must not replay each other.
-    let n_arenas = if specs[0].seed % 2 == 0 {
+    let n_arenas = if specs[0].seed & 1 == 0 {
         1
     } else {
         specs.len()

@@ -133,9 +133,10 @@ pub unsafe fn alloc_ctx_tensors(
 ) -> (usize, ggml_backend_buffer_t) {
     const F: &str = "ggml_backend_alloc_ctx_tensors_from_buft";
     // SAFETY: a live context (the caller's contract).
+    let no_alloc_ctx = unsafe { ggml_sys::ggml_get_no_alloc(ctx) };
     crate::ggml_assert!(
         F,
-        unsafe { ggml_sys::ggml_get_no_alloc(ctx) },
+        no_alloc_ctx,
         "GGML_ASSERT(ggml_get_no_alloc(ctx) == true) failed"
     );
     let alignment = buffer_type::alignment(buft);

@@ -53,9 +53,8 @@ pub fn lay_out(p: &mut Planner, layout: Layout) {
     for (i, s) in p.slots.iter().enumerate() {
         groups[s.talloc as usize][s.addr.chunk as usize].push(i);
     }
-    for (a, blocks) in p.blocks.iter_mut().enumerate() {
-        for c in 0..blocks.n_chunks() {
-            let ids = &groups[a][c];
+    for (blocks, chunks) in p.blocks.iter_mut().zip(&groups) {
+        for (c, ids) in chunks.iter().enumerate() {
             let slots: Vec<Slot> = ids.iter().map(|&i| p.slots[i]).collect();
             let (offsets, extent) = pack(&slots);
             if extent >= blocks.max_size(c) {
