@@ -9,6 +9,8 @@
 #   ops      ab ab --full: test-backend-ops -b CUDA0 over every op (work `backend-ops CUDA0
 #            all`), and llama-simple at -ngl 99, 8 and 0, in the stock arm and ours
 #   rpc      ab rpc: ggml-rpc-server in one arm, the model split between RPC0 and CUDA0
+#   toolchain  what the build's C++ toolchain put into the stock libggml-base besides ggml
+#            (the C++ runtime symbols some programs then take from it; gpu/README.md)
 #   bench    ab bench gpu: llama-bench, batched-bench and the scheduler's per-call time,
 #            arms alternating (BENCH_ROUNDS, default 10)
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
@@ -97,6 +99,24 @@ stage_rpc() {
 stage_bench() {
   logged bench 40 "$ab" bench gpu --llama-build "$B" --model "$M" --rounds "${BENCH_ROUNDS:-10}" \
     --out "$W/bench"
+}
+
+stage_toolchain() {
+  local lib=$B/bin/libggml-base.so
+  {
+    c++ --version | head -1; nvcc --version | tail -2; ld --version | head -1
+    cat /etc/os-release 2>/dev/null | grep -E '^(ID|VERSION_ID)='
+    echo "libstdc++ the compiler links: $(c++ -print-file-name=libstdc++.so)"
+    head -c 300 "$(c++ -print-file-name=libstdc++.so)" | tr -cd '[:print:]\n'; echo
+    echo "nonshared archive: $(c++ -print-file-name=libstdc++_nonshared.a)"
+    echo "system libstdc++: $(ldconfig -p | grep 'libstdc++.so.6 ' | head -2)"
+    echo "stock libggml-base exports, not ggml_/gguf_:"
+    nm -D --defined-only "$lib" | awk '{print $3}' | grep -v -E '^(ggml|gguf)_' | head -60
+    echo "llama-simple imports of those:"
+    nm -D --undefined-only "$B/bin/llama-simple" | grep -i cxxabi
+    echo "ldd llama-simple:"; ldd "$B/bin/llama-simple"
+  } > "$W/logs/toolchain.log" 2>&1
+  log "toolchain: $(wc -l < "$W/logs/toolchain.log") lines in logs/toolchain.log"
 }
 
 run_stages() {

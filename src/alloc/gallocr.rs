@@ -55,6 +55,23 @@ pub struct Gallocr {
     nodes: Vec<NodePlan>,
     leafs: Vec<Placed>,
     layout: Layout,
+    /// What the last [`Gallocr::alloc_graph`] did to the graph's tensors, in order, for
+    /// [`Gallocr::alloc_again`]; valid until the next plan.
+    actions: Vec<Action>,
+    actions_valid: bool,
+}
+
+/// One tensor placed by [`Gallocr::alloc_graph`].
+#[derive(Clone, Copy, Debug)]
+enum Action {
+    /// Given memory at `addr` of chunk `buffer`.
+    Place(
+        *mut ggml_tensor,
+        ggml_backend_buffer_t,
+        *mut std::os::raw::c_void,
+    ),
+    /// A view given its source's memory.
+    View(*mut ggml_tensor),
 }
 
 /// Why [`Gallocr::reserve`] failed: a backend could not allocate a compute buffer.
@@ -76,6 +93,8 @@ impl Gallocr {
             nodes: Vec::new(),
             leafs: Vec::new(),
             layout,
+            actions: Vec::new(),
+            actions_valid: false,
         }
     }
 
@@ -98,6 +117,7 @@ impl Gallocr {
         leaf_ids: Option<&[i32]>,
         no_alloc: bool,
     ) -> Result<(), AllocFailed> {
+        self.actions_valid = false;
         // SAFETY: forwarded.
         unsafe { self.planner.walk(graph, node_ids, leaf_ids) };
         pack::lay_out(&mut self.planner, self.layout);
@@ -275,6 +295,36 @@ impl Gallocr {
                 return false;
             }
         }
+        self.reset_buffers();
+        self.actions_valid = false;
+        let mut actions = std::mem::take(&mut self.actions);
+        actions.clear();
+        // SAFETY: forwarded.
+        let (leafs, nodes) = unsafe { graph_tensors(graph) };
+        for (&leaf, placed) in leafs.iter().zip(&self.leafs) {
+            // SAFETY: live tensors of the graph.
+            unsafe { self.init_tensor(leaf, placed, &mut actions) };
+        }
+        for (&node, plan) in nodes.iter().zip(&self.nodes) {
+            // SAFETY: live.
+            let r = unsafe { &*node };
+            for (&s, placed) in r.src.iter().zip(&plan.src) {
+                if !s.is_null() {
+                    // SAFETY: a source of a live node.
+                    unsafe { self.init_tensor(s, placed, &mut actions) };
+                }
+            }
+            // SAFETY: live.
+            unsafe { self.init_tensor(node, &plan.dst, &mut actions) };
+        }
+        self.actions = actions;
+        self.actions_valid = true;
+        true
+    }
+
+    /// Lets the backends of every compute buffer drop per-tensor state (stock resets each
+    /// buffer id's buffer, so a shared one twice).
+    fn reset_buffers(&self) {
         for i in 0..self.n_buffers() {
             if let Some(chunks) = &self.buffers[self.planner.talloc_of[i]] {
                 for &b in chunks {
@@ -283,34 +333,50 @@ impl Gallocr {
                 }
             }
         }
-        // SAFETY: forwarded.
-        let (leafs, nodes) = unsafe { graph_tensors(graph) };
-        for (&leaf, placed) in leafs.iter().zip(&self.leafs) {
-            // SAFETY: live tensors of the graph.
-            unsafe { self.init_tensor(leaf, placed) };
+    }
+
+    /// Places a graph equal to the one the last [`Gallocr::alloc_graph`] placed by repeating
+    /// what it did, without checking sizes again: false (nothing done) when there was no such
+    /// call since the last plan. The scheduler's replay uses this ([`crate::sched::replay`]):
+    /// equal headers need the same memory, and the plan did not change since it fitted.
+    ///
+    /// # Safety
+    /// The graph must equal, tensor for tensor and header for header, the one the last
+    /// `alloc_graph` placed (as it was before that call), and be live.
+    pub unsafe fn alloc_again(&mut self) -> bool {
+        if !self.actions_valid {
+            return false;
         }
-        for (&node, plan) in nodes.iter().zip(&self.nodes) {
-            // SAFETY: live.
-            let r = unsafe { &*node };
-            for (&s, placed) in r.src.iter().zip(&plan.src) {
-                if !s.is_null() {
-                    // SAFETY: a source of a live node.
-                    unsafe { self.init_tensor(s, placed) };
+        self.reset_buffers();
+        for &a in &self.actions {
+            match a {
+                Action::Place(t, b, addr) => {
+                    // SAFETY: the tensor is live and without memory, as it was when this
+                    // action was recorded (the contract); `b` a live chunk of this allocator
+                    // (actions are dropped with every new plan) with room at `addr`.
+                    unsafe {
+                        (*t).buffer = b;
+                        (*t).data = addr;
+                        buffer::init_tensor(&*b, t);
+                    }
+                }
+                Action::View(t) => {
+                    // SAFETY: a live view without a buffer whose source now has memory, as
+                    // when recorded (the contract).
+                    unsafe { tensor::view_init(&mut *t, "ggml_gallocr_alloc_graph") };
                 }
             }
-            // SAFETY: live.
-            unsafe { self.init_tensor(node, &plan.dst) };
         }
         true
     }
 
     /// Gives one tensor its planned memory, or inits a view over its source's (stock
-    /// `ggml_gallocr_init_tensor`). Tensors with memory, and views of tensors that ggml-backend
+    /// `ggml_gallocr_init_tensor`), noting what it did in `actions`. Tensors with memory, and views of tensors that ggml-backend
     /// did not allocate, are left alone.
     ///
     /// # Safety
     /// `t` and its view source must be live.
-    unsafe fn init_tensor(&self, t: *mut ggml_tensor, placed: &Placed) {
+    unsafe fn init_tensor(&self, t: *mut ggml_tensor, placed: &Placed, actions: &mut Vec<Action>) {
         // SAFETY: the caller's contract; no other borrow of it is held.
         let r = unsafe { &mut *t };
         if !r.view_src.is_null() {
@@ -318,6 +384,7 @@ impl Gallocr {
             if r.buffer.is_null() && !unsafe { (*r.view_src).buffer }.is_null() {
                 // SAFETY: a view of an allocated, live source, without a buffer.
                 unsafe { tensor::view_init(r, "ggml_gallocr_alloc_graph") };
+                actions.push(Action::View(t));
             }
             return;
         }
@@ -344,6 +411,7 @@ impl Gallocr {
         let addr = base.cast::<u8>().wrapping_add(placed.addr.offset).cast();
         // SAFETY: a live chunk and a tensor without memory; the plan keeps it inside the chunk.
         unsafe { tensor::ggml_backend_tensor_alloc(b, t, addr) };
+        actions.push(Action::Place(t, b, addr));
     }
 
     /// Bytes of buffer id `id`'s compute buffer: 0 when not allocated, and for a buffer id

@@ -306,6 +306,15 @@ impl Sched {
         let n_nodes = self.graph.get_mut().n_nodes as usize;
         let n_leafs = self.graph.get_mut().n_leafs as usize;
         let gc = self.graph.get();
+        if replayed {
+            // The allocation graph is the one the allocator placed last, unchanged: place it
+            // the same way again.
+            // SAFETY: `gc` is that graph, its tensors live (this function's contract) and, the
+            // copies' storage forgotten, as they were before that placement.
+            if unsafe { self.galloc.alloc_again() } {
+                return true;
+            }
+        }
         let (this, changed, stale) = if replayed {
             // The allocation graph is the one the current plan was checked for, unchanged.
             (self.plan, false, false)
