@@ -115,6 +115,17 @@ stage_toolchain() {
     echo "llama-simple imports of those:"
     nm -D --undefined-only "$B/bin/llama-simple" | grep -i cxxabi
     echo "ldd llama-simple:"; ldd "$B/bin/llama-simple"
+    local ns; ns=$(c++ -print-file-name=libstdc++_nonshared.a)
+    if [ -f "$ns" ]; then
+      echo "shim from $ns:"
+      c++ -shared -o "$W/libcxxrt-shim.so" -Wl,--whole-archive "$ns" -Wl,--no-whole-archive 2>&1 | tail -3
+      nm -D --defined-only "$W/libcxxrt-shim.so" | grep -c cxxabiv1
+      echo "llama-simple, our arm, shim preloaded:"
+      LD_PRELOAD="$W/libcxxrt-shim.so" LD_LIBRARY_PATH="$W/ab-bundle/lib" "$B/bin/llama-simple" \
+        -m "$M" -n 8 -ngl 99 "Hello" 2>&1 | tail -3; echo "exit $?"
+      echo "llama-simple, our arm, no shim:"
+      LD_LIBRARY_PATH="$W/ab-bundle/lib" "$B/bin/llama-simple" -m "$M" -n 8 -ngl 99 "Hello" 2>&1 | tail -2
+    fi
   } > "$W/logs/toolchain.log" 2>&1
   log "toolchain: $(wc -l < "$W/logs/toolchain.log") lines in logs/toolchain.log"
 }

@@ -152,7 +152,7 @@ pub fn check_arm(arm_name: &str, arm: &LibAbi, build_lib: &Path, build: &LibAbi)
 /// Checks every arm against the build's own `libggml-base.so.0` (in `bin_dir(build)`), each
 /// read in a child; prints each identity. Fails at the first arm of another ggml, or when the
 /// build has no library of its own to compare with.
-pub fn check_arms(build: &Path, arms: &[crate::swap::Arm]) -> Result<()> {
+pub fn check_arms(build: &Path, arms: &mut [crate::swap::Arm]) -> Result<()> {
     let lib_dir = crate::paths::bin_dir(build);
     let build_lib = lib_dir.join("libggml-base.so.0");
     if !build_lib.exists() {
@@ -164,12 +164,43 @@ pub fn check_arms(build: &Path, arms: &[crate::swap::Arm]) -> Result<()> {
     }
     let own = read(&build_lib, &lib_dir)?;
     crate::say(&format!("build's ggml: {own}"));
-    for arm in arms {
+    for arm in arms.iter() {
         let a = read(&arm.lib_copy, &lib_dir)?;
         check_arm(&arm.name, &a, &build_lib, &own)?;
         crate::say(&format!("arm {}: {a}, matches the build", arm.name));
     }
-    check_imports(build, arms);
+    let missing: std::collections::BTreeSet<String> = check_imports(build, arms)
+        .into_iter()
+        .flat_map(|(_, symbols)| symbols)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    // The build's libggml-base carries C++ runtime symbols: give every arm the same runtime.
+    let dir = arms[0]
+        .lib_dir
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(&arms[0].lib_dir)
+        .join("cxxrt");
+    match crate::cxxrt::shim(&dir, &missing) {
+        Ok(lib) => {
+            crate::say(&format!(
+                "the build's programs take {} C++ runtime symbols from its own libggml-base \
+                 (its toolchain linked libsupc++ into it): every arm preloads {}, built from \
+                 this machine's libsupc++.a, so those programs run in every arm",
+                missing.len(),
+                lib.display()
+            ));
+            for arm in arms.iter_mut() {
+                arm.preload = Some(lib.clone());
+            }
+        }
+        Err(why) => crate::say(&format!(
+            "warning: no C++ runtime library for the missing symbols ({why}); the programs \
+             named above stop at load time in those arms"
+        )),
+    }
     Ok(())
 }
 
@@ -219,8 +250,8 @@ fn unprovided(program: &Path, mut wanted: Vec<String>) -> Vec<String> {
 /// build's own libggml-base a symbol the arm's file lacks and nothing else provides (seen
 /// on a CUDA build whose toolchain put C++ runtime symbols into libggml-base): those programs
 /// will stop at load time in that arm, which the table then shows; the others run. Returns
-/// the programs, as `arm: program: symbol, ...`.
-pub fn check_imports(build: &Path, arms: &[crate::swap::Arm]) -> Vec<String> {
+/// each `arm: program` with the symbols it would miss.
+pub fn check_imports(build: &Path, arms: &[crate::swap::Arm]) -> Vec<(String, Vec<String>)> {
     let lib_dir = crate::paths::bin_dir(build);
     let build_exports = dyn_symbols(&lib_dir.join("libggml-base.so.0"), true);
     let mut programs: Vec<std::path::PathBuf> = std::fs::read_dir(&lib_dir)
@@ -275,10 +306,10 @@ pub fn check_imports(build: &Path, arms: &[crate::swap::Arm]) -> Vec<String> {
             crate::say(&format!(
                 "warning: arm {}: {line}: the build's programs take these from its own \
                  libggml-base, which the arm's file does not define, and no other library of \
-                 theirs does; {name} will stop at load time (symbol lookup error) in this arm",
+                 theirs does; {name} would stop at load time (symbol lookup error) in this arm",
                 arm.name
             ));
-            out.push(format!("{}: {line}", arm.name));
+            out.push((format!("{}: {name}", arm.name), missing));
         }
     }
     out

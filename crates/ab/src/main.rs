@@ -8,6 +8,7 @@
 //! `test_steps.rs`.
 
 mod abi;
+mod cxxrt;
 mod job;
 mod machine;
 mod ours;
@@ -228,9 +229,9 @@ fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
     let build = default_build(paths, a.llama_build)?;
     let probe = ensure_probe(paths)?;
     let lib = store::resolve(&paths.ab_dir(), &a.lib)?;
-    let arm = swap::Arm::prepare(&paths.ab_dir(), &a.arm, &lib, a.backend.as_deref())?;
+    let mut arm = swap::Arm::prepare(&paths.ab_dir(), &a.arm, &lib, a.backend.as_deref())?;
     store::keep(&paths.ab_dir(), &arm.resolved, &arm.sha256)?;
-    abi::check_arms(&build, std::slice::from_ref(&arm))?;
+    abi::check_arms(&build, std::slice::from_mut(&mut arm))?;
     let program = paths::program(&build, &a.command[0])?;
     let name = program
         .file_name()

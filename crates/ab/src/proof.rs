@@ -201,6 +201,7 @@ mod tests {
             lib_dir: dir.to_path_buf(),
             lib_copy: dir.join("libggml-base.so.0"),
             backend: None,
+            preload: None,
         }
     }
 

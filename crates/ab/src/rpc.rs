@@ -55,11 +55,11 @@ pub fn run(paths: &Paths, o: &RpcOptions) -> Result<u8> {
     let ab_dir = paths.ab_dir().join("rpc");
     let stock = paths::bin_dir(&build).join("libggml-base.so.0");
     let ours = crate::ours::build(paths)?.base;
-    let arms = [
+    let mut arms = [
         Arm::prepare(&ab_dir, "stock", &stock, None)?,
         Arm::prepare(&ab_dir, "ours", &ours, None)?,
     ];
-    crate::abi::check_arms(&build, &arms)?;
+    crate::abi::check_arms(&build, &mut arms)?;
     let devices = crate::job::devices(&build, None)?;
     let split: Vec<String> = match devices.iter().find(|d| *d != "CPU") {
         Some(dev) => ["-ngl", "99", "-dev", &format!("RPC0,{dev}"), "-ts", "1,1"]

@@ -35,6 +35,9 @@ pub struct Arm {
     pub lib_copy: PathBuf,
     /// Optional backend library for `GGML_BACKEND_PATH`, with its sha256.
     pub backend: Option<(PathBuf, String)>,
+    /// A library preloaded after the probe: the C++ runtime the build's programs expect
+    /// from their own libggml-base, when it carries one ([`crate::cxxrt`]).
+    pub preload: Option<PathBuf>,
 }
 
 impl Arm {
@@ -89,6 +92,7 @@ impl Arm {
             lib_dir,
             lib_copy,
             backend,
+            preload: None,
         })
     }
 }
@@ -179,7 +183,16 @@ pub fn run(
 pub fn command(arm: &Arm, probe_so: &Path, program: &Path, probe_file: &Path) -> Command {
     let mut cmd = Command::new(program);
     cmd.env("LD_LIBRARY_PATH", prepend(&arm.lib_dir, "LD_LIBRARY_PATH"));
-    cmd.env("LD_PRELOAD", prepend(probe_so, "LD_PRELOAD"));
+    let mut preload = OsString::from(probe_so);
+    if let Some(p) = &arm.preload {
+        preload.push(":");
+        preload.push(p);
+    }
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    cmd.env("LD_PRELOAD", preload);
     cmd.env(ab_probe_env(), probe_file);
     if let Some((b, _)) = &arm.backend {
         cmd.env("GGML_BACKEND_PATH", b);

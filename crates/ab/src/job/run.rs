@@ -218,13 +218,13 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     crate::ensure_probe(paths)?;
     let files = arm_files(paths, opts, &build)?;
     let ab_dir = paths.ab_dir();
-    let arms: Vec<Arm> = files
+    let mut arms: Vec<Arm> = files
         .iter()
         .map(|(name, f)| Arm::prepare(&ab_dir, name, f, opts.backend.as_deref()))
         .collect::<Result<_>>()?;
     // Before anything runs: a library of another ggml than the build's would run with
     // mismatched structs.
-    crate::abi::check_arms(&build, &arms)?;
+    crate::abi::check_arms(&build, &mut arms)?;
     for arm in &arms {
         crate::store::keep(&ab_dir, &arm.resolved, &arm.sha256)?;
         say(&format!(
