@@ -56,6 +56,11 @@ pub fn lay_out(p: &mut Planner, layout: Layout) {
     for (blocks, chunks) in p.blocks.iter_mut().zip(&groups) {
         for (c, ids) in chunks.iter().enumerate() {
             let slots: Vec<Slot> = ids.iter().map(|&i| p.slots[i]).collect();
+            // No layout needs fewer bytes than are alive at once: when the greedy offsets
+            // already reach that, packing cannot help.
+            if live_peak(&slots) >= blocks.max_size(c) {
+                continue;
+            }
             let (offsets, extent) = pack(&slots);
             if extent >= blocks.max_size(c) {
                 continue;
@@ -71,7 +76,7 @@ pub fn lay_out(p: &mut Planner, layout: Layout) {
     if !any {
         return;
     }
-    for n in p.hash.values_mut() {
+    for n in p.nodes.iter_mut() {
         if let Some(Some(off)) = (n.slot as usize).checked_sub(1).map(|s| moved[s]) {
             n.addr = Addr {
                 chunk: n.addr.chunk,
@@ -79,6 +84,30 @@ pub fn lay_out(p: &mut Planner, layout: Layout) {
             };
         }
     }
+}
+
+/// The most bytes of `slots` alive at one step: a lower bound on any layout's extent.
+pub fn live_peak(slots: &[Slot]) -> usize {
+    // Ends sort before starts at the same step: a block freed at step t and one handed out at
+    // step t never overlap ([start, end) lifetimes).
+    let mut events: Vec<(u32, bool, usize)> = Vec::with_capacity(slots.len() * 2);
+    for s in slots {
+        events.push((s.start, true, s.size));
+        if s.end != u32::MAX {
+            events.push((s.end, false, s.size));
+        }
+    }
+    events.sort_unstable_by_key(|&(t, is_start, _)| (t, is_start));
+    let (mut live, mut peak) = (0usize, 0usize);
+    for (_, is_start, size) in events {
+        if is_start {
+            live += size;
+            peak = peak.max(live);
+        } else {
+            live -= size;
+        }
+    }
+    peak
 }
 
 /// Steps per bucket of the time index in [`pack`].
@@ -184,14 +213,24 @@ mod tests {
         assert_eq!(extent, 300);
     }
 
+    #[test]
+    fn the_live_peak_counts_blocks_alive_at_the_same_step() {
+        // [0,4) and [4,8) never meet; [2,6) meets both.
+        let slots = [slot(64, 0, 4), slot(64, 4, 8), slot(32, 2, 6)];
+        assert_eq!(live_peak(&slots), 96);
+        assert_eq!(live_peak(&[slot(10, 0, u32::MAX), slot(5, 3, 4)]), 15);
+    }
+
     proptest! {
-        /// No two slots alive at the same step overlap, and the extent covers every slot.
+        /// No two slots alive at the same step overlap, the extent covers every slot, and
+        /// no layout is below the live peak.
         #[test]
         fn packing_never_overlaps_live_blocks(
             raw in proptest::collection::vec((1usize..40, 0u32..30, 1u32..12), 1..60)
         ) {
             let slots: Vec<Slot> = raw.iter().map(|&(sz, st, len)| slot(sz * 16, st, st + len)).collect();
             let (off, extent) = pack(&slots);
+            prop_assert!(extent >= live_peak(&slots));
             for i in 0..slots.len() {
                 prop_assert!(off[i] + slots[i].size <= extent);
                 prop_assert_eq!(off[i] % 16, 0);

@@ -64,8 +64,10 @@ pub struct Planner {
     pub talloc_of: Vec<usize>,
     /// One allocator per distinct buffer type.
     pub blocks: Vec<Blocks>,
-    /// The per-tensor table, keyed by the tensor's address.
-    pub hash: FxHashMap<*mut ggml_tensor, Node>,
+    /// Index into `nodes` of each tensor the walk has seen, keyed by its address.
+    pub hash: FxHashMap<*mut ggml_tensor, u32>,
+    /// The per-tensor table.
+    pub nodes: Vec<Node>,
     /// Every block handed out in the last walk, in order.
     pub slots: Vec<Slot>,
     step: u32,
@@ -139,6 +141,7 @@ impl Planner {
             talloc_of,
             blocks,
             hash: FxHashMap::default(),
+            nodes: Vec::new(),
             slots: Vec::new(),
             step: 0,
         }
@@ -152,25 +155,27 @@ impl Planner {
         buffer_type::alloc_size(unsafe { &*self.bufts[id as usize] }, t)
     }
 
-    /// The table entry of `t`, made zeroed on first use (stock `ggml_gallocr_hash_get`).
+    /// The index of `t`'s table entry, made zeroed on first use (stock
+    /// `ggml_gallocr_hash_get`): one lookup, for the callers that touch the entry often.
+    #[inline]
+    pub fn index(&mut self, t: *mut ggml_tensor) -> usize {
+        let nodes = &mut self.nodes;
+        *self.hash.entry(t).or_insert_with(|| {
+            nodes.push(Node::default());
+            (nodes.len() - 1) as u32
+        }) as usize
+    }
+
+    /// The table entry of `t`, made zeroed on first use.
     #[inline]
     pub fn node(&mut self, t: *mut ggml_tensor) -> &mut Node {
-        self.hash.entry(t).or_default()
+        let i = self.index(t);
+        &mut self.nodes[i]
     }
 
     /// Whether the graph allocator gave `t` memory that is still its own.
     fn is_own(&mut self, t: *mut ggml_tensor) -> bool {
         self.node(t).allocated
-    }
-
-    /// Whether `t` has memory, or will get it from this walk.
-    ///
-    /// # Safety
-    /// `t` must be a live tensor.
-    unsafe fn is_allocated(&mut self, t: *mut ggml_tensor) -> bool {
-        // SAFETY: the caller's contract.
-        let r = unsafe { tensor(t) };
-        !r.data.is_null() || !r.buffer.is_null() || self.is_own(t)
     }
 
     /// Hands out `size` bytes of allocator `talloc` as a new slot; aborts as stock does when
@@ -262,14 +267,18 @@ impl Planner {
             buffer_id >= 0,
             "GGML_ASSERT(buffer_id >= 0) failed"
         );
-        self.node(t);
+        let i = self.index(t);
         // SAFETY: the caller's contract.
         let r = unsafe { tensor(t) };
-        // SAFETY: as above.
-        if unsafe { self.is_allocated(t) } || !r.view_src.is_null() {
+        // Memory of its own already (data, or a buffer), planned already, or a view.
+        if !r.data.is_null()
+            || !r.buffer.is_null()
+            || self.nodes[i].allocated
+            || !r.view_src.is_null()
+        {
             return;
         }
-        self.node(t).allocated = true;
+        self.nodes[i].allocated = true;
         if op_can_inplace(r.op) {
             for &parent in r.src.iter().filter(|p| !p.is_null()) {
                 // SAFETY: a source of a live tensor is live (the caller's contract).
@@ -280,7 +289,7 @@ impl Planner {
         }
         let size = self.alloc_size(buffer_id, r);
         let (addr, slot) = self.take(self.talloc_of[buffer_id as usize], size);
-        let n = self.node(t);
+        let n = &mut self.nodes[i];
         n.buffer_id = buffer_id;
         n.addr = addr;
         n.slot = slot;
@@ -346,6 +355,7 @@ impl Planner {
         leaf_ids: Option<&[i32]>,
     ) {
         self.hash.clear();
+        self.nodes.clear();
         self.slots.clear();
         self.step = 0;
         for b in &mut self.blocks {
