@@ -9,7 +9,8 @@
 # Values: on, the empty string, -5, inf, 1e9, 4000000000, 0x, and a 10 kB string. Each run
 # is a short real workload under timeout 60:
 #
-# - the GGML_SCHED_* variables: llama-completion -m MODEL -n 2 on two HRX devices
+# - the GGML_SCHED_* variables and GGML_ALLOC_LAYOUT (our graph allocator, which the
+#   scheduler makes): llama-completion -m MODEL -n 2 on two HRX devices
 #   (GGML_HRX_DEVICES=2, -dev HRX0,HRX1 -ngl 99). test-backend-ops never creates a
 #   scheduler, so it never reads them; llama builds one, and with two devices that support
 #   events it builds it with parallel = true, the only case where GGML_SCHED_MAX_COPIES is
@@ -27,8 +28,8 @@
 # (crates/hrx/src/env.rs). "output: same": stdout is byte for byte what the same arm printed
 # with the variable unset, i.e. the garbage changed nothing but the warning. Stock reads
 # GGML_SCHED_DEBUG and GGML_SCHED_DEBUG_REALLOC with atoi (garbage reads as a number, no
-# word), and GGML_SCHED_MAX_COPIES / GGML_SCHED_INPLACE_RULE not at all (a build-time
-# constant; no such rule), so its rows say "warning: no"; libggml-hrx is the same file in
+# word), and GGML_SCHED_MAX_COPIES / GGML_SCHED_INPLACE_RULE / GGML_ALLOC_LAYOUT not at all
+# (a build-time constant; no such rule; one layout), so its rows say "warning: no"; libggml-hrx is the same file in
 # both arms, so HRX's rows are the same in both.
 set -uo pipefail
 print=no
@@ -47,7 +48,7 @@ long=$(printf 'x%.0s' $(seq 10240))
 labels=(on empty -5 inf 1e9 4000000000 0x 10kB)
 value() { case $1 in empty) echo -n "" ;; 10kB) echo -n "$long" ;; *) echo -n "$1" ;; esac; }
 sched_vars=(GGML_SCHED_MAX_COPIES GGML_SCHED_DEBUG GGML_SCHED_DEBUG_REALLOC GGML_SCHED_INPLACE_RULE
-            GGML_SCHED_SANITIZE GGML_SCHED_TEST_FAULT)
+            GGML_SCHED_SANITIZE GGML_SCHED_TEST_FAULT GGML_ALLOC_LAYOUT)
 hrx_vars=(GGML_HRX_DEVICES GGML_HRX_SIM_MEMORY_MB GGML_HRX_HOST_WEIGHT_LIMIT_MB
           GGML_HRX_FAKE_PTR_BASE GGML_HRX_SIM_THREADS GGML_HRX_REPORT GGML_HRX_EAGER_OPS
           GGML_HRX_AUTOREGISTER)
@@ -114,6 +115,14 @@ GGML_SCHED_DEBUG_REALLOC|1e9|exit 0; warning: no; output: same|exit 0; warning: 
 GGML_SCHED_DEBUG_REALLOC|4000000000|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 GGML_SCHED_DEBUG_REALLOC|0x|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 GGML_SCHED_DEBUG_REALLOC|10kB|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_LAYOUT|on|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_LAYOUT|empty|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_LAYOUT|-5|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_LAYOUT|inf|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_LAYOUT|1e9|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_LAYOUT|4000000000|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_LAYOUT|0x|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_LAYOUT|10kB|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 GGML_SCHED_INPLACE_RULE|on|exit 0; warning: no; output: same|exit 0; warning: no; output: same
 GGML_SCHED_INPLACE_RULE|empty|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 GGML_SCHED_INPLACE_RULE|-5|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
@@ -218,7 +227,7 @@ for arm in stock ours; do
   done
 done
 for name in "${sched_vars[@]}" "${hrx_vars[@]}"; do
-  if [[ $name == GGML_SCHED_* ]]; then kind=sched prefix=ggml_backend_sched; else kind=hrx prefix=HRX; fi
+  if [[ $name == GGML_SCHED_* || $name == GGML_ALLOC_* ]]; then kind=sched prefix=ggml_backend_sched; else kind=hrx prefix=HRX; fi
   for label in "${labels[@]}"; do
     val=$(value "$label")
     for arm in stock ours; do
