@@ -207,16 +207,23 @@ pub fn check_arms(build: &Path, arms: &mut [crate::swap::Arm]) -> Result<()> {
 /// The dynamic symbols of an ELF file, by `nm -D -P` (defined or undefined ones), names
 /// without their version suffix. Empty for a file nm cannot read (not ELF).
 fn dyn_symbols(file: &Path, defined: bool) -> BTreeSet<String> {
+    nm_symbols(file, true, defined)
+}
+
+/// The symbols `nm -P` lists for `file`: of its dynamic table (`dynamic`, `-D`) or its symbol
+/// table (an archive's, say), defined ones or undefined ones; names without their version
+/// suffix. Empty for a file nm cannot read.
+pub fn nm_symbols(file: &Path, dynamic: bool, defined: bool) -> BTreeSet<String> {
     let which = if defined {
         "--defined-only"
     } else {
         "--undefined-only"
     };
-    let Ok(o) = Command::new("nm")
-        .args(["-D", "-P", which])
-        .arg(file)
-        .output()
-    else {
+    let mut cmd = Command::new("nm");
+    if dynamic {
+        cmd.arg("-D");
+    }
+    let Ok(o) = cmd.args(["-g", "-P", which]).arg(file).output() else {
         return BTreeSet::new();
     };
     String::from_utf8_lossy(&o.stdout)

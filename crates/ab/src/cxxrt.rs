@@ -36,18 +36,7 @@ fn supcxx_archive(cxx: &str) -> Option<PathBuf> {
 
 /// The global symbols `nm` lists as defined in `file` (`-D` for a shared library).
 fn defined(file: &Path, dynamic: bool) -> BTreeSet<String> {
-    let mut cmd = Command::new("nm");
-    if dynamic {
-        cmd.arg("-D");
-    }
-    let Ok(o) = cmd.args(["-g", "-P", "--defined-only"]).arg(file).output() else {
-        return BTreeSet::new();
-    };
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(|n| n.split('@').next().unwrap_or(n).to_string())
-        .collect()
+    crate::abi::nm_symbols(file, dynamic, true)
 }
 
 /// Builds `dir/libab-cxxrt.so` from the C++ compiler's `libsupc++.a` when that archive
