@@ -17,7 +17,6 @@ use crate::tensor::meta::same_layout;
 
 const OUTPUT: i32 = ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32;
 const INPUT: i32 = ggml_sys::GGML_TENSOR_FLAG_INPUT as i32;
-const MAX_SRC: usize = ggml_sys::GGML_MAX_SRC as usize;
 
 /// What the walk knows of one tensor (stock's `struct hash_node`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -70,6 +69,8 @@ pub struct Planner {
     pub nodes: Vec<Node>,
     /// Every block handed out in the last walk, in order.
     pub slots: Vec<Slot>,
+    /// Scratch of the walk: the table entry of every node's non-NULL sources, in order.
+    edges: Vec<u32>,
     step: u32,
 }
 
@@ -143,6 +144,7 @@ impl Planner {
             hash: FxHashMap::default(),
             nodes: Vec::new(),
             slots: Vec::new(),
+            edges: Vec::new(),
             step: 0,
         }
     }
@@ -262,12 +264,21 @@ impl Planner {
     /// # Safety
     /// `t`, its sources and their view sources must be live tensors.
     unsafe fn allocate(&mut self, t: *mut ggml_tensor, buffer_id: i32) {
+        let i = self.index(t);
+        // SAFETY: forwarded.
+        unsafe { self.allocate_at(i, t, buffer_id) }
+    }
+
+    /// [`Planner::allocate`] for the tensor of table entry `i`.
+    ///
+    /// # Safety
+    /// As [`Planner::allocate`]; `i` is `t`'s entry.
+    unsafe fn allocate_at(&mut self, i: usize, t: *mut ggml_tensor, buffer_id: i32) {
         crate::ggml_assert!(
             "ggml_gallocr_alloc_graph",
             buffer_id >= 0,
             "GGML_ASSERT(buffer_id >= 0) failed"
         );
-        let i = self.index(t);
         // SAFETY: the caller's contract.
         let r = unsafe { tensor(t) };
         // Memory of its own already (data, or a buffer), planned already, or a view.
@@ -370,6 +381,8 @@ impl Planner {
             unsafe { self.allocate(leaf, id(leaf_ids, i)) };
         }
         // Count readers and views; graph inputs get memory first, so nothing overwrites them.
+        // Each node's and source's table entry is looked up once here, for the loop below.
+        self.edges.clear();
         for (i, &node) in nodes.iter().enumerate() {
             // SAFETY: live (the caller's contract).
             let r = unsafe { tensor(node) };
@@ -381,41 +394,48 @@ impl Planner {
                 // SAFETY: live (the caller's contract).
                 unsafe { self.allocate(node, id(node_ids, i)) };
             }
-            for &src in r.src.iter().take(MAX_SRC).filter(|s| !s.is_null()) {
-                self.node(src).n_children += 1;
+            for &src in r.src.iter().filter(|s| !s.is_null()) {
+                let si = self.index(src);
+                self.nodes[si].n_children += 1;
+                self.edges.push(si as u32);
                 // SAFETY: a source of a live node is live.
                 if unsafe { tensor(src) }.flags & INPUT != 0 {
                     // SAFETY: as above.
-                    unsafe { self.allocate(src, id(node_ids, i)) };
+                    unsafe { self.allocate_at(si, src, id(node_ids, i)) };
                 }
             }
         }
+        let mut edge = 0usize;
         for (i, &node) in nodes.iter().enumerate() {
             self.step += 1;
             let buffer_id = id(node_ids, i);
             // SAFETY: live (the caller's contract).
             let r = unsafe { tensor(node) };
+            let first = edge;
             for &src in r.src.iter().filter(|s| !s.is_null()) {
+                let si = self.edges[edge] as usize;
+                edge += 1;
                 // SAFETY: a source of a live node is live.
-                unsafe { self.allocate(src, buffer_id) };
+                unsafe { self.allocate_at(si, src, buffer_id) };
             }
             // SAFETY: live (the caller's contract).
             unsafe { self.allocate(node, buffer_id) };
             self.step += 1;
-            for &parent in r.src.iter().filter(|s| !s.is_null()) {
+            for (k, &parent) in r.src.iter().filter(|s| !s.is_null()).enumerate() {
+                let pi = self.edges[first + k] as usize;
                 // SAFETY: as above.
-                unsafe { self.release(parent) };
+                unsafe { self.release(pi, parent) };
             }
         }
     }
 
-    /// One reader of `parent` has run: frees it (or, for a view, its view source) when that
-    /// was the last use.
+    /// One reader of `parent` (table entry `pi`) has run: frees it (or, for a view, its view
+    /// source) when that was the last use.
     ///
     /// # Safety
     /// `parent` and its view source must be live tensors.
-    unsafe fn release(&mut self, parent: *mut ggml_tensor) {
-        let p = self.node(parent);
+    unsafe fn release(&mut self, pi: usize, parent: *mut ggml_tensor) {
+        let p = &mut self.nodes[pi];
         p.n_children -= 1;
         if p.n_children != 0 || p.n_views != 0 {
             return;
