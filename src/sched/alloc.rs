@@ -64,7 +64,13 @@ impl Sched {
         // of every header): graphs split for a reserve or by `split_graph` alone are rarely
         // allocated next.
         let reset = self.materialize_reset();
-        let replayable = snapshot && reset && self.debug == 0 && super::record::dir().is_none();
+        // Not with pipeline copies either: pass 6 also flags the graph inputs and lays their
+        // copies out around the current copy, which changes with every graph.
+        let replayable = snapshot
+            && reset
+            && self.n_copies == 1
+            && self.debug == 0
+            && super::record::dir().is_none();
         if replayable {
             // SAFETY: `graph` is a live graph of live tensors (this function's contract).
             unsafe {

@@ -20,7 +20,9 @@
 //! only on the tensor, as stock's scheduler takes them (it asks them again each time but
 //! keeps no record of earlier answers either). A graph that differs anywhere is placed
 //! afresh. Nothing is replayed with `GGML_SCHED_DEBUG` or `GGML_SCHED_DUMP` set (each split
-//! logs or records its graph).
+//! logs or records its graph), nor with pipeline copies (a parallel scheduler with more than
+//! one copy): there the split also flags the graph's input leafs and arranges their copies
+//! around the current copy, which changes with every graph.
 
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
