@@ -12,6 +12,8 @@
 //!   parameters, flags, sources, view source and offset, data, name, extra), and the order of
 //!   the node and leaf arrays; every source and view source must itself be a node or leaf, so
 //!   its header is compared too (a graph where one is not is never replayed);
+//! - the buffer type and usage of every buffer those headers name (a header holds only the
+//!   buffer's address; pass 1 places weights by their buffer's usage and type);
 //! - the user's `ggml_backend_sched_set_tensor_backend` calls since the reset, in order;
 //! - the scheduler state the passes read: the backend of the previous first split and the
 //!   pipeline copy in use.
@@ -24,7 +26,10 @@
 //! one copy): there the split also flags the graph's input leafs and arranges their copies
 //! around the current copy, which changes with every graph.
 
-use ggml_sys::{ggml_cgraph, ggml_tensor};
+use ggml_sys::{
+    ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_buffer_usage, ggml_cgraph,
+    ggml_tensor,
+};
 
 use super::inspect;
 use super::table::GraphIds;
@@ -67,6 +72,14 @@ pub struct Replay {
     headers: Vec<u8>,
     /// The user's assignments since the reset, (tensor, backend), in call order.
     user: Vec<(*mut ggml_tensor, usize)>,
+    /// Every buffer a leaf or node header names, with what the passes read through it: its
+    /// buffer type and usage (pass 1 places a weight by its buffer's usage and type). A
+    /// header holds only the pointer.
+    buffers: Vec<(
+        ggml_backend_buffer_t,
+        ggml_backend_buffer_type_t,
+        ggml_backend_buffer_usage,
+    )>,
     /// The scheduler's previous first-split backend and the pipeline copy, as the split saw.
     first_in: usize,
     cur_copy: usize,
@@ -113,9 +126,17 @@ impl Replay {
         self.nodes.clear();
         self.nodes.extend_from_slice(nodes);
         self.headers.clear();
+        self.buffers.clear();
         for &t in leafs.iter().chain(nodes) {
             // SAFETY: a leaf or node of the live graph.
             self.headers.extend_from_slice(unsafe { header(t) });
+            // SAFETY: as above.
+            let b = unsafe { (*t).buffer };
+            if !b.is_null() && !self.buffers.iter().any(|e| e.0 == b) {
+                // SAFETY: a live tensor's non-NULL buffer is live.
+                let (buft, usage) = unsafe { ((*b).buft, (*b).usage) };
+                self.buffers.push((b, buft, usage));
+            }
         }
         self.user.clear();
         self.user.extend_from_slice(user);
@@ -207,12 +228,19 @@ impl Replay {
         if leafs != self.leafs.as_slice() || nodes != self.nodes.as_slice() || user != self.user {
             return false;
         }
-        leafs
+        let same_headers = leafs
             .iter()
             .chain(nodes)
             .zip(self.headers.chunks_exact(HEADER))
             // SAFETY: leafs and nodes of the live graph.
-            .all(|(&t, old)| unsafe { header(t) } == old)
+            .all(|(&t, old)| unsafe { header(t) } == old);
+        // With equal headers, the graph names exactly the recorded buffers, so they are live.
+        same_headers
+            && self.buffers.iter().all(|&(b, buft, usage)| {
+                // SAFETY: a buffer a tensor of the live graph names (see above).
+                let (now_buft, now_usage) = unsafe { ((*b).buft, (*b).usage) };
+                now_buft == buft && now_usage == usage
+            })
     }
 
     /// The node order to give the graph when replaying, if `graph_optimize` changed it.
