@@ -25,7 +25,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use ggml_base::buffer::*;
-use ggml_base::buffer_type::*;
 use ggml_base::cpu_buffer::*;
 use ggml_base::multi_buffer::*;
 use ggml_base::sched::*;
@@ -34,128 +33,15 @@ use ggml_sys as sys;
 use ggml_sys::{ggml_backend_t, ggml_cgraph, ggml_tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
-static FAIL_A_ALLOC: AtomicBool = AtomicBool::new(false);
 static REVERSE_OPT: AtomicBool = AtomicBool::new(false);
 static OPT_CALLS: AtomicUsize = AtomicUsize::new(0);
 
-unsafe extern "C" fn dev_name(d: sys::ggml_backend_dev_t) -> *const c_char {
-    if d == &raw mut DEV_A {
-        c"TESTA".as_ptr()
-    } else {
-        c"TESTCPU".as_ptr()
-    }
-}
-unsafe extern "C" fn dev_memory(_: sys::ggml_backend_dev_t, free: *mut usize, total: *mut usize) {
-    // SAFETY: the layer passes writable pointers.
-    unsafe {
-        *free = 1 << 30;
-        *total = 1 << 30;
-    }
-}
-unsafe extern "C" fn dev_type(d: sys::ggml_backend_dev_t) -> sys::ggml_backend_dev_type {
-    if d == &raw mut DEV_A {
-        sys::GGML_BACKEND_DEVICE_TYPE_GPU
-    } else {
-        sys::GGML_BACKEND_DEVICE_TYPE_CPU
-    }
-}
-unsafe extern "C" fn dev_props(d: sys::ggml_backend_dev_t, p: *mut sys::ggml_backend_dev_props) {
-    // SAFETY: the layer passes a writable, zeroed props struct.
-    unsafe {
-        (*p).name = dev_name(d);
-        (*p).description = dev_name(d);
-        (*p).memory_free = 1 << 30;
-        (*p).memory_total = 1 << 30;
-        (*p).type_ = dev_type(d);
-    }
-}
-unsafe extern "C" fn buft_a_name(_: sys::ggml_backend_buffer_type_t) -> *const c_char {
-    c"TESTA".as_ptr()
-}
-unsafe extern "C" fn buft_a_alloc(
-    _: sys::ggml_backend_buffer_type_t,
-    size: usize,
-) -> sys::ggml_backend_buffer_t {
-    if FAIL_A_ALLOC.load(Ordering::SeqCst) {
-        return null_mut();
-    }
-    // SAFETY: a CPU buffer, then marked as TESTA's.
-    unsafe {
-        let b = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), size);
-        if !b.is_null() {
-            (*b).buft = &raw mut BUFT_A;
-        }
-        b
-    }
-}
-unsafe extern "C" fn buft_a_alignment(_: sys::ggml_backend_buffer_type_t) -> usize {
-    32
-}
-unsafe extern "C" fn buft_a_is_host(_: sys::ggml_backend_buffer_type_t) -> bool {
-    true
-}
-static mut BUFT_A: sys::ggml_backend_buffer_type = sys::ggml_backend_buffer_type {
-    iface: sys::ggml_backend_buffer_type_i {
-        get_name: Some(buft_a_name),
-        alloc_buffer: Some(buft_a_alloc),
-        get_alignment: Some(buft_a_alignment),
-        get_max_size: None,
-        get_alloc_size: None,
-        is_host: Some(buft_a_is_host),
-    },
-    device: &raw mut DEV_A,
-    context: null_mut(),
-};
-unsafe extern "C" fn dev_buft(d: sys::ggml_backend_dev_t) -> sys::ggml_backend_buffer_type_t {
-    if d == &raw mut DEV_A {
-        &raw mut BUFT_A
-    } else {
-        // SAFETY: static buffer type.
-        unsafe { ggml_backend_cpu_buffer_type() }
-    }
-}
-unsafe extern "C" fn dev_supports_op(_: sys::ggml_backend_dev_t, _: *const ggml_tensor) -> bool {
-    true
-}
-unsafe extern "C" fn dev_supports_buft(
-    d: sys::ggml_backend_dev_t,
-    buft: sys::ggml_backend_buffer_type_t,
-) -> bool {
-    // SAFETY: the device's own callback.
-    buft == unsafe { dev_buft(d) }
-}
-unsafe extern "C" fn dev_offload_op(d: sys::ggml_backend_dev_t, _: *const ggml_tensor) -> bool {
-    d == &raw mut DEV_A
-}
-const fn device_iface() -> sys::ggml_backend_device_i {
-    sys::ggml_backend_device_i {
-        get_name: Some(dev_name),
-        get_description: Some(dev_name),
-        get_memory: Some(dev_memory),
-        get_type: Some(dev_type),
-        get_props: Some(dev_props),
-        init_backend: None,
-        get_buffer_type: Some(dev_buft),
-        get_host_buffer_type: None,
-        buffer_from_host_ptr: None,
-        supports_op: Some(dev_supports_op),
-        supports_buft: Some(dev_supports_buft),
-        offload_op: Some(dev_offload_op),
-        event_new: None,
-        event_free: None,
-        event_synchronize: None,
-    }
-}
-static mut DEV_A: sys::ggml_backend_device = sys::ggml_backend_device {
-    iface: device_iface(),
-    reg: null_mut(),
-    context: null_mut(),
-};
-static mut DEV_CPU: sys::ggml_backend_device = sys::ggml_backend_device {
-    iface: device_iface(),
-    reg: null_mut(),
-    context: null_mut(),
-};
+// The two test devices of `tests/common/devices.rs`, TESTA offloading every op it is asked
+// about (set in `serial`).
+#[path = "common/devices.rs"]
+mod devices;
+use devices::*;
+
 unsafe extern "C" fn backend_name(b: ggml_backend_t) -> *const c_char {
     // SAFETY: a backend made by `backend()`.
     unsafe { dev_name((*b).device) }
@@ -438,6 +324,7 @@ fn replays() -> u64 {
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     FAIL_A_ALLOC.store(false, Ordering::SeqCst);
+    OFFLOAD_A.store(true, Ordering::SeqCst);
     REVERSE_OPT.store(false, Ordering::SeqCst);
     g
 }

@@ -31,7 +31,6 @@ use std::os::raw::{c_char, c_int};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ggml_base::buffer_type::*;
 use ggml_base::cpu_buffer::*;
 use ggml_base::sched::*;
 use ggml_base::tensor::*;
@@ -39,132 +38,14 @@ use ggml_sys as sys;
 use ggml_sys::{ggml_backend_t, ggml_cgraph, ggml_tensor};
 use proptest::prelude::*;
 
-// ---- two test devices and their backends ----------------------------------------------
+// ---- two test devices (tests/common/devices.rs) and their backends --------------------
+
+#[path = "common/devices.rs"]
+mod devices;
+use devices::*;
 
 /// Graph computes per backend (0: TESTA, 1: TESTCPU), to check that work really ran.
 static COMPUTES: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-
-unsafe extern "C" fn dev_name(d: sys::ggml_backend_dev_t) -> *const c_char {
-    if d == &raw mut DEV_A {
-        c"TESTA".as_ptr()
-    } else {
-        c"TESTCPU".as_ptr()
-    }
-}
-unsafe extern "C" fn dev_memory(_: sys::ggml_backend_dev_t, free: *mut usize, total: *mut usize) {
-    // SAFETY: the layer passes writable pointers.
-    unsafe {
-        *free = 1 << 30;
-        *total = 1 << 30;
-    }
-}
-unsafe extern "C" fn dev_type(d: sys::ggml_backend_dev_t) -> sys::ggml_backend_dev_type {
-    if d == &raw mut DEV_A {
-        sys::GGML_BACKEND_DEVICE_TYPE_GPU
-    } else {
-        sys::GGML_BACKEND_DEVICE_TYPE_CPU
-    }
-}
-unsafe extern "C" fn dev_props(d: sys::ggml_backend_dev_t, p: *mut sys::ggml_backend_dev_props) {
-    // SAFETY: the layer passes a writable, zeroed props struct.
-    unsafe {
-        (*p).name = dev_name(d);
-        (*p).description = dev_name(d);
-        (*p).memory_free = 1 << 30;
-        (*p).memory_total = 1 << 30;
-        (*p).type_ = dev_type(d);
-    }
-}
-// TESTA's memory: host memory (so the backends and the checks can read it), but a buffer
-// type of its own, as a GPU's would be. With one buffer type for both backends the scheduler
-// moves nodes, user-placed ones included, to the higher-priority backend (stock's pass 3
-// does the same), and no input would ever be copied between them.
-unsafe extern "C" fn buft_a_name(_: sys::ggml_backend_buffer_type_t) -> *const c_char {
-    c"TESTA".as_ptr()
-}
-unsafe extern "C" fn buft_a_alloc(
-    _: sys::ggml_backend_buffer_type_t,
-    size: usize,
-) -> sys::ggml_backend_buffer_t {
-    // SAFETY: a CPU buffer, then marked as TESTA's; its own free callback releases it.
-    unsafe {
-        let b = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), size);
-        if !b.is_null() {
-            (*b).buft = &raw mut BUFT_A;
-        }
-        b
-    }
-}
-unsafe extern "C" fn buft_a_alignment(_: sys::ggml_backend_buffer_type_t) -> usize {
-    32
-}
-unsafe extern "C" fn buft_a_is_host(_: sys::ggml_backend_buffer_type_t) -> bool {
-    true
-}
-static mut BUFT_A: sys::ggml_backend_buffer_type = sys::ggml_backend_buffer_type {
-    iface: sys::ggml_backend_buffer_type_i {
-        get_name: Some(buft_a_name),
-        alloc_buffer: Some(buft_a_alloc),
-        get_alignment: Some(buft_a_alignment),
-        get_max_size: None,
-        get_alloc_size: None,
-        is_host: Some(buft_a_is_host),
-    },
-    device: &raw mut DEV_A,
-    context: null_mut(),
-};
-
-unsafe extern "C" fn dev_buft(d: sys::ggml_backend_dev_t) -> sys::ggml_backend_buffer_type_t {
-    if d == &raw mut DEV_A {
-        &raw mut BUFT_A
-    } else {
-        // SAFETY: static buffer type.
-        unsafe { ggml_backend_cpu_buffer_type() }
-    }
-}
-unsafe extern "C" fn dev_supports_op(_: sys::ggml_backend_dev_t, _: *const ggml_tensor) -> bool {
-    true
-}
-/// Each device computes in its own buffer type only, so what one backend reads from the
-/// other's memory is copied by the scheduler.
-unsafe extern "C" fn dev_supports_buft(
-    d: sys::ggml_backend_dev_t,
-    buft: sys::ggml_backend_buffer_type_t,
-) -> bool {
-    // SAFETY: the device's own callback.
-    buft == unsafe { dev_buft(d) }
-}
-
-const fn device_iface() -> sys::ggml_backend_device_i {
-    sys::ggml_backend_device_i {
-        get_name: Some(dev_name),
-        get_description: Some(dev_name),
-        get_memory: Some(dev_memory),
-        get_type: Some(dev_type),
-        get_props: Some(dev_props),
-        init_backend: None,
-        get_buffer_type: Some(dev_buft),
-        get_host_buffer_type: None,
-        buffer_from_host_ptr: None,
-        supports_op: Some(dev_supports_op),
-        supports_buft: Some(dev_supports_buft),
-        offload_op: None,
-        event_new: None,
-        event_free: None,
-        event_synchronize: None,
-    }
-}
-
-static mut DEV_A: sys::ggml_backend_device = sys::ggml_backend_device {
-    iface: device_iface(),
-    reg: null_mut(),
-    context: null_mut(),
-};
-static mut DEV_CPU: sys::ggml_backend_device = sys::ggml_backend_device {
-    iface: device_iface(),
-    reg: null_mut(),
-    context: null_mut(),
-};
 
 unsafe extern "C" fn backend_name(b: ggml_backend_t) -> *const c_char {
     // SAFETY: a backend made by `backend()`.
