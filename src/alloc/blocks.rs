@@ -81,11 +81,6 @@ impl Blocks {
         self.alignment
     }
 
-    /// The chunk size above which a new chunk is opened, in bytes.
-    pub fn max_chunk_size(&self) -> usize {
-        self.max_chunk_size
-    }
-
     /// Forgets every chunk (stock `ggml_dyn_tallocr_reset`).
     pub fn reset(&mut self) {
         self.chunks.clear();

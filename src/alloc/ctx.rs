@@ -8,6 +8,7 @@ use ggml_sys::{
 };
 
 use super::blocks::align_up;
+use crate::tensor::meta::{cstr, name};
 use crate::{buffer, buffer_type, ffi, multi_buffer, tensor};
 
 /// A linear allocator over `buffer` (stock `ggml_tallocr_new`): the first aligned address of
@@ -38,8 +39,8 @@ pub unsafe fn tallocr_alloc(
     // SAFETY: the caller's contract.
     let size = align_up(buffer::alloc_size(b, unsafe { &*t }), talloc.alignment);
     if talloc.offset + size > b.size {
-        // SAFETY: a live tensor's name is a NUL-terminated array.
-        let name = unsafe { std::ffi::CStr::from_ptr((*t).name.as_ptr()) }.to_string_lossy();
+        // SAFETY: the caller's contract.
+        let name = name(unsafe { &*t });
         ffi::log::error(&format!(
             "{func}: not enough space in the buffer to allocate {name} (needed {size}, available {})\n",
             b.size - talloc.offset
@@ -87,7 +88,8 @@ unsafe fn alloc_range(
     if buffer.is_null() {
         ffi::log::error(&format!(
             "{F}: failed to allocate {} buffer of size {size}\n",
-            name(buft)
+            // SAFETY: a buffer type's name, NUL-terminated and owned by it.
+            unsafe { cstr(buffer_type::name(buft)) }
         ));
         return None;
     }
@@ -106,11 +108,7 @@ unsafe fn alloc_range(
             GGML_STATUS_SUCCESS
         };
         if status != GGML_STATUS_SUCCESS {
-            ffi::log::error(&format!(
-                "{F}: failed to initialize tensor {}\n",
-                // SAFETY: a live tensor's name is a NUL-terminated array.
-                unsafe { std::ffi::CStr::from_ptr(r.name.as_ptr()) }.to_string_lossy()
-            ));
+            ffi::log::error(&format!("{F}: failed to initialize tensor {}\n", name(r)));
             // SAFETY: made above, referenced from nowhere else.
             unsafe { buffer::free(buffer) };
             return None;
@@ -203,16 +201,4 @@ pub unsafe fn alloc_ctx_tensors(
         },
     };
     (total, buffer)
-}
-
-/// A buffer type's name for a message.
-fn name(buft: &ggml_backend_buffer_type) -> String {
-    let p = buffer_type::name(buft);
-    if p.is_null() {
-        return "?".into();
-    }
-    // SAFETY: a buffer type's name is a NUL-terminated string it owns.
-    unsafe { std::ffi::CStr::from_ptr(p) }
-        .to_string_lossy()
-        .into_owned()
 }

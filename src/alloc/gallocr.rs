@@ -8,9 +8,10 @@
 
 use ggml_sys::{ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
 
-use super::blocks::{Addr, MAX_CHUNKS};
+use super::blocks::Addr;
 use super::pack::{self, Layout};
 use super::walk::{graph_tensors, Planner};
+use crate::tensor::meta::cstr;
 use crate::{buffer, buffer_type, ffi, multi_buffer, tensor};
 
 /// Where the plan put one tensor (stock's `struct tensor_alloc`): buffer id -1 for a tensor
@@ -217,7 +218,8 @@ impl Gallocr {
                     let total: usize = (0..blocks.n_chunks()).map(|c| blocks.max_size(c)).sum();
                     ffi::log::error(&format!(
                         "ggml_gallocr_reserve_n_impl: failed to allocate {} buffer of size {total}\n",
-                        cstr(buffer_type::name(buft))
+                        // SAFETY: a buffer type's name, NUL-terminated and owned by it.
+                        unsafe { cstr(buffer_type::name(buft)) }
                     ));
                     return Err(AllocFailed);
                 }
@@ -371,8 +373,8 @@ impl Gallocr {
     }
 
     /// Gives one tensor its planned memory, or inits a view over its source's (stock
-    /// `ggml_gallocr_init_tensor`), noting what it did in `actions`. Tensors with memory, and views of tensors that ggml-backend
-    /// did not allocate, are left alone.
+    /// `ggml_gallocr_init_tensor`), noting what it did in `actions`. Tensors with memory, and
+    /// views of tensors that ggml-backend did not allocate, are left alone.
     ///
     /// # Safety
     /// `t` and its view source must be live.
@@ -447,16 +449,3 @@ fn free_chunks(chunks: Option<Vec<ggml_backend_buffer_t>>) {
         unsafe { buffer::free(b) };
     }
 }
-
-/// A C string for a message ("?" for NULL).
-fn cstr(p: *const std::os::raw::c_char) -> String {
-    if p.is_null() {
-        return "?".into();
-    }
-    // SAFETY: a buffer type's name, a NUL-terminated string it owns.
-    unsafe { std::ffi::CStr::from_ptr(p) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-const _: () = assert!(MAX_CHUNKS == 16);

@@ -74,12 +74,8 @@ impl Sched {
         if replayable {
             // SAFETY: `graph` is a live graph of live tensors (this function's contract).
             unsafe {
-                self.replay.take(
-                    &*graph,
-                    &self.pending_user,
-                    self.first_split_backend,
-                    self.cur_copy,
-                )
+                self.replay
+                    .take(&*graph, &self.pending_user, self.first_split_backend)
             };
         } else {
             self.replay.invalidate();
@@ -297,8 +293,7 @@ impl Sched {
         }
         self.pool.forget_storage();
         // SAFETY: the graph's tensors are the snapshot's, live (this function's contract).
-        unsafe { self.replay.apply_changes() };
-        self.replay.replays += 1;
+        unsafe { self.replay.apply_rewrites() };
         super::replay::count_replay();
     }
 

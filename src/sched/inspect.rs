@@ -5,25 +5,8 @@
 
 use ggml_sys::{ggml_cgraph, ggml_tensor};
 
-/// A C string as an owned Rust string ("" for NULL).
-///
-/// # Safety
-/// `p` must be NULL or a NUL-terminated string live for the call.
-pub unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: non-NULL here, and NUL-terminated and live by this function's contract.
-    unsafe { std::ffi::CStr::from_ptr(p) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// A tensor's name (lossy UTF-8).
-pub fn name(t: &ggml_tensor) -> String {
-    // SAFETY: ggml keeps `name` NUL-terminated (its setters truncate to 63 bytes).
-    unsafe { cstr(t.name.as_ptr()) }
-}
+// A C string and a tensor's name as Rust strings live with the other header readers.
+pub use crate::tensor::meta::{cstr, name};
 
 /// The non-NULL sources of `t`, in slot order, with their slot index.
 pub fn sources(t: &ggml_tensor) -> impl Iterator<Item = (usize, *mut ggml_tensor)> + '_ {

@@ -222,12 +222,8 @@ impl Sched {
         // SAFETY: `graph` is a live graph of live tensors (this function's contract).
         let replayed = self.pending_clear
             && unsafe {
-                self.replay.matches(
-                    &*graph,
-                    &self.pending_user,
-                    self.first_split_backend,
-                    self.cur_copy,
-                )
+                self.replay
+                    .matches(&*graph, &self.pending_user, self.first_split_backend)
             };
         if replayed {
             // SAFETY: as above; the graph equals the one the last split placed.
@@ -515,7 +511,6 @@ export! {
         // gallocr's plan is now this graph's (sizing replans without allocating).
         // SAFETY: the allocation graph the split just built, of live tensors.
         s.plan = Some(unsafe { s.split_plan() });
-        s.replay.planned = true;
     }
 }
 
@@ -545,7 +540,6 @@ export! {
         }
         // SAFETY: the allocation graph the split just built, of live tensors.
         s.plan = Some(unsafe { s.split_plan() });
-        s.replay.planned = true;
         s.reset();
         true
     }

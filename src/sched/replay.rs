@@ -15,8 +15,8 @@
 //! - the buffer type and usage of every buffer those headers name (a header holds only the
 //!   buffer's address; pass 1 places weights by their buffer's usage and type);
 //! - the user's `ggml_backend_sched_set_tensor_backend` calls since the reset, in order;
-//! - the scheduler state the passes read: the backend of the previous first split and the
-//!   pipeline copy in use.
+//! - the scheduler state the passes read: the backend of the previous first split (the
+//!   pipeline copy is always 0, as nothing with pipeline copies is replayed).
 //!
 //! The backends' answers (`supports_op`, `supports_buft`, `offload_op`) are taken to depend
 //! only on the tensor, as stock's scheduler takes them (it asks them again each time but
@@ -80,9 +80,8 @@ pub struct Replay {
         ggml_backend_buffer_type_t,
         ggml_backend_buffer_usage,
     )>,
-    /// The scheduler's previous first-split backend and the pipeline copy, as the split saw.
+    /// The scheduler's previous first-split backend, as the split saw it.
     first_in: usize,
-    cur_copy: usize,
     /// The node order the backends' `graph_optimize` left, when it differs from the graph's.
     optimized: Option<Vec<*mut ggml_tensor>>,
     /// The sources the split replaced by copies (the only header fields of the graph's
@@ -90,10 +89,8 @@ pub struct Replay {
     pub rewrites: Vec<(u32, u8, *mut ggml_tensor)>,
     /// Scratch: whether each table id is a node or leaf of the graph.
     member: Vec<bool>,
-    /// Replays since the last full split, for tests and the debug log.
-    pub replays: u64,
-    /// Whether the allocation plan the scheduler holds was made or checked for this split's
-    /// allocation graph (after `ggml_backend_sched_split_graph` alone it was not).
+    /// Whether this split's allocation graph was allocated (set by `alloc_splits` on success):
+    /// only then do the allocator's plan and last placement belong to it.
     pub planned: bool,
 }
 
@@ -113,11 +110,9 @@ impl Replay {
         g: &ggml_cgraph,
         user: &[(*mut ggml_tensor, usize)],
         first_in: usize,
-        cur_copy: usize,
     ) {
         self.valid = false;
         self.planned = false;
-        self.replays = 0;
         self.optimized = None;
         // SAFETY: `g` is live (this function's contract).
         let (leafs, nodes) = unsafe { (inspect::leafs(g), inspect::nodes(g)) };
@@ -141,7 +136,6 @@ impl Replay {
         self.user.clear();
         self.user.extend_from_slice(user);
         self.first_in = first_in;
-        self.cur_copy = cur_copy;
     }
 
     /// Notes the node order after the backends' `graph_optimize` (the graph's own array).
@@ -201,7 +195,7 @@ impl Replay {
     /// # Safety
     /// The graph's nodes must be the snapshot's (checked by [`Replay::matches`]), live, and
     /// not borrowed elsewhere.
-    pub unsafe fn apply_changes(&self) {
+    pub unsafe fn apply_rewrites(&self) {
         for &(i, j, copy) in &self.rewrites {
             let node = self.nodes[i as usize];
             // SAFETY: a node of the graph (the caller's contract); `j` < GGML_MAX_SRC.
@@ -218,9 +212,8 @@ impl Replay {
         g: &ggml_cgraph,
         user: &[(*mut ggml_tensor, usize)],
         first_in: usize,
-        cur_copy: usize,
     ) -> bool {
-        if !self.valid || !self.planned || first_in != self.first_in || cur_copy != self.cur_copy {
+        if !self.valid || !self.planned || first_in != self.first_in {
             return false;
         }
         // SAFETY: `g` is live (this function's contract).

@@ -67,6 +67,26 @@ pub unsafe fn storage_buffer(t: &ggml_tensor) -> ggml_backend_buffer_t {
     }
 }
 
+/// A C string as an owned Rust string ("" for NULL).
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string live for the call.
+pub unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-NULL here, and NUL-terminated and live by this function's contract.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A tensor's name (lossy UTF-8).
+pub fn name(t: &ggml_tensor) -> String {
+    // SAFETY: ggml keeps `name` NUL-terminated (its setters truncate to 63 bytes).
+    unsafe { cstr(t.name.as_ptr()) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
