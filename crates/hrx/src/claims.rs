@@ -42,6 +42,8 @@ pub const WEIGHT_TYPES: &[ggml_type] = &[
     GGML_TYPE_Q4_0,
     GGML_TYPE_Q4_1,
     GGML_TYPE_Q8_0,
+    GGML_TYPE_Q4_K,
+    GGML_TYPE_Q6_K,
 ];
 
 /// Types every other tensor of a claimed node may have.
@@ -375,7 +377,9 @@ mod tests {
             (GGML_TYPE_Q4_1, true),
             (GGML_TYPE_Q8_0, true),
             (GGML_TYPE_F16, true),
-            (GGML_TYPE_Q6_K, false),
+            (GGML_TYPE_Q4_K, true),
+            (GGML_TYPE_Q6_K, true),
+            (GGML_TYPE_Q5_K, false),
         ] {
             let mut w = t(GGML_OP_NONE, ty);
             let mut mm = t(GGML_OP_MUL_MAT, GGML_TYPE_F32);

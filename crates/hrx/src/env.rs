@@ -33,6 +33,27 @@ pub fn read<T>(
 
 pub use envvar::{count, switch};
 
+/// Which runtime backs the HRX devices (`GGML_HRX_RUNTIME`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeChoice {
+    /// CUDA when a CUDA device is present, else the simulator.
+    Auto,
+    /// CUDA only: no HRX device when there is no CUDA device.
+    Cuda,
+    /// The simulator.
+    Sim,
+}
+
+/// `auto`, `cuda` or `sim` (any case).
+pub fn runtime_choice(text: &str) -> Result<RuntimeChoice, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok(RuntimeChoice::Auto),
+        "cuda" => Ok(RuntimeChoice::Cuda),
+        "sim" => Ok(RuntimeChoice::Sim),
+        _ => Err("is not one of auto, cuda, sim".into()),
+    }
+}
+
 /// A finite number of MiB in `range` (fractions allowed: `0.5`); `inf`, `nan` and
 /// negative values are refused by what they are.
 pub fn mib(text: &str, range: RangeInclusive<f64>) -> Result<f64, String> {
@@ -77,6 +98,17 @@ pub fn address(text: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runtime_choices_are_named_or_refused() {
+        assert_eq!(runtime_choice("auto"), Ok(RuntimeChoice::Auto));
+        assert_eq!(runtime_choice(" CUDA "), Ok(RuntimeChoice::Cuda));
+        assert_eq!(runtime_choice("sim"), Ok(RuntimeChoice::Sim));
+        assert_eq!(
+            runtime_choice("gpu").unwrap_err(),
+            "is not one of auto, cuda, sim"
+        );
+    }
 
     #[test]
     fn sizes_in_mib() {

@@ -4,11 +4,15 @@
 //!
 //! Environment (read once, when the registry is first asked for; a value outside what is
 //! listed here is named in a warning and the default kept, see [`crate::env`]):
-//! - `GGML_HRX_DEVICES` (default 1): number of devices, 0 to [`env::MAX_DEVICES`].
+//! - `GGML_HRX_RUNTIME` (default `auto`): what backs the devices. `cuda`: CUDA GPUs
+//!   ([`crate::runtime::cuda`]; no device when none is usable, with a warning saying why);
+//!   `sim`: the simulator; `auto`: CUDA when a CUDA device is present, else the simulator.
+//! - `GGML_HRX_DEVICES` (default 1): number of devices, 0 to [`env::MAX_DEVICES`]; with
+//!   CUDA at most the number of CUDA devices (device n is CUDA device n).
 //! - `GGML_HRX_SIM_MEMORY_MB` (default 8192): memory of each simulated device, in MiB, 1 to
 //!   [`env::MAX_SIM_MEMORY_MB`] (address space only; pages cost memory when touched).
 //! - `GGML_HRX_FAKE_PTR_BASE` (default unset): requested start of device 0's address range,
-//!   non-zero and page-aligned (see [`crate::runtime::sim::address`]).
+//!   non-zero and page-aligned (see [`crate::runtime::address`]).
 //! - `GGML_HRX_HOST_WEIGHT_LIMIT_MB` (default 1024): the host-weight arena budget per
 //!   device, in MiB, at least 0 (fractions allowed, e.g. `0.5`).
 //! - `GGML_HRX_SIM_THREADS` (default: available cores): host threads that run a node, 1 to
@@ -17,7 +21,8 @@
 use ggml_sys::ggml_backend_reg_t;
 
 use crate::context::Device;
-use crate::env;
+use crate::env::{self, RuntimeChoice};
+use crate::runtime::cuda::{self, CudaDevice};
 use crate::runtime::sim::SimDevice;
 use crate::runtime::Runtime;
 
@@ -56,7 +61,33 @@ impl Registry {
         let threads = env::read("GGML_HRX_SIM_THREADS", None, "the available cores", |v| {
             env::count(v, 1..=env::MAX_SIM_THREADS).map(Some)
         });
+        let choice = env::read(
+            "GGML_HRX_RUNTIME",
+            RuntimeChoice::Auto,
+            "auto",
+            env::runtime_choice,
+        );
         let mut devices = Vec::new();
+        if choice != RuntimeChoice::Sim {
+            match cuda_devices(n, base, limit, reg) {
+                Ok(d) => {
+                    return Registry {
+                        reg: reg as usize,
+                        devices: d,
+                    }
+                }
+                Err(why) if choice == RuntimeChoice::Cuda => {
+                    crate::log::warn(&format!(
+                        "HRX: GGML_HRX_RUNTIME=cuda: {why}; no HRX device\n"
+                    ));
+                    return Registry {
+                        reg: reg as usize,
+                        devices,
+                    };
+                }
+                Err(_) => {} // auto: the simulator
+            }
+        }
         for i in 0..n {
             let hint = base.and_then(|b| b.checked_add(i.checked_mul(mem)?));
             match SimDevice::new(i, mem, hint, log_queue_error) {
@@ -92,4 +123,49 @@ impl Registry {
     pub fn reg(&self) -> ggml_backend_reg_t {
         self.reg as ggml_backend_reg_t
     }
+}
+
+/// `n` HRX devices on CUDA devices 0..n, or why there are none (no driver, no device, the
+/// first device failing to open). Fewer CUDA devices than asked: a warning, and as many as
+/// there are.
+fn cuda_devices(
+    n: usize,
+    base: Option<usize>,
+    limit: usize,
+    reg: ggml_backend_reg_t,
+) -> Result<Vec<&'static Device>, String> {
+    let opened = cuda::loader::preload_toolkit();
+    let have = cuda::loader::device_count()?;
+    if have == 0 {
+        return Err("no CUDA device".into());
+    }
+    if n > have {
+        crate::log::warn(&format!(
+            "HRX: GGML_HRX_DEVICES={n} but {have} CUDA device(s); using {have}\n"
+        ));
+    }
+    if !opened.is_empty() {
+        crate::log::info(&format!(
+            "HRX: CUDA libraries opened from {}\n",
+            opened.join(", ")
+        ));
+    }
+    let mut devices = Vec::new();
+    let mut next_base = base;
+    for i in 0..n.min(have) {
+        match CudaDevice::new(i, i, next_base, log_queue_error) {
+            Ok(d) => {
+                next_base = next_base.and_then(|b| b.checked_add(d.capacity()));
+                devices.push(crate::device::create(
+                    devices.len(),
+                    Box::new(d),
+                    reg,
+                    limit,
+                ));
+            }
+            Err(e) if devices.is_empty() => return Err(format!("CUDA device {i}: {e}")),
+            Err(e) => crate::log::warn(&format!("HRX: CUDA device {i}: {e}; skipped\n")),
+        }
+    }
+    Ok(devices)
 }

@@ -15,6 +15,8 @@
 //! [`ALIGNMENT`], [`event`], [`hash_set`], [`dl`]), and a runtime's messages go through a
 //! function its creator passes. `tests/layering.rs` checks this from the source.
 
+pub mod address;
+pub mod cuda;
 pub mod dl;
 pub mod event;
 pub mod hash_set;
@@ -28,7 +30,8 @@ use std::sync::Arc;
 pub use event::Event;
 
 /// A device address. For the simulator: a fake address inside the device's reserved range
-/// (see [`sim::address`]); a GPU runtime hands out its real device addresses.
+/// (see [`address`]). Every runtime, the CUDA one included, hands ggml such fake addresses,
+/// so a host access to device memory faults; the CUDA runtime maps them to its device pointers.
 pub type DevAddr = usize;
 
 // Every runtime aligns its allocations to this; the layer above reports it as the buffer

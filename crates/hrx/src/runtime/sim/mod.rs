@@ -14,7 +14,6 @@
 //! Like every runtime it knows nothing of the ggml-facing layer: messages for the user go
 //! through the `on_error` function its creator passes in.
 
-pub mod address;
 pub mod cpu;
 mod exec;
 
@@ -25,7 +24,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
-use address::{RangeAllocator, Reservation};
+use crate::runtime::address::{RangeAllocator, Reservation};
 
 use super::{DevAddr, Event, ExecJob, HostSrc, Runtime, SendPtr};
 

@@ -1,4 +1,4 @@
-//! Fake device addresses of the simulated device.
+//! Fake device addresses, shared by every runtime (the simulator and CUDA).
 //!
 //! Each HRX device reserves one range of the process's address space as large as its
 //! memory, with `mmap(PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)`: no access

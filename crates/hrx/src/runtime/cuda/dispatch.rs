@@ -1,0 +1,545 @@
+//! From a node to the device work that computes it: which kernels, with which grids and
+//! arguments, and which cuBLAS calls. Host logic only: the work goes to a [`Target`], which
+//! the CUDA runtime implements over its stream and the tests implement as a recorder.
+
+use ggml_sys::*;
+
+use super::kargs::*;
+
+/// One kernel argument, by value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    /// A tensor (`struct Ten`).
+    Ten(Ten),
+    /// `int`.
+    I32(i32),
+    /// `long long`.
+    I64(i64),
+    /// `unsigned int`.
+    U32(u32),
+    /// `float`.
+    F32(f32),
+}
+
+/// A kernel launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    /// The kernel's name in `kernels.cu` (`extern "C"`).
+    pub kernel: &'static str,
+    /// Blocks per dimension.
+    pub grid: [u32; 3],
+    /// Threads per block per dimension.
+    pub block: [u32; 3],
+    /// The arguments, in the kernel's order.
+    pub args: Vec<Arg>,
+}
+
+/// One strided-batched single-precision GEMM, column-major as cuBLAS sees it:
+/// `C[m x n] = A^T[m x k] * B[k x n]` for `batch` matrices, where A is stored k x m (ggml's
+/// src0 rows), B k x n (src1 rows), C m x n (dst rows). Leading dimensions and strides are in
+/// elements; addresses are device addresses of the first matrix.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gemm {
+    /// Rows of C (ggml: ne01).
+    pub m: i32,
+    /// Columns of C (ggml: ne11).
+    pub n: i32,
+    /// The reduced extent (ggml: ne00).
+    pub k: i32,
+    /// A, its leading dimension and batch stride.
+    pub a: (u64, i32, i64),
+    /// B, its leading dimension and batch stride.
+    pub b: (u64, i32, i64),
+    /// C, its leading dimension and batch stride.
+    pub c: (u64, i32, i64),
+    /// Matrices in the batch.
+    pub batch: i32,
+}
+
+/// Where device work goes, in order.
+pub trait Target {
+    /// Device memory for temporaries of the current node, 256-aligned; valid until the next
+    /// node starts.
+    fn scratch(&mut self, bytes: usize) -> Result<u64, String>;
+    /// Queues a kernel launch.
+    fn launch(&mut self, l: Launch) -> Result<(), String>;
+    /// Queues a GEMM.
+    fn gemm(&mut self, g: Gemm) -> Result<(), String>;
+}
+
+/// Threads per block of the element-wise and row kernels.
+const THREADS: u32 = 256;
+/// Columns up to which MUL_MAT runs as matrix-vector products (one warp per output).
+pub(crate) const MMV_MAX_COLS: i64 = 8;
+
+fn f32_param(t: &ggml_tensor, i: usize) -> f32 {
+    f32::from_bits(t.op_params[i] as u32)
+}
+
+fn elementwise(kernel: &'static str, n: i64, args: Vec<Arg>) -> Launch {
+    let blocks = (n.max(1) as u64).div_ceil(THREADS as u64).min(1 << 20) as u32;
+    Launch {
+        kernel,
+        grid: [blocks, 1, 1],
+        block: [THREADS, 1, 1],
+        args,
+    }
+}
+
+fn rows(kernel: &'static str, a: &Ten, args: Vec<Arg>) -> Result<Launch, String> {
+    let n = a.ne[1] * a.ne[2] * a.ne[3];
+    let grid = u32::try_from(n).map_err(|_| format!("{n} rows are too many for {kernel}"))?;
+    Ok(Launch {
+        kernel,
+        grid: [grid, 1, 1],
+        block: [THREADS, 1, 1],
+        args,
+    })
+}
+
+fn ten_or_none(t: Option<Ten>) -> (Ten, i32) {
+    match t {
+        Some(t) => (t, 1),
+        None => (Ten::default(), 0),
+    }
+}
+
+/// Start and end of YaRN's correction range, as `ggml_rope_yarn_corr_dims` computes them.
+pub fn rope_corr_dims(
+    n_dims: i32,
+    n_ctx_orig: i32,
+    base: f32,
+    beta_fast: f32,
+    beta_slow: f32,
+) -> [f32; 2] {
+    let dim = |n_rot: f32| {
+        n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+            / (2.0 * base.ln())
+    };
+    let start = dim(beta_fast).floor();
+    let end = dim(beta_slow).ceil();
+    [start.max(0.0), end.min((n_dims - 1) as f32)]
+}
+
+/// Queues the work of `node` (its header; `d` is its kernel view) with sources `src`
+/// (kernel views, by source slot) on `t`. The caller checked [`super::support::check`].
+pub fn node(
+    node: &ggml_tensor,
+    d: Ten,
+    src: &[Option<Ten>],
+    t: &mut dyn Target,
+) -> Result<(), String> {
+    let s = |i: usize| src.get(i).copied().flatten();
+    let s0 = || s(0).ok_or_else(|| "source 0 missing".to_string());
+    let s1 = || s(1).ok_or_else(|| "source 1 missing".to_string());
+    let n = d.nelements();
+    match node.op {
+        GGML_OP_ADD | GGML_OP_SUB | GGML_OP_MUL | GGML_OP_DIV => {
+            let op = match node.op {
+                GGML_OP_ADD => BIN_ADD,
+                GGML_OP_SUB => BIN_SUB,
+                GGML_OP_MUL => BIN_MUL,
+                _ => BIN_DIV,
+            };
+            t.launch(elementwise(
+                "hrx_binary",
+                n,
+                vec![
+                    Arg::Ten(d),
+                    Arg::Ten(s0()?),
+                    Arg::Ten(s1()?),
+                    Arg::I32(op),
+                    Arg::I64(n),
+                ],
+            ))
+        }
+        GGML_OP_SCALE | GGML_OP_UNARY => {
+            let (op, p0, p1) = if node.op == GGML_OP_SCALE {
+                (UN_SCALE, f32_param(node, 0), f32_param(node, 1))
+            } else {
+                (node.op_params[0], 0.0, 0.0)
+            };
+            t.launch(elementwise(
+                "hrx_unary",
+                n,
+                vec![
+                    Arg::Ten(d),
+                    Arg::Ten(s0()?),
+                    Arg::I32(op),
+                    Arg::F32(p0),
+                    Arg::F32(p1),
+                    Arg::I64(n),
+                ],
+            ))
+        }
+        GGML_OP_FILL => t.launch(elementwise(
+            "hrx_fill",
+            n,
+            vec![Arg::Ten(d), Arg::F32(f32_param(node, 0)), Arg::I64(n)],
+        )),
+        GGML_OP_GLU => {
+            let (b, has_b) = ten_or_none(s(1));
+            t.launch(elementwise(
+                "hrx_glu",
+                n,
+                vec![
+                    Arg::Ten(d),
+                    Arg::Ten(s0()?),
+                    Arg::Ten(b),
+                    Arg::I32(has_b),
+                    Arg::I32(node.op_params[0]),
+                    Arg::I32(node.op_params[1]),
+                    Arg::I64(n),
+                ],
+            ))
+        }
+        GGML_OP_RMS_NORM | GGML_OP_NORM => {
+            let a = s0()?;
+            let rms = i32::from(node.op == GGML_OP_RMS_NORM);
+            t.launch(rows(
+                "hrx_norm",
+                &a,
+                vec![
+                    Arg::Ten(d),
+                    Arg::Ten(a),
+                    Arg::F32(f32_param(node, 0)),
+                    Arg::I32(rms),
+                ],
+            )?)
+        }
+        GGML_OP_SOFT_MAX => {
+            let a = s0()?;
+            let (m, has_m) = ten_or_none(s(1));
+            let (sk, has_sk) = ten_or_none(s(2));
+            let scale = f32_param(node, 0);
+            let max_bias = f32_param(node, 1);
+            let n_head = a.ne[2].max(1) as u32;
+            let n_head_log2 = 1u32 << n_head.ilog2();
+            let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
+            let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+            t.launch(rows(
+                "hrx_soft_max",
+                &a,
+                vec![
+                    Arg::Ten(d),
+                    Arg::Ten(a),
+                    Arg::Ten(m),
+                    Arg::Ten(sk),
+                    Arg::I32(has_m),
+                    Arg::I32(has_sk),
+                    Arg::F32(scale),
+                    Arg::F32(max_bias),
+                    Arg::F32(m0),
+                    Arg::F32(m1),
+                    Arg::U32(n_head_log2),
+                ],
+            )?)
+        }
+        GGML_OP_ROPE => {
+            let a = s0()?;
+            let p = &node.op_params;
+            let n_dims = p[1];
+            let neox = i32::from(p[2] == GGML_ROPE_TYPE_NEOX as i32);
+            let n_ctx_orig = p[4];
+            let freq_base = f32_param(node, 5);
+            let corr = rope_corr_dims(
+                n_dims,
+                n_ctx_orig,
+                freq_base,
+                f32_param(node, 9),
+                f32_param(node, 10),
+            );
+            let theta_scale = freq_base.powf(-2.0 / n_dims as f32);
+            let (ff, has_ff) = ten_or_none(s(2));
+            let pairs = a.nelements() / 2;
+            t.launch(elementwise(
+                "hrx_rope",
+                pairs,
+                vec![
+                    Arg::Ten(d),
+                    Arg::Ten(a),
+                    Arg::Ten(s1()?),
+                    Arg::Ten(ff),
+                    Arg::I32(has_ff),
+                    Arg::I32(n_dims),
+                    Arg::I32(neox),
+                    Arg::I32(p[15]),
+                    Arg::F32(f32_param(node, 6)),
+                    Arg::F32(f32_param(node, 7)),
+                    Arg::F32(f32_param(node, 8)),
+                    Arg::F32(corr[0]),
+                    Arg::F32(corr[1]),
+                    Arg::F32(theta_scale),
+                    Arg::I64(pairs),
+                ],
+            ))
+        }
+        GGML_OP_GET_ROWS => t.launch(elementwise(
+            "hrx_get_rows",
+            n,
+            vec![Arg::Ten(d), Arg::Ten(s0()?), Arg::Ten(s1()?), Arg::I64(n)],
+        )),
+        GGML_OP_CPY | GGML_OP_DUP | GGML_OP_CONT => {
+            let a = s0()?;
+            if is_quant(d.ty) {
+                let blocks = a.nelements() / 32;
+                t.launch(elementwise(
+                    "hrx_cpy_q",
+                    blocks,
+                    vec![Arg::Ten(d), Arg::Ten(a), Arg::I64(blocks)],
+                ))
+            } else {
+                let n = a.nelements();
+                t.launch(elementwise(
+                    "hrx_cpy",
+                    n,
+                    vec![Arg::Ten(d), Arg::Ten(a), Arg::I64(n)],
+                ))
+            }
+        }
+        GGML_OP_SET_ROWS => {
+            let a = s0()?;
+            let (kernel, n) = if is_quant(d.ty) {
+                ("hrx_set_rows_q", a.nelements() / 32)
+            } else {
+                ("hrx_set_rows", a.nelements())
+            };
+            t.launch(elementwise(
+                kernel,
+                n,
+                vec![Arg::Ten(d), Arg::Ten(a), Arg::Ten(s1()?), Arg::I64(n)],
+            ))
+        }
+        GGML_OP_MUL_MAT => mul_mat(d, s0()?, s1()?, t),
+        op => Err(format!("op {op} has no CUDA kernel")),
+    }
+}
+
+fn is_quant(ty: i32) -> bool {
+    matches!(ty, TY_Q4_0 | TY_Q4_1 | TY_Q8_0 | TY_Q4_K | TY_Q6_K)
+}
+
+/// Leading dimension and batch strides (elements) when `x` can go to cuBLAS as it is: F32,
+/// rows packed, strides whole elements, leading dimension at least a row.
+fn f32_layout(x: &Ten) -> Option<(i32, i64, i64)> {
+    let whole = x.nb.iter().all(|&b| b % 4 == 0);
+    if x.ty != TY_F32 || x.nb[0] != 4 || !whole || x.nb[1] / 4 < x.ne[0] {
+        return None;
+    }
+    Some((i32::try_from(x.nb[1] / 4).ok()?, x.nb[2] / 4, x.nb[3] / 4))
+}
+
+/// `x` as F32 for cuBLAS: itself, or a contiguous copy in scratch memory. Returns the
+/// address, leading dimension and batch strides in elements.
+fn as_f32(x: &Ten, t: &mut dyn Target) -> Result<(u64, i32, i64, i64), String> {
+    if let Some((ld, s2, s3)) = f32_layout(x) {
+        return Ok((x.data, ld, s2, s3));
+    }
+    let n = x.nelements();
+    let buf = t.scratch(n as usize * 4)?;
+    let c = Ten::contiguous_f32(buf, x.ne);
+    t.launch(elementwise(
+        "hrx_to_f32",
+        n,
+        vec![Arg::Ten(c), Arg::Ten(*x), Arg::I64(n)],
+    ))?;
+    let ld = i32::try_from(x.ne[0]).map_err(|_| "row too long for cuBLAS".to_string())?;
+    Ok((buf, ld, x.ne[0] * x.ne[1], x.ne[0] * x.ne[1] * x.ne[2]))
+}
+
+/// MUL_MAT: `d[i01, i11, i12, i13] = sum_k a[k, i01, i12 / r2, i13 / r3] * b[k, i11, i12, i13]`.
+/// Up to [`MMV_MAX_COLS`] columns: one warp per output, weights read in place (quantized
+/// included). Otherwise both operands as F32 and cuBLAS, one strided batch per i13 (and per
+/// i02 when src0 is broadcast, with a zero A stride).
+fn mul_mat(d: Ten, a: Ten, b: Ten, t: &mut dyn Target) -> Result<(), String> {
+    let (m, k, n) = (a.ne[1], a.ne[0], b.ne[1]);
+    let r2 = b.ne[2] / a.ne[2];
+    let r3 = b.ne[3] / a.ne[3];
+    if n <= MMV_MAX_COLS {
+        let blocks = (m as u64).div_ceil(MMV_WARPS as u64);
+        let grid_x = u32::try_from(blocks).map_err(|_| "too many rows".to_string())?;
+        return t.launch(Launch {
+            kernel: "hrx_mul_mat_vec",
+            grid: [grid_x, n as u32, (b.ne[2] * b.ne[3]) as u32],
+            block: [32 * MMV_WARPS, 1, 1],
+            args: vec![
+                Arg::Ten(d),
+                Arg::Ten(a),
+                Arg::Ten(b),
+                Arg::I64(r2),
+                Arg::I64(r3),
+            ],
+        });
+    }
+    let (ap, lda, sa2, sa3) = as_f32(&a, t)?;
+    let (bp, ldb, sb2, sb3) = as_f32(&b, t)?;
+    let (ldc, sc2, sc3) = f32_layout(&d).ok_or("MUL_MAT result is not packed F32")?;
+    let to_i32 = |v: i64, what: &str| {
+        i32::try_from(v).map_err(|_| format!("{what} {v} too large for cuBLAS"))
+    };
+    let (mi, ni, ki) = (
+        to_i32(m, "rows")?,
+        to_i32(n, "columns")?,
+        to_i32(k, "depth")?,
+    );
+    let at = |base: u64, elems: i64| base + 4 * elems as u64;
+    for i13 in 0..b.ne[3] {
+        let i03 = i13 / r3;
+        if r2 == 1 {
+            t.gemm(Gemm {
+                m: mi,
+                n: ni,
+                k: ki,
+                a: (at(ap, i03 * sa3), lda, sa2),
+                b: (at(bp, i13 * sb3), ldb, sb2),
+                c: (at(d.data, i13 * sc3), ldc, sc2),
+                batch: to_i32(b.ne[2], "batch")?,
+            })?;
+            continue;
+        }
+        for i02 in 0..a.ne[2] {
+            let i12 = i02 * r2;
+            t.gemm(Gemm {
+                m: mi,
+                n: ni,
+                k: ki,
+                a: (at(ap, i02 * sa2 + i03 * sa3), lda, 0),
+                b: (at(bp, i12 * sb2 + i13 * sb3), ldb, sb2),
+                c: (at(d.data, i12 * sc2 + i13 * sc3), ldc, sc2),
+                batch: to_i32(r2, "batch")?,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Recorder {
+        launches: Vec<Launch>,
+        gemms: Vec<Gemm>,
+        scratch: Vec<usize>,
+    }
+
+    impl Target for Recorder {
+        fn scratch(&mut self, bytes: usize) -> Result<u64, String> {
+            self.scratch.push(bytes);
+            Ok(0x1_0000_0000 * self.scratch.len() as u64)
+        }
+        fn launch(&mut self, l: Launch) -> Result<(), String> {
+            self.launches.push(l);
+            Ok(())
+        }
+        fn gemm(&mut self, g: Gemm) -> Result<(), String> {
+            self.gemms.push(g);
+            Ok(())
+        }
+    }
+
+    fn ten(ty: i32, data: u64, ne: [i64; 4], es: i64) -> Ten {
+        Ten {
+            data,
+            ne,
+            nb: [
+                es,
+                es * ne[0],
+                es * ne[0] * ne[1],
+                es * ne[0] * ne[1] * ne[2],
+            ],
+            ty,
+            pad: 0,
+        }
+    }
+
+    fn mm_node() -> ggml_tensor {
+        // SAFETY: plain data, zero is valid.
+        let mut n: ggml_tensor = unsafe { std::mem::zeroed() };
+        n.op = GGML_OP_MUL_MAT;
+        n
+    }
+
+    #[test]
+    fn one_token_goes_to_the_matrix_vector_kernel_with_weights_in_place() {
+        let a = ten(TY_Q4_0, 0x1000, [2048, 8192, 1, 1], 18);
+        let b = ten(TY_F32, 0x2000, [2048, 1, 1, 1], 4);
+        let d = ten(TY_F32, 0x3000, [8192, 1, 1, 1], 4);
+        let mut r = Recorder::default();
+        node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
+        assert_eq!(r.launches.len(), 1);
+        assert!(r.gemms.is_empty() && r.scratch.is_empty());
+        let l = &r.launches[0];
+        assert_eq!(l.kernel, "hrx_mul_mat_vec");
+        assert_eq!(l.grid, [2048, 1, 1]);
+        assert_eq!(l.block, [128, 1, 1]);
+    }
+
+    #[test]
+    fn a_batch_dequantizes_the_weights_and_calls_cublas_once() {
+        let a = ten(TY_Q4_0, 0x1000, [2048, 8192, 1, 1], 18);
+        let b = ten(TY_F32, 0x2000, [2048, 512, 1, 1], 4);
+        let d = ten(TY_F32, 0x3000, [8192, 512, 1, 1], 4);
+        let mut r = Recorder::default();
+        node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
+        assert_eq!(r.scratch, vec![2048 * 8192 * 4]);
+        assert_eq!(r.launches[0].kernel, "hrx_to_f32");
+        assert_eq!(
+            r.gemms,
+            vec![Gemm {
+                m: 8192,
+                n: 512,
+                k: 2048,
+                a: (0x1_0000_0000, 2048, 2048 * 8192),
+                b: (0x2000, 2048, 2048 * 512),
+                c: (0x3000, 8192, 8192 * 512),
+                batch: 1,
+            }]
+        );
+    }
+
+    #[test]
+    fn grouped_query_attention_broadcasts_src0_with_a_zero_stride() {
+        // K: [128 head dim, 64 kv, 8 kv heads] F16 view; Q: [128, 16 tokens, 32 heads] F32
+        let a = ten(TY_F16, 0x1000, [128, 64, 8, 1], 2);
+        let b = ten(TY_F32, 0x2000, [128, 16, 32, 1], 4);
+        let d = ten(TY_F32, 0x3000, [64, 16, 32, 1], 4);
+        let mut r = Recorder::default();
+        node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
+        assert_eq!(r.gemms.len(), 8);
+        let g = r.gemms[3];
+        assert_eq!(g.batch, 4);
+        assert_eq!(g.a, (0x1_0000_0000 + 4 * 3 * 128 * 64, 128, 0));
+        assert_eq!(g.b, (0x2000 + 4 * 12 * 128 * 16, 128, 128 * 16));
+        assert_eq!(g.c, (0x3000 + 4 * 12 * 64 * 16, 64, 64 * 16));
+    }
+
+    #[test]
+    fn rope_and_soft_max_parameters_follow_ggml() {
+        // 128 ln(8192 / (32 * 2 pi)) / (2 ln 500000) = 18.08 -> floor 18;
+        // 128 ln(8192 / (1 * 2 pi)) / (2 ln 500000) = 34.98 -> ceil 35
+        let c = rope_corr_dims(128, 8192, 500000.0, 32.0, 1.0);
+        assert_eq!(c, [18.0, 35.0]);
+        // clamped to [0, n_dims - 1]
+        assert_eq!(
+            rope_corr_dims(8, 8192, 10000.0, 10000.0, 0.0001),
+            [0.0, 7.0]
+        );
+        // SAFETY: plain data.
+        let mut sm: ggml_tensor = unsafe { std::mem::zeroed() };
+        sm.op = GGML_OP_SOFT_MAX;
+        sm.op_params[0] = 0.125f32.to_bits() as i32;
+        sm.op_params[1] = 8.0f32.to_bits() as i32;
+        let a = ten(TY_F32, 0x1000, [64, 16, 12, 1], 4);
+        let mut r = Recorder::default();
+        node(&sm, a, &[Some(a)], &mut r).unwrap();
+        let l = &r.launches[0];
+        assert_eq!(l.grid, [16 * 12, 1, 1]);
+        // 12 heads: n_head_log2 8, m0 = 2^-(8/8), m1 = 2^-(4/8)
+        assert_eq!(l.args[8], Arg::F32(0.5));
+        assert_eq!(l.args[9], Arg::F32(2f32.powf(-0.5)));
+        assert_eq!(l.args[10], Arg::U32(8));
+        assert_eq!(l.args[4], Arg::I32(0));
+    }
+}

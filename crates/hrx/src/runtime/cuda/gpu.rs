@@ -1,0 +1,272 @@
+//! One CUDA device as the runtime drives it: its primary context, one stream, the kernel
+//! module (compiled on first use), a cuBLAS handle and the per-node scratch memory. Every
+//! method runs with the context bound to the calling thread ([`Gpu::bind`]).
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+
+use cudarc::cublas::sys as blas;
+use cudarc::driver::{result as cu, sys};
+
+use super::dispatch::{Arg, Gemm, Launch, Target};
+use super::kargs::Ten;
+
+/// Every kernel of `kernels.cu`, looked up once when the module loads.
+pub(crate) const KERNELS: &[&str] = &[
+    "hrx_unary",
+    "hrx_fill",
+    "hrx_binary",
+    "hrx_glu",
+    "hrx_cpy",
+    "hrx_cpy_q",
+    "hrx_set_rows",
+    "hrx_set_rows_q",
+    "hrx_get_rows",
+    "hrx_to_f32",
+    "hrx_norm",
+    "hrx_soft_max",
+    "hrx_rope",
+    "hrx_mul_mat_vec",
+];
+
+/// Bytes of the first scratch chunk; later chunks double.
+const SCRATCH_MIN: usize = 64 << 20;
+
+pub fn err(what: &str, e: cu::DriverError) -> String {
+    format!("{what}: {e:?}")
+}
+
+/// Device memory for a node's temporaries: a bump allocator over one chunk, reset when a
+/// node starts (work on the stream is ordered, so the next node's writes come after the
+/// last node's reads). A chunk that is outgrown is retired, not freed: work queued
+/// before may still use it; retired chunks are freed after the stream is synchronized.
+#[derive(Default)]
+struct Scratch {
+    chunk: Option<(sys::CUdeviceptr, usize)>,
+    off: usize,
+    retired: Vec<sys::CUdeviceptr>,
+}
+
+pub struct Gpu {
+    pub ctx: sys::CUcontext,
+    pub dev: sys::CUdevice,
+    pub stream: sys::CUstream,
+    pub cc: (i32, i32),
+    module: Option<HashMap<&'static str, sys::CUfunction>>,
+    blas: Option<blas::cublasHandle_t>,
+    scratch: Scratch,
+}
+
+// SAFETY: the handles are plain CUDA handles; every use goes through the runtime's mutex
+// and binds the context to the calling thread first.
+unsafe impl Send for Gpu {}
+
+impl Gpu {
+    /// Opens device `ordinal`: retains its primary context and creates a non-blocking stream.
+    pub fn open(ordinal: usize) -> Result<Gpu, String> {
+        cu::init().map_err(|e| err("cuInit", e))?;
+        let dev = cu::device::get(ordinal as i32).map_err(|e| err("cuDeviceGet", e))?;
+        // SAFETY: `dev` is a valid device handle.
+        let ctx = unsafe { cu::primary_ctx::retain(dev) }
+            .map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
+        // SAFETY: `ctx` was just retained.
+        unsafe { cu::ctx::set_current(ctx) }.map_err(|e| err("cuCtxSetCurrent", e))?;
+        let attr = |a| {
+            // SAFETY: `dev` is valid; reading an attribute.
+            unsafe { cu::device::get_attribute(dev, a) }.map_err(|e| err("cuDeviceGetAttribute", e))
+        };
+        let cc = (
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(|e| err("cuStreamCreate", e))?;
+        Ok(Gpu {
+            ctx,
+            dev,
+            stream,
+            cc,
+            module: None,
+            blas: None,
+            scratch: Scratch::default(),
+        })
+    }
+
+    /// Binds the context to the calling thread (cheap when it already is).
+    pub fn bind(&self) -> Result<(), String> {
+        // SAFETY: the context is retained for the life of `self`.
+        unsafe { cu::ctx::set_current(self.ctx) }.map_err(|e| err("cuCtxSetCurrent", e))
+    }
+
+    /// Waits for the stream, then frees retired scratch.
+    pub fn sync(&mut self) -> Result<(), String> {
+        // SAFETY: the stream is live.
+        unsafe { cu::stream::synchronize(self.stream) }
+            .map_err(|e| err("cuStreamSynchronize", e))?;
+        for p in self.scratch.retired.drain(..) {
+            // SAFETY: retired chunks are no longer used by queued work (the stream is idle).
+            let _ = unsafe { cu::free_sync(p) };
+        }
+        Ok(())
+    }
+
+    /// Compiles and loads the kernels if not done yet.
+    pub fn load_kernels(&mut self, src: &str) -> Result<(), String> {
+        if self.module.is_some() {
+            return Ok(());
+        }
+        let ptx = super::nvrtc::compile(src, self.cc.0, self.cc.1)?;
+        // SAFETY: `ptx` is a NUL-terminated PTX image; the context is bound.
+        let module = unsafe { cu::module::load_data(ptx.as_ptr() as *const c_void) }
+            .map_err(|e| err("cuModuleLoadData", e))?;
+        let mut table = HashMap::new();
+        for &k in KERNELS {
+            let name = CString::new(k).unwrap();
+            // SAFETY: `module` is live (never unloaded: kernels live as long as the device).
+            let f = unsafe { cu::module::get_function(module, name) }
+                .map_err(|e| err(&format!("cuModuleGetFunction({k})"), e))?;
+            table.insert(k, f);
+        }
+        self.module = Some(table);
+        Ok(())
+    }
+
+    fn blas(&mut self) -> Result<blas::cublasHandle_t, String> {
+        if let Some(h) = self.blas {
+            return Ok(h);
+        }
+        // SAFETY: a probe that opens the library if it can.
+        let present =
+            std::panic::catch_unwind(|| unsafe { blas::is_culib_present() }).unwrap_or(false);
+        if !present {
+            return Err("cuBLAS (libcublas.so) not found; set CUDA_HOME or LD_LIBRARY_PATH".into());
+        }
+        let mut h: blas::cublasHandle_t = std::ptr::null_mut();
+        // SAFETY: creating a handle into `h`; the context is bound.
+        let st = unsafe { blas::cublasCreate_v2(&mut h) };
+        if st != blas::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(format!("cublasCreate: {st:?}"));
+        }
+        // SAFETY: `h` is live; our stream outlives it.
+        let st = unsafe { blas::cublasSetStream_v2(h, self.stream as blas::cudaStream_t) };
+        if st != blas::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(format!("cublasSetStream: {st:?}"));
+        }
+        self.blas = Some(h);
+        Ok(h)
+    }
+
+    /// Starts a node: its temporaries reuse scratch from the start.
+    pub fn begin_node(&mut self) {
+        self.scratch.off = 0;
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        let _ = self.bind();
+        let _ = self.sync();
+        if let Some(h) = self.blas.take() {
+            // SAFETY: destroying the handle created in `blas`.
+            unsafe { blas::cublasDestroy_v2(h) };
+        }
+        if let Some((p, _)) = self.scratch.chunk.take() {
+            // SAFETY: the stream is idle; the chunk is ours.
+            let _ = unsafe { cu::free_sync(p) };
+        }
+        // SAFETY: the stream is idle and destroyed once.
+        let _ = unsafe { cu::stream::destroy(self.stream) };
+    }
+}
+
+/// Packs one argument into 8-aligned storage of the size the kernel reads.
+fn arg_bytes(a: &Arg) -> [u64; 10] {
+    let mut s = [0u64; 10];
+    let p = s.as_mut_ptr();
+    // SAFETY: `s` is 80 bytes, 8-aligned: room for every variant, Ten (80 bytes) included.
+    unsafe {
+        match *a {
+            Arg::Ten(t) => std::ptr::write(p as *mut Ten, t),
+            Arg::I32(v) => std::ptr::write(p as *mut i32, v),
+            Arg::I64(v) => std::ptr::write(p as *mut i64, v),
+            Arg::U32(v) => std::ptr::write(p as *mut u32, v),
+            Arg::F32(v) => std::ptr::write(p as *mut f32, v),
+        }
+    }
+    s
+}
+
+impl Target for Gpu {
+    fn scratch(&mut self, bytes: usize) -> Result<u64, String> {
+        let need = bytes.max(1).div_ceil(256) * 256;
+        let s = &mut self.scratch;
+        let fits = s.chunk.is_some_and(|(_, size)| s.off + need <= size);
+        if !fits {
+            let size = s.chunk.map_or(SCRATCH_MIN, |(_, size)| size * 2).max(need);
+            // SAFETY: plain allocation; the context is bound.
+            let p = unsafe { cu::malloc_sync(size) }
+                .map_err(|e| err(&format!("cuMemAlloc of {} MiB scratch", size >> 20), e))?;
+            if let Some((old, _)) = s.chunk.replace((p, size)) {
+                s.retired.push(old);
+            }
+            s.off = 0;
+        }
+        let (base, _) = s.chunk.expect("chunk set above");
+        let at = base + s.off as u64;
+        s.off += need;
+        Ok(at)
+    }
+
+    fn launch(&mut self, l: Launch) -> Result<(), String> {
+        let f = *self
+            .module
+            .as_ref()
+            .and_then(|m| m.get(l.kernel))
+            .ok_or_else(|| format!("kernel {} is not loaded", l.kernel))?;
+        let mut store: Vec<[u64; 10]> = l.args.iter().map(arg_bytes).collect();
+        let mut ptrs: Vec<*mut c_void> = store
+            .iter_mut()
+            .map(|s| s.as_mut_ptr() as *mut c_void)
+            .collect();
+        let g = (l.grid[0], l.grid[1], l.grid[2]);
+        let b = (l.block[0], l.block[1], l.block[2]);
+        // SAFETY: `f` is a kernel of our loaded module whose parameters are exactly `args` in
+        // order (`dispatch` builds them from the kernel's signature); the values are copied
+        // by the launch; every pointer inside a Ten is a live device address.
+        unsafe { cu::launch_kernel(f, g, b, 0, self.stream, &mut ptrs) }
+            .map_err(|e| err(&format!("launch {}", l.kernel), e))
+    }
+
+    fn gemm(&mut self, g: Gemm) -> Result<(), String> {
+        let h = self.blas()?;
+        let (one, zero) = (1.0f32, 0.0f32);
+        // SAFETY: the matrices are live device memory of the sizes `dispatch::mul_mat`
+        // derived from the tensors; the handle is bound to our stream.
+        let st = unsafe {
+            blas::cublasSgemmStridedBatched(
+                h,
+                blas::cublasOperation_t::CUBLAS_OP_T,
+                blas::cublasOperation_t::CUBLAS_OP_N,
+                g.m,
+                g.n,
+                g.k,
+                &one,
+                g.a.0 as *const f32,
+                g.a.1,
+                g.a.2,
+                g.b.0 as *const f32,
+                g.b.1,
+                g.b.2,
+                &zero,
+                g.c.0 as *mut f32,
+                g.c.1,
+                g.c.2,
+                g.batch,
+            )
+        };
+        if st != blas::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(format!("cublasSgemmStridedBatched({g:?}): {st:?}"));
+        }
+        Ok(())
+    }
+}

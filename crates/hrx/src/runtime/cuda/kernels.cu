@@ -1,0 +1,659 @@
+// HRX device kernels, compiled at run time (NVRTC; the text avoids CUDA-only headers and
+// uses the HRX_* portability macros below so that hiprtc can compile it as well).
+//
+// Every kernel takes its tensors as `Ten` values: a device pointer, ggml's four extents
+// (ne, elements) and four strides (nb, bytes), and a type code (HRX_TY_*). Element
+// (i0, i1, i2, i3) of a tensor lives at d + i0*nb[0] + i1*nb[1] + i2*nb[2] + i3*nb[3], as
+// in ggml, so views, permutations and broadcasts need no copies. The constants below are
+// mirrored in `kargs.rs`; a unit test compares the two.
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef signed char i8;
+
+#define HRX_TY_F32 0
+#define HRX_TY_F16 1
+#define HRX_TY_BF16 2
+#define HRX_TY_I32 3
+#define HRX_TY_I64 4
+#define HRX_TY_Q4_0 5
+#define HRX_TY_Q4_1 6
+#define HRX_TY_Q8_0 7
+#define HRX_TY_Q4_K 8
+#define HRX_TY_Q6_K 9
+
+#define HRX_BIN_ADD 0
+#define HRX_BIN_SUB 1
+#define HRX_BIN_MUL 2
+#define HRX_BIN_DIV 3
+
+// unary codes are ggml_unary_op's values; SCALE is ours
+#define HRX_UN_ABS 0
+#define HRX_UN_SGN 1
+#define HRX_UN_NEG 2
+#define HRX_UN_STEP 3
+#define HRX_UN_TANH 4
+#define HRX_UN_ELU 5
+#define HRX_UN_RELU 6
+#define HRX_UN_SIGMOID 7
+#define HRX_UN_GELU 8
+#define HRX_UN_GELU_QUICK 9
+#define HRX_UN_SILU 10
+#define HRX_UN_HARDSWISH 11
+#define HRX_UN_HARDSIGMOID 12
+#define HRX_UN_EXP 13
+#define HRX_UN_GELU_ERF 16
+#define HRX_UN_FLOOR 18
+#define HRX_UN_CEIL 19
+#define HRX_UN_ROUND 20
+#define HRX_UN_TRUNC 21
+#define HRX_UN_SCALE 100
+
+// glu codes are ggml_glu_op's values
+#define HRX_GLU_REGLU 0
+#define HRX_GLU_GEGLU 1
+#define HRX_GLU_SWIGLU 2
+#define HRX_GLU_GEGLU_ERF 4
+#define HRX_GLU_GEGLU_QUICK 5
+
+// rows of up to this many columns go through the matrix-vector kernel
+#define HRX_MMV_WARPS 4
+
+#if defined(__HIPCC_RTC__)
+#define HRX_SHFL_XOR(v, m) __shfl_xor((v), (m))
+#define HRX_WARP 64
+#else
+#define HRX_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#define HRX_WARP 32
+#endif
+
+#define HRX_INF __int_as_float(0x7f800000)
+
+struct Ten {
+    char *d;
+    i64 ne[4];
+    i64 nb[4];
+    int ty;
+    int pad;
+};
+
+// ---- scalar conversions (bit exact, round to nearest even, as ggml's reference code) ----
+
+__device__ __forceinline__ float h2f(u16 h) {
+    u32 s = (u32)(h >> 15) << 31;
+    u32 e = (h >> 10) & 0x1f;
+    u32 m = h & 0x3ff;
+    if (e == 0) {
+        float v = (float)m * (1.0f / 16777216.0f); // m * 2^-24, exact
+        return s ? -v : v;
+    }
+    if (e == 31) {
+        return __uint_as_float(s | 0x7f800000u | (m << 13));
+    }
+    return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
+}
+
+__device__ __forceinline__ u16 f2h(float f) {
+    u32 x = __float_as_uint(f);
+    u32 sign = (x >> 16) & 0x8000u;
+    u32 ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {
+        return (u16)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    }
+    if (ax >= 0x477ff000u) {
+        return (u16)(sign | 0x7c00u);
+    }
+    if (ax < 0x38800000u) {
+        // below the smallest normal half: scale to units of 2^-24 (exact) and round
+        u32 r = (u32)rintf(__uint_as_float(ax) * 16777216.0f);
+        return (u16)(sign | r);
+    }
+    u32 h = (((ax >> 23) - 112) << 10) | ((ax >> 13) & 0x3ffu);
+    u32 rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) {
+        h += 1;
+    }
+    return (u16)(sign | h);
+}
+
+__device__ __forceinline__ float bf2f(u16 b) { return __uint_as_float((u32)b << 16); }
+
+__device__ __forceinline__ u16 f2bf(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (u16)((u >> 16) | 64u);
+    }
+    return (u16)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+__device__ __forceinline__ u16 rd16(const char *p) { return *(const u16 *)p; }
+
+__device__ __forceinline__ float ldf(const char *p, int ty) {
+    switch (ty) {
+    case HRX_TY_F32: return *(const float *)p;
+    case HRX_TY_F16: return h2f(rd16(p));
+    case HRX_TY_BF16: return bf2f(rd16(p));
+    case HRX_TY_I32: return (float)*(const int *)p;
+    case HRX_TY_I64: return (float)*(const i64 *)p;
+    default: return 0.0f;
+    }
+}
+
+__device__ __forceinline__ void stf(char *p, int ty, float v) {
+    switch (ty) {
+    case HRX_TY_F32: *(float *)p = v; break;
+    case HRX_TY_F16: *(u16 *)p = f2h(v); break;
+    case HRX_TY_BF16: *(u16 *)p = f2bf(v); break;
+    case HRX_TY_I32: *(int *)p = (int)v; break;
+    default: break;
+    }
+}
+
+__device__ __forceinline__ int elem_size(int ty) {
+    switch (ty) {
+    case HRX_TY_F32: case HRX_TY_I32: return 4;
+    case HRX_TY_F16: case HRX_TY_BF16: return 2;
+    case HRX_TY_I64: return 8;
+    default: return 0;
+    }
+}
+
+__device__ __forceinline__ i64 ldi(const char *p, int ty) {
+    return ty == HRX_TY_I64 ? *(const i64 *)p : (i64)*(const int *)p;
+}
+
+// ---- quantized blocks: element e of a row that starts at `row` ----
+
+__device__ __forceinline__ void scale_min_k4(int j, const u8 *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+__device__ __forceinline__ float deq(const char *row, int ty, i64 e) {
+    switch (ty) {
+    case HRX_TY_Q4_0: {
+        const char *b = row + (e >> 5) * 18;
+        int j = (int)(e & 31);
+        const u8 *qs = (const u8 *)(b + 2);
+        int q = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+        return (float)(q - 8) * h2f(rd16(b));
+    }
+    case HRX_TY_Q4_1: {
+        const char *b = row + (e >> 5) * 20;
+        int j = (int)(e & 31);
+        const u8 *qs = (const u8 *)(b + 4);
+        int q = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+        return (float)q * h2f(rd16(b)) + h2f(rd16(b + 2));
+    }
+    case HRX_TY_Q8_0: {
+        const char *b = row + (e >> 5) * 34;
+        return (float)((const i8 *)(b + 2))[e & 31] * h2f(rd16(b));
+    }
+    case HRX_TY_Q4_K: {
+        const char *b = row + (e >> 8) * 144;
+        int r = (int)(e & 255);
+        int j = r >> 6, w = r & 63;
+        const u8 *scales = (const u8 *)(b + 4);
+        const u8 *qs = (const u8 *)(b + 16) + 32 * j;
+        int is = 2 * j + (w >= 32 ? 1 : 0);
+        int q = w < 32 ? (qs[w] & 0xF) : (qs[w - 32] >> 4);
+        int sc, m;
+        scale_min_k4(is, scales, &sc, &m);
+        return h2f(rd16(b)) * (float)sc * (float)q - h2f(rd16(b + 2)) * (float)m;
+    }
+    case HRX_TY_Q6_K: {
+        const char *b = row + (e >> 8) * 210;
+        int r = (int)(e & 255);
+        int h = r >> 7, k = (r & 127) >> 5, l = r & 31;
+        const u8 *ql = (const u8 *)b + 64 * h;
+        const u8 *qh = (const u8 *)(b + 128) + 32 * h;
+        const i8 *sc = (const i8 *)(b + 192) + 8 * h;
+        int qlv = ql[l + (k & 1) * 32];
+        int lo = k < 2 ? (qlv & 0xF) : (qlv >> 4);
+        int hi = (qh[l] >> (2 * k)) & 3;
+        int q = (lo | (hi << 4)) - 32;
+        return h2f(rd16(b + 208)) * (float)sc[(l >> 4) + 2 * k] * (float)q;
+    }
+    default:
+        return ldf(row + e * elem_size(ty), ty);
+    }
+}
+
+// ---- indexing ----
+
+__device__ __forceinline__ void unravel(i64 i, const i64 *ne, i64 *c) {
+    c[0] = i % ne[0];
+    i /= ne[0];
+    c[1] = i % ne[1];
+    i /= ne[1];
+    c[2] = i % ne[2];
+    c[3] = i / ne[2];
+}
+
+__device__ __forceinline__ char *at(const Ten &t, i64 c0, i64 c1, i64 c2, i64 c3) {
+    return t.d + c0 * t.nb[0] + c1 * t.nb[1] + c2 * t.nb[2] + c3 * t.nb[3];
+}
+
+__device__ __forceinline__ i64 gtid() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ i64 gstride() { return (i64)gridDim.x * blockDim.x; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int m = HRX_WARP / 2; m > 0; m >>= 1) v += HRX_SHFL_XOR(v, m);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int m = HRX_WARP / 2; m > 0; m >>= 1) v = fmaxf(v, HRX_SHFL_XOR(v, m));
+    return v;
+}
+
+// block-wide sum; every thread gets the result. `sh` holds one float per warp.
+__device__ float block_sum(float v, float *sh) {
+    int lane = threadIdx.x % HRX_WARP, w = threadIdx.x / HRX_WARP;
+    int nw = (blockDim.x + HRX_WARP - 1) / HRX_WARP;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ float block_max(float v, float *sh) {
+    int lane = threadIdx.x % HRX_WARP, w = threadIdx.x / HRX_WARP;
+    int nw = (blockDim.x + HRX_WARP - 1) / HRX_WARP;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -HRX_INF;
+    return warp_max(v);
+}
+
+// ---- element-wise ----
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
+}
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ float gelu_quick(float x) { return x * (1.0f / (1.0f + expf(-1.702f * x))); }
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+__device__ float unary(int op, float x, float p0, float p1) {
+    switch (op) {
+    case HRX_UN_ABS: return fabsf(x);
+    case HRX_UN_SGN: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
+    case HRX_UN_NEG: return -x;
+    case HRX_UN_STEP: return x > 0.0f ? 1.0f : 0.0f;
+    case HRX_UN_TANH: return tanhf(x);
+    case HRX_UN_ELU: return x > 0.0f ? x : expm1f(x);
+    case HRX_UN_RELU: return x > 0.0f ? x : 0.0f;
+    case HRX_UN_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case HRX_UN_GELU: return gelu_tanh(x);
+    case HRX_UN_GELU_QUICK: return gelu_quick(x);
+    case HRX_UN_SILU: return silu(x);
+    case HRX_UN_HARDSWISH: return x * fminf(1.0f, fmaxf(0.0f, (x + 3.0f) / 6.0f));
+    case HRX_UN_HARDSIGMOID: return fminf(1.0f, fmaxf(0.0f, (x + 3.0f) / 6.0f));
+    case HRX_UN_EXP: return expf(x);
+    case HRX_UN_GELU_ERF: return gelu_erf(x);
+    case HRX_UN_FLOOR: return floorf(x);
+    case HRX_UN_CEIL: return ceilf(x);
+    case HRX_UN_ROUND: return roundf(x);
+    case HRX_UN_TRUNC: return truncf(x);
+    case HRX_UN_SCALE: return x * p0 + p1;
+    default: return x;
+    }
+}
+
+extern "C" __global__ void hrx_unary(Ten d, Ten a, int op, float p0, float p1, i64 n) {
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        unravel(i, d.ne, c);
+        float x = ldf(at(a, c[0], c[1], c[2], c[3]), a.ty);
+        stf(at(d, c[0], c[1], c[2], c[3]), d.ty, unary(op, x, p0, p1));
+    }
+}
+
+extern "C" __global__ void hrx_fill(Ten d, float v, i64 n) {
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        unravel(i, d.ne, c);
+        stf(at(d, c[0], c[1], c[2], c[3]), d.ty, v);
+    }
+}
+
+// dst = a (op) b, b broadcast over a's shape (ggml_can_repeat)
+extern "C" __global__ void hrx_binary(Ten d, Ten a, Ten b, int op, i64 n) {
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        unravel(i, d.ne, c);
+        float x = ldf(at(a, c[0], c[1], c[2], c[3]), a.ty);
+        float y = ldf(at(b, c[0] % b.ne[0], c[1] % b.ne[1], c[2] % b.ne[2], c[3] % b.ne[3]), b.ty);
+        float r;
+        switch (op) {
+        case HRX_BIN_ADD: r = x + y; break;
+        case HRX_BIN_SUB: r = x - y; break;
+        case HRX_BIN_MUL: r = x * y; break;
+        default: r = x / y; break;
+        }
+        stf(at(d, c[0], c[1], c[2], c[3]), d.ty, r);
+    }
+}
+
+// gated linear units: dst = act(x) * g. With `has_b` x comes from a and g from b (or the
+// other way round when swapped); without, a's row holds x in its first half, g in its second.
+extern "C" __global__ void hrx_glu(Ten d, Ten a, Ten b, int has_b, int op, int swapped, i64 n) {
+    i64 nc = d.ne[0];
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        unravel(i, d.ne, c);
+        float x, g;
+        if (has_b) {
+            float va = ldf(at(a, c[0], c[1], c[2], c[3]), a.ty);
+            float vb = ldf(at(b, c[0], c[1], c[2], c[3]), b.ty);
+            x = swapped ? vb : va;
+            g = swapped ? va : vb;
+        } else {
+            x = ldf(at(a, c[0] + (swapped ? nc : 0), c[1], c[2], c[3]), a.ty);
+            g = ldf(at(a, c[0] + (swapped ? 0 : nc), c[1], c[2], c[3]), a.ty);
+        }
+        float y;
+        switch (op) {
+        case HRX_GLU_REGLU: y = x > 0.0f ? x : 0.0f; break;
+        case HRX_GLU_GEGLU: y = gelu_tanh(x); break;
+        case HRX_GLU_SWIGLU: y = silu(x); break;
+        case HRX_GLU_GEGLU_ERF: y = gelu_erf(x); break;
+        default: y = gelu_quick(x); break;
+        }
+        stf(at(d, c[0], c[1], c[2], c[3]), d.ty, y * g);
+    }
+}
+
+// element-for-element copy between tensors of equal element count, in each one's own
+// logical order (ggml_cpy/ggml_dup/ggml_cont); equal types copy bits.
+extern "C" __global__ void hrx_cpy(Ten d, Ten a, i64 n) {
+    int same = a.ty == d.ty;
+    int es = elem_size(a.ty);
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 ca[4], cd[4];
+        unravel(i, a.ne, ca);
+        unravel(i, d.ne, cd);
+        const char *s = at(a, ca[0], ca[1], ca[2], ca[3]);
+        char *t = at(d, cd[0], cd[1], cd[2], cd[3]);
+        if (same) {
+            for (int k = 0; k < es; k++) t[k] = s[k];
+        } else {
+            stf(t, d.ty, ldf(s, a.ty));
+        }
+    }
+}
+
+// one block of 32 values into a Q8_0 / Q4_0 / Q4_1 block at `out`
+__device__ void quantize_block(const float *x, char *out, int ty) {
+    if (ty == HRX_TY_Q8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float dd = amax / 127.0f;
+        float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        *(u16 *)out = f2h(dd);
+        for (int j = 0; j < 32; j++) ((i8 *)(out + 2))[j] = (i8)roundf(x[j] * id);
+    } else if (ty == HRX_TY_Q4_0) {
+        float amax = 0.0f, mx = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                mx = x[j];
+            }
+        }
+        float dd = mx / -8.0f;
+        float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        *(u16 *)out = f2h(dd);
+        for (int j = 0; j < 16; j++) {
+            int q0 = min(15, (int)(i8)(x[j] * id + 8.5f));
+            int q1 = min(15, (int)(i8)(x[j + 16] * id + 8.5f));
+            ((u8 *)(out + 2))[j] = (u8)(q0 | (q1 << 4));
+        }
+    } else {
+        float mn = x[0], mx = x[0];
+        for (int j = 1; j < 32; j++) {
+            mn = fminf(mn, x[j]);
+            mx = fmaxf(mx, x[j]);
+        }
+        float dd = (mx - mn) / 15.0f;
+        float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        *(u16 *)out = f2h(dd);
+        *(u16 *)(out + 2) = f2h(mn);
+        for (int j = 0; j < 16; j++) {
+            int q0 = min(15, (int)(i8)((x[j] - mn) * id + 0.5f));
+            int q1 = min(15, (int)(i8)((x[j + 16] - mn) * id + 0.5f));
+            ((u8 *)(out + 4))[j] = (u8)(q0 | (q1 << 4));
+        }
+    }
+}
+
+__device__ __forceinline__ int block_bytes(int ty) {
+    return ty == HRX_TY_Q8_0 ? 34 : (ty == HRX_TY_Q4_0 ? 18 : 20);
+}
+
+// copy into a quantized tensor: block k of d (rows of d.ne[0] elements, d contiguous in
+// its rows) takes elements 32k .. 32k+31 of a in a's logical order
+extern "C" __global__ void hrx_cpy_q(Ten d, Ten a, i64 nblocks) {
+    i64 bpr = d.ne[0] / 32;
+    for (i64 k = gtid(); k < nblocks; k += gstride()) {
+        float x[32];
+        for (int j = 0; j < 32; j++) {
+            i64 c[4];
+            unravel(k * 32 + j, a.ne, c);
+            x[j] = ldf(at(a, c[0], c[1], c[2], c[3]), a.ty);
+        }
+        // row (i1, i2, i3) of d, block k % bpr within it
+        i64 r = k / bpr, i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
+        char *out = d.d + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3] + (k % bpr) * block_bytes(d.ty);
+        quantize_block(x, out, d.ty);
+    }
+}
+
+// rows of a (indexed by idx) into d: d[:, idx[i01, i02 % ne11, i03 % ne12], i02, i03] = a[:, i01, i02, i03]
+extern "C" __global__ void hrx_set_rows(Ten d, Ten a, Ten idx, i64 n) {
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        unravel(i, a.ne, c);
+        i64 r = ldi(at(idx, c[1], c[2] % idx.ne[1], c[3] % idx.ne[2], 0), idx.ty);
+        stf(at(d, c[0], r, c[2], c[3]), d.ty, ldf(at(a, c[0], c[1], c[2], c[3]), a.ty));
+    }
+}
+
+// the same into a quantized d, a block of 32 columns per thread
+extern "C" __global__ void hrx_set_rows_q(Ten d, Ten a, Ten idx, i64 nblocks) {
+    i64 bpr = a.ne[0] / 32;
+    for (i64 k = gtid(); k < nblocks; k += gstride()) {
+        i64 rr = k / bpr, b = k % bpr;
+        i64 i1 = rr % a.ne[1], i2 = (rr / a.ne[1]) % a.ne[2], i3 = rr / (a.ne[1] * a.ne[2]);
+        i64 r = ldi(at(idx, i1, i2 % idx.ne[1], i3 % idx.ne[2], 0), idx.ty);
+        float x[32];
+        for (int j = 0; j < 32; j++) x[j] = ldf(at(a, b * 32 + j, i1, i2, i3), a.ty);
+        char *out = d.d + r * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3] + b * block_bytes(d.ty);
+        quantize_block(x, out, d.ty);
+    }
+}
+
+// d[i0, i10, i11, i12] = a[i0, idx[i10, i11, i12], i11, i12] (a may be quantized)
+extern "C" __global__ void hrx_get_rows(Ten d, Ten a, Ten idx, i64 n) {
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        unravel(i, d.ne, c);
+        i64 r = ldi(at(idx, c[1], c[2], c[3], 0), idx.ty);
+        const char *row = a.d + r * a.nb[1] + c[2] * a.nb[2] + c[3] * a.nb[3];
+        stf(at(d, c[0], c[1], c[2], c[3]), d.ty, deq(row, a.ty, c[0]));
+    }
+}
+
+// any tensor (quantized included) into a contiguous F32 tensor of the same shape
+extern "C" __global__ void hrx_to_f32(Ten d, Ten a, i64 n) {
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        unravel(i, a.ne, c);
+        const char *row = a.d + c[1] * a.nb[1] + c[2] * a.nb[2] + c[3] * a.nb[3];
+        ((float *)d.d)[i] = deq(row, a.ty, c[0]);
+    }
+}
+
+// ---- rows: one block per row of a ----
+
+__device__ __forceinline__ void row_coords(const Ten &t, i64 r, i64 *c) {
+    c[1] = r % t.ne[1];
+    c[2] = (r / t.ne[1]) % t.ne[2];
+    c[3] = r / (t.ne[1] * t.ne[2]);
+}
+
+// RMS_NORM (rms != 0): x / sqrt(mean(x^2) + eps); NORM: (x - mean) / sqrt(var + eps)
+extern "C" __global__ void hrx_norm(Ten d, Ten a, float eps, int rms) {
+    __shared__ float sh[32];
+    i64 c[4];
+    row_coords(a, blockIdx.x, c);
+    const char *s = at(a, 0, c[1], c[2], c[3]);
+    char *t = at(d, 0, c[1], c[2], c[3]);
+    i64 n = a.ne[0];
+    float mean = 0.0f;
+    if (!rms) {
+        float acc = 0.0f;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) acc += ldf(s + i * a.nb[0], a.ty);
+        mean = block_sum(acc, sh) / (float)n;
+    }
+    float acc = 0.0f;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = ldf(s + i * a.nb[0], a.ty) - mean;
+        acc += v * v;
+    }
+    float scale = rsqrtf(block_sum(acc, sh) / (float)n + eps);
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        stf(t + i * d.nb[0], d.ty, (ldf(s + i * a.nb[0], a.ty) - mean) * scale);
+    }
+}
+
+// soft_max(a * scale + slope * mask) along rows, with optional per-head sinks
+extern "C" __global__ void hrx_soft_max(Ten d, Ten a, Ten m, Ten sk, int has_m, int has_sk, float scale,
+                                        float max_bias, float m0, float m1, u32 n_head_log2) {
+    __shared__ float sh[32];
+    i64 c[4];
+    row_coords(a, blockIdx.x, c);
+    const char *s = at(a, 0, c[1], c[2], c[3]);
+    char *t = at(d, 0, c[1], c[2], c[3]);
+    const char *mp = has_m ? at(m, 0, c[1], c[2] % m.ne[2], c[3] % m.ne[3]) : 0;
+    u32 h = (u32)c[2];
+    float slope = 1.0f;
+    if (max_bias > 0.0f) {
+        slope = h < n_head_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_head_log2) + 1));
+    }
+    i64 n = a.ne[0];
+    float mx = -HRX_INF;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = ldf(s + i * a.nb[0], a.ty) * scale;
+        if (has_m) v += slope * ldf(mp + i * m.nb[0], m.ty);
+        mx = fmaxf(mx, v);
+    }
+    mx = block_max(mx, sh);
+    float sink = 0.0f;
+    if (has_sk) {
+        sink = ldf(sk.d + c[2] * sk.nb[0], sk.ty);
+        mx = fmaxf(mx, sink);
+    }
+    float sum = 0.0f;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = ldf(s + i * a.nb[0], a.ty) * scale;
+        if (has_m) v += slope * ldf(mp + i * m.nb[0], m.ty);
+        float e = expf(v - mx);
+        sum += e;
+        stf(t + i * d.nb[0], d.ty, e);
+    }
+    sum = block_sum(sum, sh);
+    if (has_sk) sum += expf(sink - mx);
+    float inv = 1.0f / sum;
+    __syncthreads();
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        char *p = t + i * d.nb[0];
+        stf(p, d.ty, ldf(p, d.ty) * inv);
+    }
+}
+
+// ---- rope (normal and neox), one thread per pair slot of a row ----
+
+__device__ __forceinline__ float yarn_ramp(float low, float high, int i0) {
+    float y = ((float)(i0 / 2) - low) / fmaxf(0.001f, high - low);
+    return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+}
+
+extern "C" __global__ void hrx_rope(Ten d, Ten a, Ten pos, Ten ff, int has_ff, int n_dims, int neox, int n_offs,
+                                    float freq_scale, float ext_factor, float attn_factor, float corr0, float corr1,
+                                    float theta_scale, i64 n) {
+    i64 half = a.ne[0] / 2;
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 sl = i % half, r = i / half;
+        i64 c[4];
+        row_coords(a, r, c);
+        const char *s = at(a, 0, c[1], c[2], c[3]);
+        char *t = at(d, 0, c[1], c[2], c[3]);
+        i64 i0 = 2 * sl;
+        if (i0 < n_offs || i0 >= n_offs + n_dims) {
+            stf(t + i0 * d.nb[0], d.ty, ldf(s + i0 * a.nb[0], a.ty));
+            stf(t + (i0 + 1) * d.nb[0], d.ty, ldf(s + (i0 + 1) * a.nb[0], a.ty));
+            continue;
+        }
+        int p = (int)(sl - n_offs / 2);
+        // theta advanced by repeated multiplication, as the CPU kernels build their cache
+        float theta = (float)*(const int *)(pos.d + c[2] * pos.nb[0]);
+        for (int k = 0; k < p; k++) theta *= theta_scale;
+        if (has_ff) theta /= ldf(ff.d + p * ff.nb[0], ff.ty);
+        float interp = freq_scale * theta;
+        float th = interp;
+        float msc = attn_factor;
+        if (ext_factor != 0.0f) {
+            float mix = yarn_ramp(corr0, corr1, 2 * p) * ext_factor;
+            th = interp * (1.0f - mix) + theta * mix;
+            msc *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+        }
+        float cs = cosf(th) * msc, sn = sinf(th) * msc;
+        i64 ia = neox ? n_offs + p : n_offs + 2 * p;
+        i64 ib = neox ? ia + n_dims / 2 : ia + 1;
+        float x0 = ldf(s + ia * a.nb[0], a.ty), x1 = ldf(s + ib * a.nb[0], a.ty);
+        stf(t + ia * d.nb[0], d.ty, x0 * cs - x1 * sn);
+        stf(t + ib * d.nb[0], d.ty, x0 * sn + x1 * cs);
+    }
+}
+
+// ---- matrix-vector product: d[i01, i11, i12, i13] = dot(a row (i01, i12/r2, i13/r3), b column) ----
+// one warp per output; grid (ceil(ne01 / HRX_MMV_WARPS), ne11, ne12 * ne13)
+
+extern "C" __global__ void hrx_mul_mat_vec(Ten d, Ten a, Ten b, i64 r2, i64 r3) {
+    int lane = threadIdx.x % HRX_WARP, w = threadIdx.x / HRX_WARP;
+    i64 i01 = (i64)blockIdx.x * HRX_MMV_WARPS + w;
+    if (i01 >= a.ne[1]) return;
+    i64 i11 = blockIdx.y;
+    i64 i12 = blockIdx.z % b.ne[2], i13 = blockIdx.z / b.ne[2];
+    const char *row = at(a, 0, i01, i12 / r2, i13 / r3);
+    const char *col = at(b, 0, i11, i12, i13);
+    i64 k = a.ne[0];
+    float acc = 0.0f;
+    if (a.ty == HRX_TY_F32 || a.ty == HRX_TY_F16 || a.ty == HRX_TY_BF16) {
+        int es = elem_size(a.ty);
+        for (i64 j = lane; j < k; j += HRX_WARP) acc += ldf(row + j * es, a.ty) * ldf(col + j * b.nb[0], b.ty);
+    } else {
+        // lanes take 32-element groups (one Q4_0/Q4_1/Q8_0 block, or an eighth of a K block)
+        for (i64 g = lane; g < k / 32; g += HRX_WARP) {
+            for (int j = 0; j < 32; j++) {
+                i64 e = g * 32 + j;
+                acc += deq(row, a.ty, e) * ldf(col + e * b.nb[0], b.ty);
+            }
+        }
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) stf(at(d, i01, i11, i12, i13), d.ty, acc);
+}

@@ -1,0 +1,368 @@
+//! The CUDA runtime: an HRX device backed by an NVIDIA GPU, through the driver API, cuBLAS
+//! and NVRTC (all opened at run time by `cudarc`, so building needs no toolkit and a
+//! machine without one still loads the library; [`loader`] finds them).
+//!
+//! Memory: device-local allocations are real device memory (`cuMemAlloc`), but ggml sees
+//! fake addresses from a reserved no-access range ([`crate::runtime::address`]), as with the
+//! simulator, so a host access to a device tensor faults the same way. The runtime maps a
+//! fake address to its device pointer (allocation start + offset). Host-visible tensors
+//! (`Loc::Host`) are staged: copied into scratch before the node and, for the node itself,
+//! back after it.
+//!
+//! Execution: one non-blocking stream per device; every queued operation is issued on it at
+//! once and runs in order. Claimed nodes run as our own kernels (`kernels.cu`, compiled by
+//! NVRTC for the device on first use) and cuBLAS GEMMs ([`dispatch`] decides which).
+//! Events: a recording is a host function queued on the stream that marks the HRX event
+//! complete; a wait blocks the caller until the recording completes.
+//!
+//! Like every runtime it knows nothing of the ggml-facing layer.
+
+pub mod dispatch;
+mod gpu;
+pub mod kargs;
+pub mod loader;
+mod nvrtc;
+pub mod support;
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{result as cu, sys};
+use parking_lot::Mutex;
+
+use crate::runtime::address::{RangeAllocator, Reservation};
+
+use super::{DevAddr, Event, ExecJob, HostSrc, Loc, NodeJob, Runtime, SendPtr};
+use gpu::{err, Gpu};
+use kargs::Ten;
+
+/// The kernel source, compiled at run time.
+pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
+
+/// Fake-address bookkeeping: offsets in the reserved range, and the device pointer of each
+/// live allocation (by start offset).
+struct Mem {
+    ranges: RangeAllocator,
+    dptr: BTreeMap<usize, sys::CUdeviceptr>,
+}
+
+/// An HRX device on a CUDA GPU.
+pub struct CudaDevice {
+    index: usize,
+    ordinal: usize,
+    card: String,
+    reservation: Reservation,
+    mem: Mutex<Mem>,
+    gpu: Mutex<Gpu>,
+    errors: Mutex<Vec<String>>,
+    on_error: fn(&str),
+}
+
+impl CudaDevice {
+    /// HRX device `index` on CUDA device `ordinal`, with the card's memory. `base_hint` asks
+    /// for the start of its fake address range (see [`crate::runtime::address`]). `on_error`
+    /// receives each error as it happens (the same errors [`Runtime::synchronize`] returns).
+    pub fn new(
+        index: usize,
+        ordinal: usize,
+        base_hint: Option<usize>,
+        on_error: fn(&str),
+    ) -> Result<CudaDevice, String> {
+        let gpu = std::panic::catch_unwind(|| Gpu::open(ordinal))
+            .map_err(|_| "the CUDA driver library lacks a function it needs".to_string())??;
+        // SAFETY: `gpu.dev` is a valid device.
+        let total =
+            unsafe { cu::device::total_mem(gpu.dev) }.map_err(|e| err("cuDeviceTotalMem", e))?;
+        let card = cu::device::get_name(gpu.dev).unwrap_or_else(|_| "CUDA device".into());
+        let capacity = total.div_ceil(65536) * 65536;
+        let reservation = Reservation::new(capacity, base_hint)
+            .ok_or_else(|| format!("cannot reserve {} MiB of addresses", capacity >> 20))?;
+        Ok(CudaDevice {
+            index,
+            ordinal,
+            card,
+            reservation,
+            mem: Mutex::new(Mem {
+                ranges: RangeAllocator::new(capacity),
+                dptr: BTreeMap::new(),
+            }),
+            gpu: Mutex::new(gpu),
+            errors: Mutex::new(Vec::new()),
+            on_error,
+        })
+    }
+
+    fn fail(&self, e: String) {
+        (self.on_error)(&format!("HRX{} (CUDA {}): {e}\n", self.index, self.ordinal));
+        self.errors.lock().push(e);
+    }
+
+    /// The device pointer of `[addr, addr + len)`, which must lie in one live allocation.
+    fn translate(&self, addr: DevAddr, len: usize) -> Result<sys::CUdeviceptr, String> {
+        let base = self.reservation.base();
+        let m = self.mem.lock();
+        let off = addr
+            .checked_sub(base)
+            .filter(|_| self.reservation.contains(addr, len));
+        let (start, _) = off
+            .and_then(|o| m.ranges.find(o, len))
+            .ok_or_else(|| format!("device address {addr:#x}+{len} is in no allocation"))?;
+        Ok(m.dptr[&start] + (off.unwrap() - start) as u64)
+    }
+
+    /// Runs `f` with the GPU bound to this thread; errors are recorded.
+    fn with_gpu(&self, f: impl FnOnce(&mut Gpu) -> Result<(), String>) {
+        let mut g = self.gpu.lock();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            g.bind().and_then(|()| f(&mut g))
+        }));
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.fail(e),
+            Err(_) => self.fail("panic in the CUDA runtime".into()),
+        }
+    }
+
+    /// Where the kernels find tensor `k` of `nj`: its device pointer, staging host bytes
+    /// into scratch (and noting them for the copy back when `k` is the node).
+    fn resolve(&self, g: &mut Gpu, loc: Loc, size: usize) -> Result<u64, String> {
+        match loc {
+            Loc::Device(a) => self.translate(a, size),
+            Loc::Host(p) => {
+                let s = dispatch::Target::scratch(g, size)?;
+                if size > 0 {
+                    // SAFETY: `p` spans `size` readable host bytes until the job completes
+                    // (ggml's async contract); `s` is fresh scratch of that size.
+                    let src = unsafe { std::slice::from_raw_parts(p.0 as *const u8, size) };
+                    // SAFETY: as above; the copy is ordered on our stream.
+                    unsafe { cu::memcpy_htod_async(s, src, g.stream) }
+                        .map_err(|e| err("cuMemcpyHtoDAsync (staging)", e))?;
+                }
+                Ok(s)
+            }
+        }
+    }
+
+    fn run_node(&self, g: &mut Gpu, job: &ExecJob, i: usize) -> Result<(), String> {
+        let nj: &NodeJob = &job.nodes[i];
+        g.begin_node();
+        let node = &nj.tensors[0];
+        let mut srcs: Vec<Option<Ten>> = vec![None; ggml_sys::GGML_MAX_SRC as usize];
+        for &(slot, k) in &nj.srcs {
+            let p = self.resolve(g, nj.locs[k], nj.sizes[k])?;
+            srcs[slot] = Some(
+                Ten::of(&nj.tensors[k], p).ok_or("a source of a type the kernels cannot read")?,
+            );
+        }
+        for &(slot, j) in &nj.node_srcs {
+            let prod = &job.nodes[j];
+            let p = self.resolve(g, prod.locs[0], prod.sizes[0])?;
+            srcs[slot] = Some(
+                Ten::of(&prod.tensors[0], p).ok_or("a source of a type the kernels cannot read")?,
+            );
+        }
+        let dp = self.resolve(g, nj.locs[0], nj.sizes[0])?;
+        let d = Ten::of(node, dp).ok_or("a node of a type the kernels cannot write")?;
+        dispatch::node(node, d, &srcs, g)?;
+        if let Loc::Host(p) = nj.locs[0] {
+            if nj.sizes[0] > 0 {
+                // SAFETY: `p` spans the node's bytes, writable host memory kept alive by the
+                // submitter; with pageable memory the copy completes before the call returns,
+                // so a later node's staging reads the result.
+                let dst = unsafe { std::slice::from_raw_parts_mut(p.0 as *mut u8, nj.sizes[0]) };
+                // SAFETY: as above.
+                unsafe { cu::memcpy_dtoh_async(dst, dp, g.stream) }
+                    .map_err(|e| err("cuMemcpyDtoHAsync (staging)", e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Marks an event recording complete; queued on the stream by [`Runtime::signal`].
+unsafe extern "C" fn signal_event(p: *mut c_void) {
+    // SAFETY: `p` is the Box leaked by `signal`, consumed exactly once here.
+    let b = unsafe { Box::from_raw(p as *mut (Arc<Event>, u64)) };
+    b.0.signal(b.1);
+}
+
+impl Runtime for CudaDevice {
+    fn describe(&self) -> String {
+        let g = self.gpu.lock();
+        format!(
+            "HRX on CUDA device {} ({}, {} MiB, sm_{}{})",
+            self.ordinal,
+            self.card,
+            self.reservation.len() >> 20,
+            g.cc.0,
+            g.cc.1
+        )
+    }
+
+    fn capacity(&self) -> usize {
+        self.reservation.len()
+    }
+
+    fn used(&self) -> usize {
+        let g = self.gpu.lock();
+        if g.bind().is_err() {
+            return self.mem.lock().ranges.used();
+        }
+        match cu::mem_get_info() {
+            Ok((free, total)) => total.saturating_sub(free),
+            Err(_) => self.mem.lock().ranges.used(),
+        }
+    }
+
+    fn address_base(&self) -> usize {
+        self.reservation.base()
+    }
+
+    fn alloc(&self, size: usize) -> Option<DevAddr> {
+        let g = self.gpu.lock();
+        g.bind().ok()?;
+        let mut m = self.mem.lock();
+        let off = m.ranges.alloc(size)?;
+        // SAFETY: plain allocation with the context bound.
+        match unsafe { cu::malloc_sync(size.max(1)) } {
+            Ok(p) => {
+                m.dptr.insert(off, p);
+                Some(self.reservation.base() + off)
+            }
+            Err(_) => {
+                m.ranges.free(off);
+                None
+            }
+        }
+    }
+
+    fn free(&self, addr: DevAddr) {
+        self.with_gpu(|g| {
+            g.sync()?;
+            let mut m = self.mem.lock();
+            let off = addr.wrapping_sub(self.reservation.base());
+            let p = m
+                .dptr
+                .remove(&off)
+                .ok_or_else(|| format!("free of unknown device address {addr:#x}"))?;
+            m.ranges.free(off);
+            // SAFETY: the stream is idle, so no queued work uses the allocation.
+            unsafe { cu::free_sync(p) }.map_err(|e| err("cuMemFree", e))
+        });
+    }
+
+    fn contains(&self, addr: DevAddr, len: usize) -> bool {
+        let base = self.reservation.base();
+        addr >= base && self.mem.lock().ranges.find(addr - base, len).is_some()
+    }
+
+    fn upload(&self, dst: DevAddr, src: HostSrc) {
+        self.with_gpu(|g| {
+            let bytes: &[u8] = match &src {
+                HostSrc::Owned(v) => v,
+                // SAFETY: borrowed host memory valid until the upload completes (the
+                // submitter synchronizes before releasing it).
+                HostSrc::Borrowed(p, n) => unsafe {
+                    std::slice::from_raw_parts(p.0 as *const u8, *n)
+                },
+            };
+            let d = self.translate(dst, bytes.len())?;
+            // SAFETY: `d` spans bytes.len() device bytes; an owned Vec is pageable memory,
+            // which the driver copies to staging before returning, so dropping it is safe.
+            unsafe { cu::memcpy_htod_async(d, bytes, g.stream) }
+                .map_err(|e| err("cuMemcpyHtoDAsync", e))
+        });
+    }
+
+    fn download(&self, src: DevAddr, dst: SendPtr, len: usize) {
+        self.with_gpu(|g| {
+            let s = self.translate(src, len)?;
+            // SAFETY: `dst` spans len writable host bytes kept alive until synchronize.
+            let out = unsafe { std::slice::from_raw_parts_mut(dst.0 as *mut u8, len) };
+            // SAFETY: as above; `s` spans len device bytes.
+            unsafe { cu::memcpy_dtoh_async(out, s, g.stream) }
+                .map_err(|e| err("cuMemcpyDtoHAsync", e))
+        });
+    }
+
+    fn fill(&self, dst: DevAddr, value: u8, len: usize) {
+        self.with_gpu(|g| {
+            let d = self.translate(dst, len)?;
+            // SAFETY: `d` spans len device bytes.
+            unsafe { cu::memset_d8_async(d, value, len, g.stream) }
+                .map_err(|e| err("cuMemsetD8Async", e))
+        });
+    }
+
+    fn copy(&self, dst: DevAddr, src: DevAddr, len: usize) {
+        self.with_gpu(|g| {
+            let d = self.translate(dst, len)?;
+            let s = self.translate(src, len)?;
+            // SAFETY: both span len device bytes.
+            unsafe { cu::memcpy_dtod_async(d, s, len, g.stream) }
+                .map_err(|e| err("cuMemcpyDtoDAsync", e))
+        });
+    }
+
+    fn host_copy(&self, dst: SendPtr, src: SendPtr, len: usize) {
+        self.with_gpu(|g| {
+            g.sync()?;
+            // SAFETY: both are len valid host bytes per the submitter's contract; the
+            // stream is idle, so the copy happens in queue order.
+            unsafe { std::ptr::copy(src.0 as *const u8, dst.0 as *mut u8, len) };
+            Ok(())
+        });
+    }
+
+    fn execute(&self, job: ExecJob) {
+        self.with_gpu(|g| {
+            g.load_kernels(KERNEL_SOURCE)?;
+            for i in 0..job.nodes.len() {
+                self.run_node(g, &job, i)
+                    .map_err(|e| format!("{} node {i}: {e}", job.label))?;
+            }
+            Ok(())
+        });
+    }
+
+    fn signal(&self, event: Arc<Event>, seq: u64) {
+        self.with_gpu(|g| {
+            let p = Box::into_raw(Box::new((event, seq))) as *mut c_void;
+            // SAFETY: `signal_event` consumes `p` once when the stream reaches it.
+            let r = unsafe { cu::stream::launch_host_function(g.stream, signal_event, p) };
+            if let Err(e) = r {
+                // SAFETY: not queued: reclaim and signal now (nothing else will).
+                unsafe { signal_event(p) };
+                return Err(err("cuLaunchHostFunc", e));
+            }
+            Ok(())
+        });
+    }
+
+    fn wait(&self, event: Arc<Event>, seq: u64) {
+        // later work is issued only after the recording completes
+        event.wait_for(seq);
+    }
+
+    fn synchronize(&self) -> Result<(), String> {
+        self.with_gpu(|g| g.sync());
+        let errs = std::mem::take(&mut *self.errors.lock());
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs.join("; "))
+        }
+    }
+
+    fn set_threads(&self, _n: usize) {}
+
+    fn supports(&self, node: &ggml_sys::ggml_tensor) -> bool {
+        support::supports(node)
+    }
+}
+
+// SAFETY: all state is behind mutexes; CUDA handles are used only with the context bound.
+unsafe impl Sync for CudaDevice {}
+// SAFETY: as above.
+unsafe impl Send for CudaDevice {}
