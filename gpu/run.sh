@@ -13,6 +13,12 @@
 #            (the C++ runtime symbols some programs then take from it; gpu/README.md)
 #   bench    ab bench gpu: llama-bench, batched-bench and the scheduler's per-call time,
 #            arms alternating (BENCH_ROUNDS, default 10)
+#   buildcpu the stock llama.cpp without CUDA ($W/build-cpu, about a minute): enough for HRX
+#            on the CUDA runtime, which brings its own kernels
+#   models   the 1B-shaped model in F16 and Q4_0, both kept ($W/model-f16.gguf, model-q4_0.gguf)
+#   hrx      HRX0 on the CUDA runtime (GGML_HRX_RUNTIME=cuda): test-backend-ops -b HRX0 in the
+#            stock arm and ours (HRX_OPS: -o filter), then greedy text with -dev HRX0 -ngl 99
+#            against the CPU's, flash attention off in both (the same attention algorithm)
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
 #   status   what the background run has done so far
 #
@@ -61,6 +67,56 @@ stage_build() {
     ggml-rpc-server llama-quantize test-backend-ops > "$W/logs/ninja.log" 2>&1 \
     || { log "ninja failed"; tail -30 "$W/logs/ninja.log"; return 1; }
   log "build: done in $((SECONDS - t0)) s; $(ls "$B/bin" | tr '\n' ' ' | head -c 400)"
+}
+
+stage_buildcpu() {
+  stage_setup
+  local b=$W/build-cpu
+  if [ ! -f "$b/build.ninja" ]; then
+    cmake -S "$W/llama.cpp" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+      -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF \
+      -DLLAMA_OPENSSL=OFF > "$W/logs/cmake-cpu.log" 2>&1 || { log "cmake failed"; tail -20 "$W/logs/cmake-cpu.log"; return 1; }
+  fi
+  local t0=$SECONDS
+  ninja -C "$b" -j "$jobs" llama-simple llama-completion llama-bench llama-quantize test-backend-ops \
+    > "$W/logs/ninja-cpu.log" 2>&1 || { log "ninja failed"; tail -30 "$W/logs/ninja-cpu.log"; return 1; }
+  log "buildcpu: done in $((SECONDS - t0)) s"
+}
+
+stage_models() {
+  local b=${GPU_BUILD:-$W/build-cpu} f16=$W/model-f16.gguf
+  if [ ! -f "$f16" ]; then
+    PYTHONPATH=$W/llama.cpp/gguf-py python3 "$dev/mkmodel.py" \
+      "$W/llama.cpp/models/ggml-vocab-llama-bpe.gguf" "$f16" --shape llama-3.2-1b > "$W/logs/model.log" 2>&1 \
+      || { log "mkmodel failed"; tail "$W/logs/model.log"; return 1; }
+  fi
+  [ -f "$M" ] || "$b/bin/llama-quantize" "$f16" "$M" Q4_0 >> "$W/logs/model.log" 2>&1 \
+    || { log "quantize failed"; tail "$W/logs/model.log"; return 1; }
+  log "models: $(ls -la "$f16" "$M" | awk '{print $5, $9}' | tr '\n' ' ')"
+}
+
+stage_hrx() {
+  local b=${GPU_BUILD:-$W/build-cpu} lib=$W/ab-bundle/lib
+  export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=cuda
+  local filt=(); [ -n "${HRX_OPS:-}" ] && filt=(-o "$HRX_OPS")
+  logged hrx-ops-stock 12 "$b/bin/test-backend-ops" test -b HRX0 "${filt[@]}"
+  grep -E "FAIL|not supported \[HRX0\]" "$W/logs/hrx-ops-stock.log" | grep -v "^ *$" | sort | uniq -c | sort -rn | head -40 > "$W/logs/hrx-ops-fails.log"
+  LD_LIBRARY_PATH=$lib logged hrx-ops-ours 6 "$b/bin/test-backend-ops" test -b HRX0 "${filt[@]}"
+  [ -n "${HRX_OPS:-}" ] && return 0
+  local p="The capital of France is" m
+  for m in "$W/model-f16.gguf" "$M"; do
+    [ -f "$m" ] || continue
+    local n; n=$(basename "$m" .gguf)
+    "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -ngl 0 -no-cnv --no-warmup \
+      > "$W/logs/text-cpu-$n.log" 2>&1 < /dev/null
+    GGML_HRX_REPORT=1 "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 -ngl 99 \
+      -no-cnv --no-warmup > "$W/logs/text-hrx-$n.log" 2>&1 < /dev/null
+    LD_LIBRARY_PATH=$lib "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 -ngl 99 \
+      -no-cnv --no-warmup > "$W/logs/text-hrx-ours-$n.log" 2>&1 < /dev/null
+    for a in cpu hrx hrx-ours; do
+      log "text $n $a: $(grep -a -o "$p.*" "$W/logs/text-$a-$n.log" | head -1 | head -c 300)"
+    done
+  done
 }
 
 stage_model() {
