@@ -19,6 +19,8 @@
 #   hrx      HRX0 on the CUDA runtime (GGML_HRX_RUNTIME=cuda): test-backend-ops -b HRX0 in the
 #            stock arm and ours (HRX_OPS: -o filter), then greedy text with -dev HRX0 -ngl 99
 #            against the CPU's, flash attention off in both (the same attention algorithm)
+#   hrxbench llama-bench pp512/tg128 of the F16 and Q4_0 models, -dev HRX0 (CUDA runtime) and
+#            -dev CUDA0 (ggml-cuda) from the same CUDA build, alternating (HRX_ROUNDS, default 3)
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
 #   status   what the background run has done so far
 #
@@ -117,6 +119,22 @@ stage_hrx() {
       log "text $n $a: $(grep -a -o "$p.*" "$W/logs/text-$a-$n.log" | head -1 | head -c 300)"
     done
   done
+}
+
+stage_hrxbench() {
+  local lib=$W/ab-bundle/lib r m dev
+  export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=cuda
+  : > "$W/logs/hrxbench.log"
+  for r in $(seq "${HRX_ROUNDS:-3}"); do
+    for m in "$M" "$W/model-f16.gguf"; do
+      for dev in HRX0 CUDA0; do
+        "$B/bin/llama-bench" -m "$m" -dev "$dev" -ngl 99 -fa 0 -p 512 -n 128 -r 2 -o csv 2>/dev/null \
+          | tail -n +2 | sed "s|^|round $r,$dev,|" >> "$W/logs/hrxbench.log"
+      done
+    done
+  done
+  log "hrxbench: $(wc -l < "$W/logs/hrxbench.log") rows"
+  awk -F, '{print $1, $2, $(NF-1), $NF}' "$W/logs/hrxbench.log" | tail -24
 }
 
 stage_model() {

@@ -30,6 +30,8 @@ pub struct Launch {
     pub grid: [u32; 3],
     /// Threads per block per dimension.
     pub block: [u32; 3],
+    /// Bytes of dynamic shared memory.
+    pub shared: u32,
     /// The arguments, in the kernel's order.
     pub args: Vec<Arg>,
 }
@@ -82,6 +84,7 @@ fn elementwise(kernel: &'static str, n: i64, args: Vec<Arg>) -> Launch {
         kernel,
         grid: [blocks, 1, 1],
         block: [THREADS, 1, 1],
+        shared: 0,
         args,
     }
 }
@@ -93,6 +96,7 @@ fn rows(kernel: &'static str, a: &Ten, args: Vec<Arg>) -> Result<Launch, String>
         kernel,
         grid: [grid, 1, 1],
         block: [THREADS, 1, 1],
+        shared: 0,
         args,
     })
 }
@@ -358,16 +362,20 @@ fn mul_mat(d: Ten, a: Ten, b: Ten, t: &mut dyn Target) -> Result<(), String> {
     if n <= MMV_MAX_COLS {
         let blocks = (m as u64).div_ceil(MMV_WARPS as u64);
         let grid_x = u32::try_from(blocks).map_err(|_| "too many rows".to_string())?;
+        let col_bytes = k as usize * 4;
+        let shared = col_bytes <= MMV_SHARED_MAX;
         return t.launch(Launch {
             kernel: "hrx_mul_mat_vec",
             grid: [grid_x, n as u32, (b.ne[2] * b.ne[3]) as u32],
             block: [32 * MMV_WARPS, 1, 1],
+            shared: if shared { col_bytes as u32 } else { 0 },
             args: vec![
                 Arg::Ten(d),
                 Arg::Ten(a),
                 Arg::Ten(b),
                 Arg::I64(r2),
                 Arg::I64(r3),
+                Arg::I32(i32::from(shared)),
             ],
         });
     }
@@ -472,8 +480,22 @@ mod tests {
         assert!(r.gemms.is_empty() && r.scratch.is_empty());
         let l = &r.launches[0];
         assert_eq!(l.kernel, "hrx_mul_mat_vec");
-        assert_eq!(l.grid, [2048, 1, 1]);
-        assert_eq!(l.block, [128, 1, 1]);
+        assert_eq!(l.grid, [1024, 1, 1]);
+        assert_eq!(l.block, [256, 1, 1]);
+        // the column (2048 floats) goes to shared memory
+        assert_eq!(l.shared, 2048 * 4);
+        assert_eq!(l.args[5], Arg::I32(1));
+    }
+
+    #[test]
+    fn a_long_column_is_read_from_global_memory() {
+        let a = ten(TY_F16, 0x1000, [16384, 64, 1, 1], 2);
+        let b = ten(TY_F32, 0x2000, [16384, 1, 1, 1], 4);
+        let d = ten(TY_F32, 0x3000, [64, 1, 1, 1], 4);
+        let mut r = Recorder::default();
+        node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
+        assert_eq!(r.launches[0].shared, 0);
+        assert_eq!(r.launches[0].args[5], Arg::I32(0));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use cudarc::driver::{result as cu, sys};
 
 use super::dispatch::{Arg, Gemm, Launch, Target};
 use super::kargs::Ten;
+use super::profile::Profile;
 
 /// Every kernel of `kernels.cu`, looked up once when the module loads.
 pub(crate) const KERNELS: &[&str] = &[
@@ -31,6 +32,20 @@ pub(crate) const KERNELS: &[&str] = &[
 
 /// Bytes of the first scratch chunk; later chunks double.
 const SCRATCH_MIN: usize = 64 << 20;
+/// Pinned staging for host-to-device copies, bytes.
+const PINNED_BYTES: usize = 64 << 20;
+/// Copies up to this size go through pinned staging; larger ones (weights at load time)
+/// are issued from the caller's memory directly.
+const PINNED_MAX_COPY: usize = 16 << 20;
+
+/// Pinned host memory that small host-to-device copies go through: the caller's bytes are
+/// copied in at once and the DMA from here is truly asynchronous (from pageable memory the
+/// driver may wait for the stream first, which would serialize host and device on every
+/// staged tensor). A bump allocator, reset when the stream is idle.
+struct Pinned {
+    ptr: *mut u8,
+    off: usize,
+}
 
 pub fn err(what: &str, e: cu::DriverError) -> String {
     format!("{what}: {e:?}")
@@ -55,6 +70,9 @@ pub struct Gpu {
     module: Option<HashMap<&'static str, sys::CUfunction>>,
     blas: Option<blas::cublasHandle_t>,
     scratch: Scratch,
+    pinned: Option<Pinned>,
+    /// `GGML_HRX_PROFILE=1`: per-kernel device time and host time.
+    pub profile: Option<Profile>,
 }
 
 // SAFETY: the handles are plain CUDA handles; every use goes through the runtime's mutex
@@ -63,7 +81,7 @@ unsafe impl Send for Gpu {}
 
 impl Gpu {
     /// Opens device `ordinal`: retains its primary context and creates a non-blocking stream.
-    pub fn open(ordinal: usize) -> Result<Gpu, String> {
+    pub fn open(ordinal: usize, label: &str) -> Result<Gpu, String> {
         cu::init().map_err(|e| err("cuInit", e))?;
         let dev = cu::device::get(ordinal as i32).map_err(|e| err("cuDeviceGet", e))?;
         // SAFETY: `dev` is a valid device handle.
@@ -89,6 +107,8 @@ impl Gpu {
             module: None,
             blas: None,
             scratch: Scratch::default(),
+            pinned: None,
+            profile: Profile::from_env(label),
         })
     }
 
@@ -103,6 +123,9 @@ impl Gpu {
         // SAFETY: the stream is live.
         unsafe { cu::stream::synchronize(self.stream) }
             .map_err(|e| err("cuStreamSynchronize", e))?;
+        if let Some(p) = self.pinned.as_mut() {
+            p.off = 0;
+        }
         for p in self.scratch.retired.drain(..) {
             // SAFETY: retired chunks are no longer used by queued work (the stream is idle).
             let _ = unsafe { cu::free_sync(p) };
@@ -156,6 +179,49 @@ impl Gpu {
         Ok(h)
     }
 
+    /// Queues a copy of host bytes `src` to device address `dst`; `src` may be reused as soon
+    /// as this returns (see [`Pinned`]).
+    pub fn htod(&mut self, dst: sys::CUdeviceptr, src: &[u8]) -> Result<(), String> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        if src.len() <= PINNED_MAX_COPY && self.pinned.is_none() {
+            // SAFETY: plain pinned allocation with the context bound; kept for the device's life.
+            if let Ok(p) = unsafe { cu::malloc_host(PINNED_BYTES, 0) } {
+                self.pinned = Some(Pinned {
+                    ptr: p as *mut u8,
+                    off: 0,
+                });
+            }
+        }
+        if src.len() > PINNED_MAX_COPY || self.pinned.is_none() {
+            // SAFETY: `dst` spans src.len() device bytes; from pageable memory the driver
+            // copies out of `src` before returning.
+            return unsafe { cu::memcpy_htod_async(dst, src, self.stream) }
+                .map_err(|e| err("cuMemcpyHtoDAsync", e));
+        }
+        let need = src.len().div_ceil(256) * 256;
+        if self
+            .pinned
+            .as_ref()
+            .is_some_and(|p| p.off + need > PINNED_BYTES)
+        {
+            self.sync()?; // every earlier staged copy is done: start over
+        }
+        let p = self.pinned.as_mut().expect("allocated above");
+        // SAFETY: [off, off + len) lies inside the pinned allocation and no queued copy reads
+        // it (the allocator only moves forward between synchronizations).
+        let slot = unsafe {
+            let at = p.ptr.add(p.off);
+            std::ptr::copy_nonoverlapping(src.as_ptr(), at, src.len());
+            std::slice::from_raw_parts(at as *const u8, src.len())
+        };
+        p.off += need;
+        // SAFETY: `dst` spans the bytes; `slot` stays untouched until the stream is idle.
+        unsafe { cu::memcpy_htod_async(dst, slot, self.stream) }
+            .map_err(|e| err("cuMemcpyHtoDAsync (pinned)", e))
+    }
+
     /// Starts a node: its temporaries reuse scratch from the start.
     pub fn begin_node(&mut self) {
         self.scratch.off = 0;
@@ -173,6 +239,10 @@ impl Drop for Gpu {
         if let Some((p, _)) = self.scratch.chunk.take() {
             // SAFETY: the stream is idle; the chunk is ours.
             let _ = unsafe { cu::free_sync(p) };
+        }
+        if let Some(p) = self.pinned.take() {
+            // SAFETY: the stream is idle; the pinned block is ours.
+            let _ = unsafe { cu::free_host(p.ptr as *mut c_void) };
         }
         // SAFETY: the stream is idle and destroyed once.
         let _ = unsafe { cu::stream::destroy(self.stream) };
@@ -230,16 +300,22 @@ impl Target for Gpu {
             .collect();
         let g = (l.grid[0], l.grid[1], l.grid[2]);
         let b = (l.block[0], l.block[1], l.block[2]);
+        let t0 = self.profile.as_mut().and_then(|p| p.start(self.stream));
         // SAFETY: `f` is a kernel of our loaded module whose parameters are exactly `args` in
         // order (`dispatch` builds them from the kernel's signature); the values are copied
         // by the launch; every pointer inside a Ten is a live device address.
-        unsafe { cu::launch_kernel(f, g, b, 0, self.stream, &mut ptrs) }
-            .map_err(|e| err(&format!("launch {}", l.kernel), e))
+        unsafe { cu::launch_kernel(f, g, b, l.shared, self.stream, &mut ptrs) }
+            .map_err(|e| err(&format!("launch {}", l.kernel), e))?;
+        if let Some(p) = self.profile.as_mut() {
+            p.finish(l.kernel, t0, self.stream);
+        }
+        Ok(())
     }
 
     fn gemm(&mut self, g: Gemm) -> Result<(), String> {
         let h = self.blas()?;
         let (one, zero) = (1.0f32, 0.0f32);
+        let t0 = self.profile.as_mut().and_then(|p| p.start(self.stream));
         // SAFETY: the matrices are live device memory of the sizes `dispatch::mul_mat`
         // derived from the tensors; the handle is bound to our stream.
         let st = unsafe {
@@ -266,6 +342,9 @@ impl Target for Gpu {
         };
         if st != blas::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
             return Err(format!("cublasSgemmStridedBatched({g:?}): {st:?}"));
+        }
+        if let Some(p) = self.profile.as_mut() {
+            p.finish("cublasSgemmStridedBatched", t0, self.stream);
         }
         Ok(())
     }

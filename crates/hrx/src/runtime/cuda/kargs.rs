@@ -135,7 +135,11 @@ pub(crate) const GLU_OPS: &[ggml_glu_op] = &[
 ];
 
 /// Warps (one output each) per block of `hrx_mul_mat_vec` (`HRX_MMV_WARPS`).
-pub(crate) const MMV_WARPS: u32 = 4;
+pub(crate) const MMV_WARPS: u32 = 8;
+
+/// Bytes of shared memory `hrx_mul_mat_vec` may use for its F32 copy of a column of src1
+/// (the default per-block limit, 48 KiB).
+pub(crate) const MMV_SHARED_MAX: usize = 48 << 10;
 
 #[cfg(test)]
 mod tests {

@@ -60,7 +60,7 @@ typedef signed char i8;
 #define HRX_GLU_GEGLU_QUICK 5
 
 // rows of up to this many columns go through the matrix-vector kernel
-#define HRX_MMV_WARPS 4
+#define HRX_MMV_WARPS 8
 
 #if defined(__HIPCC_RTC__)
 #define HRX_SHFL_XOR(v, m) __shfl_xor((v), (m))
@@ -630,27 +630,89 @@ extern "C" __global__ void hrx_rope(Ten d, Ten a, Ten pos, Ten ff, int has_ff, i
 }
 
 // ---- matrix-vector product: d[i01, i11, i12, i13] = dot(a row (i01, i12/r2, i13/r3), b column) ----
-// one warp per output; grid (ceil(ne01 / HRX_MMV_WARPS), ne11, ne12 * ne13)
+// one warp per output row, HRX_MMV_WARPS rows per block; grid (ceil(ne01 / HRX_MMV_WARPS), ne11,
+// ne12 * ne13). The block first converts its column of b to F32 in shared memory (dynamic,
+// ne00 floats) when `shared_b` is set; the host sets it when the column fits.
 
-extern "C" __global__ void hrx_mul_mat_vec(Ten d, Ten a, Ten b, i64 r2, i64 r3) {
+__device__ __forceinline__ float dot_q4_0(const char *row, const float *x, i64 k, int lane) {
+    float acc = 0.0f;
+    for (i64 g = lane; g < k / 32; g += HRX_WARP) {
+        const char *b = row + g * 18;
+        const u8 *qs = (const u8 *)(b + 2);
+        const float *xv = x + g * 32;
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int q = qs[j];
+            s += (float)((q & 0xF) - 8) * xv[j] + (float)((q >> 4) - 8) * xv[j + 16];
+        }
+        acc += s * h2f(rd16(b));
+    }
+    return acc;
+}
+
+__device__ __forceinline__ float dot_q8_0(const char *row, const float *x, i64 k, int lane) {
+    float acc = 0.0f;
+    for (i64 g = lane; g < k / 32; g += HRX_WARP) {
+        const char *b = row + g * 34;
+        const i8 *qs = (const i8 *)(b + 2);
+        const float *xv = x + g * 32;
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 32; j++) s += (float)qs[j] * xv[j];
+        acc += s * h2f(rd16(b));
+    }
+    return acc;
+}
+
+__device__ __forceinline__ float dot_f16(const char *row, const float *x, i64 k, int lane) {
+    float acc = 0.0f;
+    if ((((u64)row) & 3) == 0 && (k & 1) == 0) {
+        const u32 *r2 = (const u32 *)row;
+        for (i64 j = lane; j < k / 2; j += HRX_WARP) {
+            u32 v = r2[j];
+            acc += h2f((u16)(v & 0xffff)) * x[2 * j] + h2f((u16)(v >> 16)) * x[2 * j + 1];
+        }
+    } else {
+        for (i64 j = lane; j < k; j += HRX_WARP) acc += h2f(rd16(row + 2 * j)) * x[j];
+    }
+    return acc;
+}
+
+extern "C" __global__ void hrx_mul_mat_vec(Ten d, Ten a, Ten b, i64 r2, i64 r3, int shared_b) {
+    extern __shared__ float xs[];
     int lane = threadIdx.x % HRX_WARP, w = threadIdx.x / HRX_WARP;
-    i64 i01 = (i64)blockIdx.x * HRX_MMV_WARPS + w;
-    if (i01 >= a.ne[1]) return;
     i64 i11 = blockIdx.y;
     i64 i12 = blockIdx.z % b.ne[2], i13 = blockIdx.z / b.ne[2];
-    const char *row = at(a, 0, i01, i12 / r2, i13 / r3);
     const char *col = at(b, 0, i11, i12, i13);
     i64 k = a.ne[0];
+    if (shared_b) {
+        for (i64 j = threadIdx.x; j < k; j += blockDim.x) xs[j] = ldf(col + j * b.nb[0], b.ty);
+        __syncthreads();
+    }
+    i64 i01 = (i64)blockIdx.x * HRX_MMV_WARPS + w;
+    if (i01 >= a.ne[1]) return;
+    const char *row = at(a, 0, i01, i12 / r2, i13 / r3);
     float acc = 0.0f;
-    if (a.ty == HRX_TY_F32 || a.ty == HRX_TY_F16 || a.ty == HRX_TY_BF16) {
+    if (shared_b && a.ty == HRX_TY_Q4_0) {
+        acc = dot_q4_0(row, xs, k, lane);
+    } else if (shared_b && a.ty == HRX_TY_Q8_0) {
+        acc = dot_q8_0(row, xs, k, lane);
+    } else if (shared_b && a.ty == HRX_TY_F16) {
+        acc = dot_f16(row, xs, k, lane);
+    } else if (a.ty == HRX_TY_F32 || a.ty == HRX_TY_F16 || a.ty == HRX_TY_BF16) {
         int es = elem_size(a.ty);
-        for (i64 j = lane; j < k; j += HRX_WARP) acc += ldf(row + j * es, a.ty) * ldf(col + j * b.nb[0], b.ty);
+        for (i64 j = lane; j < k; j += HRX_WARP) {
+            float x = shared_b ? xs[j] : ldf(col + j * b.nb[0], b.ty);
+            acc += ldf(row + j * es, a.ty) * x;
+        }
     } else {
-        // lanes take 32-element groups (one Q4_0/Q4_1/Q8_0 block, or an eighth of a K block)
+        // lanes take 32-element groups (one Q4_1 block, or an eighth of a K block)
         for (i64 g = lane; g < k / 32; g += HRX_WARP) {
             for (int j = 0; j < 32; j++) {
                 i64 e = g * 32 + j;
-                acc += deq(row, a.ty, e) * ldf(col + e * b.nb[0], b.ty);
+                float x = shared_b ? xs[e] : ldf(col + e * b.nb[0], b.ty);
+                acc += deq(row, a.ty, e) * x;
             }
         }
     }

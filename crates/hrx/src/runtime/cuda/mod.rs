@@ -22,6 +22,7 @@ mod gpu;
 pub mod kargs;
 pub mod loader;
 mod nvrtc;
+mod profile;
 pub mod support;
 
 use std::collections::BTreeMap;
@@ -69,7 +70,7 @@ impl CudaDevice {
         base_hint: Option<usize>,
         on_error: fn(&str),
     ) -> Result<CudaDevice, String> {
-        let gpu = std::panic::catch_unwind(|| Gpu::open(ordinal))
+        let gpu = std::panic::catch_unwind(|| Gpu::open(ordinal, &format!("HRX{index}")))
             .map_err(|_| "the CUDA driver library lacks a function it needs".to_string())??;
         // SAFETY: `gpu.dev` is a valid device.
         let total =
@@ -130,14 +131,17 @@ impl CudaDevice {
         match loc {
             Loc::Device(a) => self.translate(a, size),
             Loc::Host(p) => {
+                if let Some(pr) = g.profile.as_mut() {
+                    let mut t = pr.totals.lock();
+                    t.staged += 1;
+                    t.staged_bytes += size as u64;
+                }
                 let s = dispatch::Target::scratch(g, size)?;
                 if size > 0 {
                     // SAFETY: `p` spans `size` readable host bytes until the job completes
                     // (ggml's async contract); `s` is fresh scratch of that size.
                     let src = unsafe { std::slice::from_raw_parts(p.0 as *const u8, size) };
-                    // SAFETY: as above; the copy is ordered on our stream.
-                    unsafe { cu::memcpy_htod_async(s, src, g.stream) }
-                        .map_err(|e| err("cuMemcpyHtoDAsync (staging)", e))?;
+                    g.htod(s, src)?;
                 }
                 Ok(s)
             }
@@ -268,10 +272,8 @@ impl Runtime for CudaDevice {
                 },
             };
             let d = self.translate(dst, bytes.len())?;
-            // SAFETY: `d` spans bytes.len() device bytes; an owned Vec is pageable memory,
-            // which the driver copies to staging before returning, so dropping it is safe.
-            unsafe { cu::memcpy_htod_async(d, bytes, g.stream) }
-                .map_err(|e| err("cuMemcpyHtoDAsync", e))
+            // an owned Vec may be dropped after this: `htod` is done with the bytes on return
+            g.htod(d, bytes)
         });
     }
 
@@ -318,9 +320,15 @@ impl Runtime for CudaDevice {
     fn execute(&self, job: ExecJob) {
         self.with_gpu(|g| {
             g.load_kernels(KERNEL_SOURCE)?;
+            let t0 = std::time::Instant::now();
             for i in 0..job.nodes.len() {
                 self.run_node(g, &job, i)
                     .map_err(|e| format!("{} node {i}: {e}", job.label))?;
+            }
+            if let Some(p) = g.profile.as_mut() {
+                let mut t = p.totals.lock();
+                t.issue += t0.elapsed();
+                t.nodes += job.nodes.len() as u64;
             }
             Ok(())
         });
@@ -346,7 +354,14 @@ impl Runtime for CudaDevice {
     }
 
     fn synchronize(&self) -> Result<(), String> {
-        self.with_gpu(|g| g.sync());
+        self.with_gpu(|g| {
+            let t0 = std::time::Instant::now();
+            g.sync()?;
+            if let Some(p) = g.profile.as_mut() {
+                p.settle(t0.elapsed());
+            }
+            Ok(())
+        });
         let errs = std::mem::take(&mut *self.errors.lock());
         if errs.is_empty() {
             Ok(())

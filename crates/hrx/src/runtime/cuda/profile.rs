@@ -1,0 +1,140 @@
+//! `GGML_HRX_PROFILE=1`: where a CUDA device's time goes. Every launch and GEMM is bracketed
+//! by CUDA events; the device time per kernel, the host time spent issuing work and the
+//! time spent waiting for the stream are summed and printed to stderr when the process exits. Off by default: the events cost a little per launch.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use cudarc::driver::{result as cu, sys};
+use parking_lot::Mutex;
+
+/// What a device has measured since the process started.
+#[derive(Default)]
+pub struct Totals {
+    /// The device's label (`HRX0`).
+    pub label: String,
+    /// kernel -> (calls, device ms)
+    kernels: HashMap<&'static str, (u64, f64)>,
+    /// Host time issuing work (execute calls).
+    pub issue: Duration,
+    /// Host time waiting in synchronize.
+    pub wait: Duration,
+    /// Nodes run.
+    pub nodes: u64,
+    /// Host tensors staged through pinned memory, and bytes.
+    pub staged: u64,
+    /// Bytes staged.
+    pub staged_bytes: u64,
+    /// Synchronizations.
+    pub syncs: u64,
+}
+
+static ALL: Mutex<Vec<Arc<Mutex<Totals>>>> = Mutex::new(Vec::new());
+
+extern "C" fn print_all() {
+    for t in ALL.lock().iter() {
+        eprintln!("{}", t.lock().summary());
+    }
+}
+
+impl Totals {
+    fn summary(&self) -> String {
+        let mut rows: Vec<_> = self.kernels.iter().collect();
+        rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        let device: f64 = rows.iter().map(|r| r.1 .1).sum();
+        let mut text = format!(
+            "{} profile: {} nodes, {} syncs, {} host tensors staged ({} KiB); host issuing {:.1} ms, waiting {:.1} ms; device {:.1} ms:",
+            self.label,
+            self.nodes,
+            self.syncs,
+            self.staged,
+            self.staged_bytes >> 10,
+            self.issue.as_secs_f64() * 1e3,
+            self.wait.as_secs_f64() * 1e3,
+            device
+        );
+        for (name, (n, ms)) in rows {
+            text += &format!(" {name} {n}x {ms:.1} ms;");
+        }
+        text
+    }
+}
+
+/// Per-device profile state (inside the GPU's mutex).
+pub struct Profile {
+    pool: Vec<sys::CUevent>,
+    pending: Vec<(&'static str, sys::CUevent, sys::CUevent)>,
+    /// The sums, also printed when the process exits.
+    pub totals: Arc<Mutex<Totals>>,
+}
+
+impl Profile {
+    /// A profile when `GGML_HRX_PROFILE` is `1`; its summary is printed at exit.
+    pub fn from_env(label: &str) -> Option<Profile> {
+        if std::env::var("GGML_HRX_PROFILE").as_deref() != Ok("1") {
+            return None;
+        }
+        let totals = Arc::new(Mutex::new(Totals {
+            label: label.to_string(),
+            ..Totals::default()
+        }));
+        ALL.lock().push(totals.clone());
+        static AT_EXIT: Once = Once::new();
+        // SAFETY: registering a plain extern "C" function that only reads locked state.
+        AT_EXIT.call_once(|| unsafe {
+            libc::atexit(print_all);
+        });
+        Some(Profile {
+            pool: Vec::new(),
+            pending: Vec::new(),
+            totals,
+        })
+    }
+
+    fn event(&mut self) -> Option<sys::CUevent> {
+        self.pool
+            .pop()
+            .or_else(|| cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).ok())
+    }
+
+    /// Records an event on `stream` before work named `name`; `finish` records after it.
+    pub fn start(&mut self, stream: sys::CUstream) -> Option<sys::CUevent> {
+        let e = self.event()?;
+        // SAFETY: a live event and stream.
+        unsafe { cu::event::record(e, stream) }.ok()?;
+        Some(e)
+    }
+
+    /// Records the end of `name` begun with `start`.
+    pub fn finish(
+        &mut self,
+        name: &'static str,
+        start: Option<sys::CUevent>,
+        stream: sys::CUstream,
+    ) {
+        let (Some(s), Some(e)) = (start, self.event()) else {
+            return;
+        };
+        // SAFETY: a live event and stream.
+        if unsafe { cu::event::record(e, stream) }.is_ok() {
+            self.pending.push((name, s, e));
+        }
+    }
+
+    /// After the stream is idle: folds the pending pairs into the totals.
+    pub fn settle(&mut self, waited: Duration) {
+        let mut t = self.totals.lock();
+        t.wait += waited;
+        t.syncs += 1;
+        for (name, s, e) in std::mem::take(&mut self.pending) {
+            // SAFETY: both events were recorded and the stream is idle.
+            let ms = unsafe { cu::event::elapsed(s, e) }.unwrap_or(0.0) as f64;
+            let k = t.kernels.entry(name).or_default();
+            k.0 += 1;
+            k.1 += ms;
+            self.pool.push(s);
+            self.pool.push(e);
+        }
+    }
+}
