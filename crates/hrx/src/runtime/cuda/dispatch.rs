@@ -208,6 +208,8 @@ pub fn node(
                     Arg::Ten(a),
                     Arg::F32(f32_param(node, 0)),
                     Arg::I32(rms),
+                    Arg::Ten(Ten::default()),
+                    Arg::I32(0),
                 ],
             )?)
         }
@@ -317,6 +319,41 @@ pub fn node(
         GGML_OP_MUL_MAT => mul_mat(d, s0()?, s1()?, t),
         op => Err(format!("op {op} has no CUDA kernel")),
     }
+}
+
+/// Whether `norm` (an RMS_NORM used once) and `mul` (a MUL whose source 0 is `norm`'s
+/// result) run as one fused kernel: all F32, and the multiplier broadcasts over the norm.
+pub fn fuses_norm_mul(norm: &ggml_tensor, mul: &ggml_tensor, m: &Ten) -> bool {
+    norm.op == GGML_OP_RMS_NORM
+        && mul.op == GGML_OP_MUL
+        && norm.type_ == GGML_TYPE_F32
+        && mul.type_ == GGML_TYPE_F32
+        && m.ty == TY_F32
+        && mul.ne == norm.ne
+        && (0..4).all(|i| m.ne[i] > 0 && norm.ne[i] % m.ne[i] == 0)
+}
+
+/// Queues RMS_NORM of `a` (the header `norm`) times `m`, into `d` (the MUL's result); see
+/// [`fuses_norm_mul`].
+pub fn norm_mul(
+    norm: &ggml_tensor,
+    d: Ten,
+    a: Ten,
+    m: Ten,
+    t: &mut dyn Target,
+) -> Result<(), String> {
+    t.launch(rows(
+        "hrx_norm",
+        &a,
+        vec![
+            Arg::Ten(d),
+            Arg::Ten(a),
+            Arg::F32(f32_param(norm, 0)),
+            Arg::I32(1),
+            Arg::Ten(m),
+            Arg::I32(1),
+        ],
+    )?)
 }
 
 fn is_quant(ty: i32) -> bool {

@@ -82,7 +82,17 @@ struct Ten {
 
 // ---- scalar conversions (bit exact, round to nearest even, as ggml's reference code) ----
 
+#if !defined(__HIPCC_RTC__) && !defined(HRX_SOFT_HALF)
+// the hardware conversions (exact, and round to nearest even): one instruction each
+#define HRX_HW_HALF 1
+#endif
+
 __device__ __forceinline__ float h2f(u16 h) {
+#if defined(HRX_HW_HALF)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
     u32 s = (u32)(h >> 15) << 31;
     u32 e = (h >> 10) & 0x1f;
     u32 m = h & 0x3ff;
@@ -94,9 +104,15 @@ __device__ __forceinline__ float h2f(u16 h) {
         return __uint_as_float(s | 0x7f800000u | (m << 13));
     }
     return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
+#endif
 }
 
 __device__ __forceinline__ u16 f2h(float f) {
+#if defined(HRX_HW_HALF)
+    u16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+#else
     u32 x = __float_as_uint(f);
     u32 sign = (x >> 16) & 0x8000u;
     u32 ax = x & 0x7fffffffu;
@@ -117,6 +133,7 @@ __device__ __forceinline__ u16 f2h(float f) {
         h += 1;
     }
     return (u16)(sign | h);
+#endif
 }
 
 __device__ __forceinline__ float bf2f(u16 b) { return __uint_as_float((u32)b << 16); }
@@ -514,8 +531,9 @@ __device__ __forceinline__ void row_coords(const Ten &t, i64 r, i64 *c) {
     c[3] = r / (t.ne[1] * t.ne[2]);
 }
 
-// RMS_NORM (rms != 0): x / sqrt(mean(x^2) + eps); NORM: (x - mean) / sqrt(var + eps)
-extern "C" __global__ void hrx_norm(Ten d, Ten a, float eps, int rms) {
+// RMS_NORM (rms != 0): x / sqrt(mean(x^2) + eps); NORM: (x - mean) / sqrt(var + eps).
+// With has_m the result is multiplied by m (broadcast over it): a fused RMS_NORM+MUL.
+extern "C" __global__ void hrx_norm(Ten d, Ten a, float eps, int rms, Ten m, int has_m) {
     __shared__ float sh[32];
     i64 c[4];
     row_coords(a, blockIdx.x, c);
@@ -534,8 +552,11 @@ extern "C" __global__ void hrx_norm(Ten d, Ten a, float eps, int rms) {
         acc += v * v;
     }
     float scale = rsqrtf(block_sum(acc, sh) / (float)n + eps);
+    const char *mr = has_m ? at(m, 0, c[1] % m.ne[1], c[2] % m.ne[2], c[3] % m.ne[3]) : 0;
     for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
-        stf(t + i * d.nb[0], d.ty, (ldf(s + i * a.nb[0], a.ty) - mean) * scale);
+        float v = (ldf(s + i * a.nb[0], a.ty) - mean) * scale;
+        if (has_m) v *= ldf(mr + (i % m.ne[0]) * m.nb[0], m.ty);
+        stf(t + i * d.nb[0], d.ty, v);
     }
 }
 
@@ -634,17 +655,24 @@ extern "C" __global__ void hrx_rope(Ten d, Ten a, Ten pos, Ten ff, int has_ff, i
 // ne12 * ne13). The block first converts its column of b to F32 in shared memory (dynamic,
 // ne00 floats) when `shared_b` is set; the host sets it when the column fits.
 
+// Q4_0: four lanes per block, each taking four bytes of its 16 (two 16-bit loads: blocks are
+// 18 bytes, so only 2-byte alignment holds), that is weights 4s..4s+3 and 16+4s..16+4s+3;
+// a warp covers 8 consecutive blocks (144 bytes) per step.
 __device__ __forceinline__ float dot_q4_0(const char *row, const float *x, i64 k, int lane) {
     float acc = 0.0f;
-    for (i64 g = lane; g < k / 32; g += HRX_WARP) {
+    int sub = lane & 3;
+    i64 nb = k / 32;
+#pragma unroll 2
+    for (i64 g = lane >> 2; g < nb; g += HRX_WARP / 4) {
         const char *b = row + g * 18;
-        const u8 *qs = (const u8 *)(b + 2);
-        const float *xv = x + g * 32;
+        u32 lo = rd16(b + 2 + 4 * sub), hi = rd16(b + 4 + 4 * sub);
+        u32 q = lo | (hi << 16);
+        const float *xv = x + g * 32 + 4 * sub;
         float s = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            int q = qs[j];
-            s += (float)((q & 0xF) - 8) * xv[j] + (float)((q >> 4) - 8) * xv[j + 16];
+        for (int j = 0; j < 4; j++) {
+            int byte = (q >> (8 * j)) & 0xFF;
+            s += (float)((byte & 0xF) - 8) * xv[j] + (float)((byte >> 4) - 8) * xv[j + 16];
         }
         acc += s * h2f(rd16(b));
     }
@@ -665,9 +693,22 @@ __device__ __forceinline__ float dot_q8_0(const char *row, const float *x, i64 k
     return acc;
 }
 
+// F16: eight halves per lane and step (one 16-byte load) when the row is 16-byte aligned,
+// else two (4-byte) or one.
 __device__ __forceinline__ float dot_f16(const char *row, const float *x, i64 k, int lane) {
     float acc = 0.0f;
-    if ((((u64)row) & 3) == 0 && (k & 1) == 0) {
+    if ((((u64)row) & 15) == 0 && (k & 7) == 0) {
+        const uint4 *r8 = (const uint4 *)row;
+#pragma unroll 2
+        for (i64 j = lane; j < k / 8; j += HRX_WARP) {
+            uint4 v = r8[j];
+            const float *xv = x + 8 * j;
+            acc += h2f((u16)(v.x & 0xffff)) * xv[0] + h2f((u16)(v.x >> 16)) * xv[1];
+            acc += h2f((u16)(v.y & 0xffff)) * xv[2] + h2f((u16)(v.y >> 16)) * xv[3];
+            acc += h2f((u16)(v.z & 0xffff)) * xv[4] + h2f((u16)(v.z >> 16)) * xv[5];
+            acc += h2f((u16)(v.w & 0xffff)) * xv[6] + h2f((u16)(v.w >> 16)) * xv[7];
+        }
+    } else if ((((u64)row) & 3) == 0 && (k & 1) == 0) {
         const u32 *r2 = (const u32 *)row;
         for (i64 j = lane; j < k / 2; j += HRX_WARP) {
             u32 v = r2[j];

@@ -148,27 +148,60 @@ impl CudaDevice {
         }
     }
 
-    fn run_node(&self, g: &mut Gpu, job: &ExecJob, i: usize) -> Result<(), String> {
+    /// The kernel views of node `i`'s sources, by slot (staging host ones).
+    fn sources(&self, g: &mut Gpu, job: &ExecJob, i: usize) -> Result<Vec<Option<Ten>>, String> {
         let nj: &NodeJob = &job.nodes[i];
-        g.begin_node();
-        let node = &nj.tensors[0];
         let mut srcs: Vec<Option<Ten>> = vec![None; ggml_sys::GGML_MAX_SRC as usize];
+        let bad = || "a source of a type the kernels cannot read".to_string();
         for &(slot, k) in &nj.srcs {
             let p = self.resolve(g, nj.locs[k], nj.sizes[k])?;
-            srcs[slot] = Some(
-                Ten::of(&nj.tensors[k], p).ok_or("a source of a type the kernels cannot read")?,
-            );
+            srcs[slot] = Some(Ten::of(&nj.tensors[k], p).ok_or_else(bad)?);
         }
         for &(slot, j) in &nj.node_srcs {
             let prod = &job.nodes[j];
             let p = self.resolve(g, prod.locs[0], prod.sizes[0])?;
-            srcs[slot] = Some(
-                Ten::of(&prod.tensors[0], p).ok_or("a source of a type the kernels cannot read")?,
-            );
+            srcs[slot] = Some(Ten::of(&prod.tensors[0], p).ok_or_else(bad)?);
+        }
+        Ok(srcs)
+    }
+
+    /// Runs node `i` of `job`, or nodes `i` and `i + 1` fused; returns how many ran.
+    fn run_node(&self, g: &mut Gpu, job: &ExecJob, i: usize) -> Result<usize, String> {
+        g.begin_node();
+        let nj: &NodeJob = &job.nodes[i];
+        let node = &nj.tensors[0];
+        let srcs = self.sources(g, job, i)?;
+        // RMS_NORM whose one use is the next node, a MUL reading it as source 0
+        // (and not itself a graph output, whose bytes someone reads)
+        let next = job.nodes.get(i + 1).filter(|n| {
+            nj.use_count == Some(1)
+                && node.flags & ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32 == 0
+                && n.tensors[0].op == ggml_sys::GGML_OP_MUL
+                && n.node_srcs.contains(&(0, i))
+                && !n.node_srcs.contains(&(1, i))
+        });
+        if let Some(mul) = next {
+            let msrcs = self.sources(g, job, i + 1)?;
+            if let Some(m) = msrcs[1].filter(|m| dispatch::fuses_norm_mul(node, &mul.tensors[0], m))
+            {
+                let dp = self.resolve(g, mul.locs[0], mul.sizes[0])?;
+                let d = Ten::of(&mul.tensors[0], dp)
+                    .ok_or("a MUL of a type the kernels cannot write")?;
+                let a = srcs[0].ok_or("RMS_NORM without a source")?;
+                dispatch::norm_mul(node, d, a, m, g)?;
+                self.copy_back(g, mul, dp)?;
+                return Ok(2);
+            }
         }
         let dp = self.resolve(g, nj.locs[0], nj.sizes[0])?;
         let d = Ten::of(node, dp).ok_or("a node of a type the kernels cannot write")?;
         dispatch::node(node, d, &srcs, g)?;
+        self.copy_back(g, nj, dp)?;
+        Ok(1)
+    }
+
+    /// A node whose result lives in host memory: its staged bytes go back.
+    fn copy_back(&self, g: &mut Gpu, nj: &NodeJob, dp: u64) -> Result<(), String> {
         if let Loc::Host(p) = nj.locs[0] {
             if nj.sizes[0] > 0 {
                 // SAFETY: `p` spans the node's bytes, writable host memory kept alive by the
@@ -321,8 +354,10 @@ impl Runtime for CudaDevice {
         self.with_gpu(|g| {
             g.load_kernels(KERNEL_SOURCE)?;
             let t0 = std::time::Instant::now();
-            for i in 0..job.nodes.len() {
-                self.run_node(g, &job, i)
+            let mut i = 0;
+            while i < job.nodes.len() {
+                i += self
+                    .run_node(g, &job, i)
                     .map_err(|e| format!("{} node {i}: {e}", job.label))?;
             }
             if let Some(p) = g.profile.as_mut() {
