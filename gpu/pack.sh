@@ -7,6 +7,9 @@
 # small enough to travel with the working tree (the lent machine's limit is 64 MiB).
 #
 #   gpu/pack.sh            then, there: gpu/run.sh STAGE ...   (see gpu/README.md)
+#   gpu/pack.sh --llama-bin DIR   also packs DIR/bin of a CPU-only llama.cpp build made here
+#                          (x86-64, AVX2, RUNPATH $ORIGIN) as .device/llama-cpu-bin.tar.gz, so
+#                          the hrxcheck stage needs no build there
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -35,4 +38,9 @@ if [ ! -f "$dev/llama.tar.gz" ]; then
   rm -rf "$tmp"
 fi
 cp gpu/mkmodel.py "$dev/mkmodel.py"
+if [ "${1:-}" = --llama-bin ]; then
+  bin=${2:?usage: gpu/pack.sh --llama-bin BUILD_DIR}/bin
+  (cd "$bin/.." && tar -czf "$root/$dev/llama-cpu-bin.tar.gz" bin/test-backend-ops bin/llama-completion \
+    bin/llama-bench bin/llama-quantize $(cd "$bin/.." && ls bin/*.so*))
+fi
 du -sh "$dev"/* >&2

@@ -21,6 +21,11 @@
 #            against the CPU's, flash attention off in both (the same attention algorithm)
 #   hrxbench llama-bench pp512/tg128 of the F16 and Q4_0 models, -dev HRX0 (CUDA runtime) and
 #            -dev CUDA0 (ggml-cuda) from the same CUDA build, alternating (HRX_ROUNDS, default 3)
+#   hrxcheck everything issue 13 asks of the H200 in one go, for a machine held only minutes:
+#            test-backend-ops -b HRX0 in both arms (in the background), the models, llama-bench
+#            -dev HRX0 in both arms, greedy text CPU against HRX0; every process's libggml-base
+#            proven by the probe. Uses .device/llama-cpu-bin.tar.gz (gpu/pack.sh --llama-bin)
+#            when present, else buildcpu. Logs in one tarball, $OUT/hrx-logs.tgz
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
 #   status   what the background run has done so far
 #
@@ -135,6 +140,53 @@ stage_hrxbench() {
   done
   log "hrxbench: $(wc -l < "$W/logs/hrxbench.log") rows"
   awk -F, '{print $1, $2, $(NF-1), $NF}' "$W/logs/hrxbench.log" | tail -24
+}
+
+stage_hrxcheck() {
+  local lib=$W/ab-bundle/lib b
+  if [ -f "$dev/llama-cpu-bin.tar.gz" ]; then
+    b=$W/prebuilt; mkdir -p "$b"; tar -xzf "$dev/llama-cpu-bin.tar.gz" -C "$b"
+  else
+    stage_buildcpu || return 1; b=$W/build-cpu
+  fi
+  export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=cuda
+  # arm NAME CMD...: CMD in arm NAME (stock|ours), the probe recording what it mapped
+  arm() {
+    local a=$1; shift
+    local path=$b/bin; [ "$a" = ours ] && path=$lib:$b/bin
+    LD_LIBRARY_PATH=$path LD_PRELOAD=$lib/libab_probe.so GGML_AB_PROBE_OUT=$W/logs/probe-$a.jsonl "$@"
+  }
+  local t0=$SECONDS a
+  for a in stock ours; do
+    arm $a "$b/bin/test-backend-ops" test -b HRX0 > "$W/logs/hrx-ops-$a.log" 2>&1 &
+  done
+  GPU_BUILD=$b stage_models || return 1
+  for a in stock ours; do
+    arm $a "$b/bin/llama-bench" -m "$M" -m "$W/model-f16.gguf" -dev HRX0 -ngl 99 -fa 0 -p 512 -n 128 -r 3 \
+      > "$W/logs/hrx-bench-$a.log" 2>&1
+    log "bench $a: $(grep -E 'pp512|tg128' "$W/logs/hrx-bench-$a.log" | awk -F'|' '{print $2 $9 $10}' | tr -s ' ' | tr '\n' ';')"
+  done
+  local p="The capital of France is" m n
+  for m in "$W/model-f16.gguf" "$M"; do
+    n=$(basename "$m" .gguf)
+    arm stock "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -ngl 0 -no-cnv --no-warmup \
+      > "$W/logs/text-cpu-$n.log" 2>&1 < /dev/null
+    for a in stock ours; do
+      GGML_HRX_REPORT=1 arm $a "$b/bin/llama-completion" -v -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
+        -ngl 99 -no-cnv --no-warmup > "$W/logs/text-hrx-$a-$n.log" 2>&1 < /dev/null
+    done
+    for a in cpu hrx-stock hrx-ours; do
+      log "text $n $a: $(grep -a -o "$p.*" "$W/logs/text-$a-$n.log" | head -1 | head -c 200)"
+    done
+    log "report $n: $(grep -a 'HRX0 report' "$W/logs/text-hrx-ours-$n.log" | head -1 | cut -c1-300)"
+  done
+  while pgrep -x test-backend-ops > /dev/null; do sleep 2; done
+  for a in stock ours; do
+    log "ops $a: $(grep -a 'tests passed' "$W/logs/hrx-ops-$a.log" | tail -1) FAIL lines: $(grep -a -c FAIL "$W/logs/hrx-ops-$a.log")"
+  done
+  log "probe: $(cat "$W"/logs/probe-*.jsonl 2>/dev/null | grep -o '"path":"[^"]*libggml-base[^"]*","sha256":"[0-9a-f]\{12\}' | sort | uniq -c | tr '\n' ';')"
+  log "hrxcheck: $((SECONDS - t0)) s"
+  tar -czf "$out/hrx-logs.tgz" -C "$W" logs
 }
 
 stage_model() {

@@ -399,7 +399,8 @@ fn mul_mat(d: Ten, a: Ten, b: Ten, t: &mut dyn Target) -> Result<(), String> {
     if n <= MMV_MAX_COLS {
         let blocks = (m as u64).div_ceil(MMV_WARPS as u64);
         let grid_x = u32::try_from(blocks).map_err(|_| "too many rows".to_string())?;
-        let col_bytes = k as usize * 4;
+        // the column as F32 with one padding float per 32 (see `XS` in kernels.cu)
+        let col_bytes = (k as usize + k as usize / 32 + 1) * 4;
         let shared = col_bytes <= MMV_SHARED_MAX;
         return t.launch(Launch {
             kernel: "hrx_mul_mat_vec",
@@ -520,7 +521,7 @@ mod tests {
         assert_eq!(l.grid, [1024, 1, 1]);
         assert_eq!(l.block, [256, 1, 1]);
         // the column (2048 floats) goes to shared memory
-        assert_eq!(l.shared, 2048 * 4);
+        assert_eq!(l.shared, (2048 + 64 + 1) * 4);
         assert_eq!(l.args[5], Arg::I32(1));
     }
 

@@ -652,8 +652,12 @@ extern "C" __global__ void hrx_rope(Ten d, Ten a, Ten pos, Ten ff, int has_ff, i
 
 // ---- matrix-vector product: d[i01, i11, i12, i13] = dot(a row (i01, i12/r2, i13/r3), b column) ----
 // one warp per output row, HRX_MMV_WARPS rows per block; grid (ceil(ne01 / HRX_MMV_WARPS), ne11,
-// ne12 * ne13). The block first converts its column of b to F32 in shared memory (dynamic,
-// ne00 floats) when `shared_b` is set; the host sets it when the column fits.
+// ne12 * ne13). The block first converts its column of b to F32 in shared memory when
+// `shared_b` is set (the host sets it when the column fits), one padding float after every
+// 32 (XS below): lanes that read the same offset of different 32-element blocks then hit
+// different shared-memory banks instead of all the same one.
+
+#define XS(x, e) ((x)[(e) + ((e) >> 5)])
 
 // Q4_0: four lanes per block, each taking four bytes of its 16 (two 16-bit loads: blocks are
 // 18 bytes, so only 2-byte alignment holds), that is weights 4s..4s+3 and 16+4s..16+4s+3;
@@ -665,9 +669,8 @@ __device__ __forceinline__ float dot_q4_0(const char *row, const float *x, i64 k
 #pragma unroll 2
     for (i64 g = lane >> 2; g < nb; g += HRX_WARP / 4) {
         const char *b = row + g * 18;
-        u32 lo = rd16(b + 2 + 4 * sub), hi = rd16(b + 4 + 4 * sub);
-        u32 q = lo | (hi << 16);
-        const float *xv = x + g * 32 + 4 * sub;
+        u32 q = (u32)rd16(b + 2 + 4 * sub) | ((u32)rd16(b + 4 + 4 * sub) << 16);
+        const float *xv = x + g * 33 + 4 * sub; // XS(x, g * 32 + 4 * sub)
         float s = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -679,22 +682,27 @@ __device__ __forceinline__ float dot_q4_0(const char *row, const float *x, i64 k
     return acc;
 }
 
+// Q8_0: four lanes per block, eight weights each (four 16-bit loads).
 __device__ __forceinline__ float dot_q8_0(const char *row, const float *x, i64 k, int lane) {
     float acc = 0.0f;
-    for (i64 g = lane; g < k / 32; g += HRX_WARP) {
+    int sub = lane & 3;
+    for (i64 g = lane >> 2; g < k / 32; g += HRX_WARP / 4) {
         const char *b = row + g * 34;
-        const i8 *qs = (const i8 *)(b + 2);
-        const float *xv = x + g * 32;
+        const char *qs = b + 2 + 8 * sub;
+        const float *xv = x + g * 33 + 8 * sub;
         float s = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 32; j++) s += (float)qs[j] * xv[j];
+        for (int j = 0; j < 4; j++) {
+            u32 v = rd16(qs + 2 * j);
+            s += (float)(i8)(v & 0xFF) * xv[2 * j] + (float)(i8)(v >> 8) * xv[2 * j + 1];
+        }
         acc += s * h2f(rd16(b));
     }
     return acc;
 }
 
 // F16: eight halves per lane and step (one 16-byte load) when the row is 16-byte aligned,
-// else two (4-byte) or one.
+// else one.
 __device__ __forceinline__ float dot_f16(const char *row, const float *x, i64 k, int lane) {
     float acc = 0.0f;
     if ((((u64)row) & 15) == 0 && (k & 7) == 0) {
@@ -702,20 +710,15 @@ __device__ __forceinline__ float dot_f16(const char *row, const float *x, i64 k,
 #pragma unroll 2
         for (i64 j = lane; j < k / 8; j += HRX_WARP) {
             uint4 v = r8[j];
-            const float *xv = x + 8 * j;
+            i64 e = 8 * j;
+            const float *xv = x + e + (e >> 5); // eight in one 32-block: no padding inside
             acc += h2f((u16)(v.x & 0xffff)) * xv[0] + h2f((u16)(v.x >> 16)) * xv[1];
             acc += h2f((u16)(v.y & 0xffff)) * xv[2] + h2f((u16)(v.y >> 16)) * xv[3];
             acc += h2f((u16)(v.z & 0xffff)) * xv[4] + h2f((u16)(v.z >> 16)) * xv[5];
             acc += h2f((u16)(v.w & 0xffff)) * xv[6] + h2f((u16)(v.w >> 16)) * xv[7];
         }
-    } else if ((((u64)row) & 3) == 0 && (k & 1) == 0) {
-        const u32 *r2 = (const u32 *)row;
-        for (i64 j = lane; j < k / 2; j += HRX_WARP) {
-            u32 v = r2[j];
-            acc += h2f((u16)(v & 0xffff)) * x[2 * j] + h2f((u16)(v >> 16)) * x[2 * j + 1];
-        }
     } else {
-        for (i64 j = lane; j < k; j += HRX_WARP) acc += h2f(rd16(row + 2 * j)) * x[j];
+        for (i64 j = lane; j < k; j += HRX_WARP) acc += h2f(rd16(row + 2 * j)) * XS(x, j);
     }
     return acc;
 }
@@ -728,7 +731,7 @@ extern "C" __global__ void hrx_mul_mat_vec(Ten d, Ten a, Ten b, i64 r2, i64 r3, 
     const char *col = at(b, 0, i11, i12, i13);
     i64 k = a.ne[0];
     if (shared_b) {
-        for (i64 j = threadIdx.x; j < k; j += blockDim.x) xs[j] = ldf(col + j * b.nb[0], b.ty);
+        for (i64 j = threadIdx.x; j < k; j += blockDim.x) XS(xs, j) = ldf(col + j * b.nb[0], b.ty);
         __syncthreads();
     }
     i64 i01 = (i64)blockIdx.x * HRX_MMV_WARPS + w;
@@ -744,7 +747,7 @@ extern "C" __global__ void hrx_mul_mat_vec(Ten d, Ten a, Ten b, i64 r2, i64 r3, 
     } else if (a.ty == HRX_TY_F32 || a.ty == HRX_TY_F16 || a.ty == HRX_TY_BF16) {
         int es = elem_size(a.ty);
         for (i64 j = lane; j < k; j += HRX_WARP) {
-            float x = shared_b ? xs[j] : ldf(col + j * b.nb[0], b.ty);
+            float x = shared_b ? XS(xs, j) : ldf(col + j * b.nb[0], b.ty);
             acc += ldf(row + j * es, a.ty) * x;
         }
     } else {
@@ -752,7 +755,7 @@ extern "C" __global__ void hrx_mul_mat_vec(Ten d, Ten a, Ten b, i64 r2, i64 r3, 
         for (i64 g = lane; g < k / 32; g += HRX_WARP) {
             for (int j = 0; j < 32; j++) {
                 i64 e = g * 32 + j;
-                float x = shared_b ? xs[e] : ldf(col + e * b.nb[0], b.ty);
+                float x = shared_b ? XS(xs, e) : ldf(col + e * b.nb[0], b.ty);
                 acc += deq(row, a.ty, e) * x;
             }
         }
