@@ -7,6 +7,8 @@
 //! - `GGML_HRX_RUNTIME` (default `auto`): what backs the devices. `cuda`: CUDA GPUs
 //!   ([`crate::runtime::cuda`]; no device when none is usable, with a warning saying why);
 //!   `sim`: the simulator; `auto`: CUDA when a CUDA device is present, else the simulator.
+//! - `GGML_HRX_PROFILE` (default off, a switch): CUDA runtime only, time every launch and
+//!   print where the time went at exit ([`crate::runtime::cuda`]).
 //! - `GGML_HRX_DEVICES` (default 1): number of devices, 0 to [`env::MAX_DEVICES`]; with
 //!   CUDA at most the number of CUDA devices (device n is CUDA device n).
 //! - `GGML_HRX_SIM_MEMORY_MB` (default 8192): memory of each simulated device, in MiB, 1 to
@@ -134,6 +136,7 @@ fn cuda_devices(
     limit: usize,
     reg: ggml_backend_reg_t,
 ) -> Result<Vec<&'static Device>, String> {
+    let profile = env::read("GGML_HRX_PROFILE", false, "0 (off)", env::switch);
     let opened = cuda::loader::preload_toolkit();
     let have = cuda::loader::device_count()?;
     if have == 0 {
@@ -153,7 +156,7 @@ fn cuda_devices(
     let mut devices = Vec::new();
     let mut next_base = base;
     for i in 0..n.min(have) {
-        match CudaDevice::new(i, i, next_base, log_queue_error) {
+        match CudaDevice::new(i, i, next_base, profile, log_queue_error) {
             Ok(d) => {
                 next_base = next_base.and_then(|b| b.checked_add(d.capacity()));
                 devices.push(crate::device::create(

@@ -81,7 +81,8 @@ unsafe impl Send for Gpu {}
 
 impl Gpu {
     /// Opens device `ordinal`: retains its primary context and creates a non-blocking stream.
-    pub fn open(ordinal: usize, label: &str) -> Result<Gpu, String> {
+    /// `profile`: the label under which to profile it (`GGML_HRX_PROFILE`), or `None`.
+    pub fn open(ordinal: usize, profile: Option<&str>) -> Result<Gpu, String> {
         cu::init().map_err(|e| err("cuInit", e))?;
         let dev = cu::device::get(ordinal as i32).map_err(|e| err("cuDeviceGet", e))?;
         // SAFETY: `dev` is a valid device handle.
@@ -108,7 +109,7 @@ impl Gpu {
             blas: None,
             scratch: Scratch::default(),
             pinned: None,
-            profile: Profile::from_env(label),
+            profile: profile.map(Profile::new),
         })
     }
 

@@ -64,14 +64,18 @@ impl CudaDevice {
     /// HRX device `index` on CUDA device `ordinal`, with the card's memory. `base_hint` asks
     /// for the start of its fake address range (see [`crate::runtime::address`]). `on_error`
     /// receives each error as it happens (the same errors [`Runtime::synchronize`] returns).
+    /// `profile`: time every launch and print a summary at exit (`GGML_HRX_PROFILE`).
     pub fn new(
         index: usize,
         ordinal: usize,
         base_hint: Option<usize>,
+        profile: bool,
         on_error: fn(&str),
     ) -> Result<CudaDevice, String> {
-        let gpu = std::panic::catch_unwind(|| Gpu::open(ordinal, &format!("HRX{index}")))
-            .map_err(|_| "the CUDA driver library lacks a function it needs".to_string())??;
+        let label = format!("HRX{index}");
+        let gpu =
+            std::panic::catch_unwind(|| Gpu::open(ordinal, profile.then_some(label.as_str())))
+                .map_err(|_| "the CUDA driver library lacks a function it needs".to_string())??;
         // SAFETY: `gpu.dev` is a valid device.
         let total =
             unsafe { cu::device::total_mem(gpu.dev) }.map_err(|e| err("cuDeviceTotalMem", e))?;

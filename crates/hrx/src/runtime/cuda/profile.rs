@@ -1,4 +1,4 @@
-//! `GGML_HRX_PROFILE=1`: where a CUDA device's time goes. Every launch and GEMM is bracketed
+//! `GGML_HRX_PROFILE=1` (read by the registry, passed to [`super::CudaDevice::new`]): where a CUDA device's time goes. Every launch and GEMM is bracketed
 //! by CUDA events; the device time per kernel, the host time spent issuing work and the
 //! time spent waiting for the stream are summed and printed to stderr when the process exits. Off by default: the events cost a little per launch.
 
@@ -70,11 +70,8 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// A profile when `GGML_HRX_PROFILE` is `1`; its summary is printed at exit.
-    pub fn from_env(label: &str) -> Option<Profile> {
-        if std::env::var("GGML_HRX_PROFILE").as_deref() != Ok("1") {
-            return None;
-        }
+    /// A profile for the device labelled `label` (`HRX0`); its summary is printed at exit.
+    pub fn new(label: &str) -> Profile {
         let totals = Arc::new(Mutex::new(Totals {
             label: label.to_string(),
             ..Totals::default()
@@ -85,11 +82,11 @@ impl Profile {
         AT_EXIT.call_once(|| unsafe {
             libc::atexit(print_all);
         });
-        Some(Profile {
+        Profile {
             pool: Vec::new(),
             pending: Vec::new(),
             totals,
-        })
+        }
     }
 
     fn event(&mut self) -> Option<sys::CUevent> {
