@@ -39,8 +39,8 @@ if [ ! -f "$dev/llama.tar.gz" ]; then
 fi
 cp gpu/mkmodel.py "$dev/mkmodel.py"
 if [ "${1:-}" = --llama-bin ]; then
-  bin=${2:?usage: gpu/pack.sh --llama-bin BUILD_DIR}/bin
-  (cd "$bin/.." && tar -czf "$root/$dev/llama-cpu-bin.tar.gz" bin/test-backend-ops bin/llama-completion \
-    bin/llama-bench bin/llama-quantize $(cd "$bin/.." && ls bin/*.so*))
+  build=$(cd "${2:?usage: gpu/pack.sh --llama-bin BUILD_DIR}" && pwd)
+  (cd "$build" && tar -czf "$root/$dev/llama-cpu-bin.tar.gz" bin/test-backend-ops bin/llama-completion \
+    bin/llama-bench bin/llama-quantize bin/*.so*)
 fi
 du -sh "$dev"/* >&2

@@ -143,13 +143,15 @@ stage_hrxbench() {
 }
 
 stage_hrxcheck() {
+  [ -d "$W/llama.cpp" ] && [ -d "$W/ab-bundle" ] || stage_setup
   local lib=$W/ab-bundle/lib b
   if [ -f "$dev/llama-cpu-bin.tar.gz" ]; then
     b=$W/prebuilt; mkdir -p "$b"; tar -xzf "$dev/llama-cpu-bin.tar.gz" -C "$b"
   else
     stage_buildcpu || return 1; b=$W/build-cpu
   fi
-  export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=cuda
+  export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=${GGML_HRX_RUNTIME:-cuda}
+  local filt=(); [ -n "${HRX_OPS:-}" ] && filt=(-o "$HRX_OPS")
   # arm NAME CMD...: CMD in arm NAME (stock|ours), the probe recording what it mapped
   arm() {
     local a=$1; shift
@@ -158,7 +160,7 @@ stage_hrxcheck() {
   }
   local t0=$SECONDS a
   for a in stock ours; do
-    arm $a "$b/bin/test-backend-ops" test -b HRX0 > "$W/logs/hrx-ops-$a.log" 2>&1 &
+    arm $a "$b/bin/test-backend-ops" test -b HRX0 "${filt[@]}" > "$W/logs/hrx-ops-$a.log" 2>&1 &
   done
   GPU_BUILD=$b stage_models || return 1
   for a in stock ours; do
@@ -172,19 +174,29 @@ stage_hrxcheck() {
     arm stock "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -ngl 0 -no-cnv --no-warmup \
       > "$W/logs/text-cpu-$n.log" 2>&1 < /dev/null
     for a in stock ours; do
-      GGML_HRX_REPORT=1 arm $a "$b/bin/llama-completion" -v -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
+      arm $a "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
         -ngl 99 -no-cnv --no-warmup > "$W/logs/text-hrx-$a-$n.log" 2>&1 < /dev/null
     done
     for a in cpu hrx-stock hrx-ours; do
       log "text $n $a: $(grep -a -o "$p.*" "$W/logs/text-$a-$n.log" | head -1 | head -c 200)"
     done
-    log "report $n: $(grep -a 'HRX0 report' "$W/logs/text-hrx-ours-$n.log" | head -1 | cut -c1-300)"
   done
-  while pgrep -x test-backend-ops > /dev/null; do sleep 2; done
+  # the placement report (ggml INFO, so -v), and where a token's time goes
+  GGML_HRX_REPORT=1 arm ours "$b/bin/llama-completion" -v -m "$M" -p "$p" -n 4 --temp 0 -fa off -dev HRX0 \
+    -ngl 99 -no-cnv --no-warmup > "$W/logs/report.log" 2>&1 < /dev/null
+  log "report: $(grep -a 'HRX0 report' "$W/logs/report.log" | head -1 | cut -c1-300)"
+  GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 1 \
+    > "$W/logs/profile.log" 2>&1
+  log "$(grep -a 'profile:' "$W/logs/profile.log" | head -1)"
+  wait # the two test-backend-ops runs
   for a in stock ours; do
     log "ops $a: $(grep -a 'tests passed' "$W/logs/hrx-ops-$a.log" | tail -1) FAIL lines: $(grep -a -c FAIL "$W/logs/hrx-ops-$a.log")"
   done
-  log "probe: $(cat "$W"/logs/probe-*.jsonl 2>/dev/null | grep -o '"path":"[^"]*libggml-base[^"]*","sha256":"[0-9a-f]\{12\}' | sort | uniq -c | tr '\n' ';')"
+  for a in stock ours; do
+    log "probe $a (processes, program, libggml-base mapped, sha256): $(grep -h '"name":"libggml-base"' \
+      "$W/logs/probe-$a.jsonl" 2>/dev/null | sed -E 's/.*"exe":"([^"]*)".*"path":"([^"]*)".*"sha256":"(.{12}).*/\1 \2 \3/' \
+      | awk '{sub(".*/", "", $1); print}' | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
+  done
   log "hrxcheck: $((SECONDS - t0)) s"
   tar -czf "$out/hrx-logs.tgz" -C "$W" logs
 }
