@@ -321,6 +321,23 @@ pub fn node(
     }
 }
 
+/// Whether node `i` of `job` and the next one may run as one RMS_NORM+MUL kernel, as far
+/// as the graph tells: node `i` is an RMS_NORM used once (by the next node) and not a graph
+/// output (whose bytes someone reads), and the next node is a MUL reading it as source 0
+/// only. [`fuses_norm_mul`] then checks types and shapes.
+pub fn norm_mul_pair(job: &crate::runtime::ExecJob, i: usize) -> bool {
+    let (Some(n), Some(m)) = (job.nodes.get(i), job.nodes.get(i + 1)) else {
+        return false;
+    };
+    let norm = &n.tensors[0];
+    norm.op == GGML_OP_RMS_NORM
+        && n.use_count == Some(1)
+        && norm.flags & GGML_TENSOR_FLAG_OUTPUT as i32 == 0
+        && m.tensors[0].op == GGML_OP_MUL
+        && m.node_srcs.contains(&(0, i))
+        && !m.node_srcs.contains(&(1, i))
+}
+
 /// Whether `norm` (an RMS_NORM used once) and `mul` (a MUL whose source 0 is `norm`'s
 /// result) run as one fused kernel: all F32, and the multiplier broadcasts over the norm.
 pub fn fuses_norm_mul(norm: &ggml_tensor, mul: &ggml_tensor, m: &Ten) -> bool {
@@ -573,6 +590,74 @@ mod tests {
         assert_eq!(g.a, (0x1_0000_0000 + 4 * 3 * 128 * 64, 128, 0));
         assert_eq!(g.b, (0x2000 + 4 * 12 * 128 * 16, 128, 128 * 16));
         assert_eq!(g.c, (0x3000 + 4 * 12 * 64 * 16, 64, 64 * 16));
+    }
+
+    fn job_node(
+        op: ggml_op,
+        uses: Option<i32>,
+        node_srcs: Vec<(usize, usize)>,
+    ) -> crate::runtime::NodeJob {
+        // SAFETY: plain data, zero is valid.
+        let mut t: ggml_tensor = unsafe { std::mem::zeroed() };
+        t.op = op;
+        crate::runtime::NodeJob {
+            tensors: vec![t],
+            locs: vec![crate::runtime::Loc::Device(0)],
+            sizes: vec![0],
+            srcs: Vec::new(),
+            node_srcs,
+            use_count: uses,
+        }
+    }
+
+    #[test]
+    fn rms_norm_fuses_only_into_its_one_consumer_reading_it_as_source_0() {
+        let job =
+            |norm: crate::runtime::NodeJob, mul: crate::runtime::NodeJob| crate::runtime::ExecJob {
+                nodes: vec![norm, mul],
+                label: "test".into(),
+            };
+        let norm = || job_node(GGML_OP_RMS_NORM, Some(1), vec![]);
+        let mul = |srcs| job_node(GGML_OP_MUL, Some(1), srcs);
+        assert!(norm_mul_pair(&job(norm(), mul(vec![(0, 0)])), 0));
+        // used twice: its own bytes are needed
+        assert!(!norm_mul_pair(
+            &job(
+                job_node(GGML_OP_RMS_NORM, Some(2), vec![]),
+                mul(vec![(0, 0)])
+            ),
+            0
+        ));
+        // use counts unknown
+        assert!(!norm_mul_pair(
+            &job(job_node(GGML_OP_RMS_NORM, None, vec![]), mul(vec![(0, 0)])),
+            0
+        ));
+        // a graph output
+        let mut out = norm();
+        out.tensors[0].flags |= GGML_TENSOR_FLAG_OUTPUT as i32;
+        assert!(!norm_mul_pair(&job(out, mul(vec![(0, 0)])), 0));
+        // the MUL reads it as source 1, or as both sources
+        assert!(!norm_mul_pair(&job(norm(), mul(vec![(1, 0)])), 0));
+        assert!(!norm_mul_pair(&job(norm(), mul(vec![(0, 0), (1, 0)])), 0));
+        // not a MUL, or nothing after it
+        assert!(!norm_mul_pair(
+            &job(norm(), job_node(GGML_OP_ADD, Some(1), vec![(0, 0)])),
+            0
+        ));
+        assert!(!norm_mul_pair(&job(norm(), mul(vec![(0, 0)])), 1));
+        // shapes and types: the multiplier must broadcast over the norm
+        let mut n = norm().tensors[0];
+        n.type_ = GGML_TYPE_F32;
+        n.ne = [2048, 4, 1, 1];
+        let mut m = n;
+        m.op = GGML_OP_MUL;
+        let w = ten(TY_F32, 0, [2048, 1, 1, 1], 4);
+        assert!(fuses_norm_mul(&n, &m, &w));
+        // ggml_can_repeat: 1024 repeats into 2048, 1536 does not
+        assert!(fuses_norm_mul(&n, &m, &ten(TY_F32, 0, [1024, 1, 1, 1], 4)));
+        assert!(!fuses_norm_mul(&n, &m, &ten(TY_F32, 0, [1536, 1, 1, 1], 4)));
+        assert!(!fuses_norm_mul(&n, &m, &ten(TY_F16, 0, [2048, 1, 1, 1], 2)));
     }
 
     #[test]

@@ -175,15 +175,7 @@ impl CudaDevice {
         let nj: &NodeJob = &job.nodes[i];
         let node = &nj.tensors[0];
         let srcs = self.sources(g, job, i)?;
-        // RMS_NORM whose one use is the next node, a MUL reading it as source 0
-        // (and not itself a graph output, whose bytes someone reads)
-        let next = job.nodes.get(i + 1).filter(|n| {
-            nj.use_count == Some(1)
-                && node.flags & ggml_sys::GGML_TENSOR_FLAG_OUTPUT as i32 == 0
-                && n.tensors[0].op == ggml_sys::GGML_OP_MUL
-                && n.node_srcs.contains(&(0, i))
-                && !n.node_srcs.contains(&(1, i))
-        });
+        let next = dispatch::norm_mul_pair(job, i).then(|| &job.nodes[i + 1]);
         if let Some(mul) = next {
             let msrcs = self.sources(g, job, i + 1)?;
             if let Some(m) = msrcs[1].filter(|m| dispatch::fuses_norm_mul(node, &mul.tensors[0], m))
