@@ -188,6 +188,30 @@ stage_hrxcheck() {
   GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 1 \
     > "$W/logs/profile.log" 2>&1
   log "$(grep -a 'profile:' "$W/logs/profile.log" | head -1)"
+  # the in-place defect on this device: a device FILL feeding a CPU SET_ROWS (DESIGN.md);
+  # stock is expected to die on a host write through a device address, ours to pass 32/32
+  local rp=$W/inplace_repro
+  cc -std=c11 -O1 -I"$W/llama.cpp/ggml/include" "$root/cabi-tests/inplace-repro/inplace_repro.c" -o "$rp" \
+    -L"$b/bin" -l:libggml-base.so.0 -l:libggml.so.0 -l:libggml-cpu.so.0 -lm > "$W/logs/repro-cc.log" 2>&1 \
+    || log "repro: compile failed: $(tail -3 "$W/logs/repro-cc.log")"
+  for a in stock ours; do
+    [ -x "$rp" ] || break
+    GGML_HRX_EAGER_OPS=+FILL,-SET_ROWS GGML_NO_BACKTRACE=1 arm $a timeout 120 "$rp" --dev HRX0 --mode repro \
+      > "$W/logs/repro-$a.log" 2>&1
+    local rc=$?
+    log "repro $a: exit $rc$( [ $rc -gt 128 ] && echo " (signal $((rc - 128)))"); $(grep -a -i -E 'passed|cases' "$W/logs/repro-$a.log" | tail -1 | head -c 200)"
+  done
+  # host weights through the arena: every weight on the CPU (-ot), read by HRX0 through a
+  # budget below the model (evictions, refills, the same text), then below the largest weight
+  # (refused by name, exit non-zero, no crash)
+  local ev=${HRX_EVICT_MB:-300} rf=${HRX_REFUSE_MB:-100}
+  GGML_HRX_REPORT=1 GGML_HRX_HOST_WEIGHT_LIMIT_MB=$ev arm ours "$b/bin/llama-completion" -v -m "$M" -p "$p" -n 24 \
+    --temp 0 -fa off -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-evict.log" 2>&1 < /dev/null
+  log "arena ${ev} MiB: exit $?; $(grep -a -o 'arena: hits[^;]*' "$W/logs/arena-evict.log" | tail -1)"
+  log "arena ${ev} MiB text: $(grep -a -o "$p.*" "$W/logs/arena-evict.log" | head -1 | head -c 200)"
+  GGML_HRX_HOST_WEIGHT_LIMIT_MB=$rf arm ours "$b/bin/llama-completion" -m "$M" -p "$p" -n 4 --temp 0 -fa off \
+    -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-refuse.log" 2>&1 < /dev/null
+  log "arena ${rf} MiB: exit $?; $(grep -a 'refused by the arena' "$W/logs/arena-refuse.log" | head -1 | head -c 300)"
   wait # the two test-backend-ops runs
   for a in stock ours; do
     log "ops $a: $(grep -a 'tests passed' "$W/logs/hrx-ops-$a.log" | tail -1) FAIL lines: $(grep -a -c FAIL "$W/logs/hrx-ops-$a.log")"

@@ -142,6 +142,11 @@ fn cuda_devices(
     if have == 0 {
         return Err("no CUDA device".into());
     }
+    if let Err(why) = cuda::loader::toolkit_present() {
+        // a GPU without the libraries to run kernels on it: say so even under `auto`
+        crate::log::warn(&format!("HRX: {have} CUDA device(s) but {why}\n"));
+        return Err(why);
+    }
     if n > have {
         crate::log::warn(&format!(
             "HRX: GGML_HRX_DEVICES={n} but {have} CUDA device(s); using {have}\n"

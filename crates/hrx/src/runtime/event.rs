@@ -50,6 +50,15 @@ impl Event {
         }
     }
 
+    /// Blocks until recording `seq` is complete or `limit` has passed; whether it completed.
+    pub fn wait_timeout(&self, seq: u64, limit: std::time::Duration) -> bool {
+        let mut s = self.state.lock();
+        if s.1 < seq {
+            self.cv.wait_for(&mut s, limit);
+        }
+        s.1 >= seq
+    }
+
     /// Whether recording `seq` is complete.
     pub fn is_done(&self, seq: u64) -> bool {
         self.state.lock().1 >= seq

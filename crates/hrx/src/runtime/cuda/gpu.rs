@@ -36,7 +36,7 @@ const SCRATCH_MIN: usize = 64 << 20;
 const PINNED_BYTES: usize = 64 << 20;
 /// Copies up to this size go through pinned staging; larger ones (weights at load time)
 /// are issued from the caller's memory directly.
-const PINNED_MAX_COPY: usize = 16 << 20;
+pub(crate) const PINNED_MAX_COPY: usize = 16 << 20;
 
 /// Pinned host memory that small host-to-device copies go through: the caller's bytes are
 /// copied in at once and the DMA from here is truly asynchronous (from pageable memory the
@@ -67,10 +67,17 @@ pub struct Gpu {
     pub dev: sys::CUdevice,
     pub stream: sys::CUstream,
     pub cc: (i32, i32),
-    module: Option<HashMap<&'static str, sys::CUfunction>>,
+    /// The kernels, or why they could not be built (kept: not retried on every job).
+    module: Option<Result<HashMap<&'static str, sys::CUfunction>, String>>,
     blas: Option<blas::cublasHandle_t>,
     scratch: Scratch,
     pinned: Option<Pinned>,
+    /// A device-to-host copy was queued since the stream was last idle: into pinned memory
+    /// it lands later, so host bytes are read (staged, uploaded) only after the stream
+    /// catches up.
+    d2h_pending: bool,
+    /// Host buffers of large uploads, kept until the stream is idle.
+    keep: Vec<Vec<u8>>,
     /// `GGML_HRX_PROFILE=1`: per-kernel device time and host time.
     pub profile: Option<Profile>,
 }
@@ -109,6 +116,8 @@ impl Gpu {
             blas: None,
             scratch: Scratch::default(),
             pinned: None,
+            d2h_pending: false,
+            keep: Vec::new(),
             profile: profile.map(Profile::new),
         })
     }
@@ -119,14 +128,24 @@ impl Gpu {
         unsafe { cu::ctx::set_current(self.ctx) }.map_err(|e| err("cuCtxSetCurrent", e))
     }
 
-    /// Waits for the stream, then frees retired scratch.
-    pub fn sync(&mut self) -> Result<(), String> {
+    /// Waits for everything queued on the stream.
+    fn wait_stream(&mut self) -> Result<(), String> {
         // SAFETY: the stream is live.
         unsafe { cu::stream::synchronize(self.stream) }
             .map_err(|e| err("cuStreamSynchronize", e))?;
+        self.d2h_pending = false;
+        Ok(())
+    }
+
+    /// Between jobs: waits for the stream, then recycles pinned staging and frees retired
+    /// scratch and kept host buffers. Never called while a node is being issued (its
+    /// scratch may live in a retired chunk).
+    pub fn sync(&mut self) -> Result<(), String> {
+        self.wait_stream()?;
         if let Some(p) = self.pinned.as_mut() {
             p.off = 0;
         }
+        self.keep.clear();
         for p in self.scratch.retired.drain(..) {
             // SAFETY: retired chunks are no longer used by queued work (the stream is idle).
             let _ = unsafe { cu::free_sync(p) };
@@ -134,11 +153,51 @@ impl Gpu {
         Ok(())
     }
 
-    /// Compiles and loads the kernels if not done yet.
-    pub fn load_kernels(&mut self, src: &str) -> Result<(), String> {
-        if self.module.is_some() {
+    /// Whether the stream has failed (a fault in a kernel or a copy): then the work queued
+    /// on it, host functions included, never runs.
+    pub fn stream_error(&self) -> Option<String> {
+        // SAFETY: the stream is live.
+        let r = unsafe { sys::cuStreamQuery(self.stream) };
+        match r {
+            sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_NOT_READY => None,
+            e => Some(format!("{e:?}")),
+        }
+    }
+
+    /// Queues a device-to-host copy of `src` into `dst` (see `d2h_pending`).
+    pub fn dtoh(&mut self, dst: &mut [u8], src: sys::CUdeviceptr) -> Result<(), String> {
+        if dst.is_empty() {
             return Ok(());
         }
+        self.d2h_pending = true;
+        // SAFETY: `dst` is writable host memory the caller keeps alive until the stream is
+        // idle; `src` spans dst.len() device bytes.
+        unsafe { cu::memcpy_dtoh_async(dst, src, self.stream) }
+            .map_err(|e| err("cuMemcpyDtoHAsync", e))
+    }
+
+    /// Keeps `v` alive until the stream is idle (a large upload's source).
+    pub fn keep(&mut self, v: Vec<u8>) {
+        self.keep.push(v);
+    }
+
+    /// Compiles and loads the kernels if not done yet.
+    pub fn load_kernels(&mut self, src: &str) -> Result<(), String> {
+        if self.module.is_none() {
+            let built = self.build_kernels(src);
+            self.module = Some(built);
+        }
+        match &self.module {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(e.clone()),
+            None => unreachable!("set above"),
+        }
+    }
+
+    fn build_kernels(
+        &mut self,
+        src: &str,
+    ) -> Result<HashMap<&'static str, sys::CUfunction>, String> {
         let ptx = super::nvrtc::compile(src, self.cc.0, self.cc.1)?;
         // SAFETY: `ptx` is a NUL-terminated PTX image; the context is bound.
         let module = unsafe { cu::module::load_data(ptx.as_ptr() as *const c_void) }
@@ -151,8 +210,7 @@ impl Gpu {
                 .map_err(|e| err(&format!("cuModuleGetFunction({k})"), e))?;
             table.insert(k, f);
         }
-        self.module = Some(table);
-        Ok(())
+        Ok(table)
     }
 
     fn blas(&mut self) -> Result<blas::cublasHandle_t, String> {
@@ -186,6 +244,10 @@ impl Gpu {
         if src.is_empty() {
             return Ok(());
         }
+        if self.d2h_pending {
+            // `src` may be the destination of a queued download into pinned memory
+            self.wait_stream()?;
+        }
         if src.len() <= PINNED_MAX_COPY && self.pinned.is_none() {
             // SAFETY: plain pinned allocation with the context bound; kept for the device's life.
             if let Ok(p) = unsafe { cu::malloc_host(PINNED_BYTES, 0) } {
@@ -195,30 +257,40 @@ impl Gpu {
                 });
             }
         }
-        if src.len() > PINNED_MAX_COPY || self.pinned.is_none() {
+        let need = src.len().div_ceil(256) * 256;
+        if src.len() <= PINNED_MAX_COPY
+            && self
+                .pinned
+                .as_ref()
+                .is_some_and(|p| p.off + need > PINNED_BYTES)
+        {
+            // every staged copy queued so far must land before the pinned block is reused;
+            // only the stream is waited for (scratch this node uses may be retired)
+            self.wait_stream()?;
+            if let Some(p) = self.pinned.as_mut() {
+                p.off = 0;
+            }
+        }
+        let Some(p) = self
+            .pinned
+            .as_mut()
+            .filter(|_| src.len() <= PINNED_MAX_COPY)
+        else {
             // SAFETY: `dst` spans src.len() device bytes; from pageable memory the driver
-            // copies out of `src` before returning.
+            // copies out of `src` before returning (callers also keep large sources alive
+            // until the stream is idle, see `keep`).
             return unsafe { cu::memcpy_htod_async(dst, src, self.stream) }
                 .map_err(|e| err("cuMemcpyHtoDAsync", e));
-        }
-        let need = src.len().div_ceil(256) * 256;
-        if self
-            .pinned
-            .as_ref()
-            .is_some_and(|p| p.off + need > PINNED_BYTES)
-        {
-            self.sync()?; // every earlier staged copy is done: start over
-        }
-        let p = self.pinned.as_mut().expect("allocated above");
+        };
         // SAFETY: [off, off + len) lies inside the pinned allocation and no queued copy reads
-        // it (the allocator only moves forward between synchronizations).
+        // it (the offset only moves forward between waits for the stream).
         let slot = unsafe {
             let at = p.ptr.add(p.off);
             std::ptr::copy_nonoverlapping(src.as_ptr(), at, src.len());
             std::slice::from_raw_parts(at as *const u8, src.len())
         };
         p.off += need;
-        // SAFETY: `dst` spans the bytes; `slot` stays untouched until the stream is idle.
+        // SAFETY: `dst` spans the bytes; `slot` stays untouched until the stream is waited for.
         unsafe { cu::memcpy_htod_async(dst, slot, self.stream) }
             .map_err(|e| err("cuMemcpyHtoDAsync (pinned)", e))
     }
@@ -292,6 +364,7 @@ impl Target for Gpu {
         let f = *self
             .module
             .as_ref()
+            .and_then(|m| m.as_ref().ok())
             .and_then(|m| m.get(l.kernel))
             .ok_or_else(|| format!("kernel {} is not loaded", l.kernel))?;
         let mut store: Vec<[u64; 10]> = l.args.iter().map(arg_bytes).collect();

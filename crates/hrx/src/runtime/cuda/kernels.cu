@@ -484,6 +484,7 @@ extern "C" __global__ void hrx_set_rows(Ten d, Ten a, Ten idx, i64 n) {
         i64 c[4];
         unravel(i, a.ne, c);
         i64 r = ldi(at(idx, c[1], c[2] % idx.ne[1], c[3] % idx.ne[2], 0), idx.ty);
+        if (r < 0 || r >= d.ne[1]) continue; // out of range: written nowhere (ggml asserts)
         stf(at(d, c[0], r, c[2], c[3]), d.ty, ldf(at(a, c[0], c[1], c[2], c[3]), a.ty));
     }
 }
@@ -495,6 +496,7 @@ extern "C" __global__ void hrx_set_rows_q(Ten d, Ten a, Ten idx, i64 nblocks) {
         i64 rr = k / bpr, b = k % bpr;
         i64 i1 = rr % a.ne[1], i2 = (rr / a.ne[1]) % a.ne[2], i3 = rr / (a.ne[1] * a.ne[2]);
         i64 r = ldi(at(idx, i1, i2 % idx.ne[1], i3 % idx.ne[2], 0), idx.ty);
+        if (r < 0 || r >= d.ne[1]) continue;
         float x[32];
         for (int j = 0; j < 32; j++) x[j] = ldf(at(a, b * 32 + j, i1, i2, i3), a.ty);
         char *out = d.d + r * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3] + b * block_bytes(d.ty);
@@ -508,6 +510,10 @@ extern "C" __global__ void hrx_get_rows(Ten d, Ten a, Ten idx, i64 n) {
         i64 c[4];
         unravel(i, d.ne, c);
         i64 r = ldi(at(idx, c[1], c[2], c[3], 0), idx.ty);
+        if (r < 0 || r >= a.ne[1]) { // out of range: zeros, not another allocation's bytes
+            stf(at(d, c[0], c[1], c[2], c[3]), d.ty, 0.0f);
+            continue;
+        }
         const char *row = a.d + r * a.nb[1] + c[2] * a.nb[2] + c[3] * a.nb[3];
         stf(at(d, c[0], c[1], c[2], c[3]), d.ty, deq(row, a.ty, c[0]));
     }

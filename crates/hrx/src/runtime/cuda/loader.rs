@@ -66,6 +66,26 @@ pub fn driver_present() -> bool {
     std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
 }
 
+/// Whether NVRTC and cuBLAS can be opened: without them no kernel runs, so a CUDA device
+/// is not usable (`auto` then takes the simulator).
+pub fn toolkit_present() -> Result<(), String> {
+    // SAFETY: dlopen probes.
+    let nvrtc = std::panic::catch_unwind(|| unsafe { cudarc::nvrtc::sys::is_culib_present() });
+    if !nvrtc.unwrap_or(false) {
+        return Err(
+            "NVRTC (libnvrtc.so.13 or .12) not found; set CUDA_HOME or LD_LIBRARY_PATH".into(),
+        );
+    }
+    // SAFETY: as above.
+    let blas = std::panic::catch_unwind(|| unsafe { cudarc::cublas::sys::is_culib_present() });
+    if !blas.unwrap_or(false) {
+        return Err(
+            "cuBLAS (libcublas.so.13 or .12) not found; set CUDA_HOME or LD_LIBRARY_PATH".into(),
+        );
+    }
+    Ok(())
+}
+
 /// Number of CUDA devices, or why there are none usable.
 pub fn device_count() -> Result<usize, String> {
     if !driver_present() {

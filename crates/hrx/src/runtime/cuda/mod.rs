@@ -201,12 +201,11 @@ impl CudaDevice {
         if let Loc::Host(p) = nj.locs[0] {
             if nj.sizes[0] > 0 {
                 // SAFETY: `p` spans the node's bytes, writable host memory kept alive by the
-                // submitter; with pageable memory the copy completes before the call returns,
-                // so a later node's staging reads the result.
+                // submitter until the job completes. (A later staging of these bytes waits
+                // for the copy to land: `Gpu::htod`.) The whole span goes back, as it was
+                // staged, so bytes between a view's elements keep what they held.
                 let dst = unsafe { std::slice::from_raw_parts_mut(p.0 as *mut u8, nj.sizes[0]) };
-                // SAFETY: as above.
-                unsafe { cu::memcpy_dtoh_async(dst, dp, g.stream) }
-                    .map_err(|e| err("cuMemcpyDtoHAsync (staging)", e))?;
+                g.dtoh(dst, dp)?;
             }
         }
         Ok(())
@@ -257,8 +256,11 @@ impl Runtime for CudaDevice {
         g.bind().ok()?;
         let mut m = self.mem.lock();
         let off = m.ranges.alloc(size)?;
+        // the same rounded size the range took, so the bounds `translate` checks are the
+        // allocation's own
+        let rounded = size.max(1).div_ceil(crate::runtime::ALIGNMENT) * crate::runtime::ALIGNMENT;
         // SAFETY: plain allocation with the context bound.
-        match unsafe { cu::malloc_sync(size.max(1)) } {
+        match unsafe { cu::malloc_sync(rounded) } {
             Ok(p) => {
                 m.dptr.insert(off, p);
                 Some(self.reservation.base() + off)
@@ -301,8 +303,15 @@ impl Runtime for CudaDevice {
                 },
             };
             let d = self.translate(dst, bytes.len())?;
-            // an owned Vec may be dropped after this: `htod` is done with the bytes on return
-            g.htod(d, bytes)
+            g.htod(d, bytes)?;
+            // a small copy went through pinned staging; a large one is issued from the
+            // Vec itself, which then lives until the stream is idle
+            if let HostSrc::Owned(v) = src {
+                if v.len() > gpu::PINNED_MAX_COPY {
+                    g.keep(v);
+                }
+            }
+            Ok(())
         });
     }
 
@@ -311,9 +320,7 @@ impl Runtime for CudaDevice {
             let s = self.translate(src, len)?;
             // SAFETY: `dst` spans len writable host bytes kept alive until synchronize.
             let out = unsafe { std::slice::from_raw_parts_mut(dst.0 as *mut u8, len) };
-            // SAFETY: as above; `s` spans len device bytes.
-            unsafe { cu::memcpy_dtoh_async(out, s, g.stream) }
-                .map_err(|e| err("cuMemcpyDtoHAsync", e))
+            g.dtoh(out, s)
         });
     }
 
@@ -366,8 +373,10 @@ impl Runtime for CudaDevice {
     }
 
     fn signal(&self, event: Arc<Event>, seq: u64) {
+        let mut queued = false;
+        let ev = event.clone();
         self.with_gpu(|g| {
-            let p = Box::into_raw(Box::new((event, seq))) as *mut c_void;
+            let p = Box::into_raw(Box::new((ev, seq))) as *mut c_void;
             // SAFETY: `signal_event` consumes `p` once when the stream reaches it.
             let r = unsafe { cu::stream::launch_host_function(g.stream, signal_event, p) };
             if let Err(e) = r {
@@ -375,13 +384,33 @@ impl Runtime for CudaDevice {
                 unsafe { signal_event(p) };
                 return Err(err("cuLaunchHostFunc", e));
             }
+            queued = true;
             Ok(())
         });
+        if !queued {
+            // the GPU could not be reached: nothing will ever complete this recording, and a
+            // waiter must not hang (the error is reported at synchronize)
+            event.signal(seq);
+        }
     }
 
     fn wait(&self, event: Arc<Event>, seq: u64) {
-        // later work is issued only after the recording completes
-        event.wait_for(seq);
+        // later work is issued only after the recording completes. A stream that failed
+        // (a fault in a kernel) never runs its host functions, so the recording would never
+        // complete: check for that instead of blocking forever. (With one GPU every HRX
+        // device shares its context, so a fault shows on our stream too.)
+        while !event.wait_timeout(seq, std::time::Duration::from_millis(50)) {
+            let failed = {
+                let g = self.gpu.lock();
+                g.bind().err().or_else(|| g.stream_error())
+            };
+            if let Some(e) = failed {
+                self.fail(format!(
+                    "an event recording on a failed stream never completes ({e}); not waiting"
+                ));
+                event.signal(seq);
+            }
+        }
     }
 
     fn synchronize(&self) -> Result<(), String> {
