@@ -144,7 +144,7 @@ pub const STEPS: &[Step] = &[
     script("HRX C API and SIGSEGV, our base", HRX_CHECK, &["cabi", OURS_DIR], Exact("bytes uploaded and read back")),
     script("bad input, both bases", "cabi-tests/bad-input/all.sh", &[], Exact("each misuse's outcome (exit status or signal, a message naming what was wrong, output unchanged) in the stock arm and in ours, against the tables of cabi-tests/bad-input/{run,gguf,env}.sh")),
     script("sanitizer planted faults, our base (stock: no sanitizer)", "cabi-tests/sanitize/run.sh", &[OURS_DIR], Exact("each planted ordering fault's report text (hazard, tensors, buffer type, actors, split and node, the ordering op), level 1 aborting through ggml_abort, and no report with the fault off; ours only, as stock has no sanitizer to check")),
-    script("HRX CUDA kernels compile (NVRTC from PyPI, no GPU)", "crates/hrx/scripts/check-kernels.py", &[], Exact("NVRTC's verdict on the CUDA runtime's kernel source, in both half-conversion variants; nothing runs")),
+    script("HRX CUDA kernels compile (NVRTC from PyPI, no GPU)", "crates/hrx/scripts/check-kernels.sh", &[], Exact("NVRTC's verdict on the CUDA runtime's kernel source, in both half-conversion variants; nothing runs")),
     script("HRX test-backend-ops -b HRX0, stock base", HRX_CHECK, &["backend-ops"], HRX_OPS),
     script("HRX test-backend-ops -b HRX0, our base", HRX_CHECK, &["backend-ops", OURS_DIR], HRX_OPS),
     script("HRX SmolLM2 on HRX0 + arena, stock base", HRX_CHECK, &["smollm2"], HRX_SMOLLM2),
