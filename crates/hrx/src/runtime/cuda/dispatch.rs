@@ -660,6 +660,168 @@ mod tests {
         assert!(!fuses_norm_mul(&n, &m, &ten(TY_F16, 0, [2048, 1, 1, 1], 2)));
     }
 
+    /// Every `extern "C"` kernel of kernels.cu with its parameter kinds, parsed from the text.
+    fn signatures() -> Vec<(String, Vec<&'static str>)> {
+        let src = super::super::KERNEL_SOURCE;
+        let mut out = Vec::new();
+        let mut rest = src;
+        while let Some(i) = rest.find("extern \"C\" __global__ void ") {
+            let after = &rest[i + "extern \"C\" __global__ void ".len()..];
+            let open = after.find('(').unwrap();
+            let close = after.find(')').unwrap();
+            let name = after[..open].trim().to_string();
+            let kinds = after[open + 1..close]
+                .split(',')
+                .map(|p| match p.split_whitespace().next().unwrap() {
+                    "Ten" => "Ten",
+                    "int" => "I32",
+                    "i64" => "I64",
+                    "float" => "F32",
+                    "u32" => "U32",
+                    other => panic!("kernel {name}: parameter type {other} has no Arg"),
+                })
+                .collect();
+            out.push((name, kinds));
+            rest = &after[close..];
+        }
+        out
+    }
+
+    fn kind(a: &Arg) -> &'static str {
+        match a {
+            Arg::Ten(_) => "Ten",
+            Arg::I32(_) => "I32",
+            Arg::I64(_) => "I64",
+            Arg::U32(_) => "U32",
+            Arg::F32(_) => "F32",
+        }
+    }
+
+    /// What a GPU cannot be asked here: that every launch the dispatcher builds passes its
+    /// kernel exactly the parameters the kernel declares, in order (a mismatch would read
+    /// garbage on the device), for one node of every op, and that the runtime loads every
+    /// kernel the source defines.
+    #[test]
+    fn every_launch_matches_its_kernels_signature() {
+        let sigs = signatures();
+        let mut names: Vec<&str> = sigs.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort();
+        let mut loaded = super::super::gpu::KERNELS.to_vec();
+        loaded.sort();
+        assert_eq!(names, loaded, "kernels.cu against gpu::KERNELS");
+
+        let f32t = |ne: [i64; 4]| ten(TY_F32, 0x1000, ne, 4);
+        let node_of = |op: ggml_op, params: &[(usize, i32)]| {
+            // SAFETY: plain data, zero is valid.
+            let mut n: ggml_tensor = unsafe { std::mem::zeroed() };
+            n.op = op;
+            for &(i, v) in params {
+                n.op_params[i] = v;
+            }
+            n
+        };
+        let x = f32t([64, 4, 2, 1]);
+        let idx = ten(TY_I32, 0x2000, [4, 2, 1, 1], 4);
+        let q = ten(TY_Q8_0, 0x3000, [64, 8, 2, 1], 34);
+        let cases: Vec<(ggml_tensor, Ten, Vec<Option<Ten>>)> = vec![
+            (
+                node_of(GGML_OP_ADD, &[]),
+                x,
+                vec![Some(x), Some(f32t([64, 1, 1, 1]))],
+            ),
+            (
+                node_of(GGML_OP_UNARY, &[(0, GGML_UNARY_OP_SILU as i32)]),
+                x,
+                vec![Some(x)],
+            ),
+            (
+                node_of(GGML_OP_SCALE, &[(0, 2f32.to_bits() as i32)]),
+                x,
+                vec![Some(x)],
+            ),
+            (node_of(GGML_OP_FILL, &[]), x, vec![]),
+            (
+                node_of(GGML_OP_GLU, &[(0, GGML_GLU_OP_SWIGLU as i32)]),
+                x,
+                vec![Some(f32t([128, 4, 2, 1]))],
+            ),
+            (
+                node_of(GGML_OP_GLU, &[(0, GGML_GLU_OP_GEGLU as i32), (1, 1)]),
+                x,
+                vec![Some(x), Some(x)],
+            ),
+            (node_of(GGML_OP_RMS_NORM, &[]), x, vec![Some(x)]),
+            (node_of(GGML_OP_NORM, &[]), x, vec![Some(x)]),
+            (
+                node_of(GGML_OP_SOFT_MAX, &[]),
+                x,
+                vec![Some(x), Some(f32t([64, 4, 1, 1]))],
+            ),
+            (
+                node_of(GGML_OP_ROPE, &[(1, 64), (2, 2), (4, 4096)]),
+                x,
+                vec![Some(x), Some(idx)],
+            ),
+            (node_of(GGML_OP_GET_ROWS, &[]), x, vec![Some(q), Some(idx)]),
+            (node_of(GGML_OP_CPY, &[]), x, vec![Some(x), Some(x)]),
+            (
+                node_of(GGML_OP_CPY, &[]),
+                q,
+                vec![Some(f32t([64, 8, 2, 1])), Some(q)],
+            ),
+            (
+                node_of(GGML_OP_SET_ROWS, &[]),
+                f32t([64, 16, 2, 1]),
+                vec![Some(x), Some(idx)],
+            ),
+            (node_of(GGML_OP_SET_ROWS, &[]), q, vec![Some(x), Some(idx)]),
+            (
+                node_of(GGML_OP_MUL_MAT, &[]),
+                f32t([8, 1, 2, 1]),
+                vec![Some(q), Some(f32t([64, 1, 2, 1]))],
+            ),
+            (
+                node_of(GGML_OP_MUL_MAT, &[]),
+                f32t([8, 64, 2, 1]),
+                vec![Some(q), Some(f32t([64, 64, 2, 1]))],
+            ),
+        ];
+        let mut r = Recorder::default();
+        for (n, d, srcs) in &cases {
+            node(n, *d, srcs, &mut r).unwrap_or_else(|e| panic!("op {}: {e}", n.op));
+        }
+        // and the fused RMS_NORM+MUL
+        norm_mul(
+            &node_of(GGML_OP_RMS_NORM, &[]),
+            x,
+            x,
+            f32t([64, 1, 1, 1]),
+            &mut r,
+        )
+        .unwrap();
+        let mut used: Vec<&str> = Vec::new();
+        for l in &r.launches {
+            let (_, want) = sigs
+                .iter()
+                .find(|(n, _)| n == l.kernel)
+                .unwrap_or_else(|| panic!("{} is not a kernel of kernels.cu", l.kernel));
+            let got: Vec<&str> = l.args.iter().map(kind).collect();
+            assert_eq!(&got, want, "arguments of {}", l.kernel);
+            assert!(
+                l.grid.iter().all(|&g| g >= 1) && l.block[0] >= 32,
+                "{}: {:?} {:?}",
+                l.kernel,
+                l.grid,
+                l.block
+            );
+            used.push(l.kernel);
+        }
+        used.sort();
+        used.dedup();
+        assert_eq!(used, names, "every kernel launched by some case");
+        assert_eq!(r.gemms.len(), 1);
+    }
+
     #[test]
     fn rope_and_soft_max_parameters_follow_ggml() {
         // 128 ln(8192 / (32 * 2 pi)) / (2 ln 500000) = 18.08 -> floor 18;
