@@ -19,6 +19,8 @@ pub enum Arg {
     U32(u32),
     /// `float`.
     F32(f32),
+    /// A device pointer (`int *`).
+    Ptr(u64),
 }
 
 /// A kernel launch.
@@ -67,6 +69,9 @@ pub trait Target {
     fn launch(&mut self, l: Launch) -> Result<(), String>;
     /// Queues a GEMM.
     fn gemm(&mut self, g: Gemm) -> Result<(), String>;
+    /// The device address of the `int` flag kernels set when an index is out of range
+    /// (`HRX_BAD_*`; the runtime reads and clears it at synchronize).
+    fn bad_flag(&mut self) -> Result<u64, String>;
 }
 
 /// Threads per block of the element-wise and row kernels.
@@ -280,11 +285,20 @@ pub fn node(
                 ],
             ))
         }
-        GGML_OP_GET_ROWS => t.launch(elementwise(
-            "hrx_get_rows",
-            n,
-            vec![Arg::Ten(d), Arg::Ten(s0()?), Arg::Ten(s1()?), Arg::I64(n)],
-        )),
+        GGML_OP_GET_ROWS => {
+            let bad = t.bad_flag()?;
+            t.launch(elementwise(
+                "hrx_get_rows",
+                n,
+                vec![
+                    Arg::Ten(d),
+                    Arg::Ten(s0()?),
+                    Arg::Ten(s1()?),
+                    Arg::I64(n),
+                    Arg::Ptr(bad),
+                ],
+            ))
+        }
         GGML_OP_CPY | GGML_OP_DUP | GGML_OP_CONT => {
             let a = s0()?;
             if is_quant(d.ty) {
@@ -310,10 +324,17 @@ pub fn node(
             } else {
                 ("hrx_set_rows", a.nelements())
             };
+            let bad = t.bad_flag()?;
             t.launch(elementwise(
                 kernel,
                 n,
-                vec![Arg::Ten(d), Arg::Ten(a), Arg::Ten(s1()?), Arg::I64(n)],
+                vec![
+                    Arg::Ten(d),
+                    Arg::Ten(a),
+                    Arg::Ten(s1()?),
+                    Arg::I64(n),
+                    Arg::Ptr(bad),
+                ],
             ))
         }
         GGML_OP_MUL_MAT => mul_mat(d, s0()?, s1()?, t),
@@ -500,6 +521,9 @@ mod tests {
             self.gemms.push(g);
             Ok(())
         }
+        fn bad_flag(&mut self) -> Result<u64, String> {
+            Ok(0xbad0)
+        }
     }
 
     fn ten(ty: i32, data: u64, ne: [i64; 4], es: i64) -> Ten {
@@ -673,6 +697,7 @@ mod tests {
             let kinds = after[open + 1..close]
                 .split(',')
                 .map(|p| match p.split_whitespace().next().unwrap() {
+                    _ if p.contains('*') => "Ptr",
                     "Ten" => "Ten",
                     "int" => "I32",
                     "i64" => "I64",
@@ -694,6 +719,7 @@ mod tests {
             Arg::I64(_) => "I64",
             Arg::U32(_) => "U32",
             Arg::F32(_) => "F32",
+            Arg::Ptr(_) => "Ptr",
         }
     }
 

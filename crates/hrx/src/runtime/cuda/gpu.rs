@@ -78,6 +78,9 @@ pub struct Gpu {
     d2h_pending: bool,
     /// Host buffers of large uploads, kept until the stream is idle.
     keep: Vec<Vec<u8>>,
+    /// The kernels' `bad` flag: one `int` of pinned host memory, which the device writes
+    /// directly (unified addressing) and the host reads once the stream is idle.
+    bad: Option<*mut i32>,
     /// `GGML_HRX_PROFILE=1`: per-kernel device time and host time.
     pub profile: Option<Profile>,
 }
@@ -118,6 +121,7 @@ impl Gpu {
             pinned: None,
             d2h_pending: false,
             keep: Vec::new(),
+            bad: None,
             profile: profile.map(Profile::new),
         })
     }
@@ -174,6 +178,20 @@ impl Gpu {
         // idle; `src` spans dst.len() device bytes.
         unsafe { cu::memcpy_dtoh_async(dst, src, self.stream) }
             .map_err(|e| err("cuMemcpyDtoHAsync", e))
+    }
+
+    /// After a wait for the stream: the `bad` flag's value, cleared (0: nothing to report).
+    pub fn take_bad_flag(&mut self) -> i32 {
+        match self.bad {
+            // SAFETY: the flag is our live pinned int; the stream is idle, so no kernel
+            // writes it now.
+            Some(p) => unsafe {
+                let v = std::ptr::read_volatile(p);
+                std::ptr::write_volatile(p, 0);
+                v
+            },
+            None => 0,
+        }
     }
 
     /// Keeps `v` alive until the stream is idle (a large upload's source).
@@ -317,6 +335,10 @@ impl Drop for Gpu {
             // SAFETY: the stream is idle; the pinned block is ours.
             let _ = unsafe { cu::free_host(p.ptr as *mut c_void) };
         }
+        if let Some(p) = self.bad.take() {
+            // SAFETY: as above.
+            let _ = unsafe { cu::free_host(p as *mut c_void) };
+        }
         // SAFETY: the stream is idle and destroyed once.
         let _ = unsafe { cu::stream::destroy(self.stream) };
     }
@@ -334,12 +356,25 @@ fn arg_bytes(a: &Arg) -> [u64; 10] {
             Arg::I64(v) => std::ptr::write(p as *mut i64, v),
             Arg::U32(v) => std::ptr::write(p as *mut u32, v),
             Arg::F32(v) => std::ptr::write(p as *mut f32, v),
+            Arg::Ptr(v) => std::ptr::write(p, v),
         }
     }
     s
 }
 
 impl Target for Gpu {
+    fn bad_flag(&mut self) -> Result<u64, String> {
+        if self.bad.is_none() {
+            // SAFETY: a 4-byte pinned allocation with the context bound, kept for the
+            // device's life; with unified addressing its host address is its device address.
+            let p = unsafe { cu::malloc_host(4, 0) }.map_err(|e| err("cuMemHostAlloc", e))?;
+            // SAFETY: the fresh allocation holds one int.
+            unsafe { std::ptr::write_volatile(p as *mut i32, 0) };
+            self.bad = Some(p as *mut i32);
+        }
+        Ok(self.bad.expect("set above") as u64)
+    }
+
     fn scratch(&mut self, bytes: usize) -> Result<u64, String> {
         let need = bytes.max(1).div_ceil(256) * 256;
         let s = &mut self.scratch;

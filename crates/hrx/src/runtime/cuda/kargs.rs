@@ -134,6 +134,20 @@ pub(crate) const GLU_OPS: &[ggml_glu_op] = &[
     GGML_GLU_OP_GEGLU_QUICK,
 ];
 
+/// `bad` flag values (`HRX_BAD_*`): an out-of-range GET_ROWS / SET_ROWS index.
+pub(crate) const BAD_GET_ROWS: i32 = 1;
+/// SET_ROWS.
+pub(crate) const BAD_SET_ROWS: i32 = 2;
+
+/// What a nonzero `bad` flag means, for the error message.
+pub(crate) fn bad_flag_text(v: i32) -> String {
+    match v {
+        BAD_GET_ROWS => "a GET_ROWS row index out of range (those rows read as zeros)".into(),
+        BAD_SET_ROWS => "a SET_ROWS row index out of range (those rows were not written)".into(),
+        v => format!("kernel error flag {v}"),
+    }
+}
+
 /// Warps (one output each) per block of `hrx_mul_mat_vec` (`HRX_MMV_WARPS`).
 pub(crate) const MMV_WARPS: u32 = 8;
 
@@ -185,6 +199,8 @@ mod tests {
             ("HRX_BIN_DIV", BIN_DIV),
             ("HRX_UN_SCALE", UN_SCALE),
             ("HRX_MMV_WARPS", MMV_WARPS as i32),
+            ("HRX_BAD_GET_ROWS", BAD_GET_ROWS),
+            ("HRX_BAD_SET_ROWS", BAD_SET_ROWS),
         ] {
             assert_eq!(define(name), v as i64, "{name}");
         }

@@ -59,6 +59,11 @@ typedef signed char i8;
 #define HRX_GLU_GEGLU_ERF 4
 #define HRX_GLU_GEGLU_QUICK 5
 
+// what a kernel writes to its `bad` flag (host-mapped memory the runtime reads after a
+// synchronization) when an index is out of range; ggml's CPU code asserts instead
+#define HRX_BAD_GET_ROWS 1
+#define HRX_BAD_SET_ROWS 2
+
 // rows of up to this many columns go through the matrix-vector kernel
 #define HRX_MMV_WARPS 8
 
@@ -479,24 +484,30 @@ extern "C" __global__ void hrx_cpy_q(Ten d, Ten a, i64 nblocks) {
 }
 
 // rows of a (indexed by idx) into d: d[:, idx[i01, i02 % ne11, i03 % ne12], i02, i03] = a[:, i01, i02, i03]
-extern "C" __global__ void hrx_set_rows(Ten d, Ten a, Ten idx, i64 n) {
+extern "C" __global__ void hrx_set_rows(Ten d, Ten a, Ten idx, i64 n, int *bad) {
     for (i64 i = gtid(); i < n; i += gstride()) {
         i64 c[4];
         unravel(i, a.ne, c);
         i64 r = ldi(at(idx, c[1], c[2] % idx.ne[1], c[3] % idx.ne[2], 0), idx.ty);
-        if (r < 0 || r >= d.ne[1]) continue; // out of range: written nowhere (ggml asserts)
+        if (r < 0 || r >= d.ne[1]) { // out of range: written nowhere, and reported
+            *bad = HRX_BAD_SET_ROWS;
+            continue;
+        }
         stf(at(d, c[0], r, c[2], c[3]), d.ty, ldf(at(a, c[0], c[1], c[2], c[3]), a.ty));
     }
 }
 
 // the same into a quantized d, a block of 32 columns per thread
-extern "C" __global__ void hrx_set_rows_q(Ten d, Ten a, Ten idx, i64 nblocks) {
+extern "C" __global__ void hrx_set_rows_q(Ten d, Ten a, Ten idx, i64 nblocks, int *bad) {
     i64 bpr = a.ne[0] / 32;
     for (i64 k = gtid(); k < nblocks; k += gstride()) {
         i64 rr = k / bpr, b = k % bpr;
         i64 i1 = rr % a.ne[1], i2 = (rr / a.ne[1]) % a.ne[2], i3 = rr / (a.ne[1] * a.ne[2]);
         i64 r = ldi(at(idx, i1, i2 % idx.ne[1], i3 % idx.ne[2], 0), idx.ty);
-        if (r < 0 || r >= d.ne[1]) continue;
+        if (r < 0 || r >= d.ne[1]) {
+            *bad = HRX_BAD_SET_ROWS;
+            continue;
+        }
         float x[32];
         for (int j = 0; j < 32; j++) x[j] = ldf(at(a, b * 32 + j, i1, i2, i3), a.ty);
         char *out = d.d + r * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3] + b * block_bytes(d.ty);
@@ -505,12 +516,13 @@ extern "C" __global__ void hrx_set_rows_q(Ten d, Ten a, Ten idx, i64 nblocks) {
 }
 
 // d[i0, i10, i11, i12] = a[i0, idx[i10, i11, i12], i11, i12] (a may be quantized)
-extern "C" __global__ void hrx_get_rows(Ten d, Ten a, Ten idx, i64 n) {
+extern "C" __global__ void hrx_get_rows(Ten d, Ten a, Ten idx, i64 n, int *bad) {
     for (i64 i = gtid(); i < n; i += gstride()) {
         i64 c[4];
         unravel(i, d.ne, c);
         i64 r = ldi(at(idx, c[1], c[2], c[3], 0), idx.ty);
         if (r < 0 || r >= a.ne[1]) { // out of range: zeros, not another allocation's bytes
+            *bad = HRX_BAD_GET_ROWS;
             stf(at(d, c[0], c[1], c[2], c[3]), d.ty, 0.0f);
             continue;
         }

@@ -417,6 +417,10 @@ impl Runtime for CudaDevice {
         self.with_gpu(|g| {
             let t0 = std::time::Instant::now();
             g.sync()?;
+            let bad = g.take_bad_flag();
+            if bad != 0 {
+                return Err(kargs::bad_flag_text(bad));
+            }
             if let Some(p) = g.profile.as_mut() {
                 p.settle(t0.elapsed());
             }
