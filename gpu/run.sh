@@ -206,9 +206,13 @@ stage_hrxcheck() {
   # (refused by name, exit non-zero, no crash)
   local ev=${HRX_EVICT_MB:-300} rf=${HRX_REFUSE_MB:-100}
   GGML_HRX_REPORT=1 GGML_HRX_HOST_WEIGHT_LIMIT_MB=$ev arm ours "$b/bin/llama-completion" -v -m "$M" -p "$p" -n 24 \
-    --temp 0 -fa off -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-evict.log" 2>&1 < /dev/null
+    --temp 0 -fa off -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-evict.txt" \
+    2> "$W/logs/arena-evict.log" < /dev/null
   log "arena ${ev} MiB: exit $?; $(grep -a -o 'arena: hits[^;]*' "$W/logs/arena-evict.log" | tail -1)"
-  log "arena ${ev} MiB text: $(grep -a -o "$p.*" "$W/logs/arena-evict.log" | head -1 | head -c 200)"
+  local t_arena t_hrx
+  t_arena=$(grep -a -o "$p.*" "$W/logs/arena-evict.txt" | head -1)
+  t_hrx=$(grep -a -o "$p.*" "$W/logs/text-hrx-ours-$(basename "$M" .gguf).log" | head -1)
+  log "arena ${ev} MiB text, the same as without -ot: $([ -n "$t_arena" ] && [ "$t_arena" = "$t_hrx" ] && echo yes || echo NO): $(echo "$t_arena" | head -c 200)"
   GGML_HRX_HOST_WEIGHT_LIMIT_MB=$rf arm ours "$b/bin/llama-completion" -m "$M" -p "$p" -n 4 --temp 0 -fa off \
     -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-refuse.log" 2>&1 < /dev/null
   log "arena ${rf} MiB: exit $?; $(grep -a 'refused by the arena' "$W/logs/arena-refuse.log" | head -1 | head -c 300)"
