@@ -41,6 +41,6 @@ cp gpu/mkmodel.py "$dev/mkmodel.py"
 if [ "${1:-}" = --llama-bin ]; then
   build=$(cd "${2:?usage: gpu/pack.sh --llama-bin BUILD_DIR}" && pwd)
   (cd "$build" && tar -czf "$root/$dev/llama-cpu-bin.tar.gz" bin/test-backend-ops bin/llama-completion \
-    bin/llama-bench bin/llama-quantize bin/*.so*)
+    bin/llama-bench bin/llama-quantize $(cd "$build" && ls bin/test-llama-archs 2>/dev/null) bin/*.so*)
 fi
 du -sh "$dev"/* >&2

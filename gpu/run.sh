@@ -24,7 +24,8 @@
 #   hrxcheck everything issue 13 asks of the H200 in one go, for a machine held only minutes:
 #            test-backend-ops -b HRX0 in both arms (in the background), the models, llama-bench
 #            -dev HRX0 in both arms, greedy text CPU against HRX0; every process's libggml-base
-#            proven by the probe. Uses .device/llama-cpu-bin.tar.gz (gpu/pack.sh --llama-bin)
+#            proven by the probe; the in-place reproducer, the arena with -ot, test-llama-archs
+#            -b HRX0 when the build has it. Uses .device/llama-cpu-bin.tar.gz (gpu/pack.sh --llama-bin)
 #            when present, else buildcpu. Logs in one tarball, $OUT/hrx-logs.tgz
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
 #   status   what the background run has done so far
@@ -85,7 +86,7 @@ stage_buildcpu() {
       -DLLAMA_OPENSSL=OFF > "$W/logs/cmake-cpu.log" 2>&1 || { log "cmake failed"; tail -20 "$W/logs/cmake-cpu.log"; return 1; }
   fi
   local t0=$SECONDS
-  ninja -C "$b" -j "$jobs" llama-simple llama-completion llama-bench llama-quantize test-backend-ops \
+  ninja -C "$b" -j "$jobs" llama-simple llama-completion llama-bench llama-quantize test-backend-ops test-llama-archs \
     > "$W/logs/ninja-cpu.log" 2>&1 || { log "ninja failed"; tail -30 "$W/logs/ninja-cpu.log"; return 1; }
   log "buildcpu: done in $((SECONDS - t0)) s"
 }
@@ -156,7 +157,8 @@ stage_hrxcheck() {
   arm() {
     local a=$1; shift
     local path=$b/bin; [ "$a" = ours ] && path=$lib:$b/bin
-    LD_LIBRARY_PATH=$path LD_PRELOAD=$lib/libab_probe.so GGML_AB_PROBE_OUT=$W/logs/probe-$a.jsonl "$@"
+    LD_LIBRARY_PATH=$path LD_PRELOAD=${ARM_PRELOAD:+$ARM_PRELOAD:}$lib/libab_probe.so \
+      GGML_AB_PROBE_OUT=$W/logs/probe-$a.jsonl "$@"
   }
   local t0=$SECONDS a
   for a in stock ours; do
@@ -188,6 +190,15 @@ stage_hrxcheck() {
   GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 1 \
     > "$W/logs/profile.log" 2>&1
   log "$(grep -a 'profile:' "$W/logs/profile.log" | head -1)"
+  # every architecture's logits on HRX0 against the CPU, NMSE <= 1e-4 (upstream's bound);
+  # test-llama-archs never loads backends itself, so HRX registers itself when preloaded
+  if [ -x "$b/bin/test-llama-archs" ]; then
+    for a in stock ours; do
+      GGML_HRX_AUTOREGISTER=1 ARM_PRELOAD=$lib/libggml-hrx.so arm $a "$b/bin/test-llama-archs" -b HRX0 -s 42 \
+        > "$W/logs/archs-$a.log" 2>&1
+      log "test-llama-archs -b HRX0 $a: exit $?; $(grep -a -E '^Summary' "$W/logs/archs-$a.log" | head -c 300)"
+    done
+  fi
   # the in-place defect on this device: a device FILL feeding a CPU SET_ROWS (DESIGN.md);
   # stock is expected to die on a host write through a device address, ours to pass 32/32
   local rp=$W/inplace_repro
