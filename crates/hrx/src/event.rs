@@ -63,10 +63,13 @@ pub unsafe extern "C" fn event_free(_dev: ggml_backend_dev_t, ev: ggml_backend_e
 ///
 /// # Safety
 /// `ev` is NULL or one of this library's live events.
-pub unsafe extern "C" fn event_synchronize(_dev: ggml_backend_dev_t, ev: ggml_backend_event_t) {
+pub unsafe extern "C" fn event_synchronize(dev: ggml_backend_dev_t, ev: ggml_backend_event_t) {
     guard("ggml_backend_hrx_device_event_synchronize", || {
         // SAFETY: NULL or one of our events, per the contract.
         let e = unsafe { event_of(ev) };
-        e.wait_for(e.recorded());
+        // the event's own device recorded it: its runtime knows whether it can complete
+        // SAFETY: ggml passes the device the event was made for, one of ours.
+        let d = unsafe { crate::context::from_dev(dev) };
+        d.rt.wait_host(&e, e.recorded());
     })
 }

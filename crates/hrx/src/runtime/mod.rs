@@ -137,6 +137,13 @@ pub trait Runtime: Send + Sync {
     /// Whether the runtime's kernels can run `node` (the last question a claim asks: which
     /// ops the device claims depends on what the chosen runtime can run). Not queued.
     fn supports(&self, node: &ggml_sys::ggml_tensor) -> bool;
+    /// Blocks the calling thread until recording `seq` of `event`, which was recorded on
+    /// this device, is complete (ggml's `event_synchronize`). A runtime whose queue can
+    /// fail in a way that never completes the recording returns early instead of hanging,
+    /// with the failure among the errors of the next [`Runtime::synchronize`].
+    fn wait_host(&self, event: &Event, seq: u64) {
+        event.wait_for(seq);
+    }
 }
 
 // SAFETY: a job holds plain copies of tensor structs; the runtime overwrites every pointer

@@ -70,6 +70,8 @@ pub struct Gpu {
     /// The kernels, or why they could not be built (kept: not retried on every job).
     module: Option<Result<HashMap<&'static str, sys::CUfunction>, String>>,
     blas: Option<blas::cublasHandle_t>,
+    /// Why the cuBLAS handle could not be made (kept: not retried per GEMM).
+    blas_error: Option<String>,
     scratch: Scratch,
     pinned: Option<Pinned>,
     /// A device-to-host copy was queued since the stream was last idle: into pinned memory
@@ -117,6 +119,7 @@ impl Gpu {
             cc,
             module: None,
             blas: None,
+            blas_error: None,
             scratch: Scratch::default(),
             pinned: None,
             d2h_pending: false,
@@ -168,16 +171,48 @@ impl Gpu {
         }
     }
 
-    /// Queues a device-to-host copy of `src` into `dst` (see `d2h_pending`).
-    pub fn dtoh(&mut self, dst: &mut [u8], src: sys::CUdeviceptr) -> Result<(), String> {
+    /// Whether `p` is page-locked host memory (ours or another library's, such as a
+    /// ggml-cuda host buffer): copies into it complete asynchronously.
+    fn is_pinned(p: *const u8) -> bool {
+        let mut ty: u32 = 0;
+        // SAFETY: a query into a local; unregistered pageable memory makes it fail.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut ty as *mut u32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                p as sys::CUdeviceptr,
+            )
+        };
+        r == sys::CUresult::CUDA_SUCCESS && ty == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
+    }
+
+    /// Queues a device-to-host copy of `src` into `dst`. Into pageable memory the copy is
+    /// complete when this returns; into pinned memory it lands later, which `d2h_pending`
+    /// records. Returns whether it is still in flight.
+    pub fn dtoh(&mut self, dst: &mut [u8], src: sys::CUdeviceptr) -> Result<bool, String> {
         if dst.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
-        self.d2h_pending = true;
+        let late = Self::is_pinned(dst.as_ptr());
+        self.d2h_pending |= late;
         // SAFETY: `dst` is writable host memory the caller keeps alive until the stream is
         // idle; `src` spans dst.len() device bytes.
         unsafe { cu::memcpy_dtoh_async(dst, src, self.stream) }
-            .map_err(|e| err("cuMemcpyDtoHAsync", e))
+            .map_err(|e| err("cuMemcpyDtoHAsync", e))?;
+        Ok(late)
+    }
+
+    /// Waits for the stream when a device-to-host copy into pinned memory is in flight.
+    pub fn land_downloads(&mut self) -> Result<(), String> {
+        if self.d2h_pending {
+            self.wait_stream()?;
+        }
+        Ok(())
+    }
+
+    /// Bytes held by [`Gpu::keep`].
+    pub fn kept_bytes(&self) -> usize {
+        self.keep.iter().map(Vec::len).sum()
     }
 
     /// After a wait for the stream: the `bad` flag's value, cleared (0: nothing to report).
@@ -235,6 +270,17 @@ impl Gpu {
         if let Some(h) = self.blas {
             return Ok(h);
         }
+        if let Some(e) = &self.blas_error {
+            return Err(e.clone());
+        }
+        let made = self.make_blas();
+        if let Err(e) = &made {
+            self.blas_error = Some(e.clone());
+        }
+        made
+    }
+
+    fn make_blas(&mut self) -> Result<blas::cublasHandle_t, String> {
         // SAFETY: a probe that opens the library if it can.
         let present =
             std::panic::catch_unwind(|| unsafe { blas::is_culib_present() }).unwrap_or(false);

@@ -27,6 +27,7 @@ pub mod support;
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::{result as cu, sys};
@@ -40,6 +41,12 @@ use kargs::Ten;
 
 /// The kernel source, compiled at run time.
 pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
+
+/// Host bytes of large uploads kept alive before the stream is waited for.
+const KEEP_LIMIT: usize = 256 << 20;
+
+/// How long a wait for an event sleeps before it checks whether the stream has failed.
+const WAIT_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Fake-address bookkeeping: offsets in the reserved range, and the device pointer of each
 /// live allocation (by start offset).
@@ -58,6 +65,9 @@ pub struct CudaDevice {
     gpu: Mutex<Gpu>,
     errors: Mutex<Vec<String>>,
     on_error: fn(&str),
+    /// Whether the kernels are built: 0 not tried, 1 built, 2 failed (then nothing is
+    /// claimed, and the graph runs elsewhere).
+    kernels: AtomicU8,
 }
 
 impl CudaDevice {
@@ -95,6 +105,7 @@ impl CudaDevice {
             gpu: Mutex::new(gpu),
             errors: Mutex::new(Vec::new()),
             on_error,
+            kernels: AtomicU8::new(0),
         })
     }
 
@@ -126,6 +137,48 @@ impl CudaDevice {
             Ok(Ok(())) => {}
             Ok(Err(e)) => self.fail(e),
             Err(_) => self.fail("panic in the CUDA runtime".into()),
+        }
+    }
+
+    /// Builds the kernels on the first question (NVRTC, about a second), so that a device
+    /// whose NVRTC cannot build them claims nothing (its graphs run on other devices) instead
+    /// of failing every job. The failure is logged once.
+    fn kernels_built(&self) -> bool {
+        match self.kernels.load(Ordering::Acquire) {
+            1 => return true,
+            2 => return false,
+            _ => {}
+        }
+        let mut built = false;
+        self.with_gpu(|g| {
+            g.load_kernels(KERNEL_SOURCE)?;
+            built = true;
+            Ok(())
+        });
+        self.kernels
+            .store(if built { 1 } else { 2 }, Ordering::Release);
+        // the failure went through `fail`; it is not a queue error of any later synchronize
+        if !built {
+            self.errors.lock().clear();
+        }
+        built
+    }
+
+    /// Blocks until recording `seq` of `event` completes, or gives up with an error when
+    /// this device's stream has failed (a fault in a kernel or a copy): a failed stream
+    /// never runs its queued host functions, so the recording would never complete.
+    fn wait_checked(&self, event: &Event, seq: u64) {
+        while !event.wait_timeout(seq, WAIT_CHECK) {
+            let failed = {
+                let g = self.gpu.lock();
+                g.bind().err().or_else(|| g.stream_error())
+            };
+            if let Some(e) = failed {
+                self.fail(format!(
+                    "an event recording on a failed stream never completes ({e}); not waiting"
+                ));
+                return;
+            }
         }
     }
 
@@ -205,7 +258,12 @@ impl CudaDevice {
                 // for the copy to land: `Gpu::htod`.) The whole span goes back, as it was
                 // staged, so bytes between a view's elements keep what they held.
                 let dst = unsafe { std::slice::from_raw_parts_mut(p.0 as *mut u8, nj.sizes[0]) };
-                g.dtoh(dst, dp)?;
+                if g.dtoh(dst, dp)? {
+                    // pinned host memory: the result lands later, and the layer may read
+                    // these bytes on the host before the next synchronize (a copy out of a
+                    // host buffer, say): wait for it now
+                    g.land_downloads()?;
+                }
             }
         }
         Ok(())
@@ -309,6 +367,9 @@ impl Runtime for CudaDevice {
             if let HostSrc::Owned(v) = src {
                 if v.len() > gpu::PINNED_MAX_COPY {
                     g.keep(v);
+                    if g.kept_bytes() > KEEP_LIMIT {
+                        g.sync()?; // not inside a node: uploads are queued between jobs
+                    }
                 }
             }
             Ok(())
@@ -320,7 +381,7 @@ impl Runtime for CudaDevice {
             let s = self.translate(src, len)?;
             // SAFETY: `dst` spans len writable host bytes kept alive until synchronize.
             let out = unsafe { std::slice::from_raw_parts_mut(dst.0 as *mut u8, len) };
-            g.dtoh(out, s)
+            g.dtoh(out, s).map(|_| ())
         });
     }
 
@@ -395,22 +456,15 @@ impl Runtime for CudaDevice {
     }
 
     fn wait(&self, event: Arc<Event>, seq: u64) {
-        // later work is issued only after the recording completes. A stream that failed
-        // (a fault in a kernel) never runs its host functions, so the recording would never
-        // complete: check for that instead of blocking forever. (With one GPU every HRX
-        // device shares its context, so a fault shows on our stream too.)
-        while !event.wait_timeout(seq, std::time::Duration::from_millis(50)) {
-            let failed = {
-                let g = self.gpu.lock();
-                g.bind().err().or_else(|| g.stream_error())
-            };
-            if let Some(e) = failed {
-                self.fail(format!(
-                    "an event recording on a failed stream never completes ({e}); not waiting"
-                ));
-                event.signal(seq);
-            }
-        }
+        // later work is issued only after the recording completes. The recording may be
+        // another HRX device's; with one GPU every HRX device shares its context, so a fault
+        // there shows on our stream too. (With several GPUs a fault on another card is not
+        // seen here: the wait goes on until that card's device is synchronized.)
+        self.wait_checked(&event, seq);
+    }
+
+    fn wait_host(&self, event: &Event, seq: u64) {
+        self.wait_checked(event, seq);
     }
 
     fn synchronize(&self) -> Result<(), String> {
@@ -437,7 +491,7 @@ impl Runtime for CudaDevice {
     fn set_threads(&self, _n: usize) {}
 
     fn supports(&self, node: &ggml_sys::ggml_tensor) -> bool {
-        support::supports(node)
+        support::supports(node) && self.kernels_built()
     }
 }
 
