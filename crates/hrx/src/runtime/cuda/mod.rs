@@ -142,7 +142,8 @@ impl CudaDevice {
 
     /// Builds the kernels on the first question (NVRTC, about a second), so that a device
     /// whose NVRTC cannot build them claims nothing (its graphs run on other devices) instead
-    /// of failing every job. The failure is logged once.
+    /// of failing every job. The failure is logged once (and reported by the next
+    /// synchronize, as every error is).
     fn kernels_built(&self) -> bool {
         match self.kernels.load(Ordering::Acquire) {
             1 => return true,
@@ -157,10 +158,6 @@ impl CudaDevice {
         });
         self.kernels
             .store(if built { 1 } else { 2 }, Ordering::Release);
-        // the failure went through `fail`; it is not a queue error of any later synchronize
-        if !built {
-            self.errors.lock().clear();
-        }
         built
     }
 
