@@ -38,6 +38,8 @@ if [ ! -f "$dev/llama.tar.gz" ]; then
   rm -rf "$tmp"
 fi
 cp gpu/mkmodel.py "$dev/mkmodel.py"
+# an older tarball would be taken by hrxcheck without a word: only the one asked for stays
+rm -f "$dev/llama-cpu-bin.tar.gz"
 if [ "${1:-}" = --llama-bin ]; then
   build=$(cd "${2:?usage: gpu/pack.sh --llama-bin BUILD_DIR}" && pwd)
   (cd "$build" && tar -czf "$root/$dev/llama-cpu-bin.tar.gz" bin/test-backend-ops bin/llama-completion \

@@ -22,7 +22,9 @@
 #   hrxbench llama-bench pp512/tg128 of the F16 and Q4_0 models, -dev HRX0 (CUDA runtime) and
 #            -dev CUDA0 (ggml-cuda) from the same CUDA build, alternating (HRX_ROUNDS, default 3)
 #   hrxcheck everything issue 13 asks of the H200 in one go, for a machine held only minutes:
-#            test-backend-ops -b HRX0 in both arms (in the background), the models, llama-bench
+#            test-backend-ops -b HRX0 in both arms (in the background while the models are
+#            made; it says when HRX0 was not a CUDA device, as then nothing ran on the GPU),
+#            then llama-bench
 #            -dev HRX0 in both arms, greedy text CPU against HRX0; every process's libggml-base
 #            proven by the probe; the in-place reproducer, the arena with -ot, test-llama-archs
 #            -b HRX0 when the build has it. Uses .device/llama-cpu-bin.tar.gz (gpu/pack.sh --llama-bin)
@@ -109,7 +111,7 @@ stage_hrx() {
   local filt=(); [ -n "${HRX_OPS:-}" ] && filt=(-o "$HRX_OPS")
   logged hrx-ops-stock 12 "$b/bin/test-backend-ops" test -b HRX0 "${filt[@]}"
   grep -E "FAIL|not supported \[HRX0\]" "$W/logs/hrx-ops-stock.log" | grep -v "^ *$" | sort | uniq -c | sort -rn | head -40 > "$W/logs/hrx-ops-fails.log"
-  LD_LIBRARY_PATH=$lib logged hrx-ops-ours 6 "$b/bin/test-backend-ops" test -b HRX0 "${filt[@]}"
+  LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} logged hrx-ops-ours 6 "$b/bin/test-backend-ops" test -b HRX0 "${filt[@]}"
   [ -n "${HRX_OPS:-}" ] && return 0
   local p="The capital of France is" m
   for m in "$W/model-f16.gguf" "$M"; do
@@ -157,7 +159,7 @@ stage_hrxcheck() {
   arm() {
     local a=$1; shift
     local path=$b/bin; [ "$a" = ours ] && path=$lib:$b/bin
-    LD_LIBRARY_PATH=$path LD_PRELOAD=${ARM_PRELOAD:+$ARM_PRELOAD:}$lib/libab_probe.so \
+    LD_LIBRARY_PATH=$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} LD_PRELOAD=${ARM_PRELOAD:+$ARM_PRELOAD:}$lib/libab_probe.so \
       GGML_AB_PROBE_OUT=$W/logs/probe-$a.jsonl "$@"
   }
   local t0=$SECONDS a
@@ -165,6 +167,13 @@ stage_hrxcheck() {
     arm $a "$b/bin/test-backend-ops" test -b HRX0 "${filt[@]}" > "$W/logs/hrx-ops-$a.log" 2>&1 &
   done
   GPU_BUILD=$b stage_models || return 1
+  # the GPU to itself for what is timed: the two test-backend-ops runs end first
+  wait
+  for a in stock ours; do
+    log "ops $a: $(grep -a -o 'Device description: HRX on CUDA[^)]*)' "$W/logs/hrx-ops-$a.log" | head -1 || true) $(grep -a 'tests passed' "$W/logs/hrx-ops-$a.log" | tail -1) FAIL lines: $(grep -a -c FAIL "$W/logs/hrx-ops-$a.log")"
+    grep -a -q "Device description: HRX on CUDA" "$W/logs/hrx-ops-$a.log" \
+      || log "ops $a: NO HRX0 ON CUDA in this run (no device, or the simulator): the counts above mean nothing"
+  done
   for a in stock ours; do
     arm $a "$b/bin/llama-bench" -m "$M" -m "$W/model-f16.gguf" -dev HRX0 -ngl 99 -fa 0 -p 512 -n 128 -r 3 \
       > "$W/logs/hrx-bench-$a.log" 2>&1
@@ -227,10 +236,6 @@ stage_hrxcheck() {
   GGML_HRX_HOST_WEIGHT_LIMIT_MB=$rf arm ours "$b/bin/llama-completion" -m "$M" -p "$p" -n 4 --temp 0 -fa off \
     -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-refuse.log" 2>&1 < /dev/null
   log "arena ${rf} MiB: exit $?; $(grep -a 'refused by the arena' "$W/logs/arena-refuse.log" | head -1 | head -c 300)"
-  wait # the two test-backend-ops runs
-  for a in stock ours; do
-    log "ops $a: $(grep -a 'tests passed' "$W/logs/hrx-ops-$a.log" | tail -1) FAIL lines: $(grep -a -c FAIL "$W/logs/hrx-ops-$a.log")"
-  done
   for a in stock ours; do
     log "probe $a (processes, program, libggml-base mapped, sha256): $(grep -h '"name":"libggml-base"' \
       "$W/logs/probe-$a.jsonl" 2>/dev/null | sed -E 's/.*"exe":"([^"]*)".*"path":"([^"]*)".*"sha256":"(.{12}).*/\1 \2 \3/' \
@@ -329,7 +334,7 @@ case "${1:-}" in
     collect
     ;;
   "")
-    sed -n '2,20p' "$0"
+    sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d'
     ;;
   *)
     run_stages "$@"
