@@ -93,6 +93,10 @@ pub fn run(paths: &Paths) -> Result<u8> {
             }
         };
         cmd.current_dir(&paths.root);
+        // The suite checks HRX on the simulator: its comparisons hold on the CPU kernels'
+        // numeric path. On a machine with a GPU the default `auto` would take the CUDA
+        // runtime; the GPU checks are `gpu/run.sh hrxcheck`, outside the suite.
+        cmd.env("GGML_HRX_RUNTIME", "sim");
         let f = proc::run(
             &mut cmd,
             &RunOpts {

@@ -30,6 +30,11 @@ cpu_lib=${HRX_CPU_LIB_DIR:-}
 [ -z "$cpu_lib" ] || cpu_lib=$(cd "$root" && cd "$cpu_lib" && pwd)
 libpath=${cpu_lib:+$cpu_lib:}${base:+$base:}$stock
 fail=0
+# These checks are the simulator's: its texts and values are compared with the CPU's on the
+# same numeric path (ggml's CPU kernels). On a machine with a GPU, GGML_HRX_RUNTIME=auto
+# would take the CUDA runtime, whose kernels round differently; the GPU checks are
+# gpu/run.sh hrxcheck (docs/hrx-cuda.md). Set it yourself to run these on CUDA anyway.
+export GGML_HRX_RUNTIME=${GGML_HRX_RUNTIME:-sim}
 say() { printf '[hrx %s %s] %s\n' "$arm" "$step" "$*"; }
 
 run_unit() {

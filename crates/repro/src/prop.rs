@@ -106,6 +106,12 @@ fn real_main(o: PropArgs) -> Result<bool> {
             .env("LD_LIBRARY_PATH", &ld)
             .env("GGML_BACKEND_PATH", &hrx)
             .env("GGML_NO_BACKTRACE", "1")
+            // the NMSE bound is the CPU kernels' (the simulator runs them); on a machine
+            // with a GPU `auto` would take the CUDA runtime
+            .env(
+                "GGML_HRX_RUNTIME",
+                std::env::var("GGML_HRX_RUNTIME").unwrap_or_else(|_| "sim".into()),
+            )
             .env_remove("GGML_HRX_EAGER_OPS")
             .env_remove("LD_PRELOAD");
         let stem = logs.join(format!("prop-{}-{first}", o.arm));
