@@ -69,9 +69,11 @@ impl Registry {
             "auto",
             env::runtime_choice,
         );
+        // read whatever the runtime, so that a bad value is named even where it has no use
+        let profile = env::read("GGML_HRX_PROFILE", false, "0 (off)", env::switch);
         let mut devices = Vec::new();
         if choice != RuntimeChoice::Sim {
-            match cuda_devices(n, base, limit, reg) {
+            match cuda_devices(n, base, limit, profile, reg) {
                 Ok(d) => {
                     return Registry {
                         reg: reg as usize,
@@ -134,9 +136,9 @@ fn cuda_devices(
     n: usize,
     base: Option<usize>,
     limit: usize,
+    profile: bool,
     reg: ggml_backend_reg_t,
 ) -> Result<Vec<&'static Device>, String> {
-    let profile = env::read("GGML_HRX_PROFILE", false, "0 (off)", env::switch);
     let opened = cuda::loader::preload_toolkit();
     let have = cuda::loader::device_count()?;
     if have == 0 {
