@@ -19,7 +19,6 @@
 //! the outputs bit for bit with the graph computed in memory of its own (no reuse), and the
 //! buffer sizes (packed never larger). `ALLOC_CASES` sets the number of graphs (default 3000).
 
-use std::os::raw::c_char;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -42,15 +41,6 @@ static OPT_CALLS: AtomicUsize = AtomicUsize::new(0);
 mod devices;
 use devices::*;
 
-unsafe extern "C" fn backend_name(b: ggml_backend_t) -> *const c_char {
-    // SAFETY: a backend made by `backend()`.
-    unsafe { dev_name((*b).device) }
-}
-unsafe extern "C" fn backend_sync(_: ggml_backend_t) {}
-unsafe extern "C" fn backend_free(b: ggml_backend_t) {
-    // SAFETY: made by Box in backend().
-    drop(unsafe { Box::from_raw(b) });
-}
 fn floats<'a>(t: *const ggml_tensor) -> &'a mut [f32] {
     // SAFETY: a live, allocated, contiguous f32 host tensor.
     unsafe {

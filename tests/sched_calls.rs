@@ -27,7 +27,7 @@
 //! `SCHED_CALLS_TRACE=1` prints each case and call to stderr before it runs, for a crash
 //! (which proptest cannot catch or shrink) to be read off the last lines.
 
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -46,16 +46,6 @@ use devices::*;
 
 /// Graph computes per backend (0: TESTA, 1: TESTCPU), to check that work really ran.
 static COMPUTES: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-
-unsafe extern "C" fn backend_name(b: ggml_backend_t) -> *const c_char {
-    // SAFETY: a backend made by `backend()`.
-    unsafe { dev_name((*b).device) }
-}
-unsafe extern "C" fn backend_sync(_: ggml_backend_t) {}
-unsafe extern "C" fn backend_free(b: ggml_backend_t) {
-    // SAFETY: made by Box in backend().
-    drop(unsafe { Box::from_raw(b) });
-}
 
 fn floats<'a>(t: &ggml_tensor) -> &'a mut [f32] {
     // SAFETY: a live, allocated, contiguous f32 host tensor (checked by the caller).

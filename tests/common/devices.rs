@@ -31,6 +31,21 @@ pub unsafe extern "C" fn dev_name(d: sys::ggml_backend_dev_t) -> *const c_char {
         c"TESTCPU".as_ptr()
     }
 }
+/// The backend interface's `get_name`: the name of the backend's device.
+pub unsafe extern "C" fn backend_name(b: sys::ggml_backend_t) -> *const c_char {
+    // SAFETY: a backend made by a test's `backend()`, whose device is one of these.
+    unsafe { dev_name((*b).device) }
+}
+
+/// The backend interface's `synchronize`: the test backends compute synchronously.
+pub unsafe extern "C" fn backend_sync(_: sys::ggml_backend_t) {}
+
+/// The backend interface's `free`.
+pub unsafe extern "C" fn backend_free(b: sys::ggml_backend_t) {
+    // SAFETY: made by Box in a test's `backend()`.
+    drop(unsafe { Box::from_raw(b) });
+}
+
 pub unsafe extern "C" fn dev_memory(
     _: sys::ggml_backend_dev_t,
     free: *mut usize,

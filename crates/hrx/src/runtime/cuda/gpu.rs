@@ -281,12 +281,7 @@ impl Gpu {
     }
 
     fn make_blas(&mut self) -> Result<blas::cublasHandle_t, String> {
-        // SAFETY: a probe that opens the library if it can.
-        let present =
-            std::panic::catch_unwind(|| unsafe { blas::is_culib_present() }).unwrap_or(false);
-        if !present {
-            return Err("cuBLAS (libcublas.so) not found; set CUDA_HOME or LD_LIBRARY_PATH".into());
-        }
+        // cuBLAS's presence was checked before any device was made (`loader::toolkit_present`)
         let mut h: blas::cublasHandle_t = std::ptr::null_mut();
         // SAFETY: creating a handle into `h`; the context is bound.
         let st = unsafe { blas::cublasCreate_v2(&mut h) };

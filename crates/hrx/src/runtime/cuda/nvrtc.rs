@@ -2,15 +2,11 @@
 
 use std::ffi::{CStr, CString};
 
-use cudarc::nvrtc::{result, sys};
+use cudarc::nvrtc::result;
 
 /// PTX for `src`, compiled for `compute_{major}{minor}`, or the compiler's log.
 pub fn compile(src: &str, major: i32, minor: i32) -> Result<CString, String> {
-    // SAFETY: a probe that opens the library if it can.
-    let present = std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
-    if !present {
-        return Err("NVRTC (libnvrtc.so) not found; set CUDA_HOME or LD_LIBRARY_PATH".into());
-    }
+    // NVRTC's presence was checked before any device was made (`loader::toolkit_present`)
     let csrc = CString::new(src).map_err(|_| "kernel source has a NUL byte".to_string())?;
     let name = CString::new("hrx_kernels.cu").unwrap();
     let prog = result::create_program(&csrc, Some(&name))

@@ -251,16 +251,6 @@ pub fn supports(node: &ggml_tensor) -> bool {
     check(node).is_ok()
 }
 
-/// Whether `t`'s rows are packed (see the module); used by the dispatcher too.
-pub fn packed_rows(t: &ggml_tensor) -> bool {
-    rows_packed(t)
-}
-
-/// Whether `t` is contiguous (ggml_is_contiguous).
-pub fn is_contiguous(t: &ggml_tensor) -> bool {
-    contiguous(t)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
