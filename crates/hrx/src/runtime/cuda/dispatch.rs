@@ -78,6 +78,11 @@ pub trait Target {
 const THREADS: u32 = 256;
 /// Columns up to which MUL_MAT runs as matrix-vector products (one warp per output).
 pub(crate) const MMV_MAX_COLS: i64 = 8;
+/// Blocks per column of the matrix-vector kernel at most: its warps take rows grid-stride,
+/// so a large matrix (an output projection of 128k rows) converts the column into shared
+/// memory 1,024 times rather than once per 8 rows. 1,024 blocks of 8 warps still fill an
+/// H200 (132 multiprocessors, 8 such blocks resident on each).
+pub(crate) const MMV_MAX_BLOCKS: u64 = 1024;
 
 fn f32_param(t: &ggml_tensor, i: usize) -> f32 {
     f32::from_bits(t.op_params[i] as u32)
@@ -398,6 +403,34 @@ fn is_quant(ty: i32) -> bool {
     matches!(ty, TY_Q4_0 | TY_Q4_1 | TY_Q8_0 | TY_Q4_K | TY_Q6_K)
 }
 
+/// Weights per block and bytes per block of a quantized type (`is_quant`).
+fn quant_block(ty: i32) -> Option<(i64, i64)> {
+    match ty {
+        TY_Q4_0 => Some((32, 18)),
+        TY_Q4_1 => Some((32, 20)),
+        TY_Q8_0 => Some((32, 34)),
+        TY_Q4_K => Some((256, 144)),
+        TY_Q6_K => Some((256, 210)),
+        _ => None,
+    }
+}
+
+/// Whether `hrx_mul_mat_vec_q` can stream the rows of weights `a` with 16-byte loads:
+/// a quantized type, every row starting 16-byte aligned (the data pointer and the row,
+/// matrix and batch strides multiples of 16) and holding whole blocks that end on a 16-byte
+/// boundary. Quantized blocks are 18, 20, 34, 144 or 210 bytes, so without these 2-byte
+/// loads are all the alignment promises.
+pub(crate) fn staged_rows(a: &Ten) -> bool {
+    let Some((qk, bs)) = quant_block(a.ty) else {
+        return false;
+    };
+    a.data % 16 == 0
+        && a.nb[1..].iter().all(|&b| b % 16 == 0)
+        && a.ne[0] % qk == 0
+        && (a.ne[0] / qk * bs) % 16 == 0
+        && a.nb[0] == bs
+}
+
 /// Leading dimension and batch strides (elements) when `x` can go to cuBLAS as it is: F32,
 /// rows packed, strides whole elements, leading dimension at least a row.
 fn f32_layout(x: &Ten) -> Option<(i32, i64, i64)> {
@@ -435,14 +468,30 @@ fn mul_mat(d: Ten, a: Ten, b: Ten, t: &mut dyn Target) -> Result<(), String> {
     let r2 = b.ne[2] / a.ne[2];
     let r3 = b.ne[3] / a.ne[3];
     if n <= MMV_MAX_COLS {
-        let blocks = (m as u64).div_ceil(MMV_WARPS as u64);
+        let blocks = (m as u64).div_ceil(MMV_WARPS as u64).min(MMV_MAX_BLOCKS);
         let grid_x = u32::try_from(blocks).map_err(|_| "too many rows".to_string())?;
         // the column as F32 with one padding float per 32 (see `XS` in kernels.cu)
         let col_bytes = (k as usize + k as usize / 32 + 1) * 4;
         let shared = col_bytes <= MMV_SHARED_MAX;
+        let grid = [grid_x, n as u32, (b.ne[2] * b.ne[3]) as u32];
+        if shared && staged_rows(&a) {
+            return t.launch(Launch {
+                kernel: "hrx_mul_mat_vec_q",
+                grid,
+                block: [32 * MMV_WARPS, 1, 1],
+                shared: col_bytes as u32,
+                args: vec![
+                    Arg::Ten(d),
+                    Arg::Ten(a),
+                    Arg::Ten(b),
+                    Arg::I64(r2),
+                    Arg::I64(r3),
+                ],
+            });
+        }
         return t.launch(Launch {
             kernel: "hrx_mul_mat_vec",
-            grid: [grid_x, n as u32, (b.ne[2] * b.ne[3]) as u32],
+            grid,
             block: [32 * MMV_WARPS, 1, 1],
             shared: if shared { col_bytes as u32 } else { 0 },
             args: vec![
@@ -541,6 +590,19 @@ mod tests {
         }
     }
 
+    /// A packed quantized tensor as ggml lays it out: nb[0] is a block's bytes.
+    fn qten(ty: i32, data: u64, ne: [i64; 4]) -> Ten {
+        let (qk, bs) = quant_block(ty).unwrap();
+        let row = ne[0] / qk * bs;
+        Ten {
+            data,
+            ne,
+            nb: [bs, row, row * ne[1], row * ne[1] * ne[2]],
+            ty,
+            pad: 0,
+        }
+    }
+
     fn mm_node() -> ggml_tensor {
         // SAFETY: plain data, zero is valid.
         let mut n: ggml_tensor = unsafe { std::mem::zeroed() };
@@ -550,7 +612,7 @@ mod tests {
 
     #[test]
     fn one_token_goes_to_the_matrix_vector_kernel_with_weights_in_place() {
-        let a = ten(TY_Q4_0, 0x1000, [2048, 8192, 1, 1], 18);
+        let a = qten(TY_Q4_0, 0x1000, [2048, 8192, 1, 1]);
         let b = ten(TY_F32, 0x2000, [2048, 1, 1, 1], 4);
         let d = ten(TY_F32, 0x3000, [8192, 1, 1, 1], 4);
         let mut r = Recorder::default();
@@ -558,12 +620,77 @@ mod tests {
         assert_eq!(r.launches.len(), 1);
         assert!(r.gemms.is_empty() && r.scratch.is_empty());
         let l = &r.launches[0];
-        assert_eq!(l.kernel, "hrx_mul_mat_vec");
+        // rows of 1,152 bytes from a 16-byte aligned start: streamed with 16-byte loads
+        assert_eq!(l.kernel, "hrx_mul_mat_vec_q");
         assert_eq!(l.grid, [1024, 1, 1]);
         assert_eq!(l.block, [256, 1, 1]);
         // the column (2048 floats) goes to shared memory
         assert_eq!(l.shared, (2048 + 64 + 1) * 4);
-        assert_eq!(l.args[5], Arg::I32(1));
+        assert_eq!(l.args.len(), 5);
+    }
+
+    #[test]
+    fn rows_that_are_not_16_byte_aligned_take_the_in_place_kernel() {
+        let b = ten(TY_F32, 0x2000, [2048, 1, 1, 1], 4);
+        let d = ten(TY_F32, 0x3000, [64, 1, 1, 1], 4);
+        let aligned = qten(TY_Q4_0, 0x1000, [2048, 64, 1, 1]);
+        assert!(staged_rows(&aligned));
+        for a in [
+            // a view 2 bytes into the weights
+            Ten {
+                data: 0x1002,
+                ..aligned
+            },
+            // a view of every other row: a 2,304-byte stride is fine, 1,170 is not
+            Ten {
+                nb: [18, 1170, 1170 * 64, 1170 * 64],
+                ..aligned
+            },
+            // 96 weights: three 18-byte blocks, 54 bytes a row
+            qten(TY_Q4_0, 0x1000, [96, 64, 1, 1]),
+            // F16 is read in place with its own 16-byte loads
+            ten(TY_F16, 0x1000, [2048, 64, 1, 1], 2),
+        ] {
+            assert!(!staged_rows(&a), "{a:?}");
+            let mut r = Recorder::default();
+            node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
+            assert_eq!(r.launches[0].kernel, "hrx_mul_mat_vec");
+            assert_eq!(r.launches[0].args[5], Arg::I32(1));
+        }
+        // every staged type: Q4_1 rows of 2048 are 1,280 bytes, Q8_0 2,176, Q4_K 1,152,
+        // Q6_K 1,680
+        for ty in [TY_Q4_1, TY_Q8_0, TY_Q4_K, TY_Q6_K] {
+            assert!(
+                staged_rows(&qten(ty, 0x1000, [2048, 64, 1, 1])),
+                "type {ty}"
+            );
+        }
+        // Q8_0 of 32 weights (34 bytes) is not
+        assert!(!staged_rows(&qten(TY_Q8_0, 0x1000, [32, 64, 1, 1])));
+    }
+
+    #[test]
+    fn a_tall_matrix_caps_the_grid_and_its_warps_take_rows_grid_stride() {
+        // an output projection: 128,256 rows of Q6_K, one token
+        let a = qten(TY_Q6_K, 0x1000, [2048, 128256, 1, 1]);
+        let b = ten(TY_F32, 0x2000, [2048, 1, 1, 1], 4);
+        let d = ten(TY_F32, 0x3000, [128256, 1, 1, 1], 4);
+        let mut r = Recorder::default();
+        node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
+        let l = &r.launches[0];
+        assert_eq!(l.kernel, "hrx_mul_mat_vec_q");
+        assert_eq!(l.grid, [1024, 1, 1]);
+        // an FFN down projection's 8,192-wide column still fits beside the staging buffers
+        let a = qten(TY_Q4_0, 0x1000, [8192, 2048, 1, 1]);
+        let b = ten(TY_F32, 0x2000, [8192, 1, 1, 1], 4);
+        let d = ten(TY_F32, 0x3000, [2048, 1, 1, 1], 4);
+        let mut r = Recorder::default();
+        node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
+        let l = &r.launches[0];
+        assert_eq!(l.grid, [256, 1, 1]);
+        assert_eq!(l.shared, (8192 + 256 + 1) * 4);
+        assert!(l.shared as usize + 8 * 1680 <= 48 << 10);
+        assert_eq!(l.kernel, "hrx_mul_mat_vec_q");
     }
 
     #[test]
@@ -690,7 +817,10 @@ mod tests {
         let mut out = Vec::new();
         let mut rest = src;
         while let Some(i) = rest.find("extern \"C\" __global__ void ") {
-            let after = &rest[i + "extern \"C\" __global__ void ".len()..];
+            let mut after = &rest[i + "extern \"C\" __global__ void ".len()..];
+            if let Some(b) = after.strip_prefix("__launch_bounds__(") {
+                after = &b[b.find(')').unwrap() + 1..];
+            }
             let open = after.find('(').unwrap();
             let close = after.find(')').unwrap();
             let name = after[..open].trim().to_string();
@@ -805,6 +935,14 @@ mod tests {
                 node_of(GGML_OP_MUL_MAT, &[]),
                 f32t([8, 1, 2, 1]),
                 vec![Some(q), Some(f32t([64, 1, 2, 1]))],
+            ),
+            (
+                node_of(GGML_OP_MUL_MAT, &[]),
+                f32t([8, 1, 2, 1]),
+                vec![
+                    Some(qten(TY_Q4_0, 0x4000, [256, 8, 2, 1])),
+                    Some(f32t([256, 1, 2, 1])),
+                ],
             ),
             (
                 node_of(GGML_OP_MUL_MAT, &[]),

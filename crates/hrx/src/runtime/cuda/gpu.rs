@@ -28,6 +28,7 @@ pub(crate) const KERNELS: &[&str] = &[
     "hrx_soft_max",
     "hrx_rope",
     "hrx_mul_mat_vec",
+    "hrx_mul_mat_vec_q",
 ];
 
 /// Bytes of the first scratch chunk; later chunks double.

@@ -151,9 +151,14 @@ pub(crate) fn bad_flag_text(v: i32) -> String {
 /// Warps (one output each) per block of `hrx_mul_mat_vec` (`HRX_MMV_WARPS`).
 pub(crate) const MMV_WARPS: u32 = 8;
 
-/// Bytes of shared memory `hrx_mul_mat_vec` may use for its F32 copy of a column of src1
-/// (the default per-block limit, 48 KiB).
-pub(crate) const MMV_SHARED_MAX: usize = 48 << 10;
+/// Bytes of each warp's staging buffer in `hrx_mul_mat_vec` (`HRX_MMV_STAGE`, static
+/// shared memory).
+pub(crate) const MMV_STAGE: usize = 1680;
+
+/// Bytes of dynamic shared memory `hrx_mul_mat_vec` may use for its F32 copy of a column of
+/// src1: the default per-block limit, 48 KiB, less the warps' staging buffers (13,440
+/// bytes), which leaves room for columns of up to 8,656 elements (an 8,192-wide FFN).
+pub(crate) const MMV_SHARED_MAX: usize = (48 << 10) - MMV_WARPS as usize * MMV_STAGE;
 
 #[cfg(test)]
 mod tests {
@@ -199,6 +204,7 @@ mod tests {
             ("HRX_BIN_DIV", BIN_DIV),
             ("HRX_UN_SCALE", UN_SCALE),
             ("HRX_MMV_WARPS", MMV_WARPS as i32),
+            ("HRX_MMV_STAGE", MMV_STAGE as i32),
             ("HRX_BAD_GET_ROWS", BAD_GET_ROWS),
             ("HRX_BAD_SET_ROWS", BAD_SET_ROWS),
         ] {

@@ -66,13 +66,19 @@ typedef signed char i8;
 
 // rows of up to this many columns go through the matrix-vector kernel
 #define HRX_MMV_WARPS 8
+// bytes of the per-warp staging buffer of the matrix-vector kernel: the largest chunk of
+// quantized blocks it streams through shared memory (8 Q6_K blocks, 105 16-byte words)
+#define HRX_MMV_STAGE 1680
 
 #if defined(__HIPCC_RTC__)
 #define HRX_SHFL_XOR(v, m) __shfl_xor((v), (m))
 #define HRX_WARP 64
+// a wavefront's lanes run in lockstep; the barrier orders its shared-memory accesses
+#define HRX_SYNCWARP() __builtin_amdgcn_wave_barrier()
 #else
 #define HRX_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
 #define HRX_WARP 32
+#define HRX_SYNCWARP() __syncwarp()
 #endif
 
 #define HRX_INF __int_as_float(0x7f800000)
@@ -725,7 +731,7 @@ __device__ __forceinline__ float dot_f16(const char *row, const float *x, i64 k,
     float acc = 0.0f;
     if ((((u64)row) & 15) == 0 && (k & 7) == 0) {
         const uint4 *r8 = (const uint4 *)row;
-#pragma unroll 2
+#pragma unroll 4
         for (i64 j = lane; j < k / 8; j += HRX_WARP) {
             uint4 v = r8[j];
             i64 e = 8 * j;
@@ -741,6 +747,154 @@ __device__ __forceinline__ float dot_f16(const char *row, const float *x, i64 k,
     return acc;
 }
 
+// Q4_1: as Q4_0, four lanes per block; the 20-byte blocks keep the nibbles 4-byte aligned
+// in the 16-byte aligned staging buffer, so each lane reads its four bytes at once.
+__device__ __forceinline__ float dot_q4_1(const char *row, const float *x, i64 k, int lane) {
+    float acc = 0.0f;
+    int sub = lane & 3;
+    i64 nb = k / 32;
+#pragma unroll 2
+    for (i64 g = lane >> 2; g < nb; g += HRX_WARP / 4) {
+        const char *b = row + g * 20;
+        u32 q = *(const u32 *)(b + 4 + 4 * sub);
+        const float *xv = x + g * 33 + 4 * sub;
+        float s = 0.0f, sx = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int byte = (q >> (8 * j)) & 0xFF;
+            s += (float)(byte & 0xF) * xv[j] + (float)(byte >> 4) * xv[j + 16];
+            sx += xv[j] + xv[j + 16];
+        }
+        acc += s * h2f(rd16(b)) + sx * h2f(rd16(b + 2));
+    }
+    return acc;
+}
+
+// Q4_K: 256 weights a block; lane l takes weights l, l + W, ... (W the warp width), so
+// the warp reads consecutive bytes of the nibbles and of the column.
+__device__ __forceinline__ float dot_q4_k(const char *row, const float *x, i64 k, int lane) {
+    float acc = 0.0f;
+    for (i64 g = 0; g < k / 256; g++) {
+        const char *b = row + g * 144;
+        const u8 *scales = (const u8 *)(b + 4);
+        const u8 *qs = (const u8 *)(b + 16);
+        float dd = h2f(rd16(b)), dm = h2f(rd16(b + 2));
+        const float *xb = x + g * 264; // XS(x, g * 256)
+#pragma unroll
+        for (int t = 0; t < 256 / HRX_WARP; t++) {
+            int r = t * HRX_WARP + lane;
+            int j = r >> 6, w = r & 63;
+            int q = w < 32 ? (qs[32 * j + w] & 0xF) : (qs[32 * j + w - 32] >> 4);
+            int sc, m;
+            scale_min_k4(2 * j + (w >> 5), scales, &sc, &m);
+            acc += (dd * (float)sc * (float)q - dm * (float)m) * XS(xb, r);
+        }
+    }
+    return acc;
+}
+
+// Q6_K: 256 weights a block, the same lane mapping as Q4_K.
+__device__ __forceinline__ float dot_q6_k(const char *row, const float *x, i64 k, int lane) {
+    float acc = 0.0f;
+    for (i64 g = 0; g < k / 256; g++) {
+        const u8 *b = (const u8 *)row + g * 210;
+        const i8 *sc = (const i8 *)(b + 192);
+        float dd = h2f(rd16((const char *)b + 208));
+        const float *xb = x + g * 264;
+        float s = 0.0f;
+#pragma unroll
+        for (int t = 0; t < 256 / HRX_WARP; t++) {
+            int r = t * HRX_WARP + lane;
+            int h = r >> 7, kk = (r & 127) >> 5, l = r & 31;
+            int qlv = b[64 * h + l + (kk & 1) * 32];
+            int lo = kk < 2 ? (qlv & 0xF) : (qlv >> 4);
+            int hi = (b[128 + 32 * h + l] >> (2 * kk)) & 3;
+            s += (float)sc[8 * h + (l >> 4) + 2 * kk] * (float)((lo | (hi << 4)) - 32) * XS(xb, r);
+        }
+        acc += dd * s;
+    }
+    return acc;
+}
+
+// The quantized types the staged path streams, by type code: weights per block, bytes per
+// block, and blocks per chunk (a chunk is a multiple of 16 bytes and at most HRX_MMV_STAGE).
+template <int TY> struct Staged;
+template <> struct Staged<HRX_TY_Q4_0> { enum { QK = 32, BS = 18, PER = 64 }; };   // 1152 bytes
+template <> struct Staged<HRX_TY_Q4_1> { enum { QK = 32, BS = 20, PER = 64 }; };   // 1280
+template <> struct Staged<HRX_TY_Q8_0> { enum { QK = 32, BS = 34, PER = 32 }; };   // 1088
+template <> struct Staged<HRX_TY_Q4_K> { enum { QK = 256, BS = 144, PER = 8 }; };  // 1152
+template <> struct Staged<HRX_TY_Q6_K> { enum { QK = 256, BS = 210, PER = 8 }; };  // 1680
+
+template <int TY>
+__device__ __forceinline__ float dot_chunk(const char *cb, const float *x, i64 k, int lane) {
+    switch (TY) {
+    case HRX_TY_Q4_0: return dot_q4_0(cb, x, k, lane);
+    case HRX_TY_Q4_1: return dot_q4_1(cb, x, k, lane);
+    case HRX_TY_Q8_0: return dot_q8_0(cb, x, k, lane);
+    case HRX_TY_Q4_K: return dot_q4_k(cb, x, k, lane);
+    default: return dot_q6_k(cb, x, k, lane);
+    }
+}
+
+// One row of quantized weights against the shared column: the warp streams the row through
+// its staging buffer in chunks of whole blocks, with 16-byte coalesced loads (the blocks
+// themselves are only 2-byte aligned), the next chunk's loads in flight while the current
+// one is decoded. `row` and the row's length in bytes are multiples of 16.
+template <int TY>
+__device__ float dot_staged(const char *row, const float *xs, i64 k, uint4 *buf, int lane) {
+    typedef Staged<TY> S;
+    const int words_per_chunk = S::PER * S::BS / 16;
+    const int loads = (words_per_chunk + HRX_WARP - 1) / HRX_WARP;
+    i64 nb = k / S::QK;
+    i64 chunks = (nb + S::PER - 1) / S::PER;
+    const uint4 *src = (const uint4 *)row;
+    uint4 r[loads];
+    i64 words = (nb < S::PER ? nb : S::PER) * S::BS / 16;
+#pragma unroll
+    for (int t = 0; t < loads; t++) {
+        int j = t * HRX_WARP + lane;
+        if (j < words) r[t] = src[j];
+    }
+    float acc = 0.0f;
+    for (i64 c = 0; c < chunks; c++) {
+        i64 blocks = nb - c * S::PER < S::PER ? nb - c * S::PER : S::PER;
+        HRX_SYNCWARP(); // every lane is done decoding the last chunk
+#pragma unroll
+        for (int t = 0; t < loads; t++) {
+            int j = t * HRX_WARP + lane;
+            if (j < words) buf[j] = r[t];
+        }
+        HRX_SYNCWARP();
+        if (c + 1 < chunks) {
+            i64 next = nb - (c + 1) * S::PER < S::PER ? nb - (c + 1) * S::PER : S::PER;
+            words = next * S::BS / 16;
+            const uint4 *s = src + (c + 1) * words_per_chunk;
+#pragma unroll
+            for (int t = 0; t < loads; t++) {
+                int j = t * HRX_WARP + lane;
+                if (j < words) r[t] = s[j];
+            }
+        }
+        // XS(xs, c * PER * QK): the chunk's first weight, every 32 followed by a pad
+        acc += dot_chunk<TY>((const char *)buf, xs + c * S::PER * S::QK / 32 * 33,
+                             blocks * S::QK, lane);
+    }
+    return acc;
+}
+
+template <int TY>
+__device__ void mmv_q_rows(Ten d, Ten a, Ten b, i64 r2, i64 r3, i64 i11, i64 i12, i64 i13,
+                           const float *xs, uint4 *buf, int lane, int w) {
+    for (i64 i01 = (i64)blockIdx.x * HRX_MMV_WARPS + w; i01 < a.ne[1];
+         i01 += (i64)gridDim.x * HRX_MMV_WARPS) {
+        const char *row = at(a, 0, i01, i12 / r2, i13 / r3);
+        float acc = warp_sum(dot_staged<TY>(row, xs, a.ne[0], buf, lane));
+        if (lane == 0) stf(at(d, i01, i11, i12, i13), d.ty, acc);
+    }
+}
+
+// Rows are taken grid-stride (the host caps the grid), so that a block that converted the
+// column once uses it for many rows.
 extern "C" __global__ void hrx_mul_mat_vec(Ten d, Ten a, Ten b, i64 r2, i64 r3, int shared_b) {
     extern __shared__ float xs[];
     int lane = threadIdx.x % HRX_WARP, w = threadIdx.x / HRX_WARP;
@@ -752,32 +906,56 @@ extern "C" __global__ void hrx_mul_mat_vec(Ten d, Ten a, Ten b, i64 r2, i64 r3, 
         for (i64 j = threadIdx.x; j < k; j += blockDim.x) XS(xs, j) = ldf(col + j * b.nb[0], b.ty);
         __syncthreads();
     }
-    i64 i01 = (i64)blockIdx.x * HRX_MMV_WARPS + w;
-    if (i01 >= a.ne[1]) return;
-    const char *row = at(a, 0, i01, i12 / r2, i13 / r3);
-    float acc = 0.0f;
-    if (shared_b && a.ty == HRX_TY_Q4_0) {
-        acc = dot_q4_0(row, xs, k, lane);
-    } else if (shared_b && a.ty == HRX_TY_Q8_0) {
-        acc = dot_q8_0(row, xs, k, lane);
-    } else if (shared_b && a.ty == HRX_TY_F16) {
-        acc = dot_f16(row, xs, k, lane);
-    } else if (a.ty == HRX_TY_F32 || a.ty == HRX_TY_F16 || a.ty == HRX_TY_BF16) {
-        int es = elem_size(a.ty);
-        for (i64 j = lane; j < k; j += HRX_WARP) {
-            float x = shared_b ? XS(xs, j) : ldf(col + j * b.nb[0], b.ty);
-            acc += ldf(row + j * es, a.ty) * x;
-        }
-    } else {
-        // lanes take 32-element groups (one Q4_1 block, or an eighth of a K block)
-        for (i64 g = lane; g < k / 32; g += HRX_WARP) {
-            for (int j = 0; j < 32; j++) {
-                i64 e = g * 32 + j;
-                float x = shared_b ? XS(xs, e) : ldf(col + e * b.nb[0], b.ty);
-                acc += deq(row, a.ty, e) * x;
+    for (i64 i01 = (i64)blockIdx.x * HRX_MMV_WARPS + w; i01 < a.ne[1];
+         i01 += (i64)gridDim.x * HRX_MMV_WARPS) {
+        const char *row = at(a, 0, i01, i12 / r2, i13 / r3);
+        float acc = 0.0f;
+        if (shared_b && a.ty == HRX_TY_Q4_0) {
+            acc = dot_q4_0(row, xs, k, lane);
+        } else if (shared_b && a.ty == HRX_TY_Q8_0) {
+            acc = dot_q8_0(row, xs, k, lane);
+        } else if (shared_b && a.ty == HRX_TY_F16) {
+            acc = dot_f16(row, xs, k, lane);
+        } else if (a.ty == HRX_TY_F32 || a.ty == HRX_TY_F16 || a.ty == HRX_TY_BF16) {
+            int es = elem_size(a.ty);
+            for (i64 j = lane; j < k; j += HRX_WARP) {
+                float x = shared_b ? XS(xs, j) : ldf(col + j * b.nb[0], b.ty);
+                acc += ldf(row + j * es, a.ty) * x;
+            }
+        } else {
+            // lanes take 32-element groups (one Q4_1 block, or an eighth of a K block)
+            for (i64 g = lane; g < k / 32; g += HRX_WARP) {
+                for (int j = 0; j < 32; j++) {
+                    i64 e = g * 32 + j;
+                    float x = shared_b ? XS(xs, e) : ldf(col + e * b.nb[0], b.ty);
+                    acc += deq(row, a.ty, e) * x;
+                }
             }
         }
+        acc = warp_sum(acc);
+        if (lane == 0) stf(at(d, i01, i11, i12, i13), d.ty, acc);
     }
-    acc = warp_sum(acc);
-    if (lane == 0) stf(at(d, i01, i11, i12, i13), d.ty, acc);
+}
+
+// The matrix-vector product for quantized weights whose rows are 16-byte aligned (the host
+// checks the data pointer, the strides and the row length; `dispatch::staged_rows`): each
+// warp streams its rows through its staging buffer (`dot_staged`); the column is always in
+// shared memory. The same grid as hrx_mul_mat_vec.
+extern "C" __global__ void __launch_bounds__(HRX_MMV_WARPS * HRX_WARP, 4) hrx_mul_mat_vec_q(Ten d, Ten a, Ten b, i64 r2, i64 r3) {
+    extern __shared__ float xs[];
+    __shared__ uint4 stage[HRX_MMV_WARPS][HRX_MMV_STAGE / 16];
+    int lane = threadIdx.x % HRX_WARP, w = threadIdx.x / HRX_WARP;
+    i64 i11 = blockIdx.y;
+    i64 i12 = blockIdx.z % b.ne[2], i13 = blockIdx.z / b.ne[2];
+    const char *col = at(b, 0, i11, i12, i13);
+    i64 k = a.ne[0];
+    for (i64 j = threadIdx.x; j < k; j += blockDim.x) XS(xs, j) = ldf(col + j * b.nb[0], b.ty);
+    __syncthreads();
+    switch (a.ty) {
+    case HRX_TY_Q4_0: mmv_q_rows<HRX_TY_Q4_0>(d, a, b, r2, r3, i11, i12, i13, xs, stage[w], lane, w); break;
+    case HRX_TY_Q4_1: mmv_q_rows<HRX_TY_Q4_1>(d, a, b, r2, r3, i11, i12, i13, xs, stage[w], lane, w); break;
+    case HRX_TY_Q8_0: mmv_q_rows<HRX_TY_Q8_0>(d, a, b, r2, r3, i11, i12, i13, xs, stage[w], lane, w); break;
+    case HRX_TY_Q4_K: mmv_q_rows<HRX_TY_Q4_K>(d, a, b, r2, r3, i11, i12, i13, xs, stage[w], lane, w); break;
+    case HRX_TY_Q6_K: mmv_q_rows<HRX_TY_Q6_K>(d, a, b, r2, r3, i11, i12, i13, xs, stage[w], lane, w); break;
+    }
 }
