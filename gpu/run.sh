@@ -33,7 +33,8 @@
 #   status   what the background run has done so far
 #
 # GPU_BUILD, GPU_MODEL and OPS_ONLY override the build folder, the model and the ops
-# stage's --only (to try the stages on a CPU build here).
+# stage's --only (to try the stages on a CPU build here); GPU_JOBS the build's parallel jobs
+# (default: every core), GPU_TARGETS the programs `build` makes (hrxbench needs llama-bench).
 # Results go to $OUT when it is set (the lent machine brings that folder back), else $W/out.
 # Measured on the H200 (16 cores, 2026-12-01): build 2.5 min, model about 1 min, ops 4 min,
 # rpc 10 s, bench (10 rounds) 4 min.
@@ -48,7 +49,7 @@ mkdir -p "$W/logs" "$out"
 B=${GPU_BUILD:-$W/build}
 M=${GPU_MODEL:-$W/model-q4_0.gguf}
 ab=$W/ab-bundle/ab
-jobs=$(nproc)
+jobs=${GPU_JOBS:-$(nproc)}
 
 log() { echo "[gpu $(date -u +%H:%M:%S)] $*"; }
 collect() {
@@ -65,7 +66,8 @@ stage_setup() {
 }
 
 stage_build() {
-  stage_setup
+  # not unpacked again when there: a stage running beside this one may be using the bundle
+  [ -d "$W/llama.cpp" ] && [ -d "$W/ab-bundle" ] || stage_setup
   if [ ! -f "$B/build.ninja" ]; then
     cmake -S "$W/llama.cpp" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
       -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=ON \
@@ -73,8 +75,9 @@ stage_build() {
       -DLLAMA_OPENSSL=OFF > "$W/logs/cmake.log" 2>&1 || { log "cmake failed"; tail -20 "$W/logs/cmake.log"; return 1; }
   fi
   local t0=$SECONDS
-  ninja -C "$B" -j "$jobs" llama-simple llama-completion llama-bench llama-batched-bench \
-    ggml-rpc-server llama-quantize test-backend-ops > "$W/logs/ninja.log" 2>&1 \
+  # shellcheck disable=SC2086
+  ninja -C "$B" -j "$jobs" ${GPU_TARGETS:-llama-simple llama-completion llama-bench llama-batched-bench \
+    ggml-rpc-server llama-quantize test-backend-ops} > "$W/logs/ninja.log" 2>&1 \
     || { log "ninja failed"; tail -30 "$W/logs/ninja.log"; return 1; }
   log "build: done in $((SECONDS - t0)) s; $(ls "$B/bin" | tr '\n' ' ' | head -c 400)"
 }
@@ -133,16 +136,37 @@ stage_hrxbench() {
   local lib=$W/ab-bundle/lib r m dev
   export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=cuda
   : > "$W/logs/hrxbench.log"
+  # HRX0-nographs: our runtime with every launch issued (GGML_HRX_CUDA_GRAPHS=0)
   for r in $(seq "${HRX_ROUNDS:-3}"); do
     for m in "$M" "$W/model-f16.gguf"; do
-      for dev in HRX0 CUDA0; do
-        "$B/bin/llama-bench" -m "$m" -dev "$dev" -ngl 99 -fa 0 -p 512 -n 128 -r 2 -o csv 2>/dev/null \
+      for dev in HRX0 CUDA0 HRX0-nographs; do
+        GGML_HRX_CUDA_GRAPHS=$([ $dev = HRX0-nographs ] && echo 0 || echo 1) \
+          "$B/bin/llama-bench" -m "$m" -dev "${dev%-nographs}" -ngl 99 -fa 0 -p 512 -n 128 -r 2 -o csv 2>/dev/null \
           | tail -n +2 | sed "s|^|round $r,$dev,|" >> "$W/logs/hrxbench.log"
       done
     done
   done
   log "hrxbench: $(wc -l < "$W/logs/hrxbench.log") rows"
-  awk -F, '{print $1, $2, $(NF-1), $NF}' "$W/logs/hrxbench.log" | tail -24
+  cp "$W/logs/hrxbench.log" "$out/" 2>/dev/null
+  # round, device, model type, test, t/s: the csv's model_type, n_prompt/n_gen and avg_ts
+  python3 - "$W/logs/hrxbench.log" <<'PY'
+import csv, sys, statistics
+rows = list(csv.reader(open(sys.argv[1])))
+# after our round and device: llama-bench's fields, model_type the 7th, and from the end
+# n_prompt, n_gen, n_depth, test_time, avg_ns, stddev_ns, avg_ts, stddev_ts
+by = {}
+for r in rows:
+    rnd, dev, rest = r[0], r[1], r[2:]
+    test = f"pp{rest[-8]}" if rest[-8] != "0" else f"tg{rest[-7]}"
+    by.setdefault((rest[6], test, dev), []).append(float(rest[-2]))
+for (typ, test, dev), v in sorted(by.items()):
+    print(f"{typ:28s} {test:6s} {dev:14s} median {statistics.median(v):10.1f} t/s  {['%.1f' % x for x in v]}")
+for typ in sorted({k[0] for k in by}):
+    for test in ('pp512', 'tg128'):
+        h, c = by.get((typ, test, 'HRX0')), by.get((typ, test, 'CUDA0'))
+        if h and c:
+            print(f"{typ:28s} {test:6s} HRX0 / CUDA0 = {statistics.median(h) / statistics.median(c):.3f}")
+PY
 }
 
 stage_hrxcheck() {
@@ -196,6 +220,7 @@ stage_hrxcheck() {
   GGML_HRX_REPORT=1 arm ours "$b/bin/llama-completion" -v -m "$M" -p "$p" -n 4 --temp 0 -fa off -dev HRX0 \
     -ngl 99 -no-cnv --no-warmup > "$W/logs/report.log" 2>&1 < /dev/null
   log "report: $(grep -a 'HRX0 report' "$W/logs/report.log" | head -1 | cut -c1-300)"
+  log "graphs: $(grep -a 'captured a CUDA graph' "$W/logs/report.log" | tail -1 | cut -c1-200)"
   GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 1 \
     > "$W/logs/profile.log" 2>&1
   log "$(grep -a 'profile:' "$W/logs/profile.log" | head -1)"

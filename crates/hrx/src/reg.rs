@@ -9,6 +9,9 @@
 //!   `sim`: the simulator; `auto`: CUDA when a CUDA device is present, else the simulator.
 //! - `GGML_HRX_PROFILE` (default off, a switch): CUDA runtime only, time every launch and
 //!   print where the time went at exit ([`crate::runtime::cuda`]).
+//! - `GGML_HRX_CUDA_GRAPHS` (default on, a switch): CUDA runtime only, replay a split's
+//!   launch list as a CUDA graph when it is issued again unchanged
+//!   ([`crate::runtime::cuda`]'s `graphs` module); off while profiling.
 //! - `GGML_HRX_DEVICES` (default 1): number of devices, 0 to [`env::MAX_DEVICES`]; with
 //!   CUDA at most the number of CUDA devices (device n is CUDA device n).
 //! - `GGML_HRX_SIM_MEMORY_MB` (default 8192): memory of each simulated device, in MiB, 1 to
@@ -71,9 +74,10 @@ impl Registry {
         );
         // read whatever the runtime, so that a bad value is named even where it has no use
         let profile = env::read("GGML_HRX_PROFILE", false, "0 (off)", env::switch);
+        let graphs = env::read("GGML_HRX_CUDA_GRAPHS", true, "1 (on)", env::switch);
         let mut devices = Vec::new();
         if choice != RuntimeChoice::Sim {
-            match cuda_devices(n, base, limit, profile, reg) {
+            match cuda_devices(n, base, limit, (profile, graphs), reg) {
                 Ok(d) => {
                     return Registry {
                         reg: reg as usize,
@@ -136,7 +140,7 @@ fn cuda_devices(
     n: usize,
     base: Option<usize>,
     limit: usize,
-    profile: bool,
+    (profile, graphs): (bool, bool),
     reg: ggml_backend_reg_t,
 ) -> Result<Vec<&'static Device>, String> {
     let opened = cuda::loader::preload_toolkit();
@@ -163,7 +167,7 @@ fn cuda_devices(
     let mut devices = Vec::new();
     let mut next_base = base;
     for i in 0..n.min(have) {
-        match CudaDevice::new(i, i, next_base, profile, log_queue_error) {
+        match CudaDevice::new(i, i, next_base, profile, graphs, log_queue_error) {
             Ok(d) => {
                 next_base = next_base.and_then(|b| b.checked_add(d.capacity()));
                 devices.push(crate::device::create(

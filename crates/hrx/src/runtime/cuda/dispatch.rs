@@ -424,7 +424,7 @@ pub(crate) fn staged_rows(a: &Ten) -> bool {
     let Some((qk, bs)) = quant_block(a.ty) else {
         return false;
     };
-    a.data % 16 == 0
+    a.data.is_multiple_of(16)
         && a.nb[1..].iter().all(|&b| b % 16 == 0)
         && a.ne[0] % qk == 0
         && (a.ne[0] / qk * bs) % 16 == 0

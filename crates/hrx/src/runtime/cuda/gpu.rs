@@ -9,6 +9,7 @@ use cudarc::cublas::sys as blas;
 use cudarc::driver::{result as cu, sys};
 
 use super::dispatch::{Arg, Gemm, Launch, Target};
+use super::graphs::{GraphCache, Plan};
 use super::kargs::Ten;
 use super::profile::Profile;
 
@@ -86,6 +87,10 @@ pub struct Gpu {
     bad: Option<*mut i32>,
     /// `GGML_HRX_PROFILE=1`: per-kernel device time and host time.
     pub profile: Option<Profile>,
+    /// Captured launch lists (`GGML_HRX_CUDA_GRAPHS`, off while profiling); `None` when off.
+    pub graphs: Option<GraphCache<sys::CUgraphExec>>,
+    /// Jobs replayed as graphs, and graphs captured, since the device opened.
+    pub graph_counts: (u64, u64),
 }
 
 // SAFETY: the handles are plain CUDA handles; every use goes through the runtime's mutex
@@ -95,7 +100,7 @@ unsafe impl Send for Gpu {}
 impl Gpu {
     /// Opens device `ordinal`: retains its primary context and creates a non-blocking stream.
     /// `profile`: the label under which to profile it (`GGML_HRX_PROFILE`), or `None`.
-    pub fn open(ordinal: usize, profile: Option<&str>) -> Result<Gpu, String> {
+    pub fn open(ordinal: usize, profile: Option<&str>, graphs: bool) -> Result<Gpu, String> {
         cu::init().map_err(|e| err("cuInit", e))?;
         let dev = cu::device::get(ordinal as i32).map_err(|e| err("cuDeviceGet", e))?;
         // SAFETY: `dev` is a valid device handle.
@@ -127,6 +132,9 @@ impl Gpu {
             keep: Vec::new(),
             bad: None,
             profile: profile.map(Profile::new),
+            // the profile brackets every launch with events, which a graph would not time
+            graphs: (graphs && profile.is_none()).then(GraphCache::default),
+            graph_counts: (0, 0),
         })
     }
 
@@ -361,10 +369,98 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Issues a job's recorded launches (none of which has been issued yet): one by one, or
+    /// as a replay of the graph captured from an equal list, or captured now (see
+    /// [`super::graphs`]). A capture that fails is undone and the launches issued one by one.
+    pub fn submit(&mut self, launches: Vec<Launch>) -> Result<(), String> {
+        let Some(cache) = self.graphs.as_mut() else {
+            return launches.iter().try_for_each(|l| self.launch_ref(l));
+        };
+        let mut evicted = Vec::new();
+        let plan = cache.plan(&launches, &mut evicted);
+        for x in evicted {
+            // SAFETY: a graph this cache instantiated; one still running is freed when done.
+            unsafe { sys::cuGraphExecDestroy(x) };
+        }
+        match plan {
+            Plan::Issue => launches.iter().try_for_each(|l| self.launch_ref(l)),
+            Plan::Replay(x) => {
+                self.graph_counts.0 += 1;
+                // SAFETY: a live graph whose launches equal this job's, argument for argument.
+                unsafe { sys::cuGraphLaunch(x, self.stream) }
+                    .result()
+                    .map_err(|e| err("cuGraphLaunch", e))
+            }
+            Plan::Capture(i) => {
+                let exec = self.capture(&launches);
+                if let Some(c) = self.graphs.as_mut() {
+                    c.captured(i, exec.as_ref().ok().copied());
+                }
+                match exec {
+                    Ok(x) => {
+                        self.graph_counts.1 += 1;
+                        let held = self.graphs.as_ref().map_or(0, GraphCache::graphs);
+                        crate::log::info(&format!(
+                            "HRX: captured a CUDA graph of {} launches ({} captured, {} held, {} replays so far)\n",
+                            launches.len(),
+                            self.graph_counts.1,
+                            held,
+                            self.graph_counts.0
+                        ));
+                        // SAFETY: just instantiated from these launches.
+                        unsafe { sys::cuGraphLaunch(x, self.stream) }
+                            .result()
+                            .map_err(|e| err("cuGraphLaunch", e))
+                    }
+                    Err(why) => {
+                        crate::log::warn(&format!(
+                            "HRX: a CUDA graph capture failed ({why}); issuing that work launch by launch\n"
+                        ));
+                        launches.iter().try_for_each(|l| self.launch_ref(l))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Captures `launches` on the stream into an executable graph (nothing runs).
+    fn capture(&mut self, launches: &[Launch]) -> Result<sys::CUgraphExec, String> {
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        // SAFETY: the stream is ours and not capturing; the context is bound.
+        unsafe { sys::cuStreamBeginCapture_v2(self.stream, mode) }
+            .result()
+            .map_err(|e| err("cuStreamBeginCapture", e))?;
+        let issued = launches.iter().try_for_each(|l| self.launch_ref(l));
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: ends the capture begun above (also after a failed launch, so the stream
+        // leaves capture mode either way).
+        let ended = unsafe { sys::cuStreamEndCapture(self.stream, &mut graph) }.result();
+        let made = issued.and_then(|()| ended.map_err(|e| err("cuStreamEndCapture", e)));
+        let result = made.and_then(|()| {
+            let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+            // SAFETY: `graph` is the graph the capture produced.
+            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }
+                .result()
+                .map(|()| exec)
+                .map_err(|e| err("cuGraphInstantiate", e))
+        });
+        if !graph.is_null() {
+            // SAFETY: the executable graph does not need its source graph.
+            unsafe { sys::cuGraphDestroy(graph) };
+        }
+        result
+    }
+}
+
 impl Drop for Gpu {
     fn drop(&mut self) {
         let _ = self.bind();
         let _ = self.sync();
+        for x in self.graphs.as_mut().map(GraphCache::clear).unwrap_or_default() {
+            // SAFETY: the stream is idle; the graph is ours.
+            unsafe { sys::cuGraphExecDestroy(x) };
+        }
         if let Some(h) = self.blas.take() {
             // SAFETY: destroying the handle created in `blas`.
             unsafe { blas::cublasDestroy_v2(h) };
@@ -438,6 +534,17 @@ impl Target for Gpu {
     }
 
     fn launch(&mut self, l: Launch) -> Result<(), String> {
+        self.launch_ref(&l)
+    }
+
+    fn gemm(&mut self, g: Gemm) -> Result<(), String> {
+        self.gemm_now(g)
+    }
+}
+
+impl Gpu {
+    /// Queues kernel launch `l` on the stream.
+    pub fn launch_ref(&mut self, l: &Launch) -> Result<(), String> {
         let f = *self
             .module
             .as_ref()
@@ -463,7 +570,8 @@ impl Target for Gpu {
         Ok(())
     }
 
-    fn gemm(&mut self, g: Gemm) -> Result<(), String> {
+    /// Queues GEMM `g` on the stream (cuBLAS).
+    pub fn gemm_now(&mut self, g: Gemm) -> Result<(), String> {
         let h = self.blas()?;
         let (one, zero) = (1.0f32, 0.0f32);
         let t0 = self.profile.as_mut().and_then(|p| p.start(self.stream));

@@ -19,6 +19,7 @@
 
 pub mod dispatch;
 mod gpu;
+mod graphs;
 pub mod kargs;
 pub mod loader;
 mod nvrtc;
@@ -36,6 +37,7 @@ use parking_lot::Mutex;
 use crate::runtime::address::{RangeAllocator, Reservation};
 
 use super::{DevAddr, Event, ExecJob, HostSrc, Loc, NodeJob, Runtime, SendPtr};
+use dispatch::{Gemm, Launch};
 use gpu::{err, Gpu};
 use kargs::Ten;
 
@@ -75,17 +77,21 @@ impl CudaDevice {
     /// for the start of its fake address range (see [`crate::runtime::address`]). `on_error`
     /// receives each error as it happens (the same errors [`Runtime::synchronize`] returns).
     /// `profile`: time every launch and print a summary at exit (`GGML_HRX_PROFILE`).
+    /// `graphs`: replay unchanged launch lists as CUDA graphs (`GGML_HRX_CUDA_GRAPHS`; off
+    /// while profiling).
     pub fn new(
         index: usize,
         ordinal: usize,
         base_hint: Option<usize>,
         profile: bool,
+        graphs: bool,
         on_error: fn(&str),
     ) -> Result<CudaDevice, String> {
         let label = format!("HRX{index}");
-        let gpu =
-            std::panic::catch_unwind(|| Gpu::open(ordinal, profile.then_some(label.as_str())))
-                .map_err(|_| "the CUDA driver library lacks a function it needs".to_string())??;
+        let gpu = std::panic::catch_unwind(|| {
+            Gpu::open(ordinal, profile.then_some(label.as_str()), graphs)
+        })
+        .map_err(|_| "the CUDA driver library lacks a function it needs".to_string())??;
         // SAFETY: `gpu.dev` is a valid device.
         let total =
             unsafe { cu::device::total_mem(gpu.dev) }.map_err(|e| err("cuDeviceTotalMem", e))?;
@@ -219,8 +225,15 @@ impl CudaDevice {
         Ok(srcs)
     }
 
-    /// Runs node `i` of `job`, or nodes `i` and `i + 1` fused; returns how many ran.
-    fn run_node(&self, g: &mut Gpu, job: &ExecJob, i: usize) -> Result<usize, String> {
+    /// Runs node `i` of `job`, or nodes `i` and `i + 1` fused; returns how many ran. With
+    /// `rec`, its kernel launches are recorded there instead of issued (see [`Recording`]).
+    fn run_node(
+        &self,
+        g: &mut Gpu,
+        rec: &mut Option<Recording>,
+        job: &ExecJob,
+        i: usize,
+    ) -> Result<usize, String> {
         g.begin_node();
         let nj: &NodeJob = &job.nodes[i];
         let node = &nj.tensors[0];
@@ -234,14 +247,14 @@ impl CudaDevice {
                 let d = Ten::of(&mul.tensors[0], dp)
                     .ok_or("a MUL of a type the kernels cannot write")?;
                 let a = srcs[0].ok_or("RMS_NORM without a source")?;
-                dispatch::norm_mul(node, d, a, m, g)?;
+                to_target(g, rec, |t| dispatch::norm_mul(node, d, a, m, t))?;
                 self.copy_back(g, mul, dp)?;
                 return Ok(2);
             }
         }
         let dp = self.resolve(g, nj.locs[0], nj.sizes[0])?;
         let d = Ten::of(node, dp).ok_or("a node of a type the kernels cannot write")?;
-        dispatch::node(node, d, &srcs, g)?;
+        to_target(g, rec, |t| dispatch::node(node, d, &srcs, t))?;
         self.copy_back(g, nj, dp)?;
         Ok(1)
     }
@@ -264,6 +277,61 @@ impl CudaDevice {
             }
         }
         Ok(())
+    }
+}
+
+/// A job's kernel launches, recorded rather than issued, so that the whole list can be
+/// replayed as a CUDA graph when it equals an earlier one ([`graphs`]). Only jobs whose
+/// tensors all live in device memory are recorded: staging host bytes is a copy whose source
+/// a graph would not read again. A GEMM (cuBLAS) ends the recording: what was recorded is
+/// issued, and the rest of the job goes straight to the stream.
+#[derive(Default)]
+struct Recording {
+    launches: Vec<Launch>,
+    direct: bool,
+}
+
+/// The [`dispatch::Target`] of a recorded job: scratch and the bad flag from the GPU,
+/// launches into the recording.
+struct Recorder<'a> {
+    g: &'a mut Gpu,
+    rec: &'a mut Recording,
+}
+
+impl dispatch::Target for Recorder<'_> {
+    fn scratch(&mut self, bytes: usize) -> Result<u64, String> {
+        self.g.scratch(bytes)
+    }
+    fn launch(&mut self, l: Launch) -> Result<(), String> {
+        if self.rec.direct {
+            return self.g.launch_ref(&l);
+        }
+        self.rec.launches.push(l);
+        Ok(())
+    }
+    fn gemm(&mut self, gm: Gemm) -> Result<(), String> {
+        if !self.rec.direct {
+            self.rec.direct = true;
+            for l in std::mem::take(&mut self.rec.launches) {
+                self.g.launch_ref(&l)?;
+            }
+        }
+        self.g.gemm_now(gm)
+    }
+    fn bad_flag(&mut self) -> Result<u64, String> {
+        self.g.bad_flag()
+    }
+}
+
+/// Runs `f` on the GPU itself, or on the recorder when the job is recorded.
+fn to_target(
+    g: &mut Gpu,
+    rec: &mut Option<Recording>,
+    f: impl FnOnce(&mut dyn dispatch::Target) -> Result<(), String>,
+) -> Result<(), String> {
+    match rec {
+        Some(rec) => f(&mut Recorder { g, rec }),
+        None => f(g),
     }
 }
 
@@ -415,11 +483,18 @@ impl Runtime for CudaDevice {
         self.with_gpu(|g| {
             g.load_kernels(KERNEL_SOURCE)?;
             let t0 = std::time::Instant::now();
+            let on_device = |nj: &NodeJob| nj.locs.iter().all(|l| matches!(l, Loc::Device(_)));
+            let mut rec = (g.graphs.is_some() && job.nodes.iter().all(on_device))
+                .then(Recording::default);
             let mut i = 0;
             while i < job.nodes.len() {
                 i += self
-                    .run_node(g, &job, i)
+                    .run_node(g, &mut rec, &job, i)
                     .map_err(|e| format!("{} node {i}: {e}", job.label))?;
+            }
+            if let Some(r) = rec.filter(|r| !r.direct) {
+                g.submit(r.launches)
+                    .map_err(|e| format!("{}: {e}", job.label))?;
             }
             if let Some(p) = g.profile.as_mut() {
                 let mut t = p.totals.lock();
