@@ -40,6 +40,28 @@ const PINNED_BYTES: usize = 64 << 20;
 /// are issued from the caller's memory directly.
 pub(crate) const PINNED_MAX_COPY: usize = 16 << 20;
 
+/// Bytes of each chunk of input slots.
+const INPUT_CHUNK: usize = 64 << 20;
+/// Host tensors up to this size go to input slots in recorded jobs; a job that reads a
+/// larger one is issued launch by launch.
+pub(crate) const INPUT_SLOT_MAX: usize = 8 << 20;
+
+/// Device copies of the host tensors recorded jobs read, one slot per (host address,
+/// bytes), kept from job to job so that the kernels' arguments stay the same (see
+/// `graphs`). A slot is refilled once per job that reads it. When a chunk is full, it is
+/// retired (freed once the stream is idle) and every slot is forgotten.
+#[derive(Default)]
+struct Inputs {
+    chunk: Option<(sys::CUdeviceptr, usize)>,
+    off: usize,
+    /// (host address, bytes) -> (device address, the job that last filled it)
+    slots: HashMap<(usize, usize), (u64, u64)>,
+    retired: Vec<sys::CUdeviceptr>,
+    /// The current job's number; 0 when the current job is not recorded.
+    job: u64,
+    jobs: u64,
+}
+
 /// Pinned host memory that small host-to-device copies go through: the caller's bytes are
 /// copied in at once and the DMA from here is truly asynchronous (from pageable memory the
 /// driver may wait for the stream first, which would serialize host and device on every
@@ -87,6 +109,7 @@ pub struct Gpu {
     bad: Option<*mut i32>,
     /// `GGML_HRX_PROFILE=1`: per-kernel device time and host time.
     pub profile: Option<Profile>,
+    inputs: Inputs,
     /// Captured launch lists (`GGML_HRX_CUDA_GRAPHS`, off while profiling); `None` when off.
     pub graphs: Option<GraphCache<sys::CUgraphExec>>,
     /// Jobs replayed as graphs, and graphs captured, since the device opened.
@@ -135,6 +158,7 @@ impl Gpu {
             // the profile brackets every launch with events, which a graph would not time
             graphs: (graphs && profile.is_none()).then(GraphCache::default),
             graph_counts: (0, 0),
+            inputs: Inputs::default(),
         })
     }
 
@@ -162,7 +186,12 @@ impl Gpu {
             p.off = 0;
         }
         self.keep.clear();
-        for p in self.scratch.retired.drain(..) {
+        for p in self
+            .scratch
+            .retired
+            .drain(..)
+            .chain(self.inputs.retired.drain(..))
+        {
             // SAFETY: retired chunks are no longer used by queued work (the stream is idle).
             let _ = unsafe { cu::free_sync(p) };
         }
@@ -370,6 +399,55 @@ impl Gpu {
 }
 
 impl Gpu {
+    /// Starts (`recorded`) or ends a job whose host inputs go to input slots.
+    pub fn begin_job(&mut self, recorded: bool) {
+        let i = &mut self.inputs;
+        if recorded {
+            i.jobs += 1;
+            i.job = i.jobs;
+        } else {
+            i.job = 0;
+        }
+    }
+
+    /// Whether the current job stages its host inputs into input slots.
+    pub fn recording_inputs(&self) -> bool {
+        self.inputs.job != 0
+    }
+
+    /// The device address of `src`'s input slot, filled from `src` unless this job filled
+    /// it already (see [`Inputs`]).
+    pub fn stage_input(&mut self, src: &[u8]) -> Result<u64, String> {
+        let key = (src.as_ptr() as usize, src.len());
+        let job = self.inputs.job;
+        if let Some(&(d, filled)) = self.inputs.slots.get(&key) {
+            if filled != job {
+                self.htod(d, src)?;
+                self.inputs.slots.insert(key, (d, job));
+            }
+            return Ok(d);
+        }
+        let need = src.len().max(1).div_ceil(256) * 256;
+        let i = &mut self.inputs;
+        if i.chunk.is_none_or(|(_, size)| i.off + need > size) {
+            let size = INPUT_CHUNK.max(need);
+            // SAFETY: plain allocation; the context is bound.
+            let p = unsafe { cu::malloc_sync(size) }
+                .map_err(|e| err(&format!("cuMemAlloc of {} MiB input slots", size >> 20), e))?;
+            if let Some((old, _)) = i.chunk.replace((p, size)) {
+                // queued work may still read the old slots: freed when the stream is idle
+                i.retired.push(old);
+            }
+            i.off = 0;
+            i.slots.clear();
+        }
+        let d = i.chunk.expect("chunk set above").0 + i.off as u64;
+        i.off += need;
+        i.slots.insert(key, (d, job));
+        self.htod(d, src)?;
+        Ok(d)
+    }
+
     /// Issues a job's recorded launches (none of which has been issued yet): one by one, or
     /// as a replay of the graph captured from an equal list, or captured now (see
     /// [`super::graphs`]). A capture that fails is undone and the launches issued one by one.
@@ -457,13 +535,22 @@ impl Drop for Gpu {
     fn drop(&mut self) {
         let _ = self.bind();
         let _ = self.sync();
-        for x in self.graphs.as_mut().map(GraphCache::clear).unwrap_or_default() {
+        for x in self
+            .graphs
+            .as_mut()
+            .map(GraphCache::clear)
+            .unwrap_or_default()
+        {
             // SAFETY: the stream is idle; the graph is ours.
             unsafe { sys::cuGraphExecDestroy(x) };
         }
         if let Some(h) = self.blas.take() {
             // SAFETY: destroying the handle created in `blas`.
             unsafe { blas::cublasDestroy_v2(h) };
+        }
+        if let Some((p, _)) = self.inputs.chunk.take() {
+            // SAFETY: the stream is idle; the chunk is ours.
+            let _ = unsafe { cu::free_sync(p) };
         }
         if let Some((p, _)) = self.scratch.chunk.take() {
             // SAFETY: the stream is idle; the chunk is ours.

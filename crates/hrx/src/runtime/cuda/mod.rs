@@ -190,6 +190,14 @@ impl CudaDevice {
     fn resolve(&self, g: &mut Gpu, loc: Loc, size: usize) -> Result<u64, String> {
         match loc {
             Loc::Device(a) => self.translate(a, size),
+            Loc::Host(p) if g.recording_inputs() => {
+                // a recorded job: its host tensors are only read, so each is staged once
+                // per job, at an address that stays the same from job to job
+                // SAFETY: `p` spans `size` readable host bytes until the job completes
+                // (ggml's async contract).
+                let src = unsafe { std::slice::from_raw_parts(p.0 as *const u8, size) };
+                g.stage_input(src)
+            }
             Loc::Host(p) => {
                 if let Some(pr) = g.profile.as_mut() {
                     let mut t = pr.totals.lock();
@@ -280,11 +288,26 @@ impl CudaDevice {
     }
 }
 
+/// Whether a job's launches may be recorded ([`Recording`]): every node's result lives in
+/// device memory (a result in host memory is copied back between kernels, which a recording
+/// would reorder), and every host tensor it reads fits an input slot
+/// ([`gpu::INPUT_SLOT_MAX`]).
+fn recordable(nj: &NodeJob) -> bool {
+    matches!(nj.locs[0], Loc::Device(_))
+        && nj
+            .locs
+            .iter()
+            .zip(&nj.sizes)
+            .all(|(l, &n)| matches!(l, Loc::Device(_)) || n <= gpu::INPUT_SLOT_MAX)
+}
+
 /// A job's kernel launches, recorded rather than issued, so that the whole list can be
-/// replayed as a CUDA graph when it equals an earlier one ([`graphs`]). Only jobs whose
-/// tensors all live in device memory are recorded: staging host bytes is a copy whose source
-/// a graph would not read again. A GEMM (cuBLAS) ends the recording: what was recorded is
-/// issued, and the rest of the job goes straight to the stream.
+/// replayed as a CUDA graph when it equals an earlier one ([`graphs`]). Host tensors the job
+/// reads (graph inputs: positions, masks, row indices) are copied into input slots as the
+/// nodes are resolved, once per job and at the same device address every time
+/// ([`Gpu::stage_input`]), so the copies precede the launches on the stream and the launch
+/// list stays equal from token to token. A GEMM (cuBLAS) ends the recording: what was
+/// recorded is issued, and the rest of the job goes straight to the stream.
 #[derive(Default)]
 struct Recording {
     launches: Vec<Launch>,
@@ -483,15 +506,16 @@ impl Runtime for CudaDevice {
         self.with_gpu(|g| {
             g.load_kernels(KERNEL_SOURCE)?;
             let t0 = std::time::Instant::now();
-            let on_device = |nj: &NodeJob| nj.locs.iter().all(|l| matches!(l, Loc::Device(_)));
-            let mut rec = (g.graphs.is_some() && job.nodes.iter().all(on_device))
-                .then(Recording::default);
+            let mut rec =
+                (g.graphs.is_some() && job.nodes.iter().all(recordable)).then(Recording::default);
+            g.begin_job(rec.is_some());
             let mut i = 0;
             while i < job.nodes.len() {
                 i += self
                     .run_node(g, &mut rec, &job, i)
                     .map_err(|e| format!("{} node {i}: {e}", job.label))?;
             }
+            g.begin_job(false);
             if let Some(r) = rec.filter(|r| !r.direct) {
                 g.submit(r.launches)
                     .map_err(|e| format!("{}: {e}", job.label))?;
