@@ -595,3 +595,50 @@ impl Runtime for CudaDevice {
 unsafe impl Sync for CudaDevice {}
 // SAFETY: as above.
 unsafe impl Send for CudaDevice {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(locs: Vec<Loc>, sizes: Vec<usize>) -> NodeJob {
+        // SAFETY: plain data, zero is valid.
+        let t: ggml_sys::ggml_tensor = unsafe { std::mem::zeroed() };
+        NodeJob {
+            tensors: vec![t; locs.len()],
+            srcs: (1..locs.len()).map(|k| (k - 1, k)).collect(),
+            locs,
+            sizes,
+            node_srcs: Vec::new(),
+            use_count: Some(1),
+        }
+    }
+
+    fn host(p: usize) -> Loc {
+        Loc::Host(SendPtr(p as *mut c_void))
+    }
+
+    #[test]
+    fn jobs_that_only_read_small_host_tensors_are_recorded() {
+        // a rope reading positions from a host buffer: recorded (the positions go to a slot)
+        assert!(recordable(&node(
+            vec![Loc::Device(0x1000), Loc::Device(0x2000), host(0x7000)],
+            vec![4096, 4096, 4],
+        )));
+        // every tensor on the device
+        assert!(recordable(&node(vec![Loc::Device(0x1000)], vec![64])));
+        // a result in host memory is copied back between kernels: issued as it comes
+        assert!(!recordable(&node(
+            vec![host(0x7000), Loc::Device(0x2000)],
+            vec![4096, 4096],
+        )));
+        // a host source larger than a slot
+        assert!(!recordable(&node(
+            vec![Loc::Device(0x1000), host(0x7000)],
+            vec![64, gpu::INPUT_SLOT_MAX + 1],
+        )));
+        assert!(recordable(&node(
+            vec![Loc::Device(0x1000), host(0x7000)],
+            vec![64, gpu::INPUT_SLOT_MAX],
+        )));
+    }
+}
