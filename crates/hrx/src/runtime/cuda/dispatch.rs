@@ -610,16 +610,20 @@ mod tests {
         n
     }
 
-    #[test]
-    fn one_token_goes_to_the_matrix_vector_kernel_with_weights_in_place() {
-        let a = qten(TY_Q4_0, 0x1000, [2048, 8192, 1, 1]);
-        let b = ten(TY_F32, 0x2000, [2048, 1, 1, 1], 4);
-        let d = ten(TY_F32, 0x3000, [8192, 1, 1, 1], 4);
+    /// The one launch of a one-token MUL_MAT with weights `a` (an F32 column, an F32 result).
+    fn mat_vec(a: Ten) -> Launch {
+        let b = ten(TY_F32, 0x2000, [a.ne[0], 1, 1, 1], 4);
+        let d = ten(TY_F32, 0x3000, [a.ne[1], 1, 1, 1], 4);
         let mut r = Recorder::default();
         node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
         assert_eq!(r.launches.len(), 1);
         assert!(r.gemms.is_empty() && r.scratch.is_empty());
-        let l = &r.launches[0];
+        r.launches.remove(0)
+    }
+
+    #[test]
+    fn one_token_goes_to_the_matrix_vector_kernel_with_weights_in_place() {
+        let l = mat_vec(qten(TY_Q4_0, 0x1000, [2048, 8192, 1, 1]));
         // rows of 1,152 bytes from a 16-byte aligned start: streamed with 16-byte loads
         assert_eq!(l.kernel, "hrx_mul_mat_vec_q");
         assert_eq!(l.grid, [1024, 1, 1]);
@@ -631,8 +635,6 @@ mod tests {
 
     #[test]
     fn rows_that_are_not_16_byte_aligned_take_the_in_place_kernel() {
-        let b = ten(TY_F32, 0x2000, [2048, 1, 1, 1], 4);
-        let d = ten(TY_F32, 0x3000, [64, 1, 1, 1], 4);
         let aligned = qten(TY_Q4_0, 0x1000, [2048, 64, 1, 1]);
         assert!(staged_rows(&aligned));
         for a in [
@@ -652,10 +654,9 @@ mod tests {
             ten(TY_F16, 0x1000, [2048, 64, 1, 1], 2),
         ] {
             assert!(!staged_rows(&a), "{a:?}");
-            let mut r = Recorder::default();
-            node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
-            assert_eq!(r.launches[0].kernel, "hrx_mul_mat_vec");
-            assert_eq!(r.launches[0].args[5], Arg::I32(1));
+            let l = mat_vec(a);
+            assert_eq!(l.kernel, "hrx_mul_mat_vec");
+            assert_eq!(l.args[5], Arg::I32(1));
         }
         // every staged type: Q4_1 rows of 2048 are 1,280 bytes, Q8_0 2,176, Q4_K 1,152,
         // Q6_K 1,680
@@ -672,21 +673,11 @@ mod tests {
     #[test]
     fn a_tall_matrix_caps_the_grid_and_its_warps_take_rows_grid_stride() {
         // an output projection: 128,256 rows of Q6_K, one token
-        let a = qten(TY_Q6_K, 0x1000, [2048, 128256, 1, 1]);
-        let b = ten(TY_F32, 0x2000, [2048, 1, 1, 1], 4);
-        let d = ten(TY_F32, 0x3000, [128256, 1, 1, 1], 4);
-        let mut r = Recorder::default();
-        node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
-        let l = &r.launches[0];
+        let l = mat_vec(qten(TY_Q6_K, 0x1000, [2048, 128256, 1, 1]));
         assert_eq!(l.kernel, "hrx_mul_mat_vec_q");
         assert_eq!(l.grid, [1024, 1, 1]);
         // an FFN down projection's 8,192-wide column still fits beside the staging buffers
-        let a = qten(TY_Q4_0, 0x1000, [8192, 2048, 1, 1]);
-        let b = ten(TY_F32, 0x2000, [8192, 1, 1, 1], 4);
-        let d = ten(TY_F32, 0x3000, [2048, 1, 1, 1], 4);
-        let mut r = Recorder::default();
-        node(&mm_node(), d, &[Some(a), Some(b)], &mut r).unwrap();
-        let l = &r.launches[0];
+        let l = mat_vec(qten(TY_Q4_0, 0x1000, [8192, 2048, 1, 1]));
         assert_eq!(l.grid, [256, 1, 1]);
         assert_eq!(l.shared, (8192 + 256 + 1) * 4);
         assert!(l.shared as usize + 8 * 1680 <= 48 << 10);
