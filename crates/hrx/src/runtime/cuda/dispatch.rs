@@ -6,8 +6,9 @@ use ggml_sys::*;
 
 use super::kargs::*;
 
-/// One kernel argument, by value.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// One kernel argument, by value. Equality is bit for bit (an `F32` of -0.0 differs from
+/// 0.0, a NaN equals itself), as a graph replay needs: equal arguments are the same bytes.
+#[derive(Clone, Copy, Debug)]
 pub enum Arg {
     /// A tensor (`struct Ten`).
     Ten(Ten),
@@ -21,6 +22,20 @@ pub enum Arg {
     F32(f32),
     /// A device pointer (`int *`).
     Ptr(u64),
+}
+
+impl PartialEq for Arg {
+    fn eq(&self, other: &Arg) -> bool {
+        match (self, other) {
+            (Arg::Ten(a), Arg::Ten(b)) => a == b,
+            (Arg::I32(a), Arg::I32(b)) => a == b,
+            (Arg::I64(a), Arg::I64(b)) => a == b,
+            (Arg::U32(a), Arg::U32(b)) => a == b,
+            (Arg::F32(a), Arg::F32(b)) => a.to_bits() == b.to_bits(),
+            (Arg::Ptr(a), Arg::Ptr(b)) => a == b,
+            _ => false,
+        }
+    }
 }
 
 /// A kernel launch.
@@ -81,7 +96,8 @@ pub(crate) const MMV_MAX_COLS: i64 = 8;
 /// Blocks per column of the matrix-vector kernel at most: its warps take rows grid-stride,
 /// so a large matrix (an output projection of 128k rows) converts the column into shared
 /// memory 1,024 times rather than once per 8 rows. 1,024 blocks of 8 warps still fill an
-/// H200 (132 multiprocessors, 8 such blocks resident on each).
+/// H200 (132 multiprocessors; `hrx_mul_mat_vec_q` keeps 4 blocks resident on each, its
+/// launch bounds capping it at 64 registers).
 pub(crate) const MMV_MAX_BLOCKS: u64 = 1024;
 
 fn f32_param(t: &ggml_tensor, i: usize) -> f32 {
@@ -474,7 +490,7 @@ fn mul_mat(d: Ten, a: Ten, b: Ten, t: &mut dyn Target) -> Result<(), String> {
         let col_bytes = (k as usize + k as usize / 32 + 1) * 4;
         let shared = col_bytes <= MMV_SHARED_MAX;
         let grid = [grid_x, n as u32, (b.ne[2] * b.ne[3]) as u32];
-        if shared && staged_rows(&a) {
+        if col_bytes <= MMV_Q_SHARED_MAX && staged_rows(&a) {
             return t.launch(Launch {
                 kernel: "hrx_mul_mat_vec_q",
                 grid,
@@ -682,6 +698,11 @@ mod tests {
         assert_eq!(l.shared, (8192 + 256 + 1) * 4);
         assert!(l.shared as usize + 8 * 1680 <= 48 << 10);
         assert_eq!(l.kernel, "hrx_mul_mat_vec_q");
+        // an 8,960-wide column (Qwen2.5-1.5B's FFN) does not fit beside the staging buffers:
+        // the kernel without them, still with the column in shared memory
+        let l = mat_vec(qten(TY_Q4_0, 0x1000, [8960, 1536, 1, 1]));
+        assert_eq!(l.kernel, "hrx_mul_mat_vec");
+        assert_eq!(l.args[5], Arg::I32(1));
     }
 
     #[test]

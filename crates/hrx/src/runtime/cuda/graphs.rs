@@ -178,6 +178,15 @@ mod tests {
         b[10].kernel = "hrx_rope";
         assert_eq!(c.plan(&b, &mut ev), Plan::Issue);
         assert_eq!(c.plan(&a[..49], &mut ev), Plan::Issue);
+        // floats compare bit for bit: -0.0 is not 0.0, and a NaN is itself
+        let mut z = a.clone();
+        z[5].args[1] = Arg::F32(0.0);
+        let mut nz = a.clone();
+        nz[5].args[1] = Arg::F32(-0.0);
+        assert_ne!(z, nz);
+        let mut nan = a.clone();
+        nan[5].args[1] = Arg::F32(f32::NAN);
+        assert_eq!(nan, nan.clone());
         // and the original still replays
         assert_eq!(c.plan(&a, &mut ev), Plan::Replay(1));
     }

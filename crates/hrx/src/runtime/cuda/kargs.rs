@@ -156,9 +156,12 @@ pub(crate) const MMV_WARPS: u32 = 8;
 pub(crate) const MMV_STAGE: usize = 1680;
 
 /// Bytes of dynamic shared memory `hrx_mul_mat_vec` may use for its F32 copy of a column of
-/// src1: the default per-block limit, 48 KiB, less the warps' staging buffers (13,440
-/// bytes), which leaves room for columns of up to 8,656 elements (an 8,192-wide FFN).
-pub(crate) const MMV_SHARED_MAX: usize = (48 << 10) - MMV_WARPS as usize * MMV_STAGE;
+/// src1 (the default per-block limit, 48 KiB).
+pub(crate) const MMV_SHARED_MAX: usize = 48 << 10;
+
+/// The same for `hrx_mul_mat_vec_q`: 48 KiB less the warps' staging buffers (13,440 bytes,
+/// static), which leaves room for columns of up to 8,656 elements (an 8,192-wide FFN).
+pub(crate) const MMV_Q_SHARED_MAX: usize = MMV_SHARED_MAX - MMV_WARPS as usize * MMV_STAGE;
 
 #[cfg(test)]
 mod tests {

@@ -7,10 +7,13 @@
 //! simulator, so a host access to a device tensor faults the same way. The runtime maps a
 //! fake address to its device pointer (allocation start + offset). Host-visible tensors
 //! (`Loc::Host`) are staged: copied into scratch before the node and, for the node itself,
-//! back after it.
+//! back after it; in a job recorded for graph replay (below) they are only read, and go to
+//! input slots that keep their device address from job to job (`Gpu::stage_input`).
 //!
 //! Execution: one non-blocking stream per device; every queued operation is issued on it at
-//! once and runs in order. Claimed nodes run as our own kernels (`kernels.cu`, compiled by
+//! once and runs in order, except the launches of a job whose results all live in device
+//! memory, which are recorded and issued at the job's end: replayed as a CUDA graph when
+//! the list equals one captured before (`graphs`). Claimed nodes run as our own kernels (`kernels.cu`, compiled by
 //! NVRTC for the device on first use) and cuBLAS GEMMs ([`dispatch`] decides which).
 //! Events: a recording is a host function queued on the stream that marks the HRX event
 //! complete; a wait blocks the caller until the recording completes.
@@ -510,15 +513,28 @@ impl Runtime for CudaDevice {
                 (g.graphs.is_some() && job.nodes.iter().all(recordable)).then(Recording::default);
             g.begin_job(rec.is_some());
             let mut i = 0;
+            let mut failed = None;
             while i < job.nodes.len() {
-                i += self
-                    .run_node(g, &mut rec, &job, i)
-                    .map_err(|e| format!("{} node {i}: {e}", job.label))?;
+                match self.run_node(g, &mut rec, &job, i) {
+                    Ok(n) => i += n,
+                    Err(e) => {
+                        failed = Some(format!("{} node {i}: {e}", job.label));
+                        break;
+                    }
+                }
             }
             g.begin_job(false);
-            if let Some(r) = rec.filter(|r| !r.direct) {
-                g.submit(r.launches)
-                    .map_err(|e| format!("{}: {e}", job.label))?;
+            if let Some(r) = rec.filter(|r| !r.direct && !r.launches.is_empty()) {
+                if failed.is_some() {
+                    // the nodes before the failing one run, as they would unrecorded
+                    r.launches.iter().try_for_each(|l| g.launch_ref(l))?;
+                } else {
+                    g.submit(r.launches)
+                        .map_err(|e| format!("{}: {e}", job.label))?;
+                }
+            }
+            if let Some(e) = failed {
+                return Err(e);
             }
             if let Some(p) = g.profile.as_mut() {
                 let mut t = p.totals.lock();
