@@ -27,8 +27,9 @@
 #            then llama-bench
 #            -dev HRX0 in both arms, greedy text CPU against HRX0; every process's libggml-base
 #            proven by the probe; the in-place reproducer, the arena with -ot, test-llama-archs
-#            -b HRX0 when the build has it. Uses .device/llama-cpu-bin.tar.gz (gpu/pack.sh --llama-bin)
-#            when present, else buildcpu. Logs in one tarball, $OUT/hrx-logs.tgz
+#            -b HRX0 when the build has it (HRX_QUICK=1 stops before those three). Uses
+#            .device/llama-cpu-bin.tar.gz (gpu/pack.sh --llama-bin) when present, else
+#            buildcpu. Logs in one tarball, $OUT/hrx-logs.tgz
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
 #   status   what the background run has done so far
 #
@@ -221,9 +222,19 @@ stage_hrxcheck() {
     -ngl 99 -no-cnv --no-warmup > "$W/logs/report.log" 2>&1 < /dev/null
   log "report: $(grep -a 'HRX0 report' "$W/logs/report.log" | head -1 | cut -c1-300)"
   log "graphs: $(grep -a 'captured a CUDA graph' "$W/logs/report.log" | tail -1 | cut -c1-200)"
+  # with graphs a replay is timed as a whole (device time of a token's graph); without,
+  # every kernel (upper bounds while the host is the bottleneck)
   GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 1 \
     > "$W/logs/profile.log" 2>&1
-  log "$(grep -a 'profile:' "$W/logs/profile.log" | head -1)"
+  log "graphs on: $(grep -a 'profile:' "$W/logs/profile.log" | head -1)"
+  GGML_HRX_CUDA_GRAPHS=0 GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 \
+    -n 128 -r 1 > "$W/logs/profile-nographs.log" 2>&1
+  log "graphs off: $(grep -a 'profile:' "$W/logs/profile-nographs.log" | head -1)"
+  if [ -n "${HRX_QUICK:-}" ]; then
+    log "hrxcheck (HRX_QUICK: no archs, reproducer or arena): $((SECONDS - t0)) s"
+    tar -czf "$out/hrx-logs.tgz" -C "$W" logs
+    return 0
+  fi
   # every architecture's logits on HRX0 against the CPU, NMSE <= 1e-4 (upstream's bound);
   # test-llama-archs never loads backends itself, so HRX registers itself when preloaded
   if [ -x "$b/bin/test-llama-archs" ]; then

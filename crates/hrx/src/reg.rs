@@ -11,7 +11,7 @@
 //!   print where the time went at exit ([`crate::runtime::cuda`]).
 //! - `GGML_HRX_CUDA_GRAPHS` (default on, a switch): CUDA runtime only, replay a split's
 //!   launch list as a CUDA graph when it is issued again unchanged
-//!   ([`crate::runtime::cuda`]'s `graphs` module); off while profiling.
+//!   ([`crate::runtime::cuda`]'s `graphs` module).
 //! - `GGML_HRX_DEVICES` (default 1): number of devices, 0 to [`env::MAX_DEVICES`]; with
 //!   CUDA at most the number of CUDA devices (device n is CUDA device n).
 //! - `GGML_HRX_SIM_MEMORY_MB` (default 8192): memory of each simulated device, in MiB, 1 to

@@ -110,7 +110,9 @@ pub struct Gpu {
     /// `GGML_HRX_PROFILE=1`: per-kernel device time and host time.
     pub profile: Option<Profile>,
     inputs: Inputs,
-    /// Captured launch lists (`GGML_HRX_CUDA_GRAPHS`, off while profiling); `None` when off.
+    /// Launches are being captured into a graph (not timed one by one, not run).
+    capturing: bool,
+    /// Captured launch lists (`GGML_HRX_CUDA_GRAPHS`); `None` when off.
     pub graphs: Option<GraphCache<sys::CUgraphExec>>,
     /// Jobs replayed as graphs, and graphs captured, since the device opened.
     pub graph_counts: (u64, u64),
@@ -155,8 +157,8 @@ impl Gpu {
             keep: Vec::new(),
             bad: None,
             profile: profile.map(Profile::new),
-            // the profile brackets every launch with events, which a graph would not time
-            graphs: (graphs && profile.is_none()).then(GraphCache::default),
+            capturing: false,
+            graphs: graphs.then(GraphCache::default),
             graph_counts: (0, 0),
             inputs: Inputs::default(),
         })
@@ -465,10 +467,7 @@ impl Gpu {
             Plan::Issue => launches.iter().try_for_each(|l| self.launch_ref(l)),
             Plan::Replay(x) => {
                 self.graph_counts.0 += 1;
-                // SAFETY: a live graph whose launches equal this job's, argument for argument.
-                unsafe { sys::cuGraphLaunch(x, self.stream) }
-                    .result()
-                    .map_err(|e| err("cuGraphLaunch", e))
+                self.launch_graph(x, "graph replay")
             }
             Plan::Capture(i) => {
                 let exec = self.capture(&launches);
@@ -486,10 +485,7 @@ impl Gpu {
                             held,
                             self.graph_counts.0
                         ));
-                        // SAFETY: just instantiated from these launches.
-                        unsafe { sys::cuGraphLaunch(x, self.stream) }
-                            .result()
-                            .map_err(|e| err("cuGraphLaunch", e))
+                        self.launch_graph(x, "graph, first launch")
                     }
                     Err(why) => {
                         crate::log::warn(&format!(
@@ -502,6 +498,20 @@ impl Gpu {
         }
     }
 
+    /// Launches graph `x` on the stream, timed as `name` when profiling.
+    fn launch_graph(&mut self, x: sys::CUgraphExec, name: &'static str) -> Result<(), String> {
+        let t0 = self.profile.as_mut().and_then(|p| p.start(self.stream));
+        // SAFETY: a live graph this cache instantiated from launches equal to this job's,
+        // argument for argument.
+        unsafe { sys::cuGraphLaunch(x, self.stream) }
+            .result()
+            .map_err(|e| err("cuGraphLaunch", e))?;
+        if let Some(p) = self.profile.as_mut() {
+            p.finish(name, t0, self.stream);
+        }
+        Ok(())
+    }
+
     /// Captures `launches` on the stream into an executable graph (nothing runs).
     fn capture(&mut self, launches: &[Launch]) -> Result<sys::CUgraphExec, String> {
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
@@ -509,7 +519,9 @@ impl Gpu {
         unsafe { sys::cuStreamBeginCapture_v2(self.stream, mode) }
             .result()
             .map_err(|e| err("cuStreamBeginCapture", e))?;
+        self.capturing = true;
         let issued = launches.iter().try_for_each(|l| self.launch_ref(l));
+        self.capturing = false;
         let mut graph: sys::CUgraph = std::ptr::null_mut();
         // SAFETY: ends the capture begun above (also after a failed launch, so the stream
         // leaves capture mode either way).
@@ -645,7 +657,10 @@ impl Gpu {
             .collect();
         let g = (l.grid[0], l.grid[1], l.grid[2]);
         let b = (l.block[0], l.block[1], l.block[2]);
-        let t0 = self.profile.as_mut().and_then(|p| p.start(self.stream));
+        let t0 = match self.profile.as_mut() {
+            Some(p) if !self.capturing => p.start(self.stream),
+            _ => None,
+        };
         // SAFETY: `f` is a kernel of our loaded module whose parameters are exactly `args` in
         // order (`dispatch` builds them from the kernel's signature); the values are copied
         // by the launch; every pointer inside a Ten is a live device address.

@@ -80,8 +80,7 @@ impl CudaDevice {
     /// for the start of its fake address range (see [`crate::runtime::address`]). `on_error`
     /// receives each error as it happens (the same errors [`Runtime::synchronize`] returns).
     /// `profile`: time every launch and print a summary at exit (`GGML_HRX_PROFILE`).
-    /// `graphs`: replay unchanged launch lists as CUDA graphs (`GGML_HRX_CUDA_GRAPHS`; off
-    /// while profiling).
+    /// `graphs`: replay unchanged launch lists as CUDA graphs (`GGML_HRX_CUDA_GRAPHS`).
     pub fn new(
         index: usize,
         ordinal: usize,

@@ -1,5 +1,6 @@
-//! `GGML_HRX_PROFILE=1` (read by the registry, passed to [`super::CudaDevice::new`]): where a CUDA device's time goes. Every launch and GEMM is bracketed
-//! by CUDA events; the device time per kernel, the host time spent issuing work and the
+//! `GGML_HRX_PROFILE=1` (read by the registry, passed to [`super::CudaDevice::new`]): where a CUDA device's time goes. Every launch and GEMM issued on its own is bracketed
+//! by CUDA events, and so is every launch of a captured graph, as a whole (`graph replay`;
+//! the launches inside a graph are not timed one by one: `GGML_HRX_CUDA_GRAPHS=0` for that); the device time per kernel, the host time spent issuing work and the
 //! time spent waiting for the stream are summed and printed to stderr when the process exits. Off by default: the events cost a little per launch.
 
 use std::collections::HashMap;
@@ -115,7 +116,10 @@ impl Profile {
         start: Option<sys::CUevent>,
         stream: sys::CUstream,
     ) {
-        let (Some(s), Some(e)) = (start, self.event()) else {
+        let Some(s) = start else {
+            return;
+        };
+        let Some(e) = self.event() else {
             return;
         };
         // SAFETY: a live event and stream.
