@@ -95,10 +95,10 @@ const THREADS: u32 = 256;
 pub(crate) const MMV_MAX_COLS: i64 = 8;
 /// Blocks per column of the matrix-vector kernel at most: its warps take rows grid-stride,
 /// so a large matrix (an output projection of 128k rows) converts the column into shared
-/// memory 512 times rather than once per 8 rows, and its warps stream row after row. 512
-/// blocks of 8 warps are one wave on an H200 (132 multiprocessors; `hrx_mul_mat_vec_q`
-/// keeps 4 blocks resident on each, its launch bounds capping it at 64 registers).
-pub(crate) const MMV_MAX_BLOCKS: u64 = 512;
+/// memory 1,024 times rather than once per 8 rows. 1,024 blocks of 8 warps still fill an
+/// H200 (132 multiprocessors; `hrx_mul_mat_vec_q` keeps 4 blocks resident on each, its
+/// launch bounds capping it at 64 registers).
+pub(crate) const MMV_MAX_BLOCKS: u64 = 1024;
 
 fn f32_param(t: &ggml_tensor, i: usize) -> f32 {
     f32::from_bits(t.op_params[i] as u32)
@@ -432,21 +432,19 @@ fn quant_block(ty: i32) -> Option<(i64, i64)> {
 }
 
 /// Whether `hrx_mul_mat_vec_q` can stream the rows of weights `a` with 16-byte loads:
-/// a quantized type or F16, every row starting 16-byte aligned (the data pointer and the
-/// row, matrix and batch strides multiples of 16), packed, and holding whole blocks that end
-/// on a 16-byte boundary (F16 counts as blocks of 8 halves). Quantized blocks are 18, 20, 34,
-/// 144 or 210 bytes, so without these 2-byte loads are all the alignment promises.
+/// a quantized type, every row starting 16-byte aligned (the data pointer and the row,
+/// matrix and batch strides multiples of 16) and holding whole blocks that end on a 16-byte
+/// boundary. Quantized blocks are 18, 20, 34, 144 or 210 bytes, so without these 2-byte
+/// loads are all the alignment promises.
 pub(crate) fn staged_rows(a: &Ten) -> bool {
-    let (qk, bs, nb0) = match (a.ty, quant_block(a.ty)) {
-        (TY_F16, _) => (8, 16, 2),
-        (_, Some((qk, bs))) => (qk, bs, bs),
-        _ => return false,
+    let Some((qk, bs)) = quant_block(a.ty) else {
+        return false;
     };
     a.data.is_multiple_of(16)
         && a.nb[1..].iter().all(|&b| b % 16 == 0)
         && a.ne[0] % qk == 0
         && (a.ne[0] / qk * bs) % 16 == 0
-        && a.nb[0] == nb0
+        && a.nb[0] == bs
 }
 
 /// Leading dimension and batch strides (elements) when `x` can go to cuBLAS as it is: F32,
@@ -644,8 +642,7 @@ mod tests {
         let l = mat_vec(qten(TY_Q4_0, 0x1000, [2048, 8192, 1, 1]));
         // rows of 1,152 bytes from a 16-byte aligned start: streamed with 16-byte loads
         assert_eq!(l.kernel, "hrx_mul_mat_vec_q");
-        // 8,192 rows: 512 blocks of 8 warps, two rows a warp
-        assert_eq!(l.grid, [512, 1, 1]);
+        assert_eq!(l.grid, [1024, 1, 1]);
         assert_eq!(l.block, [256, 1, 1]);
         // the column (2048 floats) goes to shared memory
         assert_eq!(l.shared, (2048 + 64 + 1) * 4);
@@ -669,9 +666,8 @@ mod tests {
             },
             // 96 weights: three 18-byte blocks, 54 bytes a row
             qten(TY_Q4_0, 0x1000, [96, 64, 1, 1]),
-            // F16 rows 8 bytes into the weights, or of 2,052 halves
-            ten(TY_F16, 0x1008, [2048, 64, 1, 1], 2),
-            ten(TY_F16, 0x1000, [2052, 64, 1, 1], 2),
+            // F16 is read in place with its own 16-byte loads
+            ten(TY_F16, 0x1000, [2048, 64, 1, 1], 2),
         ] {
             assert!(!staged_rows(&a), "{a:?}");
             let l = mat_vec(a);
@@ -679,17 +675,13 @@ mod tests {
             assert_eq!(l.args[5], Arg::I32(1));
         }
         // every staged type: Q4_1 rows of 2048 are 1,280 bytes, Q8_0 2,176, Q4_K 1,152,
-        // Q6_K 1,680, F16 4,096
+        // Q6_K 1,680
         for ty in [TY_Q4_1, TY_Q8_0, TY_Q4_K, TY_Q6_K] {
             assert!(
                 staged_rows(&qten(ty, 0x1000, [2048, 64, 1, 1])),
                 "type {ty}"
             );
         }
-        assert!(staged_rows(&ten(TY_F16, 0x1000, [2048, 64, 1, 1], 2)));
-        // BF16 and F32 are not staged
-        assert!(!staged_rows(&ten(TY_BF16, 0x1000, [2048, 64, 1, 1], 2)));
-        assert!(!staged_rows(&ten(TY_F32, 0x1000, [2048, 64, 1, 1], 4)));
         // Q8_0 of 32 weights (34 bytes) is not
         assert!(!staged_rows(&qten(TY_Q8_0, 0x1000, [32, 64, 1, 1])));
     }
@@ -699,7 +691,7 @@ mod tests {
         // an output projection: 128,256 rows of Q6_K, one token
         let l = mat_vec(qten(TY_Q6_K, 0x1000, [2048, 128256, 1, 1]));
         assert_eq!(l.kernel, "hrx_mul_mat_vec_q");
-        assert_eq!(l.grid, [512, 1, 1]);
+        assert_eq!(l.grid, [1024, 1, 1]);
         // an FFN down projection's 8,192-wide column still fits beside the staging buffers
         let l = mat_vec(qten(TY_Q4_0, 0x1000, [8192, 2048, 1, 1]));
         assert_eq!(l.grid, [256, 1, 1]);

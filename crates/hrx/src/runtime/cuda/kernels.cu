@@ -824,8 +824,6 @@ template <> struct Staged<HRX_TY_Q4_1> { enum { QK = 32, BS = 20, PER = 64 }; };
 template <> struct Staged<HRX_TY_Q8_0> { enum { QK = 32, BS = 34, PER = 32 }; };   // 1088
 template <> struct Staged<HRX_TY_Q4_K> { enum { QK = 256, BS = 144, PER = 8 }; };  // 1152
 template <> struct Staged<HRX_TY_Q6_K> { enum { QK = 256, BS = 210, PER = 8 }; };  // 1680
-// F16 as blocks of 8 halves (one 16-byte word), 64 words a chunk
-template <> struct Staged<HRX_TY_F16> { enum { QK = 8, BS = 16, PER = 64 }; };     // 1024
 
 template <int TY>
 __device__ __forceinline__ float dot_chunk(const char *cb, const float *x, i64 k, int lane) {
@@ -834,48 +832,31 @@ __device__ __forceinline__ float dot_chunk(const char *cb, const float *x, i64 k
     case HRX_TY_Q4_1: return dot_q4_1(cb, x, k, lane);
     case HRX_TY_Q8_0: return dot_q8_0(cb, x, k, lane);
     case HRX_TY_Q4_K: return dot_q4_k(cb, x, k, lane);
-    case HRX_TY_F16: return dot_f16(cb, x, k, lane);
     default: return dot_q6_k(cb, x, k, lane);
     }
 }
 
-// The warp's rows (grid-stride) against the column, streamed as one sequence of chunks: a
-// chunk (whole blocks, a multiple of 16 bytes) is loaded into registers with 16-byte
-// coalesced loads (the blocks themselves are only 2-byte aligned), stored to the warp's
-// staging buffer and decoded from there, while the loads of the next chunk (of this row, or
-// the first of the warp's next row) are in flight. The first chunk's loads are issued before
-// the block converts the column into shared memory, so the two latencies overlap. Rows and
-// their lengths in bytes are multiples of 16 (`dispatch::staged_rows`).
+// One row of quantized weights against the shared column: the warp streams the row through
+// its staging buffer in chunks of whole blocks, with 16-byte coalesced loads (the blocks
+// themselves are only 2-byte aligned), the next chunk's loads in flight while the current
+// one is decoded. `row` and the row's length in bytes are multiples of 16.
 template <int TY>
-__device__ void mmv_q(const Ten &d, const Ten &a, const Ten &b, i64 r2, i64 r3, float *xs,
-                      uint4 *buf) {
+__device__ float dot_staged(const char *row, const float *xs, i64 k, uint4 *buf, int lane) {
     typedef Staged<TY> S;
-    const int wpc = S::PER * S::BS / 16; // 16-byte words of a whole chunk
-    const int loads = (wpc + HRX_WARP - 1) / HRX_WARP;
-    int lane = threadIdx.x % HRX_WARP, w = threadIdx.x / HRX_WARP;
-    i64 i11 = blockIdx.y;
-    i64 i12 = blockIdx.z % b.ne[2], i13 = blockIdx.z / b.ne[2];
-    i64 k = a.ne[0], nb = k / S::QK;
+    const int words_per_chunk = S::PER * S::BS / 16;
+    const int loads = (words_per_chunk + HRX_WARP - 1) / HRX_WARP;
+    i64 nb = k / S::QK;
     i64 chunks = (nb + S::PER - 1) / S::PER;
-    i64 stride = (i64)gridDim.x * HRX_MMV_WARPS;
-    i64 i01 = (i64)blockIdx.x * HRX_MMV_WARPS + w;
+    const uint4 *src = (const uint4 *)row;
     uint4 r[loads];
-    // words of the chunk whose loads are in `r`
     i64 words = (nb < S::PER ? nb : S::PER) * S::BS / 16;
-    if (i01 < a.ne[1]) {
-        const uint4 *src = (const uint4 *)at(a, 0, i01, i12 / r2, i13 / r3);
 #pragma unroll
-        for (int t = 0; t < loads; t++) {
-            int j = t * HRX_WARP + lane;
-            if (j < words) r[t] = src[j];
-        }
+    for (int t = 0; t < loads; t++) {
+        int j = t * HRX_WARP + lane;
+        if (j < words) r[t] = src[j];
     }
-    const char *col = at(b, 0, i11, i12, i13);
-    for (i64 j = threadIdx.x; j < k; j += blockDim.x) XS(xs, j) = ldf(col + j * b.nb[0], b.ty);
-    __syncthreads();
     float acc = 0.0f;
-    i64 c = 0;
-    while (i01 < a.ne[1]) {
+    for (i64 c = 0; c < chunks; c++) {
         i64 blocks = nb - c * S::PER < S::PER ? nb - c * S::PER : S::PER;
         HRX_SYNCWARP(); // every lane is done decoding the last chunk
 #pragma unroll
@@ -884,31 +865,31 @@ __device__ void mmv_q(const Ten &d, const Ten &a, const Ten &b, i64 r2, i64 r3, 
             if (j < words) buf[j] = r[t];
         }
         HRX_SYNCWARP();
-        i64 nrow = i01, nc = c + 1;
-        if (nc == chunks) {
-            nrow = i01 + stride;
-            nc = 0;
-        }
-        if (nrow < a.ne[1]) {
-            i64 nblocks = nb - nc * S::PER < S::PER ? nb - nc * S::PER : S::PER;
-            words = nblocks * S::BS / 16;
-            const uint4 *src = (const uint4 *)at(a, 0, nrow, i12 / r2, i13 / r3) + nc * wpc;
+        if (c + 1 < chunks) {
+            i64 next = nb - (c + 1) * S::PER < S::PER ? nb - (c + 1) * S::PER : S::PER;
+            words = next * S::BS / 16;
+            const uint4 *s = src + (c + 1) * words_per_chunk;
 #pragma unroll
             for (int t = 0; t < loads; t++) {
                 int j = t * HRX_WARP + lane;
-                if (j < words) r[t] = src[j];
+                if (j < words) r[t] = s[j];
             }
         }
         // XS(xs, c * PER * QK): the chunk's first weight, every 32 followed by a pad
         acc += dot_chunk<TY>((const char *)buf, xs + c * S::PER * S::QK / 32 * 33,
                              blocks * S::QK, lane);
-        if (c + 1 == chunks) {
-            acc = warp_sum(acc);
-            if (lane == 0) stf(at(d, i01, i11, i12, i13), d.ty, acc);
-            acc = 0.0f;
-        }
-        i01 = nrow;
-        c = nc;
+    }
+    return acc;
+}
+
+template <int TY>
+__device__ void mmv_q_rows(Ten d, Ten a, Ten b, i64 r2, i64 r3, i64 i11, i64 i12, i64 i13,
+                           const float *xs, uint4 *buf, int lane, int w) {
+    for (i64 i01 = (i64)blockIdx.x * HRX_MMV_WARPS + w; i01 < a.ne[1];
+         i01 += (i64)gridDim.x * HRX_MMV_WARPS) {
+        const char *row = at(a, 0, i01, i12 / r2, i13 / r3);
+        float acc = warp_sum(dot_staged<TY>(row, xs, a.ne[0], buf, lane));
+        if (lane == 0) stf(at(d, i01, i11, i12, i13), d.ty, acc);
     }
 }
 
@@ -956,20 +937,25 @@ extern "C" __global__ void hrx_mul_mat_vec(Ten d, Ten a, Ten b, i64 r2, i64 r3, 
     }
 }
 
-// The matrix-vector product for quantized or F16 weights whose rows are 16-byte aligned (the
-// host checks the data pointer, the strides and the row length; `dispatch::staged_rows`):
-// each warp streams its rows through its staging buffer (`mmv_q`); the column is always in
+// The matrix-vector product for quantized weights whose rows are 16-byte aligned (the host
+// checks the data pointer, the strides and the row length; `dispatch::staged_rows`): each
+// warp streams its rows through its staging buffer (`dot_staged`); the column is always in
 // shared memory. The same grid as hrx_mul_mat_vec.
 extern "C" __global__ void __launch_bounds__(HRX_MMV_WARPS * HRX_WARP, 4) hrx_mul_mat_vec_q(Ten d, Ten a, Ten b, i64 r2, i64 r3) {
     extern __shared__ float xs[];
     __shared__ uint4 stage[HRX_MMV_WARPS][HRX_MMV_STAGE / 16];
-    uint4 *buf = stage[threadIdx.x / HRX_WARP];
+    int lane = threadIdx.x % HRX_WARP, w = threadIdx.x / HRX_WARP;
+    i64 i11 = blockIdx.y;
+    i64 i12 = blockIdx.z % b.ne[2], i13 = blockIdx.z / b.ne[2];
+    const char *col = at(b, 0, i11, i12, i13);
+    i64 k = a.ne[0];
+    for (i64 j = threadIdx.x; j < k; j += blockDim.x) XS(xs, j) = ldf(col + j * b.nb[0], b.ty);
+    __syncthreads();
     switch (a.ty) {
-    case HRX_TY_Q4_0: mmv_q<HRX_TY_Q4_0>(d, a, b, r2, r3, xs, buf); break;
-    case HRX_TY_Q4_1: mmv_q<HRX_TY_Q4_1>(d, a, b, r2, r3, xs, buf); break;
-    case HRX_TY_Q8_0: mmv_q<HRX_TY_Q8_0>(d, a, b, r2, r3, xs, buf); break;
-    case HRX_TY_Q4_K: mmv_q<HRX_TY_Q4_K>(d, a, b, r2, r3, xs, buf); break;
-    case HRX_TY_Q6_K: mmv_q<HRX_TY_Q6_K>(d, a, b, r2, r3, xs, buf); break;
-    case HRX_TY_F16: mmv_q<HRX_TY_F16>(d, a, b, r2, r3, xs, buf); break;
+    case HRX_TY_Q4_0: mmv_q_rows<HRX_TY_Q4_0>(d, a, b, r2, r3, i11, i12, i13, xs, stage[w], lane, w); break;
+    case HRX_TY_Q4_1: mmv_q_rows<HRX_TY_Q4_1>(d, a, b, r2, r3, i11, i12, i13, xs, stage[w], lane, w); break;
+    case HRX_TY_Q8_0: mmv_q_rows<HRX_TY_Q8_0>(d, a, b, r2, r3, i11, i12, i13, xs, stage[w], lane, w); break;
+    case HRX_TY_Q4_K: mmv_q_rows<HRX_TY_Q4_K>(d, a, b, r2, r3, i11, i12, i13, xs, stage[w], lane, w); break;
+    case HRX_TY_Q6_K: mmv_q_rows<HRX_TY_Q6_K>(d, a, b, r2, r3, i11, i12, i13, xs, stage[w], lane, w); break;
     }
 }
