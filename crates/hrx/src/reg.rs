@@ -42,6 +42,10 @@ fn log_queue_error(text: &str) {
     crate::log::error(text)
 }
 
+fn log_runtime_note(text: &str) {
+    crate::log::info(text)
+}
+
 impl Registry {
     /// Creates the devices the environment asks for, as devices of the ggml registry `reg`
     /// (leaked, like `reg`: both live for the process).
@@ -167,7 +171,14 @@ fn cuda_devices(
     let mut devices = Vec::new();
     let mut next_base = base;
     for i in 0..n.min(have) {
-        match CudaDevice::new(i, i, next_base, profile, graphs, log_queue_error) {
+        match CudaDevice::new(
+            i,
+            i,
+            next_base,
+            (profile, graphs),
+            log_queue_error,
+            log_runtime_note,
+        ) {
             Ok(d) => {
                 next_base = next_base.and_then(|b| b.checked_add(d.capacity()));
                 devices.push(crate::device::create(

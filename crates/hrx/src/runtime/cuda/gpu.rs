@@ -116,6 +116,9 @@ pub struct Gpu {
     pub graphs: Option<GraphCache<sys::CUgraphExec>>,
     /// Jobs replayed as graphs, and graphs captured, since the device opened.
     pub graph_counts: (u64, u64),
+    /// Receives notes on graph capture (the layer logs them at info level; the runtime
+    /// knows nothing of its logger).
+    note: fn(&str),
 }
 
 // SAFETY: the handles are plain CUDA handles; every use goes through the runtime's mutex
@@ -125,7 +128,14 @@ unsafe impl Send for Gpu {}
 impl Gpu {
     /// Opens device `ordinal`: retains its primary context and creates a non-blocking stream.
     /// `profile`: the label under which to profile it (`GGML_HRX_PROFILE`), or `None`.
-    pub fn open(ordinal: usize, profile: Option<&str>, graphs: bool) -> Result<Gpu, String> {
+    /// `graphs`: replay unchanged launch lists ([`super::graphs`]); `note` receives what is
+    /// worth logging about them.
+    pub fn open(
+        ordinal: usize,
+        profile: Option<&str>,
+        graphs: bool,
+        note: fn(&str),
+    ) -> Result<Gpu, String> {
         cu::init().map_err(|e| err("cuInit", e))?;
         let dev = cu::device::get(ordinal as i32).map_err(|e| err("cuDeviceGet", e))?;
         // SAFETY: `dev` is a valid device handle.
@@ -160,6 +170,7 @@ impl Gpu {
             capturing: false,
             graphs: graphs.then(GraphCache::default),
             graph_counts: (0, 0),
+            note,
             inputs: Inputs::default(),
         })
     }
@@ -478,7 +489,7 @@ impl Gpu {
                     Ok(x) => {
                         self.graph_counts.1 += 1;
                         let held = self.graphs.as_ref().map_or(0, GraphCache::graphs);
-                        crate::log::info(&format!(
+                        (self.note)(&format!(
                             "HRX: captured a CUDA graph of {} launches ({} captured, {} held, {} replays so far)\n",
                             launches.len(),
                             self.graph_counts.1,
@@ -488,7 +499,7 @@ impl Gpu {
                         self.launch_graph(x, "graph, first launch")
                     }
                     Err(why) => {
-                        crate::log::warn(&format!(
+                        (self.note)(&format!(
                             "HRX: a CUDA graph capture failed ({why}); issuing that work launch by launch\n"
                         ));
                         launches.iter().try_for_each(|l| self.launch_ref(l))

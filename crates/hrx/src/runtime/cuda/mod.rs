@@ -81,17 +81,19 @@ impl CudaDevice {
     /// receives each error as it happens (the same errors [`Runtime::synchronize`] returns).
     /// `profile`: time every launch and print a summary at exit (`GGML_HRX_PROFILE`).
     /// `graphs`: replay unchanged launch lists as CUDA graphs (`GGML_HRX_CUDA_GRAPHS`).
+    /// `on_note` receives notes worth an info-level log (a graph captured, a capture that
+    /// failed and fell back to issuing launch by launch).
     pub fn new(
         index: usize,
         ordinal: usize,
         base_hint: Option<usize>,
-        profile: bool,
-        graphs: bool,
+        (profile, graphs): (bool, bool),
         on_error: fn(&str),
+        on_note: fn(&str),
     ) -> Result<CudaDevice, String> {
         let label = format!("HRX{index}");
         let gpu = std::panic::catch_unwind(|| {
-            Gpu::open(ordinal, profile.then_some(label.as_str()), graphs)
+            Gpu::open(ordinal, profile.then_some(label.as_str()), graphs, on_note)
         })
         .map_err(|_| "the CUDA driver library lacks a function it needs".to_string())??;
         // SAFETY: `gpu.dev` is a valid device.
