@@ -1279,5 +1279,136 @@ fn copies_with_reorder_and_parallel() {
     let mut env = Env::new(false);
     env.parallel = true;
     let r = drive(&env, &f, &steps, "parallel");
-    assert_eq!(r.iter().sum::<u64>(), 0, "pipeline copies: {r:?}");
+    // With pipeline copies the replay lays the copies out around the current copy; every step
+    // after the first two (the first sets the previous first-split backend) replays.
+    assert!(r.iter().sum::<u64>() >= 3, "pipeline copies: {r:?}");
+}
+
+/// Everything an allocation left in a graph, position by position: for every leaf, node and
+/// node source (after the split's rewrites, so the pipeline copy read), its name, flags,
+/// buffer type and offset in its buffer; then the split count. Two graphs built alike give
+/// equal fingerprints exactly when the scheduler placed, split, copied and allocated them
+/// alike, whatever their addresses.
+fn fingerprint(env: &Env, sched: sys::ggml_backend_sched_t, g: &G) -> Vec<String> {
+    let describe = |t: *mut ggml_tensor| -> String {
+        // SAFETY: a live tensor of the allocated graph, or one of the scheduler's copies.
+        unsafe {
+            let name = std::ffi::CStr::from_ptr((*t).name.as_ptr()).to_string_lossy();
+            let (buft, offs) = if (*t).buffer.is_null() {
+                ("-".to_string(), 0isize)
+            } else {
+                let buft = std::ffi::CStr::from_ptr(ggml_backend_buffer_name((*t).buffer))
+                    .to_string_lossy()
+                    .into_owned();
+                let base = ggml_backend_buffer_get_base((*t).buffer);
+                (buft, (*t).data.cast::<u8>().offset_from(base.cast::<u8>()))
+            };
+            let b = env.index(ggml_backend_sched_get_tensor_backend(sched, t));
+            format!("{name} flags={} on={b} {buft}+{offs}", (*t).flags)
+        }
+    };
+    let mut out = Vec::new();
+    // SAFETY: a live, allocated graph.
+    unsafe {
+        let gr = &*g.graph;
+        for i in 0..gr.n_leafs as usize {
+            out.push(format!("leaf {i}: {}", describe(*gr.leafs.add(i))));
+        }
+        for i in 0..gr.n_nodes as usize {
+            let n = *gr.nodes.add(i);
+            out.push(format!("node {i}: {}", describe(n)));
+            for (j, &src) in (*n).src.iter().enumerate() {
+                if !src.is_null() {
+                    out.push(format!("  src {j}: {}", describe(src)));
+                }
+            }
+        }
+        out.push(format!("splits {}", ggml_backend_sched_get_n_splits(sched)));
+    }
+    out
+}
+
+/// Pipeline copies, replayed against placed afresh, in lockstep: two parallel schedulers
+/// (4 copies) get the same graph step after step, one rebuilt in the same memory (it
+/// replays from the second step on, the copies rotating), the other built each time in new
+/// memory (it can never replay). Each step compares every tensor's placement, name, flags,
+/// buffer and offset, the sources' copies, the split count and the outputs; 10 steps turn
+/// the copies round twice. With and without a `graph_optimize` that reorders the splits.
+#[test]
+fn parallel_replays_equal_fresh_splits() {
+    let _l = serial();
+    let f = |ctx: *mut sys::ggml_context| {
+        // SAFETY: a live context.
+        unsafe {
+            let xs: Vec<_> = (0..4).map(|_| input(ctx, 8)).collect();
+            let ys: Vec<_> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| sys::ggml_scale(ctx, x, 1.0 + i as f32))
+                .collect();
+            let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
+            let s23 = sys::ggml_mul(ctx, ys[2], xs[3]);
+            let s = sys::ggml_add(ctx, s01, s23);
+            let t = sys::ggml_mul(ctx, s, xs[0]);
+            let mut w = ys.clone();
+            w.extend([s01, s23, s, t]);
+            (finish(ctx, &[t, ys[0], s23]), w, vec![t, ys[0], s23])
+        }
+    };
+    for reverse in [false, true] {
+        REVERSE_OPT.store(reverse, Ordering::SeqCst);
+        let mut env = Env::new(false);
+        env.parallel = true;
+        let user = [(0, 0), (1, 0), (4, 1), (6, 0), (7, 1)];
+        let (a, b) = (env.sched(), env.sched());
+        let mut arena = Vec::new();
+        // B's arenas all stay alive, so that its graphs never land at an earlier address.
+        let mut b_arenas: Vec<Vec<u8>> = Vec::new();
+        let mut replayed = 0;
+        for step in 0..10 {
+            let (ga, gb) = (build(&mut arena, &f), {
+                b_arenas.push(Vec::new());
+                build(b_arenas.last_mut().unwrap(), &f)
+            });
+            for (s, g) in [(a, &ga), (b, &gb)] {
+                for &(w, be) in &user {
+                    // SAFETY: live scheduler and tensor.
+                    unsafe {
+                        ggml_backend_sched_set_tensor_backend(s, g.watch[w], env.backends[be])
+                    };
+                }
+            }
+            let (r0, c0) = (
+                replays(),
+                ggml_base::sched::replay::replays_with_copies_total(),
+            );
+            let got = run(&env, a, &ga, false).expect("allocation");
+            let fa = fingerprint(&env, a, &ga);
+            let r = replays() - r0;
+            assert_eq!(
+                ggml_base::sched::replay::replays_with_copies_total() - c0,
+                r,
+                "a replay of a parallel scheduler counted without copies"
+            );
+            let r1 = replays();
+            let want = run(&env, b, &gb, false).expect("allocation");
+            let fb = fingerprint(&env, b, &gb);
+            assert_eq!(replays(), r1, "the scheduler of new memory replayed");
+            replayed += r;
+            assert_eq!(fa, fb, "reverse={reverse} step {step} (replayed: {r})");
+            assert_eq!(got, want, "reverse={reverse} step {step} (replayed: {r})");
+            // SAFETY: live schedulers; their graphs are reset away before the memory is reused.
+            unsafe {
+                ggml_backend_sched_reset(a);
+                ggml_backend_sched_reset(b);
+            }
+        }
+        eprintln!("parallel lockstep reverse={reverse}: {replayed} of 10 steps replayed");
+        assert!(replayed >= 8, "replayed {replayed} of 10 steps");
+        // SAFETY: made above.
+        unsafe {
+            ggml_backend_sched_free(a);
+            ggml_backend_sched_free(b);
+        }
+    }
 }

@@ -808,15 +808,21 @@ fn random_sched_call_sequences() {
         }
     }
     let replays = ggml_base::sched::replay::replays_total();
+    let with_copies = ggml_base::sched::replay::replays_with_copies_total();
     eprintln!(
         "sched_calls: {sequences} random call sequences passed in {:.1} s, {replays} \
-         allocations by replaying the last placement",
+         allocations by replaying the last placement ({with_copies} with pipeline copies)",
         start.elapsed().as_secs_f64()
     );
     assert!(sequences >= u64::from(round));
     // Graphs are rebuilt in the same memory, so some allocations must have been replays:
-    // their values were checked like every other's.
+    // their values were checked like every other's. Half of the schedulers are parallel (4
+    // pipeline copies), and their replays rotate the copies: some must have happened too.
     assert!(replays > 0, "no allocation replayed a placement");
+    assert!(
+        with_copies > 0,
+        "no allocation of a parallel scheduler replayed a placement"
+    );
 }
 
 /// The first crash this file found, kept as a fixed case: a parallel scheduler over TESTA and

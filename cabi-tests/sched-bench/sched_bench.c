@@ -619,20 +619,22 @@ static void print_heap(const char * key, struct heap_stats h) {
 
 static void usage(void) {
     fprintf(stderr, "usage: sched-bench --graph smollm2|deepseek [--backends 2|3] [--iters N] [--warmup N] "
-                    "[--tokens N] [--layers N] [--callgrind | --callgrind-reserve]\n");
+                    "[--tokens N] [--layers N] [--parallel] [--callgrind | --callgrind-reserve]\n");
     exit(2);
 }
 
 int main(int argc, char ** argv) {
     struct bench b;
     memset(&b, 0, sizeof(b));
-    int n_backends = 2, iters = 50, warmup = 5, layers = -1, callgrind = 0, callgrind_reserve = 0;
+    int n_backends = 2, iters = 50, warmup = 5, layers = -1, callgrind = 0, callgrind_reserve = 0, parallel = 0;
     const char * graph = NULL;
     for (int i = 1; i < argc; i++) {
         const char * a = argv[i];
         const char * v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--callgrind")) { callgrind = 1; continue; }
         if (!strcmp(a, "--callgrind-reserve")) { callgrind_reserve = 1; continue; }
+        // a parallel scheduler (pipeline copies), as llama.cpp makes with several devices
+        if (!strcmp(a, "--parallel")) { parallel = 1; continue; }
         if (!v) usage();
         if (!strcmp(a, "--graph")) graph = v;
         else if (!strcmp(a, "--backends")) n_backends = atoi(v);
@@ -685,7 +687,7 @@ int main(int argc, char ** argv) {
 
     // Setup: sched_new and the first allocation (which reserves the compute buffers).
     heap_open();
-    ggml_backend_sched_t sched = ggml_backend_sched_new(backends, NULL, n_backends, b.graph_size, false, true);
+    ggml_backend_sched_t sched = ggml_backend_sched_new(backends, NULL, n_backends, b.graph_size, parallel != 0, true);
     struct heap_stats h_new = heap_close();
     gf = rebuild(&b);
     heap_open();

@@ -1194,6 +1194,15 @@ static void run_seed(uint64_t seed, uint64_t perturb, const char * crash_seed) {
     bool reserve    = rng_pct(&r, 25);
     int  rounds     = rng_pct(&r, 40) ? 2 : 1;
     int  variant2   = rng_pct(&r, 50) ? 0 : 1;
+    // SCHED_DIFF_ROUNDS=N: N rounds of the same graph, rebuilt after each reset (drawn after
+    // the seed's other choices, so every seed keeps its devices and graph). Rebuilt graphs
+    // often land in the memory of the last one, where a scheduler may replay its placement;
+    // with pipeline copies (parallel) the rounds turn the current copy round.
+    const char * env_rounds = getenv("SCHED_DIFF_ROUNDS");
+    if (env_rounds != NULL && atoi(env_rounds) > 0) {
+        rounds   = atoi(env_rounds);
+        variant2 = 0;
+    }
     setup_devices(&r, n_backends);
     printf("CONFIG backends=%d parallel=%d op_offload=%d eval_cb=%d reserve=%d rounds=%d variant2=%d\n", n_backends,
            parallel, op_offload, use_cb, reserve, rounds, variant2);

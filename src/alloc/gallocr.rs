@@ -56,10 +56,12 @@ pub struct Gallocr {
     nodes: Vec<NodePlan>,
     leafs: Vec<Placed>,
     layout: Layout,
-    /// What the last [`Gallocr::alloc_graph`] did to the graph's tensors, in order, for
-    /// [`Gallocr::alloc_again`]; valid until the next plan.
-    actions: Vec<Action>,
-    actions_valid: bool,
+    /// What the last [`Gallocr::alloc_graph_in`] of each slot did to the graph's tensors, in
+    /// order, for [`Gallocr::alloc_again`], and whether it is still valid (until the next
+    /// plan, or until an allocation in another slot that drops the others). One slot per
+    /// pipeline copy: a scheduler with pipeline copies places a different allocation graph
+    /// for each copy (the copies and the graph inputs rotate), all under one plan.
+    actions: Vec<(bool, Vec<Action>)>,
 }
 
 /// One tensor placed by [`Gallocr::alloc_graph`].
@@ -95,7 +97,6 @@ impl Gallocr {
             leafs: Vec::new(),
             layout,
             actions: Vec::new(),
-            actions_valid: false,
         }
     }
 
@@ -118,7 +119,8 @@ impl Gallocr {
         leaf_ids: Option<&[i32]>,
         no_alloc: bool,
     ) -> Result<(), AllocFailed> {
-        self.actions_valid = false;
+        // A new plan (and maybe new buffers): no recorded placement holds any more.
+        self.drop_actions();
         // SAFETY: forwarded.
         unsafe { self.planner.walk(graph, node_ids, leaf_ids) };
         pack::lay_out(&mut self.planner, self.layout);
@@ -282,11 +284,29 @@ impl Gallocr {
 
     /// Places `graph`'s tensors by the plan (stock `ggml_gallocr_alloc_graph`). A graph that no
     /// longer fits is planned again when there is a single buffer id; with several, returns
-    /// false (the caller must reserve with the buffer ids).
+    /// false (the caller must reserve with the buffer ids). What it does is recorded in slot 0
+    /// for [`Gallocr::alloc_again`]; every other slot's record is dropped.
     ///
     /// # Safety
     /// `graph` must be live, with live tensors, sources and view sources.
     pub unsafe fn alloc_graph(&mut self, graph: &ggml_cgraph) -> bool {
+        // SAFETY: forwarded.
+        unsafe { self.alloc_graph_in(graph, 0, false) }
+    }
+
+    /// [`Gallocr::alloc_graph`], recording what it does in slot `slot`; the other slots'
+    /// records are kept when `keep_others` (the caller vouches that the graphs they recorded
+    /// may be placed again: see [`Gallocr::alloc_again`]), dropped otherwise. A new plan drops
+    /// them all.
+    ///
+    /// # Safety
+    /// As [`Gallocr::alloc_graph`].
+    pub unsafe fn alloc_graph_in(
+        &mut self,
+        graph: &ggml_cgraph,
+        slot: usize,
+        keep_others: bool,
+    ) -> bool {
         // SAFETY: forwarded.
         if !unsafe { self.fits(graph) } {
             if self.n_buffers() != 1 {
@@ -298,8 +318,14 @@ impl Gallocr {
             }
         }
         self.reset_buffers();
-        self.actions_valid = false;
-        let mut actions = std::mem::take(&mut self.actions);
+        if !keep_others {
+            self.drop_actions();
+        }
+        if self.actions.len() <= slot {
+            self.actions.resize_with(slot + 1, Default::default);
+        }
+        let mut actions = std::mem::take(&mut self.actions[slot].1);
+        self.actions[slot].0 = false;
         actions.clear();
         // SAFETY: forwarded.
         let (leafs, nodes) = unsafe { graph_tensors(graph) };
@@ -319,9 +345,15 @@ impl Gallocr {
             // SAFETY: live.
             unsafe { self.init_tensor(node, &plan.dst, &mut actions) };
         }
-        self.actions = actions;
-        self.actions_valid = true;
+        self.actions[slot] = (true, actions);
         true
+    }
+
+    /// Marks every slot's record invalid (their memory is kept for the next records).
+    fn drop_actions(&mut self) {
+        for a in &mut self.actions {
+            a.0 = false;
+        }
     }
 
     /// Lets the backends of every compute buffer drop per-tensor state (stock resets each
@@ -337,20 +369,21 @@ impl Gallocr {
         }
     }
 
-    /// Places a graph equal to the one the last [`Gallocr::alloc_graph`] placed by repeating
-    /// what it did, without checking sizes again: false (nothing done) when there was no such
-    /// call since the last plan. The scheduler's replay uses this ([`crate::sched::replay`]):
-    /// equal headers need the same memory, and the plan did not change since it fitted.
+    /// Places a graph equal to the one the last [`Gallocr::alloc_graph_in`] of slot `slot`
+    /// placed by repeating what it did, without checking sizes again: false (nothing done)
+    /// when the slot has no valid record (none since the last plan, or dropped since). The
+    /// scheduler's replay uses this ([`crate::sched::replay`]): equal headers need the same
+    /// memory, and the plan did not change since it fitted.
     ///
     /// # Safety
-    /// The graph must equal, tensor for tensor and header for header, the one the last
-    /// `alloc_graph` placed (as it was before that call), and be live.
-    pub unsafe fn alloc_again(&mut self) -> bool {
-        if !self.actions_valid {
+    /// The graph must equal, tensor for tensor and header for header, the one that call
+    /// placed (as it was before that call), and be live.
+    pub unsafe fn alloc_again(&mut self, slot: usize) -> bool {
+        let Some((true, actions)) = self.actions.get(slot) else {
             return false;
-        }
+        };
         self.reset_buffers();
-        for &a in &self.actions {
+        for &a in actions {
             match a {
                 Action::Place(t, b, addr) => {
                     // SAFETY: the tensor is live and without memory, as it was when this

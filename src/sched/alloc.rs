@@ -64,18 +64,19 @@ impl Sched {
         // of every header): graphs split for a reserve or by `split_graph` alone are rarely
         // allocated next.
         let reset = self.materialize_reset();
-        // Not with pipeline copies either: pass 6 also flags the graph inputs and lays their
-        // copies out around the current copy, which changes with every graph.
-        let replayable = snapshot
-            && reset
-            && self.n_copies == 1
-            && self.debug == 0
-            && super::record::dir().is_none();
+        // With pipeline copies, what depends on the current copy is noted as well, so that a
+        // replay with another one lays it out again.
+        let replayable = snapshot && reset && self.debug == 0 && super::record::dir().is_none();
+        let note_copies = replayable && self.n_copies > 1;
         if replayable {
             // SAFETY: `graph` is a live graph of live tensors (this function's contract).
             unsafe {
-                self.replay
-                    .take(&*graph, &self.pending_user, self.first_split_backend)
+                self.replay.take(
+                    &*graph,
+                    &self.pending_user,
+                    self.first_split_backend,
+                    self.n_copies,
+                )
             };
         } else {
             self.replay.invalidate();
@@ -139,10 +140,13 @@ impl Sched {
         let mut n_dep_added = 0usize;
         for s in &self.splits {
             for (&input, &id) in s.inputs.iter().zip(&s.input_ids) {
-                let cpy = self
-                    .table
-                    .copy_at(id, s.backend, self.cur_copy)
-                    .unwrap_or(input);
+                let copies = self.table.copies_at(id, s.backend).unwrap_or(&[]);
+                let cpy = copies.get(self.cur_copy).copied().unwrap_or(input);
+                if note_copies {
+                    // The copy's position: after the dependency view pushed below.
+                    self.replay
+                        .note_node_copies(self.graph_nodes.len() + 1, copies);
+                }
                 // Keeps the source alive until the copy is made.
                 // SAFETY: a split input is a non-NULL source of a node of the live graph, so
                 // a live tensor, and so is its view source.
@@ -210,6 +214,12 @@ impl Sched {
         if self.n_copies > 1 {
             for &input in &self.graph_inputs {
                 let b = self.table.backend(input).unwrap_or(0);
+                if note_copies {
+                    let id = self.table.id(input);
+                    let copies = self.table.copies_at(id, b).unwrap_or(&[]);
+                    self.replay
+                        .note_graph_input(input, id, b, copies, self.cur_copy);
+                }
                 for c in 0..self.n_copies {
                     put(&mut self.leaf_ids, self.graph_leafs.len(), b as c_int);
                     self.graph_leafs
@@ -292,9 +302,43 @@ impl Sched {
             }
         }
         self.pool.forget_storage();
+        let cur_copy = self.cur_copy;
         // SAFETY: the graph's tensors are the snapshot's, live (this function's contract).
-        unsafe { self.replay.apply_rewrites() };
-        super::replay::count_replay();
+        unsafe { self.replay.apply_rewrites(cur_copy) };
+        if self.n_copies > 1 {
+            // SAFETY: the scheduler's own lists (see `Sched::backend`).
+            let live = unsafe { super::caps::Live::new(&self.backends, &self.bufts) };
+            let live: &dyn super::caps::Caps = &live;
+            let pool = &mut self.pool;
+            let make_copy = |leaf, backend, c| {
+                let name = live.backend_name(backend).into_bytes();
+                // SAFETY: `leaf` is a live leaf of the graph (see `relay_copies`); the copy
+                // is made in the pool, whose contexts live until its next reset.
+                let t = unsafe { split::dup_named(pool, leaf, &name, c) };
+                // SAFETY: the header just made, referenced from nowhere else; only its flags
+                // change, as pass 6 sets them.
+                unsafe {
+                    ggml_sys::ggml_set_input(t);
+                    ggml_sys::ggml_set_output(t);
+                }
+                t
+            };
+            // SAFETY: the graph is the snapshot's and live (this function's contract); the
+            // table and the allocation graph's arrays are as the snapshot's split or the
+            // replays since left them (only a split or a replay writes them).
+            unsafe {
+                self.replay.relay_copies(
+                    cur_copy,
+                    &mut self.table,
+                    &mut self.graph_nodes,
+                    &mut self.graph_leafs,
+                    make_copy,
+                )
+            };
+        }
+        // As a split of this graph would leave them (the same size again).
+        self.debug_prev_graph_size = self.debug_graph_size;
+        super::replay::count_replay(self.n_copies > 1);
     }
 
     /// Allocates the split graph, reserving again first when a node or leaf moved to a
@@ -307,12 +351,16 @@ impl Sched {
         let n_nodes = self.graph.get_mut().n_nodes as usize;
         let n_leafs = self.graph.get_mut().n_leafs as usize;
         let gc = self.graph.get();
+        // The allocator records a placement per pipeline copy: a replay with copy c places
+        // the allocation graph the last placement with copy c of this snapshot placed.
+        let slot = self.cur_copy;
         if replayed {
-            // The allocation graph is the one the allocator placed last, unchanged: place it
-            // the same way again.
-            // SAFETY: `gc` is that graph, its tensors live (this function's contract) and, the
-            // copies' storage forgotten, as they were before that placement.
-            if unsafe { self.galloc.alloc_again() } {
+            // The allocation graph is the one the allocator placed last for this copy,
+            // unchanged: place it the same way again.
+            // SAFETY: `gc` is that graph (a fresh split drops every other copy's record, see
+            // below), its tensors live (this function's contract) and, the copies' storage
+            // forgotten, as they were before that placement.
+            if unsafe { self.galloc.alloc_again(slot) } {
                 return true;
             }
         }
@@ -354,7 +402,9 @@ impl Sched {
         // SAFETY: `gc` is the allocation graph `split` built, whose node and leaf arrays are
         // `graph_nodes` and `graph_leafs` (unchanged since) and whose tensors are live by this
         // function's contract.
-        if changed || !unsafe { self.galloc.alloc_graph(&*gc) } {
+        // A fresh split drops the other copies' records (they placed other graphs); a replay
+        // keeps them (they placed this snapshot with other copies).
+        if changed || !unsafe { self.galloc.alloc_graph_in(&*gc, slot, replayed) } {
             if self.debug_realloc > 0 {
                 let unexpected = !changed && self.debug_prev_graph_size == self.debug_graph_size;
                 if unexpected || self.debug_realloc > 1 {
@@ -371,8 +421,8 @@ impl Sched {
             if !unsafe { self.reserve_split() } {
                 return false;
             }
-            // SAFETY: as for the first `alloc_graph`.
-            if !unsafe { self.galloc.alloc_graph(&*gc) } {
+            // SAFETY: as for the first `alloc_graph_in` (the reserve dropped every record).
+            if !unsafe { self.galloc.alloc_graph_in(&*gc, slot, replayed) } {
                 crate::ffi::log::error(
                     "ggml_backend_sched_alloc_splits: failed to allocate graph\n",
                 );

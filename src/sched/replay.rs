@@ -15,16 +15,30 @@
 //! - the buffer type and usage of every buffer those headers name (a header holds only the
 //!   buffer's address; pass 1 places weights by their buffer's usage and type);
 //! - the user's `ggml_backend_sched_set_tensor_backend` calls since the reset, in order;
-//! - the scheduler state the passes read: the backend of the previous first split (the
-//!   pipeline copy is always 0, as nothing with pipeline copies is replayed).
+//! - the scheduler state the passes read: the backend of the previous first split.
 //!
 //! The backends' answers (`supports_op`, `supports_buft`, `offload_op`) are taken to depend
 //! only on the tensor, as stock's scheduler takes them (it asks them again each time but
 //! keeps no record of earlier answers either). A graph that differs anywhere is placed
 //! afresh. Nothing is replayed with `GGML_SCHED_DEBUG` or `GGML_SCHED_DUMP` set (each split
-//! logs or records its graph), nor with pipeline copies (a parallel scheduler with more than
-//! one copy): there the split also flags the graph's input leafs and arranges their copies
-//! around the current copy, which changes with every graph.
+//! logs or records its graph).
+//!
+//! Pipeline copies (a parallel scheduler, `n_copies > 1`): the current copy rotates with every
+//! graph, and only three things of a split depend on it; the passes before (placement, the
+//! splits, which sources get copies, the copies themselves, all `n_copies` of them with their
+//! names) do not. The snapshot keeps, for each, every copy's variant, and a replay lays out
+//! the current copy's: (1) the sources the split pass replaced, by that copy's tensor
+//! ([`Replay::apply_rewrites`]); (2) the split inputs' entries in the allocation graph's node
+//! array; (3) the graph inputs of pass 6, whose slot `cur_copy` is the leaf itself and every
+//! other slot a copy named for its slot, in the table and in the allocation graph's leaf
+//! array, the leaf flagged output again as pass 6 flags it ([`Replay::relay_copies`]). A
+//! slot's copy that the snapshot's own split did not make (the leaf held that slot) is made
+//! on first use, as pass 6 would make it. The allocator keeps one recorded placement per copy
+//! (`Gallocr::alloc_again` with the copy as slot). The plan key, and with it the decision to
+//! plan again, depends on the allocation graph only through per-position op, type, flags and
+//! storage, which are the same for every copy as long as each graph input leaf looks like its
+//! copies (op NONE, flags exactly input and output after pass 6): [`Replay::commit`] refuses
+//! other graphs.
 
 use ggml_sys::{
     ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_buffer_usage, ggml_cgraph,
@@ -43,9 +57,21 @@ pub fn replays_total() -> u64 {
     REPLAYS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Counts one replay.
-pub(crate) fn count_replay() {
+/// Replays in this process by schedulers with pipeline copies (counted in [`replays_total`]
+/// too).
+static REPLAYS_WITH_COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Placements replayed in this process so far by schedulers with pipeline copies.
+pub fn replays_with_copies_total() -> u64 {
+    REPLAYS_WITH_COPIES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts one replay, by a scheduler with pipeline copies when `with_copies`.
+pub(crate) fn count_replay(with_copies: bool) {
     REPLAYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if with_copies {
+        REPLAYS_WITH_COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Bytes of a tensor header.
@@ -87,6 +113,19 @@ pub struct Replay {
     /// The sources the split replaced by copies (the only header fields of the graph's
     /// tensors it writes): node position, source slot, copy. Filled by the split pass.
     pub rewrites: Vec<(u32, u8, *mut ggml_tensor)>,
+    /// Pipeline copies of the scheduler (1 without pipeline parallelism).
+    n_copies: usize,
+    /// With pipeline copies, the split inputs' copies in the allocation graph's node array
+    /// (the only per-copy entries there): (position, copy), `n_copies` entries per split
+    /// input, copy 0 first.
+    node_copies: Vec<(u32, *mut ggml_tensor)>,
+    /// With pipeline copies, the graph inputs pass 6 gave copies: (leaf, table id, backend),
+    /// in the order of the scheduler's `graph_inputs`.
+    inputs: Vec<(*mut ggml_tensor, usize, usize)>,
+    /// `n_copies` tensors per entry of `inputs`, copy 0 first: the copy made for each slot,
+    /// NULL where none was made yet (the slot where the split found the current copy holds
+    /// the leaf itself; a replay with another current copy makes that slot's copy).
+    input_copies: Vec<*mut ggml_tensor>,
     /// Scratch: whether each table id is a node or leaf of the graph.
     member: Vec<bool>,
     /// Whether this split's allocation graph was allocated (set by `alloc_splits` on success):
@@ -110,10 +149,15 @@ impl Replay {
         g: &ggml_cgraph,
         user: &[(*mut ggml_tensor, usize)],
         first_in: usize,
+        n_copies: usize,
     ) {
         self.valid = false;
         self.planned = false;
         self.optimized = None;
+        self.n_copies = n_copies;
+        self.node_copies.clear();
+        self.inputs.clear();
+        self.input_copies.clear();
         // SAFETY: `g` is live (this function's contract).
         let (leafs, nodes) = unsafe { (inspect::leafs(g), inspect::nodes(g)) };
         self.leafs.clear();
@@ -150,6 +194,34 @@ impl Replay {
         }
     }
 
+    /// Notes, with pipeline copies, the split input at position `pos` of the allocation
+    /// graph's node array and its copies (one per pipeline copy, copy 0 first).
+    pub fn note_node_copies(&mut self, pos: usize, copies: &[*mut ggml_tensor]) {
+        self.node_copies
+            .extend(copies.iter().map(|&c| (pos as u32, c)));
+    }
+
+    /// Notes, with pipeline copies, a graph input `leaf` (table id `id`) and the copies pass 6
+    /// gave it on `backend` (one per pipeline copy, copy 0 first; `cur_copy`'s is the leaf).
+    pub fn note_graph_input(
+        &mut self,
+        leaf: *mut ggml_tensor,
+        id: usize,
+        backend: usize,
+        copies: &[*mut ggml_tensor],
+        cur_copy: usize,
+    ) {
+        self.inputs.push((leaf, id, backend));
+        self.input_copies
+            .extend(copies.iter().enumerate().map(|(c, &t)| {
+                if c == cur_copy {
+                    std::ptr::null_mut()
+                } else {
+                    t
+                }
+            }));
+    }
+
     /// Makes the snapshot replayable, unless a source or view source of a node is not itself
     /// a node or leaf of the graph (its header would go unchecked) or a leaf is a view.
     ///
@@ -166,7 +238,11 @@ impl Replay {
         self.member.clear();
         self.member.resize(n_ids, false);
         for &id in ix.nodes.iter().chain(&ix.leafs) {
-            self.member[id] = true;
+            // A tensor twice in the graph (ggml's graph builder never does this) would have
+            // its pipeline copies laid out twice: not replayed.
+            if std::mem::replace(&mut self.member[id], true) {
+                return;
+            }
         }
         let is_member = |id: u32| (id as usize) < n_ids && self.member[id as usize];
         for (i, srcs) in ix.srcs.iter().enumerate() {
@@ -186,20 +262,98 @@ impl Replay {
                 return;
             }
         }
+        // The per-copy notes hold one entry per pipeline copy for each thing they note.
+        let n = self.n_copies.max(1);
+        if self.input_copies.len() != self.inputs.len() * n
+            || !self.node_copies.len().is_multiple_of(n)
+            || !self.rewrites.len().is_multiple_of(n)
+        {
+            return;
+        }
+        // With pipeline copies, a replay with another current copy swaps a graph input leaf
+        // with one of its copies in the allocation graph. The allocator's plan, and the plan
+        // key that decides whether to make it again, read per position the op, type, flags and
+        // whether the tensor has storage; they stay the same only when the leaf looks like its
+        // copies there: an op of NONE and exactly the input and output flags (pass 6 set
+        // them), as llama.cpp's inputs have. Other graphs are not replayed.
+        let io = (ggml_sys::GGML_TENSOR_FLAG_INPUT | ggml_sys::GGML_TENSOR_FLAG_OUTPUT) as i32;
+        for &(leaf, _, _) in &self.inputs {
+            // SAFETY: a leaf of the live graph just split.
+            let (op, flags) = unsafe { ((*leaf).op, (*leaf).flags) };
+            if op != ggml_sys::GGML_OP_NONE || flags != io {
+                return;
+            }
+        }
         self.valid = true;
     }
 
     /// Replaces the sources of a replayed graph's nodes by the copies the split gave the
-    /// original's (positions in the graph's own node order, before `graph_optimize`).
+    /// original's, those of pipeline copy `cur_copy` (positions in the graph's own node order,
+    /// before `graph_optimize`).
     ///
     /// # Safety
     /// The graph's nodes must be the snapshot's (checked by [`Replay::matches`]), live, and
     /// not borrowed elsewhere.
-    pub unsafe fn apply_rewrites(&self) {
-        for &(i, j, copy) in &self.rewrites {
+    pub unsafe fn apply_rewrites(&self, cur_copy: usize) {
+        for set in self.rewrites.chunks_exact(self.n_copies.max(1)) {
+            let (i, j, copy) = set[cur_copy];
             let node = self.nodes[i as usize];
             // SAFETY: a node of the graph (the caller's contract); `j` < GGML_MAX_SRC.
             unsafe { (*node).src[j as usize] = copy };
+        }
+    }
+
+    /// With pipeline copies, lays out again what depends on the current copy, for a replay
+    /// with `cur_copy`: the split inputs' entries of the allocation graph's node array
+    /// (`alloc_nodes`, that copy's), and every graph input's copies, in the table and in the
+    /// allocation graph's leaf array (`alloc_leafs`, which starts with them, `n_copies` per
+    /// input): the leaf itself at slot `cur_copy`, a copy elsewhere, flagged input and output
+    /// as pass 6 leaves them. A slot's copy missing (the split's own current copy) is made by
+    /// `make_copy(leaf, backend, slot)`, as pass 6 would make it.
+    ///
+    /// # Safety
+    /// The graph must be the snapshot's (checked by [`Replay::matches`]) and live; `table`,
+    /// `alloc_nodes` and `alloc_leafs` as the split of the snapshot left them, or as an
+    /// earlier call of this function left them.
+    pub unsafe fn relay_copies(
+        &mut self,
+        cur_copy: usize,
+        table: &mut super::table::Table,
+        alloc_nodes: &mut [*mut ggml_tensor],
+        alloc_leafs: &mut [*mut ggml_tensor],
+        mut make_copy: impl FnMut(*mut ggml_tensor, usize, usize) -> *mut ggml_tensor,
+    ) {
+        let n = self.n_copies;
+        if n <= 1 {
+            return;
+        }
+        for set in self.node_copies.chunks_exact(n) {
+            let (pos, copy) = set[cur_copy];
+            alloc_nodes[pos as usize] = copy;
+        }
+        for (k, &(leaf, id, backend)) in self.inputs.iter().enumerate() {
+            let copies = &mut self.input_copies[k * n..(k + 1) * n];
+            // SAFETY: a leaf of the live graph (the caller's contract); its header equals the
+            // snapshot's, where it had the input flag, so this only adds the output flag, as
+            // pass 6 does.
+            unsafe {
+                ggml_sys::ggml_set_input(leaf);
+                ggml_sys::ggml_set_output(leaf);
+            }
+            let Some(slots) = table.copies_at_mut(id, backend) else {
+                continue;
+            };
+            for (c, slot) in slots.iter_mut().enumerate() {
+                *slot = if c == cur_copy {
+                    leaf
+                } else {
+                    if copies[c].is_null() {
+                        copies[c] = make_copy(leaf, backend, c);
+                    }
+                    copies[c]
+                };
+                alloc_leafs[k * n + c] = *slot;
+            }
         }
     }
 

@@ -56,7 +56,8 @@ pub struct SplitCtx<'a> {
     /// The copy the current graph uses.
     pub cur_copy: usize,
     /// Every source the split pass replaced by a copy: (node position, source slot, copy),
-    /// for a replay of this split ([`super::replay`]).
+    /// `n_copies` entries per replaced source (pipeline copy 0 first), for a replay of this
+    /// split with any current copy ([`super::replay`]).
     pub rewrites: &'a mut Vec<(u32, u8, *mut ggml_tensor)>,
 }
 
@@ -67,7 +68,7 @@ pub struct SplitCtx<'a> {
 ///
 /// # Safety
 /// `src` must be a live tensor.
-unsafe fn dup_named(
+pub(crate) unsafe fn dup_named(
     pool: &mut CtxPool,
     src: *mut ggml_tensor,
     backend_name: &[u8],
@@ -284,10 +285,16 @@ pub unsafe fn split_graph(
                     last.input_ids.push(sid);
                 }
             }
-            let copy = table.copy_at(sid, cur, sc.cur_copy).unwrap_or(s);
-            if copy != s {
-                sc.rewrites.push((i as u32, j as u8, copy));
-            }
+            let copy = match table.copies_at(sid, cur) {
+                Some(copies) => {
+                    // Every pipeline copy's, so that a replay with another current copy
+                    // can pick its own.
+                    let at = (i as u32, j as u8);
+                    sc.rewrites.extend(copies.iter().map(|&c| (at.0, at.1, c)));
+                    copies.get(sc.cur_copy).copied().unwrap_or(s)
+                }
+                None => s,
+            };
             node.src[j] = copy;
         }
     }

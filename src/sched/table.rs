@@ -534,6 +534,19 @@ impl Table {
         (copy < len as usize).then(|| self.copy_store[start as usize + copy])
     }
 
+    /// Every copy of the tensor with id `id` for `backend`, copy 0 first.
+    pub fn copies_at(&self, id: usize, backend: usize) -> Option<&[*mut ggml_tensor]> {
+        let &(start, len) = self.copies.get(&(id, backend))?;
+        Some(&self.copy_store[start as usize..(start + len) as usize])
+    }
+
+    /// [`Table::copies_at`], to be rewritten in place (a replay lays the graph inputs' copies
+    /// out around another pipeline copy).
+    pub fn copies_at_mut(&mut self, id: usize, backend: usize) -> Option<&mut [*mut ggml_tensor]> {
+        let &(start, len) = self.copies.get(&(id, backend))?;
+        Some(&mut self.copy_store[start as usize..(start + len) as usize])
+    }
+
     /// Forgets every placement and copy (stock's reset of its hash set). Ids are kept (see
     /// the type's documentation) unless the map holds more than [`kept_ids`] addresses,
     /// which happens when graphs keep landing at new addresses.
