@@ -39,7 +39,7 @@
 # Results go to $OUT when it is set (the lent machine brings that folder back), else $W/out.
 # Measured on the H200 (16 cores, 2026-12-01): build 2.5 min, model about 1 min, ops 4 min,
 # rpc 10 s, bench (10 rounds) 4 min.
-# Needs there: CUDA (nvcc), cmake, ninja, cc, python3 with numpy, nm and ldd (binutils);
+# Needs there: CUDA (nvcc), cmake, ninja, cc, python3 with numpy and PyYAML, nm and ldd (binutils);
 # graphviz for the main job's pages (without it they are reported missing, the job goes on).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -135,6 +135,8 @@ stage_hrx() {
 
 stage_hrxbench() {
   local lib=$W/ab-bundle/lib r m dev
+  [ -x "$B/bin/llama-bench" ] && [ -f "$M" ] && [ -f "$W/model-f16.gguf" ] \
+    || { log "hrxbench: needs the CUDA build ($B/bin/llama-bench) and both models (hrxcheck or models makes them)"; return 1; }
   export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=cuda
   : > "$W/logs/hrxbench.log"
   # HRX0-nographs: our runtime with every launch issued (GGML_HRX_CUDA_GRAPHS=0)

@@ -7,8 +7,9 @@
 //! - `GGML_HRX_RUNTIME` (default `auto`): what backs the devices. `cuda`: CUDA GPUs
 //!   ([`crate::runtime::cuda`]; no device when none is usable, with a warning saying why);
 //!   `sim`: the simulator; `auto`: CUDA when a CUDA device is present, else the simulator.
-//! - `GGML_HRX_PROFILE` (default off, a switch): CUDA runtime only, time every launch and
-//!   print where the time went at exit ([`crate::runtime::cuda`]).
+//! - `GGML_HRX_PROFILE` (default off, a switch): CUDA runtime only, time every launch issued
+//!   on its own and every graph replay as a whole, and print where the time went at exit
+//!   ([`crate::runtime::cuda`]).
 //! - `GGML_HRX_CUDA_GRAPHS` (default on, a switch): CUDA runtime only, replay a split's
 //!   launch list as a CUDA graph when it is issued again unchanged
 //!   ([`crate::runtime::cuda`]'s `graphs` module).
