@@ -1249,7 +1249,7 @@ fn sources_outside_the_graph() {
 }
 
 /// Cross-backend copies with graph_optimize reordering, replayed several times; and the same
-/// on a parallel scheduler (pipeline copies: never replayed).
+/// on a parallel scheduler (pipeline copies, replayed too).
 #[test]
 fn copies_with_reorder_and_parallel() {
     let _l = serial();

@@ -490,34 +490,26 @@ fn mul_mat(d: Ten, a: Ten, b: Ten, t: &mut dyn Target) -> Result<(), String> {
         let col_bytes = (k as usize + k as usize / 32 + 1) * 4;
         let shared = col_bytes <= MMV_SHARED_MAX;
         let grid = [grid_x, n as u32, (b.ne[2] * b.ne[3]) as u32];
-        if col_bytes <= MMV_Q_SHARED_MAX && staged_rows(&a) {
-            return t.launch(Launch {
-                kernel: "hrx_mul_mat_vec_q",
-                grid,
-                block: [32 * MMV_WARPS, 1, 1],
-                shared: col_bytes as u32,
-                args: vec![
-                    Arg::Ten(d),
-                    Arg::Ten(a),
-                    Arg::Ten(b),
-                    Arg::I64(r2),
-                    Arg::I64(r3),
-                ],
-            });
-        }
+        let mut args = vec![
+            Arg::Ten(d),
+            Arg::Ten(a),
+            Arg::Ten(b),
+            Arg::I64(r2),
+            Arg::I64(r3),
+        ];
+        // the staged kernel always has the column in shared memory and takes no flag
+        let (kernel, shared_bytes) = if col_bytes <= MMV_Q_SHARED_MAX && staged_rows(&a) {
+            ("hrx_mul_mat_vec_q", col_bytes as u32)
+        } else {
+            args.push(Arg::I32(i32::from(shared)));
+            ("hrx_mul_mat_vec", if shared { col_bytes as u32 } else { 0 })
+        };
         return t.launch(Launch {
-            kernel: "hrx_mul_mat_vec",
+            kernel,
             grid,
             block: [32 * MMV_WARPS, 1, 1],
-            shared: if shared { col_bytes as u32 } else { 0 },
-            args: vec![
-                Arg::Ten(d),
-                Arg::Ten(a),
-                Arg::Ten(b),
-                Arg::I64(r2),
-                Arg::I64(r3),
-                Arg::I32(i32::from(shared)),
-            ],
+            shared: shared_bytes,
+            args,
         });
     }
     let (ap, lda, sa2, sa3) = as_f32(&a, t)?;
