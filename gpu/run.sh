@@ -8,11 +8,17 @@
 #   model    a random-weight Llama-3.2-1B-shaped model, F16 then Q4_0 ($W/model-q4_0.gguf)
 #   ops      ab ab --full: test-backend-ops -b CUDA0 over every op (work `backend-ops CUDA0
 #            all`), and llama-simple at -ngl 99, 8 and 0, in the stock arm and ours
+#   ctest    ab ab --only ctest: the build's ctest suite (all but the model tests) in both arms,
+#            8 at a time (AB_CTEST_JOBS); the build must have made every target (GPU_TARGETS=all)
 #   rpc      ab rpc: ggml-rpc-server in one arm, the model split between RPC0 and CUDA0
 #   toolchain  what the build's C++ toolchain put into the stock libggml-base besides ggml
 #            (the C++ runtime symbols some programs then take from it; gpu/README.md)
 #   bench    ab bench gpu: llama-bench, batched-bench and the scheduler's per-call time,
 #            arms alternating (BENCH_ROUNDS, default 10)
+#   ppdiag   where pp512's deficit at full offload lies: pp512/pp2048 in both arms with
+#            ggml-cuda's CUDA graphs on/off and fusions on/off, host time against the wait
+#            (PPDIAG_ROUNDS, default 3; PPDIAG_P the prompt sizes); the splits of both arms
+#            (GGML_SCHED_DEBUG=2)
 #   buildcpu the stock llama.cpp without CUDA ($W/build-cpu, about a minute): enough for HRX
 #            on the CUDA runtime, which brings its own kernels
 #   models   the 1B-shaped model in F16 and Q4_0, both kept ($W/model-f16.gguf, model-q4_0.gguf)
@@ -312,6 +318,13 @@ stage_ops() {
     --only "${OPS_ONLY:-llama-simple,backend-ops CUDA0 all}"
 }
 
+stage_ctest() {
+  # the build's own test suite in both arms (needs GPU_TARGETS=all at build: the tests)
+  [ -x "$B/bin/test-backend-ops" ] && [ -n "$(ls "$B"/bin/test-* 2>/dev/null | grep -v test-backend-ops | head -1)" ] \
+    || { log "ctest needs the tests built: GPU_TARGETS=all gpu/run.sh build"; return 1; }
+  AB_CTEST_JOBS=${AB_CTEST_JOBS:-8} logged ctest 25 "$ab" ab --llama-build "$B" --model "$M" --only ctest
+}
+
 stage_rpc() {
   logged rpc 12 "$ab" rpc --llama-build "$B" --model "$M"
 }
@@ -319,6 +332,71 @@ stage_rpc() {
 stage_bench() {
   logged bench 40 "$ab" bench gpu --llama-build "$B" --model "$M" --rounds "${BENCH_ROUNDS:-10}" \
     --out "$W/bench"
+}
+
+# ppdiag: where pp512's deficit at full offload lies (issue 16). llama-bench pp512 and pp2048
+# (-n 0) at -ngl 99, arms alternating (PPDIAG_ROUNDS, default 3), under three settings: as is,
+# ggml-cuda's CUDA graphs off, its fusions off; the scheduler probe splits each decode into the
+# host's part (graph_compute_async) and the wait (synchronize). Then one verbose run an arm
+# with GGML_SCHED_DEBUG=2 (the splits and their inputs). Table: $W/logs/ppdiag.tsv.
+stage_ppdiag() {
+  [ -x "$B/bin/llama-bench" ] && [ -f "$M" ] || { log "ppdiag needs the build and the model stages"; return 1; }
+  local probe=$W/libsched-probe.so shim=$W/libcxxrt-diag.so
+  [ -f "$probe" ] || cc -O2 -fPIC -shared -I"$W/llama.cpp/ggml/include" \
+    "$W/ab-bundle/cabi-tests/sched-bench/sched_probe.c" -o "$probe" -ldl || return 1
+  # the C++ runtime symbols some programs take from stock's libggml-base (gpu/README.md)
+  [ -f "$shim" ] || c++ -shared -o "$shim" -Wl,--whole-archive "$(c++ -print-file-name=libsupc++.a)" \
+    -Wl,--no-whole-archive || return 1
+  mkdir -p "$W/arms/a" "$W/arms/b"
+  cp -L "$B/bin/libggml-base.so.0" "$W/arms/a/libggml-base.so.0"
+  cp -L "$W/ab-bundle/lib/libggml-base.so.0" "$W/arms/b/libggml-base.so.0"
+  local tsv=$W/logs/ppdiag.tsv
+  printf 'round\tsetting\tp\tarm\tt_s\tcompute_us\tsync_us\tcalls\n' > "$tsv"
+  one() { # one ROUND SETTING P ARM
+    local r=$1 set=$2 p=$3 a=$4 env=() out=$W/logs/ppdiag-probe.jsonl
+    case $set in graphs_off) env=(GGML_CUDA_DISABLE_GRAPHS=1) ;; fusion_off) env=(GGML_CUDA_DISABLE_FUSION=1) ;; esac
+    rm -f "$out"
+    local res=$W/logs/ppdiag-bench.json
+    env "${env[@]}" LD_LIBRARY_PATH="$W/arms/$a:$B/bin" LD_PRELOAD="$shim:$probe" SCHED_PROBE_OUT="$out" \
+      "$B/bin/llama-bench" -m "$M" -ngl 99 -p "$p" -n 0 -r 5 -o json > "$res" 2>/dev/null
+    python3 - "$out" "$res" "$r" "$set" "$p" "$a" >> "$tsv" <<'PY'
+import json, sys
+out, res, r, s, p, a = sys.argv[1:]
+try:
+    ts = json.load(open(res))[0]["avg_ts"]
+    d = json.loads(open(out).read().strip().splitlines()[-1])
+    c, w = d["compute"], d["synchronize"]
+    print(f"{r}\t{s}\t{p}\t{a}\t{ts:.1f}\t{c['ns'] / max(c['calls'], 1) / 1e3:.1f}\t{w['ns'] / max(w['calls'], 1) / 1e3:.1f}\t{c['calls']}")
+except Exception as e:
+    print(f"{r}\t{s}\t{p}\t{a}\tnan\tnan\tnan\t0 ({e!r})")
+PY
+  }
+  local r set p
+  for r in $(seq 1 "${PPDIAG_ROUNDS:-3}"); do
+    for set in as_is graphs_off fusion_off; do
+      for p in ${PPDIAG_P:-512 2048}; do
+        if [ $((r % 2)) = 1 ]; then one "$r" $set "$p" a; one "$r" $set "$p" b
+        else one "$r" $set "$p" b; one "$r" $set "$p" a; fi
+      done
+    done
+  done
+  python3 - "$tsv" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+keys = sorted({(r["setting"], r["p"]) for r in rows})
+print("setting      p     t/s A     t/s B   B/A   host us A  host us B  wait us A  wait us B")
+for s, p in keys:
+    m = {a: [r for r in rows if r["setting"] == s and r["p"] == p and r["arm"] == a] for a in "ab"}
+    med = lambda a, k: statistics.median(float(r[k]) for r in m[a])
+    ta, tb = med("a", "t_s"), med("b", "t_s")
+    print(f"{s:11s} {p:>5s} {ta:9.0f} {tb:9.0f} {tb / ta:5.3f} {med('a', 'compute_us'):10.1f} {med('b', 'compute_us'):10.1f} {med('a', 'sync_us'):10.1f} {med('b', 'sync_us'):10.1f}")
+PY
+  local a
+  for a in a b; do
+    GGML_SCHED_DEBUG=2 LD_LIBRARY_PATH="$W/arms/$a:$B/bin" LD_PRELOAD="$shim" \
+      "$B/bin/llama-bench" -m "$M" -ngl 99 -p 512 -n 0 -r 1 -v > "$W/logs/ppdiag-sched-$a.log" 2>&1
+    log "arm $a: $(grep -a -c '## SPLIT' "$W/logs/ppdiag-sched-$a.log") split lines, $(grep -a -c 'graph_splits\|n_splits\|splits' "$W/logs/ppdiag-sched-$a.log") lines naming splits"
+  done
 }
 
 stage_toolchain() {

@@ -5,6 +5,11 @@
 //
 // It also times ggml_backend_sched_reset: llama.cpp resets the scheduler itself before it builds
 // a graph, so the reset's cost (stock clears its hash tables there) is outside alloc_graph.
+// And ggml_backend_sched_graph_compute_async (the host's part of a compute: CPU splits, the
+// blocking input copies, queueing the device's work) and ggml_backend_sched_synchronize (the
+// wait for the devices), whose sum is about the whole decode: where a difference between two
+// arms lies, host or device. (Stock's ggml_backend_sched_graph_compute calls both through
+// the symbol table, so a program that uses it is seen there too; ours is not.)
 //
 // At exit it appends one JSON line to the file named by SCHED_PROBE_OUT (nothing when unset):
 // the library the calls went to, and per function the calls, total nanoseconds and total
@@ -37,7 +42,7 @@ struct probe_counter {
     long long nodes;
 };
 
-static struct probe_counter g_alloc, g_reserve, g_reset;
+static struct probe_counter g_alloc, g_reserve, g_reset, g_compute, g_sync;
 static struct probe_snapshot g_last;
 static int                   g_hash = -1;  // SCHED_PROBE_HASH set: 1; unset: 0; not read yet: -1
 
@@ -158,6 +163,50 @@ bool ggml_backend_sched_reserve(ggml_backend_sched_t sched, struct ggml_cgraph *
     return timed(&g_reserve, fn, sched, graph);
 }
 
+typedef enum ggml_status (*sched_compute_fn)(ggml_backend_sched_t, struct ggml_cgraph *);
+
+enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph * graph) {
+    static sched_compute_fn fn;
+    if (!fn) {
+        union {
+            void *           obj;
+            sched_compute_fn fn;
+        } u;
+        u.obj = dlsym(RTLD_NEXT, "ggml_backend_sched_graph_compute_async");
+        if (!u.obj) {
+            fprintf(stderr, "sched-probe: ggml_backend_sched_graph_compute_async not found after the probe\n");
+            abort();
+        }
+        fn = u.fn;
+    }
+    const long long        t0 = now_ns();
+    const enum ggml_status st = fn(sched, graph);
+    g_compute.ns += now_ns() - t0;
+    g_compute.calls++;
+    g_compute.nodes += ggml_graph_n_nodes(graph);
+    return st;
+}
+
+void ggml_backend_sched_synchronize(ggml_backend_sched_t sched) {
+    static sched_reset_fn fn;
+    if (!fn) {
+        union {
+            void *         obj;
+            sched_reset_fn fn;
+        } u;
+        u.obj = dlsym(RTLD_NEXT, "ggml_backend_sched_synchronize");
+        if (!u.obj) {
+            fprintf(stderr, "sched-probe: ggml_backend_sched_synchronize not found after the probe\n");
+            abort();
+        }
+        fn = u.fn;
+    }
+    const long long t0 = now_ns();
+    fn(sched);
+    g_sync.ns += now_ns() - t0;
+    g_sync.calls++;
+}
+
 __attribute__((destructor)) static void probe_report(void) {
     const char * path = getenv("SCHED_PROBE_OUT");
     if (!path) {
@@ -180,8 +229,10 @@ __attribute__((destructor)) static void probe_report(void) {
     fprintf(f,
             "{\"lib\":\"%s\",\"alloc_graph\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":%lld},"
             "\"reserve\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":%lld},"
-            "\"reset\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":0}}\n",
+            "\"reset\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":0},"
+            "\"compute\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":%lld},"
+            "\"synchronize\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":0}}\n",
             lib, g_alloc.calls, g_alloc.ns, g_alloc.nodes, g_reserve.calls, g_reserve.ns, g_reserve.nodes, g_reset.calls,
-            g_reset.ns);
+            g_reset.ns, g_compute.calls, g_compute.ns, g_compute.nodes, g_sync.calls, g_sync.ns);
     fclose(f);
 }

@@ -1,6 +1,7 @@
 //! The in-process scheduler probe (`cabi-tests/sched-bench/sched_probe.c`): built as an
-//! LD_PRELOAD library, it times `ggml_backend_sched_alloc_graph`, `ggml_backend_sched_reserve`
-//! and `ggml_backend_sched_reset` inside unchanged llama.cpp processes and appends one JSON
+//! LD_PRELOAD library, it times `ggml_backend_sched_alloc_graph`, `ggml_backend_sched_reserve`,
+//! `ggml_backend_sched_reset`, `ggml_backend_sched_graph_compute_async` and
+//! `ggml_backend_sched_synchronize` inside unchanged llama.cpp processes and appends one JSON
 //! line per process to a file.
 
 use anyhow::{Context, Result};
@@ -42,6 +43,14 @@ pub struct ProbeStats {
     /// `ggml_backend_sched_reset` (nodes 0); absent from lines of older probes.
     #[serde(default)]
     pub reset: Counter,
+    /// `ggml_backend_sched_graph_compute_async`: the host's part of a compute (CPU splits,
+    /// blocking input copies, queueing device work); absent from lines of older probes.
+    #[serde(default)]
+    pub compute: Counter,
+    /// `ggml_backend_sched_synchronize` (nodes 0): the wait for the devices; absent from lines
+    /// of older probes.
+    #[serde(default)]
+    pub synchronize: Counter,
 }
 
 /// Compiles the probe into `<out>/libsched-probe.so` ([`crate::cbuild::compile`]) against the

@@ -197,6 +197,39 @@ pub fn rows(rounds: &[[ArmRound; 2]], partial: u32, npl: &[u32]) -> Vec<Row> {
             None,
             |r| per_call_us(&probe_of(r, which)?.reset),
         ));
+        if which != 0 {
+            continue;
+        }
+        // One compute and one synchronize a token: where the token's time goes, the host's
+        // part (CPU splits, blocking copies, queueing) or the wait for the device.
+        fn compute(p: &ProbeStats) -> &Counter {
+            &p.compute
+        }
+        fn synchronize(p: &ProbeStats) -> &Counter {
+            &p.synchronize
+        }
+        out.push(row(
+            rounds,
+            format!(
+                "ggml_backend_sched_graph_compute_async (host part), {what}; calls/process A {} B {}",
+                calls(0, compute),
+                calls(1, compute)
+            ),
+            "µs/call",
+            None,
+            |r| per_call_us(&probe_of(r, which)?.compute),
+        ));
+        out.push(row(
+            rounds,
+            format!(
+                "ggml_backend_sched_synchronize (the wait), {what}; calls/process A {} B {}",
+                calls(0, synchronize),
+                calls(1, synchronize)
+            ),
+            "µs/call",
+            None,
+            |r| per_call_us(&probe_of(r, which)?.synchronize),
+        ));
     }
     // A probe-less run has no scheduler figures: no rows for them rather than empty ones.
     out.retain(|r| r.unit != "µs/call" || r.summary[0].is_some() || r.summary[1].is_some());
@@ -420,6 +453,16 @@ mod tests {
                 ns: ns / 10,
                 nodes: 0,
             },
+            compute: Counter {
+                calls,
+                ns: ns * 4,
+                nodes: 0,
+            },
+            synchronize: Counter {
+                calls,
+                ns: ns * 8,
+                nodes: 0,
+            },
         }
     }
 
@@ -513,8 +556,25 @@ mod tests {
             "{}",
             alloc.measure
         );
-        // 5 llama-bench rows, 2 batched, 4 probe rows.
-        assert_eq!(rows.len(), 11);
+        // The host part and the wait, per token: 4 and 8 times alloc_graph's ns in `probe`,
+        // no goal.
+        let compute = rows
+            .iter()
+            .find(|r| {
+                r.measure
+                    .starts_with("ggml_backend_sched_graph_compute_async")
+            })
+            .unwrap();
+        assert_eq!(compute.values[0], [200.0, 240.0, 200.0]);
+        assert_eq!(compute.met(), None);
+        let wait = rows
+            .iter()
+            .find(|r| r.measure.starts_with("ggml_backend_sched_synchronize"))
+            .unwrap();
+        assert_eq!(wait.values[1], [160.0, 320.0, 200.0]);
+        // 5 llama-bench rows, 2 batched, 6 probe rows (compute and wait only for the process
+        // without graph reuse).
+        assert_eq!(rows.len(), 13);
     }
 
     #[test]

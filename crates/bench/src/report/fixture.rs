@@ -130,6 +130,8 @@ fn probe(alloc_calls: i64, alloc_ns: i64, reserve_ns: i64) -> ProbeStats {
             ns: alloc_ns / 20,
             nodes: 0,
         },
+        compute: Counter::default(),
+        synchronize: Counter::default(),
     }
 }
 
