@@ -10,6 +10,8 @@
 #   gpu/pack.sh --llama-bin DIR   also packs DIR/bin of a CPU-only llama.cpp build made here
 #                          (x86-64, AVX2, RUNPATH $ORIGIN) as .device/llama-cpu-bin.tar.gz, so
 #                          the hrxcheck stage needs no build there
+#   gpu/pack.sh --models   also packs the pinned tree's models/ (tokenizer vocabularies, chat
+#                          templates: 23 MiB) as .device/llama-models.tar.gz, for ctest there
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -38,8 +40,12 @@ if [ ! -f "$dev/llama.tar.gz" ]; then
   rm -rf "$tmp"
 fi
 cp gpu/mkmodel.py "$dev/mkmodel.py"
-# an older tarball would be taken by hrxcheck without a word: only the one asked for stays
-rm -f "$dev/llama-cpu-bin.tar.gz"
+# an older tarball would be taken by hrxcheck (or setup) without a word: only those asked for stay
+rm -f "$dev/llama-cpu-bin.tar.gz" "$dev/llama-models.tar.gz"
+if [ "${1:-}" = --models ]; then
+  tar -czf "$dev/llama-models.tar.gz" -C "$up" llama.cpp/models
+  shift
+fi
 if [ "${1:-}" = --llama-bin ]; then
   build=$(cd "${2:?usage: gpu/pack.sh --llama-bin BUILD_DIR}" && pwd)
   (cd "$build" && tar -czf "$root/$dev/llama-cpu-bin.tar.gz" bin/test-backend-ops bin/llama-completion \

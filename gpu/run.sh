@@ -9,16 +9,18 @@
 #   ops      ab ab --full: test-backend-ops -b CUDA0 over every op (work `backend-ops CUDA0
 #            all`), and llama-simple at -ngl 99, 8 and 0, in the stock arm and ours
 #   ctest    ab ab --only ctest: the build's ctest suite (all but the model tests) in both arms,
-#            8 at a time (AB_CTEST_JOBS); the build must have made every target (GPU_TARGETS=all)
+#            8 at a time (AB_CTEST_JOBS); the build must have made every target
+#            (GPU_TARGETS="-k 0 all": test-chat does not build without the server), and the
+#            tokenizer and chat tests need the vocabularies (gpu/pack.sh --models)
 #   rpc      ab rpc: ggml-rpc-server in one arm, the model split between RPC0 and CUDA0
 #   toolchain  what the build's C++ toolchain put into the stock libggml-base besides ggml
 #            (the C++ runtime symbols some programs then take from it; gpu/README.md)
 #   bench    ab bench gpu: llama-bench, batched-bench and the scheduler's per-call time,
 #            arms alternating (BENCH_ROUNDS, default 10)
-#   ppdiag   where pp512's deficit at full offload lies: pp512/pp2048 in both arms with
-#            ggml-cuda's CUDA graphs on/off and fusions on/off, host time against the wait
-#            (PPDIAG_ROUNDS, default 3; PPDIAG_P the prompt sizes); the splits of both arms
-#            (GGML_SCHED_DEBUG=2)
+#   ppdiag   where pp512's deficit at full offload lies: pp512 in both arms as is, with
+#            ggml-cuda's CUDA graphs off, its fusions off, ours in the stock layout; first
+#            repetition apart from the others; host time against the wait (PPDIAG_ROUNDS,
+#            default 4; PPDIAG_REPS, 10; PPDIAG_P, 512); both arms' splits (GGML_SCHED_DEBUG=2)
 #   buildcpu the stock llama.cpp without CUDA ($W/build-cpu, about a minute): enough for HRX
 #            on the CUDA runtime, which brings its own kernels
 #   models   the 1B-shaped model in F16 and Q4_0, both kept ($W/model-f16.gguf, model-q4_0.gguf)
@@ -68,6 +70,9 @@ collect() {
 
 stage_setup() {
   [ -d "$W/llama.cpp" ] || tar -xzf "$dev/llama.tar.gz" -C "$W"
+  # the tokenizer vocabularies and chat templates the ctest suite reads (gpu/pack.sh --models)
+  [ -f "$dev/llama-models.tar.gz" ] && [ ! -d "$W/llama.cpp/models/templates" ] \
+    && tar -xzf "$dev/llama-models.tar.gz" -C "$W"
   rm -rf "$W/ab-bundle" && tar -xzf "$dev/ab-bundle.tar.gz" -C "$W"
   log "setup: $(ls "$W")"
 }
@@ -334,11 +339,13 @@ stage_bench() {
     --out "$W/bench"
 }
 
-# ppdiag: where pp512's deficit at full offload lies (issue 16). llama-bench pp512 and pp2048
-# (-n 0) at -ngl 99, arms alternating (PPDIAG_ROUNDS, default 3), under three settings: as is,
-# ggml-cuda's CUDA graphs off, its fusions off; the scheduler probe splits each decode into the
-# host's part (graph_compute_async) and the wait (synchronize). Then one verbose run an arm
-# with GGML_SCHED_DEBUG=2 (the splits and their inputs). Table: $W/logs/ppdiag.tsv.
+# ppdiag: where pp512's deficit at full offload lies (issue 16). llama-bench -p P -n 0 -ngl 99
+# -r PPDIAG_REPS (default 10), arms alternating (PPDIAG_ROUNDS, default 4), under four settings:
+# as is; ggml-cuda's CUDA graphs off; its fusions off; ours in GGML_ALLOC_LAYOUT=stock. Per
+# setting and arm: the first repetition's time (where ggml-cuda captures its CUDA graph) apart
+# from the median of the others, and the scheduler probe's host part (graph_compute_async)
+# against the wait (synchronize), per call. Then one verbose run an arm with
+# GGML_SCHED_DEBUG=2 (the splits, nodes and use counts). Rows: $W/logs/ppdiag.jsonl.
 stage_ppdiag() {
   [ -x "$B/bin/llama-bench" ] && [ -f "$M" ] || { log "ppdiag needs the build and the model stages"; return 1; }
   local probe=$W/libsched-probe.so shim=$W/libcxxrt-diag.so
@@ -350,53 +357,68 @@ stage_ppdiag() {
   mkdir -p "$W/arms/a" "$W/arms/b"
   cp -L "$B/bin/libggml-base.so.0" "$W/arms/a/libggml-base.so.0"
   cp -L "$W/ab-bundle/lib/libggml-base.so.0" "$W/arms/b/libggml-base.so.0"
-  local tsv=$W/logs/ppdiag.tsv
-  printf 'round\tsetting\tp\tarm\tt_s\tcompute_us\tsync_us\tcalls\n' > "$tsv"
+  local rows=$W/logs/ppdiag.jsonl
+  : > "$rows"
   one() { # one ROUND SETTING P ARM
-    local r=$1 set=$2 p=$3 a=$4 env=() out=$W/logs/ppdiag-probe.jsonl
-    case $set in graphs_off) env=(GGML_CUDA_DISABLE_GRAPHS=1) ;; fusion_off) env=(GGML_CUDA_DISABLE_FUSION=1) ;; esac
+    local r=$1 set=$2 p=$3 a=$4 env=() out=$W/logs/ppdiag-probe.jsonl res=$W/logs/ppdiag-bench.json
+    case $set in
+      graphs_off) env=(GGML_CUDA_DISABLE_GRAPHS=1) ;;
+      fusion_off) env=(GGML_CUDA_DISABLE_FUSION=1) ;;
+      layout_stock) env=(GGML_ALLOC_LAYOUT=stock) ;;
+    esac
     rm -f "$out"
-    local res=$W/logs/ppdiag-bench.json
     env "${env[@]}" LD_LIBRARY_PATH="$W/arms/$a:$B/bin" LD_PRELOAD="$shim:$probe" SCHED_PROBE_OUT="$out" \
-      "$B/bin/llama-bench" -m "$M" -ngl 99 -p "$p" -n 0 -r 5 -o json > "$res" 2>/dev/null
-    python3 - "$out" "$res" "$r" "$set" "$p" "$a" >> "$tsv" <<'PY'
+      "$B/bin/llama-bench" -m "$M" -ngl 99 -p "$p" -n 0 -r "${PPDIAG_REPS:-10}" -o json > "$res" 2>/dev/null
+    python3 - "$out" "$res" "$r" "$set" "$p" "$a" >> "$rows" <<'PY'
 import json, sys
 out, res, r, s, p, a = sys.argv[1:]
+row = {"round": int(r), "setting": s, "p": int(p), "arm": a}
 try:
-    ts = json.load(open(res))[0]["avg_ts"]
-    d = json.loads(open(out).read().strip().splitlines()[-1])
-    c, w = d["compute"], d["synchronize"]
-    print(f"{r}\t{s}\t{p}\t{a}\t{ts:.1f}\t{c['ns'] / max(c['calls'], 1) / 1e3:.1f}\t{w['ns'] / max(w['calls'], 1) / 1e3:.1f}\t{c['calls']}")
+    row["samples_ns"] = json.load(open(res))[0]["samples_ns"]
+    row["probe"] = json.loads(open(out).read().strip().splitlines()[-1])
 except Exception as e:
-    print(f"{r}\t{s}\t{p}\t{a}\tnan\tnan\tnan\t0 ({e!r})")
+    row["error"] = repr(e)
+print(json.dumps(row))
 PY
   }
   local r set p
-  for r in $(seq 1 "${PPDIAG_ROUNDS:-3}"); do
-    for set in as_is graphs_off fusion_off; do
-      for p in ${PPDIAG_P:-512 2048}; do
+  for r in $(seq 1 "${PPDIAG_ROUNDS:-4}"); do
+    for set in as_is graphs_off fusion_off layout_stock; do
+      for p in ${PPDIAG_P:-512}; do
         if [ $((r % 2)) = 1 ]; then one "$r" $set "$p" a; one "$r" $set "$p" b
         else one "$r" $set "$p" b; one "$r" $set "$p" a; fi
       done
     done
   done
-  python3 - "$tsv" <<'PY'
-import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-keys = sorted({(r["setting"], r["p"]) for r in rows})
-print("setting      p     t/s A     t/s B   B/A   host us A  host us B  wait us A  wait us B")
-for s, p in keys:
+  python3 - "$rows" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+bad = [r for r in rows if "error" in r]
+rows = [r for r in rows if "error" not in r]
+med = statistics.median
+print("setting        p  first rep ms A / B   later reps ms A / B  (B/A)   host us/call A / B   wait us/call A / B")
+for s, p in sorted({(r["setting"], r["p"]) for r in rows}):
     m = {a: [r for r in rows if r["setting"] == s and r["p"] == p and r["arm"] == a] for a in "ab"}
-    med = lambda a, k: statistics.median(float(r[k]) for r in m[a])
-    ta, tb = med("a", "t_s"), med("b", "t_s")
-    print(f"{s:11s} {p:>5s} {ta:9.0f} {tb:9.0f} {tb / ta:5.3f} {med('a', 'compute_us'):10.1f} {med('b', 'compute_us'):10.1f} {med('a', 'sync_us'):10.1f} {med('b', 'sync_us'):10.1f}")
+    if not m["a"] or not m["b"]:
+        continue
+    first = {a: med(r["samples_ns"][0] / 1e6 for r in m[a]) for a in "ab"}
+    later = {a: med(x / 1e6 for r in m[a] for x in r["samples_ns"][1:]) for a in "ab"}
+    per = lambda a, k: med(r["probe"][k]["ns"] / max(r["probe"][k]["calls"], 1) / 1e3 for r in m[a])
+    print(f"{s:12s} {p:5d}  {first['a']:8.2f} / {first['b']:8.2f}   {later['a']:8.3f} / {later['b']:8.3f} ({later['b'] / later['a']:.3f})"
+          f"   {per('a', 'compute'):8.1f} / {per('b', 'compute'):8.1f}   {per('a', 'synchronize'):8.1f} / {per('b', 'synchronize'):8.1f}")
+for r in bad:
+    print("failed:", r)
 PY
   local a
   for a in a b; do
     GGML_SCHED_DEBUG=2 LD_LIBRARY_PATH="$W/arms/$a:$B/bin" LD_PRELOAD="$shim" \
       "$B/bin/llama-bench" -m "$M" -ngl 99 -p 512 -n 0 -r 1 -v > "$W/logs/ppdiag-sched-$a.log" 2>&1
-    log "arm $a: $(grep -a -c '## SPLIT' "$W/logs/ppdiag-sched-$a.log") split lines, $(grep -a -c 'graph_splits\|n_splits\|splits' "$W/logs/ppdiag-sched-$a.log") lines naming splits"
   done
+  # the same graph, placement and use counts in both arms: the node lines without their markers
+  local na nb
+  na=$(grep -a '^node #' "$W/logs/ppdiag-sched-a.log" | sed -E 's/\[ *([A-Z0-9_]+|NULL)[ a-z-]*\]/[\1]/g; s/ +/ /g' | md5sum)
+  nb=$(grep -a '^node #' "$W/logs/ppdiag-sched-b.log" | sed -E 's/\[ *([A-Z0-9_]+|NULL)[ a-z-]*\]/[\1]/g; s/ +/ /g' | md5sum)
+  log "GGML_SCHED_DEBUG node lines: $(grep -a -c '^node #' "$W/logs/ppdiag-sched-a.log") / $(grep -a -c '^node #' "$W/logs/ppdiag-sched-b.log"), $([ "$na" = "$nb" ] && echo identical || echo DIFFER)"
 }
 
 stage_toolchain() {

@@ -187,8 +187,9 @@ pub fn check_arms(build: &Path, arms: &mut [crate::swap::Arm]) -> Result<()> {
         Ok(lib) => {
             crate::say(&format!(
                 "the build's programs take {} C++ runtime symbols from its own libggml-base \
-                 (its toolchain linked libsupc++ into it): every arm preloads {}, built from \
-                 this machine's libsupc++.a, so those programs run in every arm",
+                 (its toolchain linked its C++ runtime into it): every arm preloads {}, which \
+                 defines exactly those, taken from this machine's libsupc++.a and libstdc++.a, \
+                 so those programs run in every arm",
                 missing.len(),
                 lib.display()
             ));
