@@ -13,10 +13,11 @@
 // traffic of the scheduler (counted by interposing malloc and friends in this executable).
 //
 // Usage: sched-bench --graph smollm2|deepseek [--backends 2|3] [--iters N] [--warmup N]
-//                    [--tokens N] [--layers N] [--callgrind | --callgrind-reserve]
+//                    [--tokens N] [--layers N] [--callgrind | --callgrind-reserve | --callgrind-first]
 //
 // --callgrind turns callgrind instrumentation on only around the timed cycles (phase B),
-// --callgrind-reserve only around the timed reserves (phase C); run the program under
+// --callgrind-reserve only around the timed reserves (phase C), --callgrind-first only around
+// the first alloc_graph of each new scheduler (phase D); run the program under
 // `valgrind --tool=callgrind --instr-atstart=no` for the total Ir of that section alone.
 
 #define _GNU_SOURCE
@@ -619,20 +620,22 @@ static void print_heap(const char * key, struct heap_stats h) {
 
 static void usage(void) {
     fprintf(stderr, "usage: sched-bench --graph smollm2|deepseek [--backends 2|3] [--iters N] [--warmup N] "
-                    "[--tokens N] [--layers N] [--parallel] [--callgrind | --callgrind-reserve]\n");
+                    "[--tokens N] [--layers N] [--parallel] [--callgrind | --callgrind-reserve | --callgrind-first]\n");
     exit(2);
 }
 
 int main(int argc, char ** argv) {
     struct bench b;
     memset(&b, 0, sizeof(b));
-    int n_backends = 2, iters = 50, warmup = 5, layers = -1, callgrind = 0, callgrind_reserve = 0, parallel = 0;
+    int n_backends = 2, iters = 50, warmup = 5, layers = -1, callgrind = 0, callgrind_reserve = 0, callgrind_first = 0,
+        parallel = 0;
     const char * graph = NULL;
     for (int i = 1; i < argc; i++) {
         const char * a = argv[i];
         const char * v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--callgrind")) { callgrind = 1; continue; }
         if (!strcmp(a, "--callgrind-reserve")) { callgrind_reserve = 1; continue; }
+        if (!strcmp(a, "--callgrind-first")) { callgrind_first = 1; continue; }
         // a parallel scheduler (pipeline copies), as llama.cpp makes with several devices
         if (!strcmp(a, "--parallel")) { parallel = 1; continue; }
         if (!v) usage();
@@ -794,6 +797,38 @@ int main(int argc, char ** argv) {
         }
     }
 
+    // Phase D: a context's first graph, as llama.cpp makes one per context: a new scheduler,
+    // reserve on the worst-case graph, reset, then alloc_graph of a graph of the same shape
+    // (timed alone). Each iteration frees its scheduler.
+    long long * t_first = __libc_calloc((size_t) iters, sizeof(long long));
+    for (int i = 0; i < iters; i++) {
+        ggml_backend_sched_t s2 =
+            ggml_backend_sched_new(backends, NULL, n_backends, b.graph_size, parallel != 0, true);
+        gf = rebuild(&b);
+        if (!ggml_backend_sched_reserve(s2, gf)) {
+            fprintf(stderr, "sched-bench: reserve of a new scheduler failed\n");
+            return 1;
+        }
+        gf = rebuild(&b);
+        ggml_backend_sched_reset(s2);
+        if (callgrind_first) {
+            CALLGRIND_START_INSTRUMENTATION;
+        }
+        const int64_t t0 = now_ns();
+        const bool    ok = ggml_backend_sched_alloc_graph(s2, gf);
+        const int64_t t1 = now_ns();
+        if (callgrind_first) {
+            CALLGRIND_STOP_INSTRUMENTATION;
+            ir_iters++;
+        }
+        if (!ok) {
+            fprintf(stderr, "sched-bench: first alloc_graph of a new scheduler failed\n");
+            return 1;
+        }
+        t_first[i] = t1 - t0;
+        ggml_backend_sched_free(s2);
+    }
+
     printf("{\"lib\":\"%s\",\"graph\":\"%s\",\"backends\":%d,\"tokens\":%d,\"nodes\":%d,\"leafs\":%d,\"graph_size\":%zu,"
            "\"splits\":%d,\"copies\":%d,\"iters\":%d,\"warmup\":%d,\"callgrind_iters\":%lld,\"computed_nodes_per_iter\":%lld,",
            libpath, graph, n_backends, b.tokens, n_nodes, n_leafs, b.graph_size, n_splits, n_copies, iters, warmup, ir_iters,
@@ -812,6 +847,8 @@ int main(int argc, char ** argv) {
     print_summary("split_graph", summarize(t_split, iters));
     printf(",");
     print_summary("reserve", summarize(t_res, iters));
+    printf(",");
+    print_summary("first_alloc_graph", summarize(t_first, iters));
     printf("},\"heap\":{");
     print_heap("sched_new", h_new);
     printf(",");

@@ -67,6 +67,11 @@ pub struct SchedRow {
     pub reserve_runs: [Vec<f64>; 2],
     /// Summary over processes of `reserve_runs`, ns; `None` for an arm with no run.
     pub reserve: [Option<Summary>; 2],
+    /// Per-process medians of a new scheduler's first `alloc_graph` after its reserve, ns,
+    /// `[A, B]`.
+    pub first_alloc_runs: [Vec<f64>; 2],
+    /// Summary over processes of `first_alloc_runs`, ns; `None` for an arm with no run.
+    pub first_alloc: [Option<Summary>; 2],
     /// Compute buffer sizes per backend (A's backends, in A's order); empty unless both arms
     /// ran.
     pub buffers: Vec<BufferRow>,
@@ -96,6 +101,8 @@ impl SchedRow {
             split: [None, None],
             reserve_runs: [vec![], vec![]],
             reserve: [None, None],
+            first_alloc_runs: [vec![], vec![]],
+            first_alloc: [None, None],
             buffers: vec![],
             heap: [None, None],
             callgrind: [None, None],
@@ -116,6 +123,11 @@ impl SchedRow {
     /// median(B) / median(A) of `reserve`.
     fn reserve_ratio(&self) -> Option<f64> {
         median_ratio(&self.reserve)
+    }
+
+    /// median(B) / median(A) of a new scheduler's first `alloc_graph`.
+    fn first_alloc_ratio(&self) -> Option<f64> {
+        median_ratio(&self.first_alloc)
     }
 
     /// B/A of the cycle's instruction counts.

@@ -53,6 +53,10 @@ pub struct Phases {
     pub split_graph: Dist,
     /// ggml_backend_sched_reserve on a fresh graph (a third loop).
     pub reserve: Dist,
+    /// The first alloc_graph of a new scheduler, after its reserve (a fourth loop: what
+    /// llama.cpp does once per context); absent from older programs' lines.
+    #[serde(default)]
+    pub first_alloc_graph: Option<Dist>,
 }
 
 /// Heap traffic in one measured window (bytes are `malloc_usable_size` bytes).

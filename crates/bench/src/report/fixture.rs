@@ -78,6 +78,10 @@ fn sched_ok(graph: &str, backends: u32, nodes: u32, cycle: [&[f64]; 2]) -> Sched
         cycle[0].iter().map(|x| x * 3.0).collect(),
         cycle[1].iter().map(|x| x * 2.5).collect(),
     ];
+    let first_alloc: [Vec<f64>; 2] = [
+        reserve[0].iter().map(|x| x * 0.8).collect(),
+        reserve[1].iter().map(|x| x * 0.8).collect(),
+    ];
     SchedRow {
         config: Config {
             graph: graph.into(),
@@ -94,6 +98,9 @@ fn sched_ok(graph: &str, backends: u32, nodes: u32, cycle: [&[f64]; 2]) -> Sched
         split_runs: split,
         reserve: [Summary::of(&reserve[0]), Summary::of(&reserve[1])],
         reserve_runs: reserve,
+        // The fixture's first alloc_graph: 0.8 of each arm's reserve.
+        first_alloc: [Summary::of(&first_alloc[0]), Summary::of(&first_alloc[1])],
+        first_alloc_runs: first_alloc,
         buffers: vec![
             BufferRow {
                 backend: "FAKE0".into(),

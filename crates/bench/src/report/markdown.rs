@@ -188,19 +188,25 @@ impl Report {
     fn sched_reserve(&self, s: &mut String) {
         let _ = writeln!(
             s,
-            "\n`ggml_backend_sched_reserve` on a fresh graph (llama.cpp calls it when it sizes the compute buffers), µs:\n"
+            "\n`ggml_backend_sched_reserve` on a fresh graph (llama.cpp calls it when it sizes the compute buffers), and the first `alloc_graph` of a new scheduler after its reserve of a graph of the same shape (once per llama.cpp context; the plan fits, so this is the placement, the fit check and the tensors' addresses, not the planning that reserve times), µs:\n"
         );
-        let _ = writeln!(s, "| graph | backends | A µs | B µs | B/A |");
-        let _ = writeln!(s, "|---|---|---|---|---|");
+        let _ = writeln!(
+            s,
+            "| graph | backends | reserve A µs | reserve B µs | B/A | first alloc_graph A µs | first alloc_graph B µs | B/A |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
         for r in self.sched.iter().filter(|r| r.error.is_none()) {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.config.graph,
                 r.config.backends,
                 spread_us(&r.reserve[0]),
                 spread_us(&r.reserve[1]),
-                ratio_cell(r.reserve_ratio())
+                ratio_cell(r.reserve_ratio()),
+                spread_us(&r.first_alloc[0]),
+                spread_us(&r.first_alloc[1]),
+                ratio_cell(r.first_alloc_ratio())
             );
         }
     }

@@ -45,6 +45,9 @@ pub fn run_sched(
                         rows[ci].cycle_runs[k].push(run.ns.cycle.median as f64);
                         rows[ci].split_runs[k].push(run.ns.split_graph.median as f64);
                         rows[ci].reserve_runs[k].push(run.ns.reserve.median as f64);
+                        if let Some(first) = run.ns.first_alloc_graph {
+                            rows[ci].first_alloc_runs[k].push(first.median as f64);
+                        }
                         if first[ci][k].is_none() {
                             first[ci][k] = Some(run);
                         }
@@ -76,6 +79,7 @@ pub fn run_sched(
             row.cycle[k] = Summary::of(&row.cycle_runs[k]);
             row.split[k] = Summary::of(&row.split_runs[k]);
             row.reserve[k] = Summary::of(&row.reserve_runs[k]);
+            row.first_alloc[k] = Summary::of(&row.first_alloc_runs[k]);
         }
         row.cycle_paired = Summary::of(&paired_ratios(&row.cycle_runs[0], &row.cycle_runs[1]));
     }
