@@ -3,6 +3,7 @@
 //! this pool adds contexts as needed, so the number of split inputs has no ceiling. The
 //! memory of each context is kept across splits; only the contexts are re-initialised.
 
+use std::mem::MaybeUninit;
 use std::ptr;
 
 use crate::ffi::c_name;
@@ -10,11 +11,13 @@ use ggml_sys::{ggml_context, ggml_init_params};
 
 /// 64-byte aligned memory unit (ggml needs at least `GGML_MEM_ALIGN`, 16, for a context).
 #[repr(C, align(64))]
-#[derive(Clone, Copy)]
 struct Block([u8; 64]);
 
 struct Chunk {
-    mem: Box<[Block]>,
+    /// Left uninitialised: ggml_init writes what it uses (the context's object list and each
+    /// header as it is made), and zeroing megabytes at a scheduler's first split cost more
+    /// than the split itself.
+    mem: Box<[MaybeUninit<Block>]>,
     ctx: *mut ggml_context,
 }
 
@@ -83,7 +86,7 @@ impl CtxPool {
                 let bytes = tensors * unsafe { ggml_sys::ggml_tensor_overhead() };
                 let blocks = bytes.div_ceil(64);
                 self.chunks.push(Chunk {
-                    mem: vec![Block([0; 64]); blocks].into_boxed_slice(),
+                    mem: Box::new_uninit_slice(blocks),
                     ctx: ptr::null_mut(),
                 });
                 self.chunk_tensors = self.chunk_tensors.saturating_mul(2);
