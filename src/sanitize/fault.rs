@@ -4,7 +4,10 @@
 //!
 //! Values: unset or `0`/`off`/`none`: no fault; `no-wait-before-inputless-split`: the
 //! scheduler skips its wait for the previous backend before a split without inputs (the
-//! upstream fix for a CPU split reusing memory a GPU still read). Anything else is named in
+//! upstream fix for a CPU split reusing memory a GPU still read); `wrong-pipeline-copy`: with
+//! pipeline copies, each split's inputs are copied into the next copy instead of the current
+//! one, so the split reads inputs of an earlier micro-batch (the upstream class of a graph
+//! evaluated with another copy; `ab pipeline` must catch it). Anything else is named in
 //! a warning and no fault is planted.
 
 use std::sync::OnceLock;
@@ -14,13 +17,18 @@ use std::sync::OnceLock;
 pub enum Fault {
     None,
     NoWaitBeforeInputlessSplit,
+    WrongPipelineCopy,
 }
 
 fn parse(text: &str) -> Result<Fault, String> {
     match text.trim() {
         "" | "0" | "off" | "none" => Ok(Fault::None),
         "no-wait-before-inputless-split" => Ok(Fault::NoWaitBeforeInputlessSplit),
-        _ => Err("is not a test fault (none, no-wait-before-inputless-split)".into()),
+        "wrong-pipeline-copy" => Ok(Fault::WrongPipelineCopy),
+        _ => Err(
+            "is not a test fault (none, no-wait-before-inputless-split, wrong-pipeline-copy)"
+                .into(),
+        ),
     }
 }
 
@@ -35,6 +43,16 @@ pub fn skip_wait_before_inputless_split() -> bool {
     fault() == Fault::NoWaitBeforeInputlessSplit
 }
 
+/// The pipeline copy a split's inputs are copied into: `cur` (of `n_copies`), or the next one
+/// under the `wrong-pipeline-copy` fault (test-only).
+pub fn input_copy(cur: usize, n_copies: usize) -> usize {
+    if fault() == Fault::WrongPipelineCopy && n_copies > 1 {
+        (cur + 1) % n_copies
+    } else {
+        cur
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,6 +64,7 @@ mod tests {
             parse(" no-wait-before-inputless-split "),
             Ok(Fault::NoWaitBeforeInputlessSplit)
         );
+        assert_eq!(parse("wrong-pipeline-copy"), Ok(Fault::WrongPipelineCopy));
         assert!(parse("no-wait").is_err());
     }
 }

@@ -203,7 +203,10 @@ impl Sched {
                     .table
                     .backend_at(id)
                     .map_or(ptr::null_mut(), |b| self.backends[b]);
-                let cpy = self.table.copy_at(id, sb, cc).unwrap_or(ptr::null_mut());
+                // (GGML_SCHED_TEST_FAULT can send the copy to another pipeline copy, for
+                // `ab pipeline`'s test only.)
+                let c = crate::sanitize::fault::input_copy(cc, self.n_copies);
+                let cpy = self.table.copy_at(id, sb, c).unwrap_or(ptr::null_mut());
                 // SAFETY: a split input is live while the graph split last is (this function's
                 // contract); only read here and by the copies below.
                 let inp = unsafe { &*input };

@@ -15,6 +15,7 @@ mod ours;
 mod pack;
 mod parse;
 mod paths;
+mod pipeline;
 mod proc;
 mod proof;
 mod rpc;
@@ -88,6 +89,39 @@ enum Cmd {
         /// Loopback port of the server.
         #[arg(long, default_value_t = 50752)]
         port: u16,
+    },
+    /// Pipeline parallelism checked by perplexity: llama-perplexity over a fixed text with
+    /// `-c 2048 -b 2048 -ub 512` on one device and split over two (llama.cpp must say
+    /// "pipeline parallelism enabled"), in the stock arm and ours, every process proven; each
+    /// arm's two-device estimate within 0.1 % of its one-device one, and the arms likewise.
+    Pipeline {
+        /// A llama.cpp build folder (default: target/llama-stock).
+        #[arg(long, value_name = "DIR")]
+        llama_build: Option<PathBuf>,
+        /// The GGUF model (default: the pinned SmolLM2; required from a bundle).
+        #[arg(long, value_name = "FILE")]
+        model: Option<PathBuf>,
+        /// The text (default: docs/build.md of the pinned llama.cpp tree, 43 KB; required
+        /// from a bundle).
+        #[arg(long, value_name = "FILE")]
+        text: Option<PathBuf>,
+        /// The one-device configuration (-dev).
+        #[arg(long, default_value = "HRX0")]
+        one: String,
+        /// The two-device configuration (-dev); HRX devices get GGML_HRX_DEVICES=2.
+        #[arg(long, default_value = "HRX0,HRX1")]
+        two: String,
+        /// A backend library for GGML_BACKEND_PATH, in both arms (default: our HRX backend
+        /// when a device named is an HRX one).
+        #[arg(long, value_name = "FILE")]
+        backend: Option<PathBuf>,
+        /// Chunks of 2048 tokens to evaluate.
+        #[arg(long, default_value_t = 3)]
+        chunks: u32,
+        /// Then run ours on the two devices with a planted fault (split inputs copied into
+        /// the wrong pipeline copy) and require the check to catch it.
+        #[arg(long)]
+        self_test: bool,
     },
     /// The libggml-base files the harness has kept (target/ab/store), by sha256: what
     /// --a, --b and --lib accept besides a path.
@@ -464,6 +498,28 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
                 model,
                 ngl,
                 port,
+            },
+        ),
+        Cmd::Pipeline {
+            llama_build,
+            model,
+            text,
+            one,
+            two,
+            backend,
+            chunks,
+            self_test,
+        } => pipeline::run(
+            paths,
+            &pipeline::PipelineOptions {
+                llama_build,
+                model,
+                text,
+                one,
+                two,
+                backend,
+                chunks,
+                self_test,
             },
         ),
         Cmd::Store => {

@@ -153,6 +153,7 @@ pub const STEPS: &[Step] = &[
     ab("test-llama-archs (CPU), our base", &["exec", "--lib", OURS, "--", "test-llama-archs"], ARCHS),
     ab("upstream suites, stock vs ours", &["ab", "--only", SUITES_CI], SUITES),
     ab("ggml-rpc, stock and ours", &["rpc"], SamePath("greedy text of llama-completion with 8 layers on RPC0 (ggml-rpc-server on 127.0.0.1) and the rest on the CPU: stock server and client against ours and ours, and stock server with our client; the same programs and kernels, only libggml-base differs")),
+    ab("pipeline parallelism by perplexity, stock and ours", &["pipeline", "--self-test"], Tolerance("llama-perplexity of SmolLM2 over 3 chunks of the pinned tree's docs/build.md, -c 2048 -b 2048 -ub 512: each arm split over HRX0/HRX1 with pipeline parallelism against itself on HRX0, and ours against stock, within 0.1 %; a planted wrong-pipeline-copy fault in ours must land outside it")),
     ab("in-place reproducer, three arms", &["repro"], Exact("FILL and SET_ROWS results against values written by the host (no rounding)")),
     ab("in-place property, 2000 seeds, ours", &["repro", "prop", "--seeds", "2000"], Tolerance("outputs through the scheduler over [HRX0, CPU] against the CPU alone, NMSE <= 1e-6")),
 ];
