@@ -10,10 +10,19 @@
 #   gpu/pack.sh --llama-bin DIR   also packs DIR/bin of a CPU-only llama.cpp build made here
 #                          (x86-64, AVX2, RUNPATH $ORIGIN) as .device/llama-cpu-bin.tar.gz, so
 #                          the hrxcheck stage needs no build there
-#   gpu/pack.sh --models   also packs the pinned tree's models/ (tokenizer vocabularies, chat
+#   gpu/pack.sh --models   (with or without --llama-bin, in any order) also packs the pinned tree's models/ (tokenizer vocabularies, chat
 #                          templates: 23 MiB) as .device/llama-models.tar.gz, for ctest there
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# the options, in any order, checked before the (slow) bundle
+models=0 llama_bin=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --models) models=1; shift ;;
+    --llama-bin) llama_bin=$(cd "${2:?usage: gpu/pack.sh [--models] [--llama-bin BUILD_DIR]}" && pwd); shift 2 ;;
+    *) echo "gpu/pack.sh: unknown argument $1 (usage: gpu/pack.sh [--models] [--llama-bin BUILD_DIR])" >&2; exit 2 ;;
+  esac
+done
 cd "$root"
 dev=.device
 mkdir -p "$dev"
@@ -42,12 +51,11 @@ fi
 cp gpu/mkmodel.py "$dev/mkmodel.py"
 # an older tarball would be taken by hrxcheck (or setup) without a word: only those asked for stay
 rm -f "$dev/llama-cpu-bin.tar.gz" "$dev/llama-models.tar.gz"
-if [ "${1:-}" = --models ]; then
+if [ "$models" = 1 ]; then
   tar -czf "$dev/llama-models.tar.gz" -C "$up" llama.cpp/models
-  shift
 fi
-if [ "${1:-}" = --llama-bin ]; then
-  build=$(cd "${2:?usage: gpu/pack.sh --llama-bin BUILD_DIR}" && pwd)
+if [ -n "$llama_bin" ]; then
+  build=$llama_bin
   (cd "$build" && tar -czf "$root/$dev/llama-cpu-bin.tar.gz" bin/test-backend-ops bin/llama-completion \
     bin/llama-bench bin/llama-quantize $(cd "$build" && ls bin/test-llama-archs 2>/dev/null) bin/*.so*)
 fi

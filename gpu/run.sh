@@ -357,7 +357,9 @@ stage_ppdiag() {
   mkdir -p "$W/arms/a" "$W/arms/b"
   cp -L "$B/bin/libggml-base.so.0" "$W/arms/a/libggml-base.so.0"
   cp -L "$W/ab-bundle/lib/libggml-base.so.0" "$W/arms/b/libggml-base.so.0"
-  local rows=$W/logs/ppdiag.jsonl
+  local rows=$W/logs/ppdiag.jsonl reps=${PPDIAG_REPS:-10}
+  # the first repetition is set apart (the CUDA graph's capture): at least one more is needed
+  [ "$reps" -ge 2 ] || { log "ppdiag: PPDIAG_REPS must be at least 2"; return 1; }
   : > "$rows"
   one() { # one ROUND SETTING P ARM
     local r=$1 set=$2 p=$3 a=$4 env=() out=$W/logs/ppdiag-probe.jsonl res=$W/logs/ppdiag-bench.json
@@ -368,7 +370,8 @@ stage_ppdiag() {
     esac
     rm -f "$out"
     env "${env[@]}" LD_LIBRARY_PATH="$W/arms/$a:$B/bin" LD_PRELOAD="$shim:$probe" SCHED_PROBE_OUT="$out" \
-      "$B/bin/llama-bench" -m "$M" -ngl 99 -p "$p" -n 0 -r "${PPDIAG_REPS:-10}" -o json > "$res" 2>/dev/null
+      "$B/bin/llama-bench" -m "$M" -ngl 99 -p "$p" -n 0 -r "$reps" -o json > "$res" 2> "$W/logs/ppdiag-bench.err" \
+      || log "ppdiag: llama-bench failed ($set, arm $a): $(grep -a -i -m1 'error\|invalid\|failed' "$W/logs/ppdiag-bench.err")"
     python3 - "$out" "$res" "$r" "$set" "$p" "$a" >> "$rows" <<'PY'
 import json, sys
 out, res, r, s, p, a = sys.argv[1:]
@@ -418,7 +421,9 @@ PY
   local na nb
   na=$(grep -a '^node #' "$W/logs/ppdiag-sched-a.log" | sed -E 's/\[ *([A-Z0-9_]+|NULL)[ a-z-]*\]/[\1]/g; s/ +/ /g' | md5sum)
   nb=$(grep -a '^node #' "$W/logs/ppdiag-sched-b.log" | sed -E 's/\[ *([A-Z0-9_]+|NULL)[ a-z-]*\]/[\1]/g; s/ +/ /g' | md5sum)
-  log "GGML_SCHED_DEBUG node lines: $(grep -a -c '^node #' "$W/logs/ppdiag-sched-a.log") / $(grep -a -c '^node #' "$W/logs/ppdiag-sched-b.log"), $([ "$na" = "$nb" ] && echo identical || echo DIFFER)"
+  local ca cb
+  ca=$(grep -a -c '^node #' "$W/logs/ppdiag-sched-a.log"); cb=$(grep -a -c '^node #' "$W/logs/ppdiag-sched-b.log")
+  log "GGML_SCHED_DEBUG node lines: $ca / $cb, $([ "$ca" -gt 0 ] && [ "$na" = "$nb" ] && echo identical || echo 'DIFFER (or none: see ppdiag-sched-*.log)')"
 }
 
 stage_toolchain() {

@@ -9,7 +9,9 @@
 // blocking input copies, queueing the device's work) and ggml_backend_sched_synchronize (the
 // wait for the devices), whose sum is about the whole decode: where a difference between two
 // arms lies, host or device. (Stock's ggml_backend_sched_graph_compute calls both through
-// the symbol table, so a program that uses it is seen there too; ours is not.)
+// the symbol table, and its reserve calls synchronize and reset the same way, so those inner
+// calls are counted in stock's arm and not in ours: per call, stock's figures are then
+// diluted by near-empty calls, a few per reserve.)
 //
 // At exit it appends one JSON line to the file named by SCHED_PROBE_OUT (nothing when unset):
 // the library the calls went to, and per function the calls, total nanoseconds and total

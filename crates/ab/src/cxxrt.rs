@@ -10,7 +10,8 @@
 //! The harness then builds, with the machine's C++ compiler, one small library
 //! (`cxxrt/libab-cxxrt.so`) that defines exactly the missing symbols, taken from the
 //! toolchain's static `libsupc++.a` and `libstdc++.a` (only the archive members that define
-//! them, and what those need, hidden), and preloads it in every arm, stock included, so that
+//! them, and what those need, hidden; when one of them belongs to the exception runtime, all
+//! of that runtime, so that exceptions are counted in one place), and preloads it in every arm, stock included, so that
 //! both arms run the same programs with the same runtime. It does so only when the archives
 //! define every missing symbol; otherwise the programs are named as before and left to fail
 //! in that arm.
@@ -69,8 +70,10 @@ pub fn shim(dir: &Path, missing: &BTreeSet<String>) -> Result<PathBuf, String> {
             uncovered[0]
         ));
     }
+    let exported_set = with_exception_runtime(missing, &offered);
+    let missing = &exported_set;
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    // Exactly the missing symbols are global; whatever else the members pulled in for them
+    // Exactly these symbols are global; whatever else the members pulled in for them
     // bring stays local, so the library overrides nothing else of the process's runtime.
     let script = dir.join("libab-cxxrt.map");
     let mut text = String::from("{\n  global:\n");
@@ -93,10 +96,18 @@ pub fn shim(dir: &Path, missing: &BTreeSet<String>) -> Result<PathBuf, String> {
         .arg("-Wl,--end-group");
     let out = cmd.output().map_err(|e| format!("running {cxx}: {e}"))?;
     if !out.status.success() {
+        let names: Vec<String> = archives.iter().map(|a| a.display().to_string()).collect();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let hint = if stderr.contains("recompile with -fPIC") {
+            " (an archive is not position-independent code, so no shared library can take \
+             its members)"
+        } else {
+            ""
+        };
         return Err(format!(
-            "{cxx} -shared ... {}: {}",
-            archives[0].display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            "{cxx} -shared ... {}: {}{hint}",
+            names.join(" "),
+            stderr.trim()
         ));
     }
     let exported = defined(&lib, true);
@@ -104,6 +115,31 @@ pub fn shim(dir: &Path, missing: &BTreeSet<String>) -> Result<PathBuf, String> {
         Some(s) => Err(format!("{} does not export {s}", lib.display())),
         None => Ok(lib),
     }
+}
+
+/// Whether `name` belongs to the exception runtime, whose functions share per-thread state
+/// (the caught and uncaught exceptions): they must all come from one copy of the runtime.
+fn is_exception_runtime(name: &str) -> bool {
+    name.starts_with("__cxa_")
+        || name.starts_with("__gxx_personality")
+        || name.contains("exception_ptr")
+        || name.contains("uncaught_exception")
+        || name.contains("current_exception")
+}
+
+/// `missing`, and when it holds any symbol of the exception runtime, every such symbol
+/// `offered` defines: a library exporting `__cxa_throw` but leaving `__cxa_get_globals` to
+/// the system's runtime would count exceptions in two places (a caught exception would not
+/// be seen as caught). Exported together, the process uses the library's copy for all of them.
+fn with_exception_runtime(
+    missing: &BTreeSet<String>,
+    offered: &BTreeSet<String>,
+) -> BTreeSet<String> {
+    let mut out = missing.clone();
+    if missing.iter().any(|s| is_exception_runtime(s)) {
+        out.extend(offered.iter().filter(|s| is_exception_runtime(s)).cloned());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -131,10 +167,23 @@ mod tests {
             .map(String::from)
             .into();
         let lib = shim(&dir, &want).unwrap();
+        let exported = defined(&lib, true);
+        assert!(
+            exported.is_superset(&want),
+            "exported: every missing symbol"
+        );
+        // `__cxa_throw` brings the rest of the exception runtime, and nothing else comes.
+        assert!(exported.contains("__cxa_get_globals") && exported.contains("__cxa_begin_catch"));
+        assert!(exported
+            .iter()
+            .all(|s| want.contains(s) || is_exception_runtime(s)));
+        // Without an exception-runtime symbol: exactly the missing one.
+        let plain: BTreeSet<String> = [string_copy].map(String::from).into();
+        let lib = shim(&dir.join("plain"), &plain).unwrap();
         assert_eq!(
             defined(&lib, true),
-            want,
-            "exported: exactly the missing symbols"
+            plain,
+            "exported: exactly the missing symbol"
         );
         let mut other = want.clone();
         other.insert("ggml_init".into());

@@ -115,8 +115,8 @@ enum Cmd {
         /// when a device named is an HRX one).
         #[arg(long, value_name = "FILE")]
         backend: Option<PathBuf>,
-        /// Chunks of 2048 tokens to evaluate.
-        #[arg(long, default_value_t = 3)]
+        /// Chunks of 2048 tokens to evaluate (at least 1).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         chunks: u32,
         /// Then run ours on the two devices with a planted fault (split inputs copied into
         /// the wrong pipeline copy) and require the check to catch it.

@@ -68,17 +68,85 @@ pub fn relative(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs()
 }
 
+/// `--one` names one device, `--two` at least two distinct ones, and they differ: otherwise
+/// the comparison would not be one device against a split.
+pub fn check_devices(one: &str, two: &str) -> Result<()> {
+    let list = |s: &str| -> Vec<String> {
+        s.split(',')
+            .map(|d| d.trim().to_string())
+            .filter(|d| !d.is_empty())
+            .collect()
+    };
+    let (a, b) = (list(one), list(two));
+    if a.len() != 1 {
+        bail!("--one {one:?} must name exactly one device");
+    }
+    let mut distinct = b.clone();
+    distinct.sort();
+    distinct.dedup();
+    if b.len() < 2 || distinct.len() != b.len() {
+        bail!("--two {two:?} must name at least two distinct devices");
+    }
+    Ok(())
+}
+
+/// The HRX device count a split needs: one more than the highest `HRXn` it names; `None`
+/// when it names none.
+pub fn hrx_devices_needed(devices: &str) -> Option<usize> {
+    devices
+        .split(',')
+        .filter_map(|d| d.trim().strip_prefix("HRX"))
+        .filter_map(|n| n.parse::<usize>().ok())
+        .max()
+        .map(|n| n + 1)
+}
+
+/// The scheduler copies llama.cpp reports last (`sched_reserve: ... sched copies = 4`): after
+/// a fallback without pipeline parallelism it reserves again and says 1.
+pub fn sched_copies(log: &str) -> Option<u32> {
+    log.lines()
+        .rev()
+        .find_map(|l| l.split("sched copies = ").nth(1))
+        .and_then(|rest| rest.trim().parse().ok())
+}
+
+/// The first line of a failed run's log that says why (an error or an invalid argument).
+fn why_failed(log: &str) -> Option<&str> {
+    log.lines().map(str::trim).find(|l| {
+        let l = l.to_ascii_lowercase();
+        l.contains("error") || l.contains("invalid") || l.contains("failed")
+    })
+}
+
 /// One run: an arm, a device configuration, and what it gave.
 struct RunResult {
     arm: usize,
     devices: String,
     ppl: Option<f64>,
+    /// The log said "pipeline parallelism enabled" and its last reserve had more than one
+    /// scheduler copy.
     pipeline: bool,
+    /// The scheduler copies of the last reserve, as llama.cpp logged them.
+    copies: Option<u32>,
     ok: bool,
 }
 
 /// Runs the four runs (two arms × two configurations); 0 when every check holds.
 pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
+    check_devices(&o.one, &o.two)?;
+    if o.chunks == 0 {
+        bail!("--chunks 0: llama-perplexity needs at least one chunk");
+    }
+    // Settings only our library reads at run time would make the arms differ by setting, not
+    // by library (stock fixes its copies at build time), and the fault is the self-test's.
+    for var in ["GGML_SCHED_MAX_COPIES", "GGML_SCHED_TEST_FAULT"] {
+        if std::env::var_os(var).is_some() {
+            bail!(
+                "{var} is set: only our arm would read it (stock fixes its pipeline copies at \
+                 build time, and the fault is --self-test's); unset it for `ab pipeline`"
+            );
+        }
+    }
     let build = crate::default_build(paths, o.llama_build.clone())?;
     let probe = crate::ensure_probe(paths)?;
     let model = match &o.model {
@@ -112,9 +180,11 @@ pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
         }
         (None, false) => None,
     };
-    if hrx && std::env::var_os("GGML_HRX_DEVICES").is_none() {
-        // Inherited by every run: two simulated devices.
-        std::env::set_var("GGML_HRX_DEVICES", "2");
+    if let Some(n) = hrx_devices_needed(&o.two) {
+        if std::env::var_os("GGML_HRX_DEVICES").is_none() {
+            // Inherited by every run: as many simulated devices as the split names.
+            std::env::set_var("GGML_HRX_DEVICES", n.to_string());
+        }
     }
     let ab_dir = paths.ab_dir().join("pipeline");
     let stock = paths::bin_dir(&build).join("libggml-base.so.0");
@@ -199,6 +269,12 @@ fn self_test(
             "NOT caught (FAIL)"
         }
     ));
+    if !faulty.pipeline {
+        say(
+            "pipeline: self-test: the fault run had no pipeline copies, so the fault could not \
+             act: not a test (FAIL)",
+        );
+    }
     Ok(caught && faulty.pipeline)
 }
 
@@ -252,7 +328,8 @@ fn one_run(
     let outcome = swap::run(ab_dir, probe, &arms[k], &job, &mut Quiet)?;
     let log = std::fs::read_to_string(&outcome.log).unwrap_or_default();
     let ppl = final_estimate(&log);
-    let pipeline = log.contains("pipeline parallelism enabled");
+    let copies = sched_copies(&log);
+    let pipeline = log.contains("pipeline parallelism enabled") && copies.is_some_and(|c| c > 1);
     let ok = outcome.finished.success() && outcome.proof.ok && ppl.is_some();
     say(&format!(
         "pipeline: {} on {}: PPL {}{}, {} ({}; log {})",
@@ -266,10 +343,17 @@ fn one_run(
         },
         if !outcome.proof.ok {
             format!("proof FAILED: {}", outcome.proof.errors.join("; "))
-        } else if !outcome.finished.success() {
-            format!("llama-perplexity {}", outcome.finished.ended())
+        } else if !outcome.finished.success() || ppl.is_none() {
+            format!(
+                "llama-perplexity {}{}",
+                outcome.finished.ended(),
+                why_failed(&log).map_or(String::new(), |w| format!(": {w}"))
+            )
         } else {
-            "proof OK".into()
+            format!(
+                "proof OK, sched copies {}",
+                copies.map_or("?".into(), |c| c.to_string())
+            )
         },
         fmt_secs(started.elapsed().as_secs_f64()),
         outcome.log.display()
@@ -279,6 +363,7 @@ fn one_run(
         devices: devices.to_string(),
         ppl,
         pipeline,
+        copies,
         ok,
     })
 }
@@ -292,11 +377,23 @@ fn judge(results: &[RunResult], arms: &[Arm; 2], one: &str, two: &str) -> bool {
             pass = false;
             continue;
         };
-        if !b.pipeline {
+        if a.ok && a.copies != Some(1) {
             say(&format!(
-                "pipeline: {}: the run on {two} did not say \"pipeline parallelism enabled\": \
-                 the split did not exercise the pipeline copies",
-                arm.name
+                "pipeline: {}: the run on {one} had {} scheduler copies, not 1: it is not the \
+                 one-device reference",
+                arm.name,
+                a.copies
+                    .map_or("an unknown number of".into(), |c| c.to_string())
+            ));
+            pass = false;
+        }
+        if b.ok && !b.pipeline {
+            say(&format!(
+                "pipeline: {}: the run on {two} did not say \"pipeline parallelism enabled\" \
+                 with more than one scheduler copy (last: {}): the split did not exercise the \
+                 pipeline copies",
+                arm.name,
+                b.copies.map_or("none logged".into(), |c| c.to_string())
             ));
             pass = false;
         }
@@ -350,6 +447,29 @@ mod tests {
         assert_eq!(final_estimate(log), Some(9.0672));
         assert_eq!(final_estimate("no estimate here"), None);
         assert_eq!(final_estimate("Final estimate: PPL = nan +/- nan"), None);
+    }
+
+    #[test]
+    fn the_configurations_must_be_one_device_against_a_split() {
+        assert!(check_devices("HRX0", "HRX0,HRX1").is_ok());
+        assert!(check_devices("CUDA0", "CUDA0,CUDA1").is_ok());
+        let e = check_devices("HRX0,HRX1", "HRX0,HRX1").unwrap_err();
+        assert!(e.to_string().contains("--one"), "{e}");
+        let e = check_devices("HRX0", "HRX0").unwrap_err();
+        assert!(e.to_string().contains("--two"), "{e}");
+        assert!(check_devices("HRX0", "HRX1,HRX1").is_err());
+    }
+
+    #[test]
+    fn hrx_count_and_copies_are_read() {
+        assert_eq!(hrx_devices_needed("HRX0,HRX1"), Some(2));
+        assert_eq!(hrx_devices_needed("HRX0,HRX2"), Some(3));
+        assert_eq!(hrx_devices_needed("CUDA0,CUDA1"), None);
+        let log = "I sched_reserve: reserve took 6.83 ms, sched copies = 4\n\
+                   W llama_context: compute buffer allocation failed, retrying without pipeline parallelism\n\
+                   I sched_reserve: reserve took 5.10 ms, sched copies = 1\n";
+        assert_eq!(sched_copies(log), Some(1), "the last reserve counts");
+        assert_eq!(sched_copies("nothing"), None);
     }
 
     #[test]
