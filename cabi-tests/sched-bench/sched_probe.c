@@ -83,18 +83,25 @@ static unsigned long long placement_hash(ggml_backend_sched_t sched, struct ggml
     return h;
 }
 
+// The next definition of `name` (the arm's libggml-base), as an object pointer; aborts when
+// there is none. Callers turn it into their function type through a union (ISO C has no cast
+// between object and function pointers).
+static void * next_sym(const char * name) {
+    void * obj = dlsym(RTLD_NEXT, name);
+    if (!obj) {
+        fprintf(stderr, "sched-probe: %s not found after the probe\n", name);
+        abort();
+    }
+    return obj;
+}
+
 typedef bool (*sched_graph_fn)(ggml_backend_sched_t, struct ggml_cgraph *);
 
 static sched_graph_fn next_fn(const char * name) {
     union {
         void *         obj;
         sched_graph_fn fn;
-    } u;
-    u.obj = dlsym(RTLD_NEXT, name);
-    if (!u.obj) {
-        fprintf(stderr, "sched-probe: %s not found after the probe\n", name);
-        abort();
-    }
+    } u = { next_sym(name) };
     return u.fn;
 }
 
@@ -143,12 +150,7 @@ void ggml_backend_sched_reset(ggml_backend_sched_t sched) {
         union {
             void *         obj;
             sched_reset_fn fn;
-        } u;
-        u.obj = dlsym(RTLD_NEXT, "ggml_backend_sched_reset");
-        if (!u.obj) {
-            fprintf(stderr, "sched-probe: ggml_backend_sched_reset not found after the probe\n");
-            abort();
-        }
+        } u = { next_sym("ggml_backend_sched_reset") };
         fn = u.fn;
     }
     const long long t0 = now_ns();
@@ -173,12 +175,7 @@ enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sch
         union {
             void *           obj;
             sched_compute_fn fn;
-        } u;
-        u.obj = dlsym(RTLD_NEXT, "ggml_backend_sched_graph_compute_async");
-        if (!u.obj) {
-            fprintf(stderr, "sched-probe: ggml_backend_sched_graph_compute_async not found after the probe\n");
-            abort();
-        }
+        } u = { next_sym("ggml_backend_sched_graph_compute_async") };
         fn = u.fn;
     }
     const long long        t0 = now_ns();
@@ -195,12 +192,7 @@ void ggml_backend_sched_synchronize(ggml_backend_sched_t sched) {
         union {
             void *         obj;
             sched_reset_fn fn;
-        } u;
-        u.obj = dlsym(RTLD_NEXT, "ggml_backend_sched_synchronize");
-        if (!u.obj) {
-            fprintf(stderr, "sched-probe: ggml_backend_sched_synchronize not found after the probe\n");
-            abort();
-        }
+        } u = { next_sym("ggml_backend_sched_synchronize") };
         fn = u.fn;
     }
     const long long t0 = now_ns();

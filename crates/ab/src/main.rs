@@ -32,7 +32,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use paths::Paths;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -94,35 +94,7 @@ enum Cmd {
     /// `-c 2048 -b 2048 -ub 512` on one device and split over two (llama.cpp must say
     /// "pipeline parallelism enabled"), in the stock arm and ours, every process proven; each
     /// arm's two-device estimate within 0.1 % of its one-device one, and the arms likewise.
-    Pipeline {
-        /// A llama.cpp build folder (default: target/llama-stock).
-        #[arg(long, value_name = "DIR")]
-        llama_build: Option<PathBuf>,
-        /// The GGUF model (default: the pinned SmolLM2; required from a bundle).
-        #[arg(long, value_name = "FILE")]
-        model: Option<PathBuf>,
-        /// The text (default: docs/build.md of the pinned llama.cpp tree, 43 KB; required
-        /// from a bundle).
-        #[arg(long, value_name = "FILE")]
-        text: Option<PathBuf>,
-        /// The one-device configuration (-dev).
-        #[arg(long, default_value = "HRX0")]
-        one: String,
-        /// The two-device configuration (-dev); HRX devices get GGML_HRX_DEVICES=2.
-        #[arg(long, default_value = "HRX0,HRX1")]
-        two: String,
-        /// A backend library for GGML_BACKEND_PATH, in both arms (default: our HRX backend
-        /// when a device named is an HRX one).
-        #[arg(long, value_name = "FILE")]
-        backend: Option<PathBuf>,
-        /// Chunks of 2048 tokens to evaluate (at least 1).
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
-        chunks: u32,
-        /// Then run ours on the two devices with a planted fault (split inputs copied into
-        /// the wrong pipeline copy) and require the check to catch it.
-        #[arg(long)]
-        self_test: bool,
-    },
+    Pipeline(pipeline::PipelineOptions),
     /// The libggml-base files the harness has kept (target/ab/store), by sha256: what
     /// --a, --b and --lib accept besides a path.
     Store,
@@ -244,6 +216,20 @@ pub fn ensure_probe(paths: &Paths) -> Result<PathBuf> {
         }
     }
     Ok(p)
+}
+
+/// The model a command was given (resolved), else the pinned SmolLM2 (fetched when missing);
+/// from a bundle, which carries no pins' cache, a model must be given.
+pub(crate) fn default_model(paths: &Paths, given: Option<&Path>) -> Result<PathBuf> {
+    match given {
+        Some(m) => m
+            .canonicalize()
+            .with_context(|| format!("--model {}", m.display())),
+        None if paths.bundle.is_some() => {
+            anyhow::bail!("from a bundle, name the model: --model FILE")
+        }
+        None => Ok(pins::Pins::load(&paths.root)?.ensure_model(&paths.target)?),
+    }
 }
 
 pub(crate) fn default_build(paths: &Paths, given: Option<PathBuf>) -> Result<PathBuf> {
@@ -500,28 +486,7 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
                 port,
             },
         ),
-        Cmd::Pipeline {
-            llama_build,
-            model,
-            text,
-            one,
-            two,
-            backend,
-            chunks,
-            self_test,
-        } => pipeline::run(
-            paths,
-            &pipeline::PipelineOptions {
-                llama_build,
-                model,
-                text,
-                one,
-                two,
-                backend,
-                chunks,
-                self_test,
-            },
-        ),
+        Cmd::Pipeline(o) => pipeline::run(paths, &o),
         Cmd::Store => {
             let all = store::list(&paths.ab_dir())?;
             for e in &all {

@@ -17,7 +17,7 @@ use crate::paths::{self, Paths};
 use crate::proc::{Stream, Watcher};
 use crate::swap::{self, Arm, Job};
 use crate::{fmt_secs, say};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -26,24 +26,37 @@ use std::time::{Duration, Instant};
 /// configuration, so the estimates are in fact equal to the last printed digit.
 pub const TOLERANCE: f64 = 1e-3;
 
-/// What `ab pipeline` is given.
+/// What `ab pipeline` is given (its command-line options).
+#[derive(Debug, clap::Args)]
 pub struct PipelineOptions {
+    /// A llama.cpp build folder (default: target/llama-stock).
+    #[arg(long, value_name = "DIR")]
     pub llama_build: Option<PathBuf>,
+    /// The GGUF model (default: the pinned SmolLM2; required from a bundle).
+    #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,
-    /// The text (default: `docs/build.md` of the pinned llama.cpp tree).
+    /// The text (default: docs/build.md of the pinned llama.cpp tree, 43 KB; required from a
+    /// bundle).
+    #[arg(long, value_name = "FILE")]
     pub text: Option<PathBuf>,
-    /// The one-device configuration (`-dev`), e.g. `HRX0`.
+    /// The one-device configuration (-dev).
+    #[arg(long, default_value = "HRX0")]
     pub one: String,
-    /// The two-device configuration (`-dev`), e.g. `HRX0,HRX1`.
+    /// The two-device configuration (-dev); HRX devices get GGML_HRX_DEVICES (one more than
+    /// the highest named) unless it is set.
+    #[arg(long, default_value = "HRX0,HRX1")]
     pub two: String,
-    /// A backend library for `GGML_BACKEND_PATH` (default: our HRX backend when a device
-    /// named is an HRX one).
+    /// A backend library for GGML_BACKEND_PATH, in both arms (default: our HRX backend when a
+    /// device named is an HRX one).
+    #[arg(long, value_name = "FILE")]
     pub backend: Option<PathBuf>,
-    /// Chunks of 2048 tokens to evaluate (`--chunks`).
+    /// Chunks of 2048 tokens to evaluate (at least 1).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub chunks: u32,
-    /// Then also run ours on the two devices with a planted fault (`GGML_SCHED_TEST_FAULT=
-    /// wrong-pipeline-copy`: split inputs copied into the next pipeline copy) and require the
-    /// check to catch it: the check's own test.
+    /// Then also run ours on the two devices with a planted fault
+    /// (`GGML_SCHED_TEST_FAULT=wrong-pipeline-copy`: split inputs copied into the next pipeline
+    /// copy) and require the check to catch it: the check's own test.
+    #[arg(long)]
     pub self_test: bool,
 }
 
@@ -149,13 +162,7 @@ pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
     }
     let build = crate::default_build(paths, o.llama_build.clone())?;
     let probe = crate::ensure_probe(paths)?;
-    let model = match &o.model {
-        Some(m) => m
-            .canonicalize()
-            .with_context(|| format!("--model {}", m.display()))?,
-        None if paths.bundle.is_some() => bail!("from a bundle, name the model: --model FILE"),
-        None => pins::Pins::load(&paths.root)?.ensure_model(&paths.target)?,
-    };
+    let model = crate::default_model(paths, o.model.as_deref())?;
     let text = match &o.text {
         Some(t) => t.clone(),
         None if paths.bundle.is_some() => bail!("from a bundle, name the text: --text FILE"),

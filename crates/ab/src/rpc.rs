@@ -45,13 +45,7 @@ impl Watcher for Quiet {
 pub fn run(paths: &Paths, o: &RpcOptions) -> Result<u8> {
     let build = crate::default_build(paths, o.llama_build.clone())?;
     let probe = crate::ensure_probe(paths)?;
-    let model = match &o.model {
-        Some(m) => m
-            .canonicalize()
-            .with_context(|| format!("--model {}", m.display()))?,
-        None if paths.bundle.is_some() => bail!("from a bundle, name the model: --model FILE"),
-        None => pins::Pins::load(&paths.root)?.ensure_model(&paths.target)?,
-    };
+    let model = crate::default_model(paths, o.model.as_deref())?;
     let ab_dir = paths.ab_dir().join("rpc");
     let stock = paths::bin_dir(&build).join("libggml-base.so.0");
     let ours = crate::ours::build(paths)?.base;
