@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu/pack.sh: writes .device/ (ignored by git), what gpu/run.sh needs on a CUDA machine that
 # has no Rust and no network: the harness bundle (`./ab bundle`), the pinned llama.cpp tree
-# trimmed to what a CUDA build reads (no models/ but one vocab, no docs/, media/, tools/ui,
+# trimmed to what a CUDA build reads (no models/ but one vocab, no docs/ but build.md, media/, tools/ui,
 # no backends but cpu, cuda, rpc, blas), and the random-weight model writer gpu/mkmodel.py.
 # About 16 MiB:
 # small enough to travel with the working tree (the lent machine's limit is 64 MiB).
@@ -40,11 +40,13 @@ if [ ! -f "$dev/llama.tar.gz" ]; then
     [[ $n =~ ^($keep_backends)$ ]] || excludes+=(--exclude="llama.cpp/ggml/src/$n")
   done
   tmp=$(mktemp -d)
-  mkdir -p "$tmp/llama.cpp/models"
+  mkdir -p "$tmp/llama.cpp/models" "$tmp/llama.cpp/docs"
   cp "$up/llama.cpp/models/ggml-vocab-llama-bpe.gguf" "$tmp/llama.cpp/models/"
+  cp "$up/llama.cpp/docs/build.md" "$tmp/llama.cpp/docs/"
   tar -cf "$tmp/llama.tar" "${excludes[@]}" -C "$up" llama.cpp
-  # the one vocab mkmodel.py reads, added without the excludes (they would drop it)
-  tar -rf "$tmp/llama.tar" -C "$tmp" llama.cpp/models
+  # the one vocab mkmodel.py reads and the text `ab pipeline` reads, added without the
+  # excludes (they would drop them)
+  tar -rf "$tmp/llama.tar" -C "$tmp" llama.cpp/models llama.cpp/docs
   gzip -c "$tmp/llama.tar" > "$dev/llama.tar.gz"
   rm -rf "$tmp"
 fi

@@ -12,6 +12,9 @@
 #            8 at a time (AB_CTEST_JOBS); the build must have made every target
 #            (GPU_TARGETS="-k 0 all": test-chat does not build without the server), and the
 #            tokenizer and chat tests need the vocabularies (gpu/pack.sh --models)
+#   pipeline ab pipeline --self-test: perplexity with -c 2048 -b 2048 -ub 512 on CUDA0 and split
+#            over CUDA0,CUDA1 with pipeline parallelism, both arms (needs two GPUs: issue 18;
+#            PIPE_ONE, PIPE_TWO name other devices)
 #   rpc      ab rpc: ggml-rpc-server in one arm, the model split between RPC0 and CUDA0
 #   toolchain  what the build's C++ toolchain put into the stock libggml-base besides ggml
 #            (the C++ runtime symbols some programs then take from it; gpu/README.md)
@@ -328,6 +331,13 @@ stage_ctest() {
   [ -x "$B/bin/test-backend-ops" ] && [ -n "$(ls "$B"/bin/test-* 2>/dev/null | grep -v test-backend-ops | head -1)" ] \
     || { log "ctest needs the tests built: GPU_TARGETS=all gpu/run.sh build"; return 1; }
   AB_CTEST_JOBS=${AB_CTEST_JOBS:-8} logged ctest 25 "$ab" ab --llama-build "$B" --model "$M" --only ctest
+}
+
+stage_pipeline() {
+  # issue 18, on a machine with two GPUs: pipeline parallelism by perplexity, CUDA0 against
+  # CUDA0,CUDA1 in both arms, with the planted-fault self-test (README: ab pipeline)
+  logged pipeline 16 "$ab" pipeline --llama-build "$B" --model "$M" \
+    --text "$W/llama.cpp/docs/build.md" --one "${PIPE_ONE:-CUDA0}" --two "${PIPE_TWO:-CUDA0,CUDA1}" --self-test
 }
 
 stage_rpc() {
