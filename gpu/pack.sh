@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu/pack.sh: writes .device/ (ignored by git), what gpu/run.sh needs on a CUDA machine that
 # has no Rust and no network: the harness bundle (`./ab bundle`), the pinned llama.cpp tree
-# trimmed to what a CUDA build reads (no models/ but one vocab, no docs/ but build.md, media/, tools/ui,
+# trimmed to what a CUDA build reads (no models/ but one vocab, no docs/ but build.md, no media/ or tools/ui,
 # no backends but cpu, cuda, rpc, blas), and the random-weight model writer gpu/mkmodel.py.
 # About 16 MiB:
 # small enough to travel with the working tree (the lent machine's limit is 64 MiB).
