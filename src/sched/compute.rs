@@ -175,6 +175,9 @@ impl Sched {
             (ptr::null_mut(), Vec::new(), Vec::new());
         let mut prev_backend: Option<usize> = None;
         let cc = self.cur_copy;
+        // The copy the inputs are written into: `cc`, unless GGML_SCHED_TEST_FAULT sends them
+        // to another pipeline copy (`ab pipeline`'s self-test only).
+        let input_copy = crate::sanitize::fault::input_copy(cc, self.n_copies);
         crate::sanitize::sched_graph(true);
 
         for (si, split) in self.splits.iter().enumerate() {
@@ -203,10 +206,10 @@ impl Sched {
                     .table
                     .backend_at(id)
                     .map_or(ptr::null_mut(), |b| self.backends[b]);
-                // (GGML_SCHED_TEST_FAULT can send the copy to another pipeline copy, for
-                // `ab pipeline`'s test only.)
-                let c = crate::sanitize::fault::input_copy(cc, self.n_copies);
-                let cpy = self.table.copy_at(id, sb, c).unwrap_or(ptr::null_mut());
+                let cpy = self
+                    .table
+                    .copy_at(id, sb, input_copy)
+                    .unwrap_or(ptr::null_mut());
                 // SAFETY: a split input is live while the graph split last is (this function's
                 // contract); only read here and by the copies below.
                 let inp = unsafe { &*input };

@@ -18,7 +18,7 @@ use crate::proc::{Stream, Watcher};
 use crate::swap::{self, Arm, Job};
 use crate::{fmt_secs, say};
 use anyhow::{bail, Result};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The largest relative difference between two perplexity estimates that still counts as
@@ -81,8 +81,8 @@ pub fn relative(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs()
 }
 
-/// `--one` names one device, `--two` at least two distinct ones, and they differ: otherwise
-/// the comparison would not be one device against a split.
+/// `--one` names one device and `--two` at least two distinct ones: otherwise the comparison
+/// would not be one device against a split.
 pub fn check_devices(one: &str, two: &str) -> Result<()> {
     let list = |s: &str| -> Vec<String> {
         s.split(',')
@@ -147,9 +147,6 @@ struct RunResult {
 /// Runs the four runs (two arms × two configurations); 0 when every check holds.
 pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
     check_devices(&o.one, &o.two)?;
-    if o.chunks == 0 {
-        bail!("--chunks 0: llama-perplexity needs at least one chunk");
-    }
     // Settings only our library reads at run time would make the arms differ by setting, not
     // by library (stock fixes its copies at build time), and the fault is the self-test's.
     for var in ["GGML_SCHED_MAX_COPIES", "GGML_SCHED_TEST_FAULT"] {
@@ -173,39 +170,44 @@ pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
     if !text.is_file() {
         bail!("the text {} is not a file", text.display());
     }
-    let hrx = [&o.one, &o.two]
-        .iter()
-        .any(|d| d.split(',').any(|x| x.starts_with("HRX")));
-    let backend = match (&o.backend, hrx) {
+    // Builds (or, from a bundle, finds) our libraries, the HRX backend among them.
+    let ours = crate::ours::build(paths)?.base;
+    let hrx_devices = [&o.one, &o.two]
+        .map(|d| hrx_devices_needed(d))
+        .into_iter()
+        .max()
+        .flatten();
+    let backend = match (&o.backend, hrx_devices) {
         (Some(b), _) => Some(b.clone()),
-        (None, true) => {
-            let lib = paths.ours_lib().join("libggml-hrx.so");
-            if !lib.is_file() {
-                crate::ours::build(paths)?;
-            }
-            Some(lib)
-        }
-        (None, false) => None,
+        (None, Some(_)) => Some(paths.ours_lib().join("libggml-hrx.so")),
+        (None, None) => None,
     };
-    if let Some(n) = hrx_devices_needed(&o.two) {
+    if let Some(n) = hrx_devices {
         if std::env::var_os("GGML_HRX_DEVICES").is_none() {
-            // Inherited by every run: as many simulated devices as the split names.
+            // Inherited by every run: as many simulated devices as the configurations name.
             std::env::set_var("GGML_HRX_DEVICES", n.to_string());
         }
     }
     let ab_dir = paths.ab_dir().join("pipeline");
     let stock = paths::bin_dir(&build).join("libggml-base.so.0");
-    let ours = crate::ours::build(paths)?.base;
     let mut arms = [
         Arm::prepare(&ab_dir, "stock", &stock, backend.as_deref())?,
         Arm::prepare(&ab_dir, "ours", &ours, backend.as_deref())?,
     ];
     crate::abi::check_arms(&build, &mut arms)?;
-    let program = paths::program(&build, "llama-perplexity")?;
+    let runner = Runner {
+        program: paths::program(&build, "llama-perplexity")?,
+        ab_dir,
+        probe,
+        arms,
+        model,
+        text,
+        chunks: o.chunks,
+    };
     say(&format!(
         "pipeline: model {}, text {}, -c 2048 -b 2048 -ub 512, {} chunks; devices {} and {}",
-        model.display(),
-        text.display(),
+        runner.model.display(),
+        runner.text.display(),
         o.chunks,
         o.one,
         o.two
@@ -215,14 +217,12 @@ pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
         // A B for one device, B A for two: neither arm always runs first.
         let order = if round == 0 { [0, 1] } else { [1, 0] };
         for k in order {
-            results.push(one_run(
-                &ab_dir, &probe, &program, &arms, k, devices, "", &model, &text, o.chunks,
-            )?);
+            results.push(runner.run(k, devices, "")?);
         }
     }
-    let mut pass = judge(&results, &arms, &o.one, &o.two);
+    let mut pass = judge(&results, &runner.arms, &o.one, &o.two);
     if o.self_test {
-        pass &= self_test(&ab_dir, &probe, &program, &arms, o, &model, &text, &results)?;
+        pass &= self_test(&runner, o, &results)?;
     }
     say(if pass {
         "pipeline: PASS"
@@ -234,17 +234,7 @@ pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
 
 /// The check's own test: ours on the two devices with the `wrong-pipeline-copy` fault
 /// planted must give an estimate outside the tolerance of its one-device run.
-#[allow(clippy::too_many_arguments)]
-fn self_test(
-    ab_dir: &Path,
-    probe: &Path,
-    program: &Path,
-    arms: &[Arm; 2],
-    o: &PipelineOptions,
-    model: &Path,
-    text: &Path,
-    results: &[RunResult],
-) -> Result<bool> {
+fn self_test(runner: &Runner, o: &PipelineOptions, results: &[RunResult]) -> Result<bool> {
     let reference = results
         .iter()
         .find(|r| r.arm == 1 && r.devices == o.one)
@@ -255,9 +245,7 @@ fn self_test(
     };
     // Inherited by the one run below only (the variable is removed after it).
     std::env::set_var("GGML_SCHED_TEST_FAULT", "wrong-pipeline-copy");
-    let faulty = one_run(
-        ab_dir, probe, program, arms, 1, &o.two, "-fault", model, text, o.chunks,
-    );
+    let faulty = runner.run(1, &o.two, "-fault");
     std::env::remove_var("GGML_SCHED_TEST_FAULT");
     let faulty = faulty?;
     let caught = match faulty.ppl {
@@ -285,94 +273,97 @@ fn self_test(
     Ok(caught && faulty.pipeline)
 }
 
-/// One llama-perplexity run in `arms[k]` on `devices`; `tag` ends the run's file names.
-#[allow(clippy::too_many_arguments)]
-fn one_run(
-    ab_dir: &Path,
-    probe: &Path,
-    program: &Path,
-    arms: &[Arm; 2],
-    k: usize,
-    devices: &str,
-    tag: &str,
-    model: &Path,
-    text: &Path,
+/// What every run shares: the program, the arms, the model, the text and the chunks.
+struct Runner {
+    ab_dir: PathBuf,
+    probe: PathBuf,
+    program: PathBuf,
+    arms: [Arm; 2],
+    model: PathBuf,
+    text: PathBuf,
     chunks: u32,
-) -> Result<RunResult> {
-    let started = Instant::now();
-    let name = format!("perplexity-{}{tag}", devices.replace(',', "-"));
-    let args: Vec<String> = [
-        "-m",
-        &model.display().to_string(),
-        "-f",
-        &text.display().to_string(),
-        "-c",
-        "2048",
-        "-b",
-        "2048",
-        "-ub",
-        "512",
-        "--chunks",
-        &chunks.to_string(),
-        "-ngl",
-        "99",
-        "-dev",
-        devices,
-        // Level 4 logs llama_context's "pipeline parallelism enabled"; 3 (the default) not.
-        "-lv",
-        "4",
-    ]
-    .map(String::from)
-    .to_vec();
-    let job = Job {
-        name: &name,
-        program: program.to_path_buf(),
-        args: args.iter().map(Into::into).collect(),
-        timeout: Duration::from_secs(1800),
-        echo: false,
-        expect_base: true,
-    };
-    let outcome = swap::run(ab_dir, probe, &arms[k], &job, &mut Quiet)?;
-    let log = std::fs::read_to_string(&outcome.log).unwrap_or_default();
-    let ppl = final_estimate(&log);
-    let copies = sched_copies(&log);
-    let pipeline = log.contains("pipeline parallelism enabled") && copies.is_some_and(|c| c > 1);
-    let ok = outcome.finished.success() && outcome.proof.ok && ppl.is_some();
-    say(&format!(
-        "pipeline: {} on {}: PPL {}{}, {} ({}; log {})",
-        arms[k].name,
-        devices,
-        ppl.map_or("none".into(), |p| format!("{p:.4}")),
-        if pipeline {
-            ", pipeline parallelism enabled"
-        } else {
-            ""
-        },
-        if !outcome.proof.ok {
-            format!("proof FAILED: {}", outcome.proof.errors.join("; "))
-        } else if !outcome.finished.success() || ppl.is_none() {
-            format!(
-                "llama-perplexity {}{}",
-                outcome.finished.ended(),
-                why_failed(&log).map_or(String::new(), |w| format!(": {w}"))
-            )
-        } else {
-            format!(
-                "proof OK, sched copies {}",
-                copies.map_or("?".into(), |c| c.to_string())
-            )
-        },
-        fmt_secs(started.elapsed().as_secs_f64()),
-        outcome.log.display()
-    ));
-    Ok(RunResult {
-        arm: k,
-        devices: devices.to_string(),
-        ppl,
-        pipeline,
-        copies,
-        ok,
-    })
+}
+
+impl Runner {
+    /// One llama-perplexity run in `arms[k]` on `devices`; `tag` ends the run's file names.
+    fn run(&self, k: usize, devices: &str, tag: &str) -> Result<RunResult> {
+        let (arms, model, text, chunks) = (&self.arms, &self.model, &self.text, self.chunks);
+        let started = Instant::now();
+        let name = format!("perplexity-{}{tag}", devices.replace(',', "-"));
+        let args: Vec<String> = [
+            "-m",
+            &model.display().to_string(),
+            "-f",
+            &text.display().to_string(),
+            "-c",
+            "2048",
+            "-b",
+            "2048",
+            "-ub",
+            "512",
+            "--chunks",
+            &chunks.to_string(),
+            "-ngl",
+            "99",
+            "-dev",
+            devices,
+            // Level 4 logs llama_context's "pipeline parallelism enabled"; 3 (the default) not.
+            "-lv",
+            "4",
+        ]
+        .map(String::from)
+        .to_vec();
+        let job = Job {
+            name: &name,
+            program: self.program.clone(),
+            args: args.iter().map(Into::into).collect(),
+            timeout: Duration::from_secs(1800),
+            echo: false,
+            expect_base: true,
+        };
+        let outcome = swap::run(&self.ab_dir, &self.probe, &arms[k], &job, &mut Quiet)?;
+        let log = std::fs::read_to_string(&outcome.log).unwrap_or_default();
+        let ppl = final_estimate(&log);
+        let copies = sched_copies(&log);
+        let pipeline =
+            log.contains("pipeline parallelism enabled") && copies.is_some_and(|c| c > 1);
+        let ok = outcome.finished.success() && outcome.proof.ok && ppl.is_some();
+        say(&format!(
+            "pipeline: {} on {}: PPL {}{}, {} ({}; log {})",
+            arms[k].name,
+            devices,
+            ppl.map_or("none".into(), |p| format!("{p:.4}")),
+            if pipeline {
+                ", pipeline parallelism enabled"
+            } else {
+                ""
+            },
+            if !outcome.proof.ok {
+                format!("proof FAILED: {}", outcome.proof.errors.join("; "))
+            } else if !outcome.finished.success() || ppl.is_none() {
+                format!(
+                    "llama-perplexity {}{}",
+                    outcome.finished.ended(),
+                    why_failed(&log).map_or(String::new(), |w| format!(": {w}"))
+                )
+            } else {
+                format!(
+                    "proof OK, sched copies {}",
+                    copies.map_or("?".into(), |c| c.to_string())
+                )
+            },
+            fmt_secs(started.elapsed().as_secs_f64()),
+            outcome.log.display()
+        ));
+        Ok(RunResult {
+            arm: k,
+            devices: devices.to_string(),
+            ppl,
+            pipeline,
+            copies,
+            ok,
+        })
+    }
 }
 
 /// Prints each comparison; true when every check holds.

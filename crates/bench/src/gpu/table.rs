@@ -169,67 +169,46 @@ pub fn rows(rounds: &[[ArmRound; 2]], partial: u32, npl: &[u32]) -> Vec<Row> {
                 .collect();
             Summary::of(&c).map_or("–".to_string(), |s| format!("{:.0}", s.median))
         };
-        fn alloc(p: &ProbeStats) -> &Counter {
-            &p.alloc_graph
-        }
-        fn reset(p: &ProbeStats) -> &Counter {
-            &p.reset
-        }
-        out.push(row(
-            rounds,
-            format!(
-                "ggml_backend_sched_alloc_graph, {what}; calls/process A {} B {}",
-                calls(0, alloc),
-                calls(1, alloc)
+        // (function, its counter, goal, only for the process without graph reuse). The
+        // compute and synchronize rows, one call each a token, say where a token's time goes:
+        // the host's part (CPU splits, blocking copies, queueing) or the wait for the device.
+        let counters: [(&str, fn(&ProbeStats) -> &Counter, Option<Goal>, bool); 4] = [
+            (
+                "ggml_backend_sched_alloc_graph",
+                |p| &p.alloc_graph,
+                time,
+                false,
             ),
-            "µs/call",
-            time,
-            |r| per_call_us(&probe_of(r, which)?.alloc_graph),
-        ));
-        out.push(row(
-            rounds,
-            format!(
-                "ggml_backend_sched_reset, {what}; calls/process A {} B {}",
-                calls(0, reset),
-                calls(1, reset)
+            ("ggml_backend_sched_reset", |p| &p.reset, None, false),
+            (
+                "ggml_backend_sched_graph_compute_async (host part)",
+                |p| &p.compute,
+                None,
+                true,
             ),
-            "µs/call",
-            None,
-            |r| per_call_us(&probe_of(r, which)?.reset),
-        ));
-        if which != 0 {
-            continue;
-        }
-        // One compute and one synchronize a token: where the token's time goes, the host's
-        // part (CPU splits, blocking copies, queueing) or the wait for the device.
-        fn compute(p: &ProbeStats) -> &Counter {
-            &p.compute
-        }
-        fn synchronize(p: &ProbeStats) -> &Counter {
-            &p.synchronize
-        }
-        out.push(row(
-            rounds,
-            format!(
-                "ggml_backend_sched_graph_compute_async (host part), {what}; calls/process A {} B {}",
-                calls(0, compute),
-                calls(1, compute)
+            (
+                "ggml_backend_sched_synchronize (the wait)",
+                |p| &p.synchronize,
+                None,
+                true,
             ),
-            "µs/call",
-            None,
-            |r| per_call_us(&probe_of(r, which)?.compute),
-        ));
-        out.push(row(
-            rounds,
-            format!(
-                "ggml_backend_sched_synchronize (the wait), {what}; calls/process A {} B {}",
-                calls(0, synchronize),
-                calls(1, synchronize)
-            ),
-            "µs/call",
-            None,
-            |r| per_call_us(&probe_of(r, which)?.synchronize),
-        ));
+        ];
+        for (function, counter, goal, per_token_only) in counters {
+            if per_token_only && which != 0 {
+                continue;
+            }
+            out.push(row(
+                rounds,
+                format!(
+                    "{function}, {what}; calls/process A {} B {}",
+                    calls(0, counter),
+                    calls(1, counter)
+                ),
+                "µs/call",
+                goal,
+                |r| per_call_us(counter(&probe_of(r, which)?)),
+            ));
+        }
     }
     // A probe-less run has no scheduler figures: no rows for them rather than empty ones.
     out.retain(|r| r.unit != "µs/call" || r.summary[0].is_some() || r.summary[1].is_some());
