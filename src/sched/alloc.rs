@@ -67,20 +67,19 @@ impl Sched {
         // With pipeline copies, what depends on the current copy is noted as well, so that a
         // replay with another one lays it out again.
         let replayable = snapshot && reset && self.debug == 0 && super::record::dir().is_none();
+        // SAFETY: `graph` is a live graph of live tensors (this function's contract).
+        unsafe {
+            self.replay.take(
+                &*graph,
+                &self.pending_user,
+                self.first_split_backend,
+                self.n_copies,
+                replayable,
+            )
+        };
+        // Only a graph seen before is snapshot (see `Replay::take`).
+        let replayable = self.replay.snapshot();
         let note_copies = replayable && self.n_copies > 1;
-        if replayable {
-            // SAFETY: `graph` is a live graph of live tensors (this function's contract).
-            unsafe {
-                self.replay.take(
-                    &*graph,
-                    &self.pending_user,
-                    self.first_split_backend,
-                    self.n_copies,
-                )
-            };
-        } else {
-            self.replay.invalidate();
-        }
         self.is_reset = false;
         self.pool.reset();
         // SAFETY: ggml's uid counter is a plain atomic increment, callable at any time.

@@ -92,6 +92,9 @@ unsafe fn header<'a>(t: *const ggml_tensor) -> &'a [u8] {
 pub struct Replay {
     /// Whether the snapshot below is complete and replayable.
     valid: bool,
+    /// Whether the last split took a snapshot (its graph had been split before).
+    snapshot: bool,
+    /// The leaf and node arrays of the last split's graph (kept with or without a snapshot).
     leafs: Vec<*mut ggml_tensor>,
     nodes: Vec<*mut ggml_tensor>,
     /// The headers of `leafs` then `nodes`, [`HEADER`] bytes each.
@@ -139,8 +142,16 @@ impl Replay {
         self.valid = false;
     }
 
-    /// Records what a split of `g` is given, before its passes run; the snapshot becomes
-    /// replayable only through [`Replay::commit`].
+    /// Notes what a split of `g` is given, before its passes run: always its leaf and node
+    /// arrays, and, when `replayable` and those arrays are the previous split's (the same
+    /// tensors in the same order: a graph rebuilt in the same memory), a snapshot of every
+    /// header, which becomes replayable only through [`Replay::commit`].
+    ///
+    /// A graph seen for the first time is not snapshot: llama.cpp allocates most graphs once
+    /// (it reuses its own graph while it can, and reserves in other memory), and the copy of
+    /// every header, hundreds of kilobytes of fresh memory, was the largest part of such a
+    /// first `alloc_graph`. A graph rebuilt each token is snapshot at its second split and
+    /// replayed from its third.
     ///
     /// # Safety
     /// `g` must be a live graph of live tensors.
@@ -150,6 +161,7 @@ impl Replay {
         user: &[(*mut ggml_tensor, usize)],
         first_in: usize,
         n_copies: usize,
+        replayable: bool,
     ) {
         self.valid = false;
         self.planned = false;
@@ -158,14 +170,22 @@ impl Replay {
         self.node_copies.clear();
         self.inputs.clear();
         self.input_copies.clear();
-        // SAFETY: `g` is live (this function's contract).
-        let (leafs, nodes) = unsafe { (inspect::leafs(g), inspect::nodes(g)) };
-        self.leafs.clear();
-        self.leafs.extend_from_slice(leafs);
-        self.nodes.clear();
-        self.nodes.extend_from_slice(nodes);
         self.headers.clear();
         self.buffers.clear();
+        // SAFETY: `g` is live (this function's contract).
+        let (leafs, nodes) = unsafe { (inspect::leafs(g), inspect::nodes(g)) };
+        let seen = leafs == self.leafs.as_slice() && nodes == self.nodes.as_slice();
+        if !seen {
+            self.leafs.clear();
+            self.leafs.extend_from_slice(leafs);
+            self.nodes.clear();
+            self.nodes.extend_from_slice(nodes);
+        }
+        self.snapshot = replayable && seen;
+        if !self.snapshot {
+            return;
+        }
+        self.headers.reserve(HEADER * (leafs.len() + nodes.len()));
         for &t in leafs.iter().chain(nodes) {
             // SAFETY: a leaf or node of the live graph.
             self.headers.extend_from_slice(unsafe { header(t) });
@@ -180,6 +200,12 @@ impl Replay {
         self.user.clear();
         self.user.extend_from_slice(user);
         self.first_in = first_in;
+    }
+
+    /// Whether the last [`Replay::take`] took a snapshot (the split notes what depends on
+    /// the pipeline copy only then).
+    pub fn snapshot(&self) -> bool {
+        self.snapshot
     }
 
     /// Notes the node order after the backends' `graph_optimize` (the graph's own array).
@@ -228,6 +254,9 @@ impl Replay {
     /// # Safety
     /// `ix` must hold the ids of the graph given to [`Replay::take`], taken by the split.
     pub unsafe fn commit(&mut self, ix: &GraphIds) {
+        if !self.snapshot {
+            return;
+        }
         let n_ids = ix
             .nodes
             .iter()
