@@ -8,20 +8,21 @@
 
 use ggml_sys::{ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
 
-use super::blocks::Addr;
 use super::pack::{self, Layout};
 use super::walk::{graph_tensors, Planner};
 use crate::tensor::meta::cstr;
 use crate::{buffer, buffer_type, ffi, multi_buffer, tensor};
 
 /// Where the plan put one tensor (stock's `struct tensor_alloc`): buffer id -1 for a tensor
-/// the graph allocator does not place (it had memory, or is a view).
+/// the graph allocator does not place (it had memory, or is a view). 24 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placed {
     /// Buffer id, or -1.
     pub buffer_id: i32,
-    /// Address in that buffer id's virtual buffer.
-    pub addr: Addr,
+    /// Chunk of that buffer id's virtual buffer (see [`Addr`]).
+    pub chunk: u32,
+    /// Bytes from the chunk's base.
+    pub offset: usize,
     /// Bytes the tensor needed when planned (0 when not placed): a later graph's tensor at
     /// this position fits when it needs no more.
     pub size_max: usize,
@@ -30,19 +31,30 @@ pub struct Placed {
 impl Placed {
     const NONE: Placed = Placed {
         buffer_id: -1,
-        addr: Addr {
-            chunk: u32::MAX,
-            offset: usize::MAX,
-        },
+        chunk: u32::MAX,
+        offset: usize::MAX,
         size_max: 0,
     };
 }
 
-/// The plan of one node: its own place and its sources' (stock's `struct node_alloc`).
+/// Where the plan of one node lies in [`Gallocr`]'s flat list (stock's `struct node_alloc`
+/// without its empty source slots, which were most of its 11 entries): the node's own
+/// place at `first`, then one per source slot set in `srcs`, in slot order.
 #[derive(Clone, Copy, Debug)]
-pub struct NodePlan {
-    dst: Placed,
-    src: [Placed; ggml_sys::GGML_MAX_SRC as usize],
+struct NodePlan {
+    first: u32,
+    /// Bit `j` set: source slot `j` was non-NULL when planned.
+    srcs: u16,
+}
+
+impl NodePlan {
+    /// Index in the flat list of source slot `j`'s place, if that slot was planned.
+    #[inline]
+    fn src(self, j: usize) -> Option<usize> {
+        (self.srcs & (1 << j) != 0).then(|| {
+            self.first as usize + 1 + (self.srcs & ((1u16 << j) - 1)).count_ones() as usize
+        })
+    }
 }
 
 /// A graph allocator. Made by [`Gallocr::new`] (C: `ggml_gallocr_new_n`), which borrows the
@@ -53,9 +65,14 @@ pub struct Gallocr {
     /// stock's buffers array holds the same pointer twice): its chunks, or `None` when not
     /// allocated.
     buffers: Vec<Option<Vec<ggml_backend_buffer_t>>>,
+    /// Per node of the planned graph, where its places are in `placed`.
     nodes: Vec<NodePlan>,
+    /// The places of every node and its sources, node by node (see [`NodePlan`]).
+    placed: Vec<Placed>,
     leafs: Vec<Placed>,
     layout: Layout,
+    /// The layout's working memory, kept from plan to plan.
+    scratch: pack::Scratch,
     /// What the last [`Gallocr::alloc_graph_in`] of each slot did to the graph's tensors, in
     /// order, for [`Gallocr::alloc_again`], and whether it is still valid (until the next
     /// plan, or until an allocation in another slot that drops the others). One slot per
@@ -94,8 +111,10 @@ impl Gallocr {
             buffers: vec![None; planner.blocks.len()],
             planner,
             nodes: Vec::new(),
+            placed: Vec::new(),
             leafs: Vec::new(),
             layout,
+            scratch: pack::Scratch::default(),
             actions: Vec::new(),
         }
     }
@@ -123,7 +142,7 @@ impl Gallocr {
         self.drop_actions();
         // SAFETY: forwarded.
         unsafe { self.planner.walk(graph, node_ids, leaf_ids) };
-        pack::lay_out(&mut self.planner, self.layout);
+        pack::lay_out(&mut self.planner, self.layout, &mut self.scratch);
         // SAFETY: forwarded.
         unsafe { self.record_plan(graph) };
         self.grow_buffers(no_alloc)
@@ -156,26 +175,33 @@ impl Gallocr {
             let n = *p.node(t);
             Placed {
                 buffer_id: n.buffer_id,
-                addr: n.addr,
+                chunk: n.addr.chunk,
+                offset: n.addr.offset,
                 size_max: p.alloc_size(n.buffer_id, r),
             }
         };
+        // Sized once: pushing node by node into a list a few hundred kilobytes long reallocated
+        // and copied it a dozen times, into fresh pages each time.
         self.nodes.clear();
+        self.nodes.reserve(nodes.len());
+        self.placed.clear();
+        self.placed.reserve(nodes.len() * 4);
         for &node in nodes {
             // SAFETY: live (forwarded contract).
             let r = unsafe { &*node };
-            let mut plan = NodePlan {
-                dst: place(&mut self.planner, node),
-                src: [Placed::NONE; ggml_sys::GGML_MAX_SRC as usize],
-            };
+            let first = self.placed.len() as u32;
+            self.placed.push(place(&mut self.planner, node));
+            let mut srcs = 0u16;
             for (j, &s) in r.src.iter().enumerate() {
                 if !s.is_null() {
-                    plan.src[j] = place(&mut self.planner, s);
+                    srcs |= 1 << j;
+                    self.placed.push(place(&mut self.planner, s));
                 }
             }
-            self.nodes.push(plan);
+            self.nodes.push(NodePlan { first, srcs });
         }
         self.leafs.clear();
+        self.leafs.reserve(leafs.len());
         for &leaf in leafs {
             let placed = place(&mut self.planner, leaf);
             self.leafs.push(placed);
@@ -267,14 +293,15 @@ impl Gallocr {
             }
             placed.size_max >= p.alloc_size(placed.buffer_id, r)
         };
-        for (plan, &node) in self.nodes.iter().zip(nodes) {
-            if !ok(&self.planner, node, &plan.dst) {
+        for (&plan, &node) in self.nodes.iter().zip(nodes) {
+            if !ok(&self.planner, node, &self.placed[plan.first as usize]) {
                 return false;
             }
             // SAFETY: live.
             let r = unsafe { &*node };
-            for (s, placed) in r.src.iter().zip(&plan.src) {
-                if !s.is_null() && !ok(&self.planner, *s, placed) {
+            for (j, &s) in r.src.iter().enumerate() {
+                let placed = plan.src(j).map_or(&Placed::NONE, |k| &self.placed[k]);
+                if !s.is_null() && !ok(&self.planner, s, placed) {
                     return false;
                 }
             }
@@ -333,17 +360,18 @@ impl Gallocr {
             // SAFETY: live tensors of the graph.
             unsafe { self.init_tensor(leaf, placed, &mut actions) };
         }
-        for (&node, plan) in nodes.iter().zip(&self.nodes) {
+        for (&node, &plan) in nodes.iter().zip(&self.nodes) {
             // SAFETY: live.
             let r = unsafe { &*node };
-            for (&s, placed) in r.src.iter().zip(&plan.src) {
+            for (j, &s) in r.src.iter().enumerate() {
                 if !s.is_null() {
+                    let placed = plan.src(j).map_or(&Placed::NONE, |k| &self.placed[k]);
                     // SAFETY: a source of a live node.
                     unsafe { self.init_tensor(s, placed, &mut actions) };
                 }
             }
             // SAFETY: live.
-            unsafe { self.init_tensor(node, &plan.dst, &mut actions) };
+            unsafe { self.init_tensor(node, &self.placed[plan.first as usize], &mut actions) };
         }
         self.actions[slot] = (true, actions);
         true
@@ -440,10 +468,10 @@ impl Gallocr {
                     "the compute buffer is not allocated",
                 )
             });
-        let b = chunks[placed.addr.chunk as usize];
+        let b = chunks[placed.chunk as usize];
         // SAFETY: a live chunk of this allocator.
         let base = buffer::base(unsafe { &*b });
-        let addr = base.cast::<u8>().wrapping_add(placed.addr.offset).cast();
+        let addr = base.cast::<u8>().wrapping_add(placed.offset).cast();
         // SAFETY: a live chunk and a tensor without memory; the plan keeps it inside the chunk.
         unsafe { tensor::ggml_backend_tensor_alloc(b, t, addr) };
         actions.push(Action::Place(t, b, addr));

@@ -11,7 +11,6 @@
 //! `GGML_ALLOC_LAYOUT=stock` selects stock's offsets byte for byte (for the differential
 //! test); any other value but `packed` is named in a warning and reads `packed`.
 
-use super::blocks::Addr;
 use super::walk::{Planner, Slot};
 
 /// How a plan is laid out.
@@ -36,38 +35,63 @@ impl Layout {
     }
 }
 
+/// Working memory of [`lay_out`] and [`pack`], kept by the graph allocator from plan to plan:
+/// a reserve otherwise allocated a dozen lists afresh each time, and on a first plan the page
+/// faults of fresh memory cost more than the packing itself.
+#[derive(Default)]
+pub struct Scratch {
+    /// Per slot: whether its block moved.
+    moved: Vec<bool>,
+    /// The slot ids of one chunk, and their slots.
+    ids: Vec<usize>,
+    slots: Vec<Slot>,
+    /// [`live_peak`]'s difference array.
+    delta: Vec<isize>,
+    /// [`pack`]'s sort keys: (size descending, start, slot index).
+    order: Vec<(std::cmp::Reverse<usize>, u32, u32)>,
+    /// [`pack`]'s time index: slot indexes per bucket of [`BUCKET`] steps.
+    buckets: Vec<Vec<u32>>,
+    /// [`pack`]'s result: an offset per slot.
+    offsets: Vec<usize>,
+    seen: Vec<u32>,
+    busy: Vec<(usize, usize)>,
+    long: Vec<(usize, usize, u32, u32)>,
+}
+
 /// Applies `layout` to the planner's last walk: moves the blocks (and the tensors in them)
 /// and sets each chunk's size to what the layout needs.
-pub fn lay_out(p: &mut Planner, layout: Layout) {
+pub fn lay_out(p: &mut Planner, layout: Layout, scratch: &mut Scratch) {
     if layout == Layout::Stock || p.slots.is_empty() {
         return;
     }
-    let mut moved: Vec<Option<usize>> = vec![None; p.slots.len()];
+    scratch.moved.clear();
+    scratch.moved.resize(p.slots.len(), false);
     let mut any = false;
-    // Slot ids grouped by allocator and chunk.
-    let mut groups: Vec<Vec<Vec<usize>>> = p
-        .blocks
-        .iter()
-        .map(|b| vec![Vec::new(); b.n_chunks()])
-        .collect();
-    for (i, s) in p.slots.iter().enumerate() {
-        groups[s.talloc as usize][s.addr.chunk as usize].push(i);
-    }
-    for (blocks, chunks) in p.blocks.iter_mut().zip(&groups) {
-        for (c, ids) in chunks.iter().enumerate() {
-            let slots: Vec<Slot> = ids.iter().map(|&i| p.slots[i]).collect();
+    for (a, blocks) in p.blocks.iter_mut().enumerate() {
+        for c in 0..blocks.n_chunks() {
+            // The slots of this allocator's chunk `c`, in walk order.
+            scratch.ids.clear();
+            scratch.slots.clear();
+            for (i, s) in p.slots.iter().enumerate() {
+                if s.talloc as usize == a && s.addr.chunk as usize == c {
+                    scratch.ids.push(i);
+                    scratch.slots.push(*s);
+                }
+            }
             // No layout needs fewer bytes than are alive at once: when the greedy offsets
             // already reach that, packing cannot help.
-            if live_peak(&slots) >= blocks.max_size(c) {
+            if live_peak_with(&scratch.slots, &mut scratch.delta) >= blocks.max_size(c) {
                 continue;
             }
-            let (offsets, extent) = pack(&slots);
+            let slots = std::mem::take(&mut scratch.slots);
+            let extent = pack_with(&slots, scratch);
+            scratch.slots = slots;
             if extent >= blocks.max_size(c) {
                 continue;
             }
             blocks.set_max_size(c, extent);
-            for (&i, off) in ids.iter().zip(offsets) {
-                moved[i] = Some(off);
+            for (&i, &off) in scratch.ids.iter().zip(&scratch.offsets) {
+                scratch.moved[i] = true;
                 p.slots[i].addr.offset = off;
             }
             any = true;
@@ -77,17 +101,21 @@ pub fn lay_out(p: &mut Planner, layout: Layout) {
         return;
     }
     for n in p.nodes.iter_mut() {
-        if let Some(Some(off)) = (n.slot as usize).checked_sub(1).map(|s| moved[s]) {
-            n.addr = Addr {
-                chunk: n.addr.chunk,
-                offset: off,
-            };
+        if let Some(s) = (n.slot as usize).checked_sub(1) {
+            if scratch.moved[s] {
+                n.addr.offset = p.slots[s].addr.offset;
+            }
         }
     }
 }
 
 /// The most bytes of `slots` alive at one step: a lower bound on any layout's extent.
 pub fn live_peak(slots: &[Slot]) -> usize {
+    live_peak_with(slots, &mut Vec::new())
+}
+
+/// [`live_peak`] with its working memory given.
+fn live_peak_with(slots: &[Slot], delta: &mut Vec<isize>) -> usize {
     // Steps are small (two per node): a difference array over them, no sort. A block freed
     // at step t and one handed out at step t never overlap ([start, end) lifetimes), which
     // adding before taking the running maximum at each step respects.
@@ -96,7 +124,8 @@ pub fn live_peak(slots: &[Slot]) -> usize {
         .map(|s| if s.end == u32::MAX { s.start } else { s.end })
         .max()
         .map_or(0, |m| m as usize + 1);
-    let mut delta = vec![0isize; horizon + 1];
+    delta.clear();
+    delta.resize(horizon + 1, 0);
     for s in slots {
         delta[s.start as usize] += s.size as isize;
         if s.end != u32::MAX {
@@ -104,7 +133,7 @@ pub fn live_peak(slots: &[Slot]) -> usize {
         }
     }
     let (mut live, mut peak) = (0isize, 0isize);
-    for d in delta {
+    for &d in delta.iter() {
         live += d;
         peak = peak.max(live);
     }
@@ -126,9 +155,32 @@ const LONG: usize = 4;
 /// and this stays close to linear where comparing every pair cost several times stock's whole
 /// reserve on a 6,000-node graph.
 pub fn pack(slots: &[Slot]) -> (Vec<usize>, usize) {
-    let mut order: Vec<usize> = (0..slots.len()).collect();
-    // Largest first, then earliest, then in walk order (the key makes the order total).
-    order.sort_unstable_by_key(|&i| (std::cmp::Reverse(slots[i].size), slots[i].start, i));
+    let mut scratch = Scratch::default();
+    let extent = pack_with(slots, &mut scratch);
+    (scratch.offsets, extent)
+}
+
+/// [`pack`] with its working memory given; the offsets are left in `scratch.offsets`.
+fn pack_with(slots: &[Slot], scratch: &mut Scratch) -> usize {
+    let Scratch {
+        order,
+        buckets,
+        offsets,
+        seen,
+        busy,
+        long,
+        ..
+    } = scratch;
+    // Largest first, then earliest, then in walk order (the key makes the order total). The
+    // keys are sorted themselves, not indexes into `slots`: no indirection per comparison.
+    order.clear();
+    order.extend(
+        slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (std::cmp::Reverse(s.size), s.start, i as u32)),
+    );
+    order.sort_unstable();
     // Steps are bounded by the finite ends and starts; a block never freed lives to the last.
     let horizon = slots
         .iter()
@@ -137,16 +189,24 @@ pub fn pack(slots: &[Slot]) -> (Vec<usize>, usize) {
         .unwrap_or(0)
         + 1;
     let bucket_of = |step: u32| (step.min(horizon) / BUCKET) as usize;
-    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); bucket_of(horizon) + 1];
-    let mut offsets = vec![0usize; slots.len()];
-    let mut seen = vec![u32::MAX; slots.len()];
-    let mut busy: Vec<(usize, usize)> = Vec::new();
+    let n_buckets = bucket_of(horizon) + 1;
+    for b in buckets.iter_mut().take(n_buckets) {
+        b.clear();
+    }
+    if buckets.len() < n_buckets {
+        buckets.resize_with(n_buckets, Vec::new);
+    }
+    offsets.clear();
+    offsets.resize(slots.len(), 0);
+    seen.clear();
+    seen.resize(slots.len(), u32::MAX);
     // Blocks alive longer than `LONG` buckets (graph inputs, outputs, long-lived results) are
     // kept apart, sorted by offset, instead of in every bucket they span: every block meets
     // them, and sorting them again for each one was most of the packing's cost.
-    let mut long: Vec<(usize, usize, u32, u32)> = Vec::new();
+    long.clear();
     let mut extent = 0usize;
-    for (rank, &i) in order.iter().enumerate() {
+    for (rank, &(_, _, i)) in order.iter().enumerate() {
+        let i = i as usize;
         let s = slots[i];
         let (b0, b1) = (bucket_of(s.start), bucket_of(s.end.saturating_sub(1)));
         busy.clear();
@@ -163,7 +223,7 @@ pub fn pack(slots: &[Slot]) -> (Vec<usize>, usize) {
                 }
             }
         }
-        busy.sort_unstable();
+        busy.sort_unstable_by_key(|b| b.0);
         // The lowest offset past every block it meets that leaves room: walk the short
         // blocks (sorted above) and the long ones (sorted by offset) together, by offset.
         let mut long_met = long
@@ -198,12 +258,13 @@ pub fn pack(slots: &[Slot]) -> (Vec<usize>, usize) {
             }
         }
     }
-    (offsets, extent)
+    extent
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alloc::blocks::Addr;
     use proptest::prelude::*;
 
     fn slot(size: usize, start: u32, end: u32) -> Slot {

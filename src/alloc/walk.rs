@@ -375,6 +375,13 @@ impl Planner {
         let id = |ids: Option<&[i32]>, i: usize| ids.map_or(0, |v| v[i]);
         // SAFETY: the caller's contract: `n_leafs` and `n_nodes` live tensors.
         let (leafs, nodes) = unsafe { graph_tensors(graph) };
+        // Every leaf and node gets an entry (sources and view sources are mostly among them):
+        // sized once, not grown (and rehashed) entry by entry on a first plan.
+        let n = leafs.len() + nodes.len();
+        self.hash.reserve(n);
+        self.nodes.reserve(n);
+        self.slots.reserve(nodes.len());
+        self.edges.reserve(2 * nodes.len());
 
         for (i, &leaf) in leafs.iter().enumerate() {
             // SAFETY: live (the caller's contract).
