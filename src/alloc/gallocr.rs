@@ -356,6 +356,8 @@ impl Gallocr {
         actions.clear();
         // SAFETY: forwarded.
         let (leafs, nodes) = unsafe { graph_tensors(graph) };
+        // About one action per leaf and node (sources are mostly among them): sized once.
+        actions.reserve(leafs.len() + nodes.len());
         for (&leaf, placed) in leafs.iter().zip(&self.leafs) {
             // SAFETY: live tensors of the graph.
             unsafe { self.init_tensor(leaf, placed, &mut actions) };
