@@ -19,7 +19,7 @@ use crate::{buffer, buffer_type, ffi, multi_buffer, tensor};
 pub struct Placed {
     /// Buffer id, or -1.
     pub buffer_id: i32,
-    /// Chunk of that buffer id's virtual buffer (see [`Addr`]).
+    /// Chunk of that buffer id's virtual buffer (see [`super::blocks::Addr`]).
     pub chunk: u32,
     /// Bytes from the chunk's base.
     pub offset: usize,
