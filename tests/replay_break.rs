@@ -1416,3 +1416,77 @@ fn parallel_replays_equal_fresh_splits() {
         }
     }
 }
+
+/// A measure graph reserved and then allocated itself, the same object, not rebuilt (stock
+/// leaves the reserved graph's sources pointing at the split's copies, which its next split
+/// frees: the graph then reads freed headers). Ours gives the graph its own sources back after
+/// a reserve, so the allocation that follows is the one a fresh graph gets, with copies,
+/// pipeline copies and a reordering `graph_optimize`.
+#[test]
+fn reserved_graph_allocated_itself() {
+    let _l = serial();
+    REVERSE_OPT.store(true, Ordering::SeqCst);
+    let f = |ctx: *mut sys::ggml_context| {
+        // SAFETY: a live context.
+        unsafe {
+            let xs: Vec<_> = (0..4).map(|_| input(ctx, 8)).collect();
+            let ys: Vec<_> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| sys::ggml_scale(ctx, x, 1.0 + i as f32))
+                .collect();
+            let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
+            let s23 = sys::ggml_mul(ctx, ys[2], ys[3]);
+            let s = sys::ggml_add(ctx, s01, s23);
+            let mut w = ys.clone();
+            w.extend([s01, s23, s]);
+            (finish(ctx, &[s, ys[0]]), w, vec![s, ys[0]])
+        }
+    };
+    let user = [(0, 0), (1, 0), (4, 1), (6, 0)];
+    for parallel in [false, true] {
+        for size_only in [false, true] {
+            let mut env = Env::new(false);
+            env.parallel = parallel;
+            let want = oracle(&env, &f, &user);
+            let sched = env.sched();
+            let mut arena = Vec::new();
+            let g = build(&mut arena, &f);
+            // SAFETY: live scheduler, graph and tensors throughout.
+            unsafe {
+                let place = || {
+                    for &(w, b) in &user {
+                        ggml_backend_sched_set_tensor_backend(sched, g.watch[w], env.backends[b]);
+                    }
+                };
+                place();
+                let sources: Vec<_> = (0..sys::ggml_graph_n_nodes(g.graph))
+                    .map(|i| (*sys::ggml_graph_node(g.graph, i)).src)
+                    .collect();
+                if size_only {
+                    let mut sizes = [0usize; 2];
+                    ggml_backend_sched_reserve_size(sched, g.graph, sizes.as_mut_ptr());
+                } else {
+                    assert!(ggml_backend_sched_reserve(sched, g.graph));
+                }
+                let mut after: Vec<_> = (0..sys::ggml_graph_n_nodes(g.graph))
+                    .map(|i| (*sys::ggml_graph_node(g.graph, i)).src)
+                    .collect();
+                // `graph_optimize` may have reordered the nodes; the sources are per node.
+                let mut before = sources.clone();
+                before.sort_unstable();
+                after.sort_unstable();
+                assert_eq!(
+                    after, before,
+                    "parallel {parallel}, size only {size_only}: sources"
+                );
+                ggml_backend_sched_reset(sched);
+                place();
+                let got = run(&env, sched, &g, false).expect("allocation");
+                assert_eq!(got, want, "parallel {parallel}, size only {size_only}");
+                ggml_backend_sched_free(sched);
+            }
+        }
+    }
+    REVERSE_OPT.store(false, Ordering::SeqCst);
+}

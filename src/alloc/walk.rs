@@ -381,7 +381,6 @@ impl Planner {
         self.hash.reserve(n);
         self.nodes.reserve(n);
         self.slots.reserve(nodes.len());
-        self.edges.reserve(2 * nodes.len());
 
         for (i, &leaf) in leafs.iter().enumerate() {
             // SAFETY: live (the caller's contract).
@@ -390,6 +389,7 @@ impl Planner {
         // Count readers and views; graph inputs get memory first, so nothing overwrites them.
         // Each node's and source's table entry is looked up once here, for the loop below.
         self.edges.clear();
+        self.edges.reserve(2 * nodes.len());
         for (i, &node) in nodes.iter().enumerate() {
             // SAFETY: live (the caller's contract).
             let r = unsafe { tensor(node) };

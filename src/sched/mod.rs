@@ -108,6 +108,9 @@ pub struct Sched {
     /// The last split's inputs, to replay its placement for an identical graph
     /// ([`replay`]).
     pub(crate) replay: replay::Replay,
+    /// The sources the last split replaced by copies, as they were (see
+    /// [`Sched::restore_sources`]).
+    pub(crate) originals: Vec<(*mut ggml_tensor, u8, *mut ggml_tensor)>,
     /// A reset happened and the table still holds the last split's placement: it is cleared
     /// (and `pending_user` applied) when the next graph is split afresh, or kept when it is
     /// replayed.
@@ -121,6 +124,23 @@ pub struct Sched {
 }
 
 impl Sched {
+    /// Gives the graph split last its own sources back where the split pass replaced them by
+    /// copies. After a reserve the split is only measured, never computed, and stock leaves
+    /// the measure graph reading its copies, headers that its next split frees: a caller that
+    /// then allocates the same graph object gets freed headers read. Ours gets the sources
+    /// the graph was built with (`tests/replay_break.rs` `reserved_graph_allocated_itself`).
+    ///
+    /// # Safety
+    /// The graph split last, and its nodes, must be live.
+    pub(crate) unsafe fn restore_sources(&mut self) {
+        for &(node, j, src) in &self.originals {
+            // SAFETY: a node of the live graph split last (this function's contract); `j` is
+            // one of its source slots (< GGML_MAX_SRC), which the split pass wrote.
+            unsafe { (*node).src[j as usize] = src };
+        }
+        self.originals.clear();
+    }
+
     /// Backend `b`, borrowed, for the layer's internal functions.
     pub(crate) fn backend(&self, b: usize) -> &ggml_sys::ggml_backend {
         // SAFETY: `ggml_backend_sched_new` aborts unless every backend is non-NULL (it borrows
@@ -424,6 +444,7 @@ export! {
             plan: None,
             key_scratch: Default::default(),
             replay: Default::default(),
+            originals: Vec::new(),
             pending_clear: false,
             pending_user: Vec::new(),
         });
@@ -503,6 +524,8 @@ export! {
         // allocator.
         let planned = unsafe { s.reserve_graph(true) };
         crate::ggml_assert!(F, planned, "GGML_ASSERT(ggml_gallocr_reserve_n_impl(...)) failed");
+        // SAFETY: the graph just split, live (the `# Safety` contract).
+        unsafe { s.restore_sources() };
         for (i, size) in s.galloc.planned_sizes().into_iter().enumerate() {
             // SAFETY: `sizes` (non-NULL) has room for one size per backend (the `# Safety`
             // contract), and the allocator has one buffer id per backend.
@@ -535,6 +558,8 @@ export! {
         // SAFETY: the split just made filled `graph`, `node_ids` and `leaf_ids` for the
         // allocator.
         let reserved = unsafe { s.reserve_graph(false) };
+        // SAFETY: the graph just split, live (the `# Safety` contract).
+        unsafe { s.restore_sources() };
         if !reserved {
             return false;
         }

@@ -31,8 +31,10 @@ impl Sched {
             n_copies: self.n_copies,
             cur_copy: self.cur_copy,
             rewrites: &mut self.replay.rewrites,
+            originals: &mut self.originals,
         };
         sc.rewrites.clear();
+        sc.originals.clear();
 
         // The dense ids of the graph's nodes, leafs and sources (reused where unchanged).
         // SAFETY: `g` is a live graph of live tensors (this function's contract).

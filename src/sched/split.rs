@@ -59,6 +59,10 @@ pub struct SplitCtx<'a> {
     /// `n_copies` entries per replaced source (pipeline copy 0 first), for a replay of this
     /// split with any current copy ([`super::replay`]).
     pub rewrites: &'a mut Vec<(u32, u8, *mut ggml_tensor)>,
+    /// Every source the split pass replaced by a copy, as it was: (node, source slot, the
+    /// source), so that a graph split only to be measured can be given its sources back
+    /// ([`super::Sched::restore_sources`]).
+    pub originals: &'a mut Vec<(*mut ggml_tensor, u8, *mut ggml_tensor)>,
 }
 
 /// A new tensor with `src`'s type, shape and strides (stock's `ggml_dup_tensor_layout`),
@@ -295,6 +299,9 @@ pub unsafe fn split_graph(
                 }
                 None => s,
             };
+            if copy != s {
+                sc.originals.push((nodes[i], j as u8, s));
+            }
             node.src[j] = copy;
         }
     }
@@ -466,6 +473,7 @@ mod tests {
             n_copies: 2,
             cur_copy: 1,
             rewrites: &mut Vec::new(),
+            originals: &mut Vec::new(),
         };
         // SAFETY: tensors live in the arena; the copies in the pool.
         let ix = unsafe { GraphIds::new(&mut t, &g) };
@@ -515,6 +523,7 @@ mod tests {
             n_copies: 2,
             cur_copy: 1,
             rewrites: &mut Vec::new(),
+            originals: &mut Vec::new(),
         };
         // SAFETY: as above.
         let inputs = unsafe { graph_inputs(&mut sc, &mut t, &g) };
@@ -556,6 +565,7 @@ mod tests {
             n_copies: 3,
             cur_copy: 2,
             rewrites: &mut Vec::new(),
+            originals: &mut Vec::new(),
         };
         // SAFETY: tensors live in the arena; the copies in the pool.
         let inputs = unsafe { graph_inputs(&mut sc, &mut t, &g) };
@@ -646,6 +656,7 @@ mod tests {
                 n_copies: 1,
                 cur_copy: 0,
                 rewrites: &mut Vec::new(),
+                originals: &mut Vec::new(),
             };
             let mut splits = Vec::new();
             // SAFETY: the graph's tensors are owned by `b.arena`, every node is placed; the

@@ -596,6 +596,7 @@ mod tests {
                 n_copies: 1,
                 cur_copy: 0,
                 rewrites: &mut Vec::new(),
+                originals: &mut Vec::new(),
             };
             split::split_graph(&mut sc, &mut t, &g, &ix, 0, &mut splits, &mut Vec::new());
             let gi = split::graph_inputs(&mut sc, &mut t, &g);
