@@ -959,7 +959,10 @@ fn gallocr_random_graphs_packed_and_stock() {
     eprintln!("alloc: {n} graphs, packed smaller in {smaller}, wrong outputs: {bad:?}");
     assert!(bad.is_empty(), "wrong outputs: {bad:?}");
     // The packed layout must actually be used somewhere (50 of the first 3,000 graphs).
-    assert!(n < 500 || smaller > 0, "the packing never made a buffer smaller");
+    assert!(
+        n < 500 || smaller > 0,
+        "the packing never made a buffer smaller"
+    );
 }
 
 // ---- more replay cases ----------------------------------------------------------------------
