@@ -300,8 +300,11 @@ impl Gallocr {
             // SAFETY: live.
             let r = unsafe { &*node };
             for (j, &s) in r.src.iter().enumerate() {
+                if s.is_null() {
+                    continue;
+                }
                 let placed = plan.src(j).map_or(&Placed::NONE, |k| &self.placed[k]);
-                if !s.is_null() && !ok(&self.planner, s, placed) {
+                if !ok(&self.planner, s, placed) {
                     return false;
                 }
             }
