@@ -14,6 +14,15 @@ use crate::stats::{paired_ratios, Summary};
 use serde::Serialize;
 use std::fmt::Write as _;
 
+/// One probe row of the GPU table: the function, how to read its counter from a process's
+/// probe figures, its goal, and whether only the process without graph reuse reports it.
+type ProbeRow = (
+    &'static str,
+    fn(&ProbeStats) -> &Counter,
+    Option<Goal>,
+    bool,
+);
+
 /// What a row is judged against.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum Goal {
@@ -172,7 +181,7 @@ pub fn rows(rounds: &[[ArmRound; 2]], partial: u32, npl: &[u32]) -> Vec<Row> {
         // (function, its counter, goal, only for the process without graph reuse). The
         // compute and synchronize rows, one call each a token, say where a token's time goes:
         // the host's part (CPU splits, blocking copies, queueing) or the wait for the device.
-        let counters: [(&str, fn(&ProbeStats) -> &Counter, Option<Goal>, bool); 4] = [
+        let counters: [ProbeRow; 4] = [
             (
                 "ggml_backend_sched_alloc_graph",
                 |p| &p.alloc_graph,
