@@ -38,22 +38,25 @@ impl Placed {
 }
 
 /// Where the plan of one node lies in [`Gallocr`]'s flat list (stock's `struct node_alloc`
-/// without its empty source slots, which were most of its 11 entries): the node's own
-/// place at `first`, then one per source slot set in `srcs`, in slot order.
+/// without its empty trailing source slots, which were most of its 11 entries): the node's
+/// own place at `first`, then one per source slot up to the last that was non-NULL when
+/// planned (`Placed::NONE` for a NULL slot among them), so slot `j < n_srcs` is at
+/// `first + 1 + j` and is read in step with the sources.
 #[derive(Clone, Copy, Debug)]
 struct NodePlan {
     first: u32,
-    /// Bit `j` set: source slot `j` was non-NULL when planned.
-    srcs: u16,
+    n_srcs: u8,
 }
 
 impl NodePlan {
-    /// Index in the flat list of source slot `j`'s place, if that slot was planned.
+    /// The node's own place and its sources' (slots `0..n_srcs`) in the flat list.
     #[inline]
-    fn src(self, j: usize) -> Option<usize> {
-        (self.srcs & (1 << j) != 0).then(|| {
-            self.first as usize + 1 + (self.srcs & ((1u16 << j) - 1)).count_ones() as usize
-        })
+    fn places(self, placed: &[Placed]) -> (&Placed, &[Placed]) {
+        let first = self.first as usize;
+        (
+            &placed[first],
+            &placed[first + 1..first + 1 + self.n_srcs as usize],
+        )
     }
 }
 
@@ -191,14 +194,22 @@ impl Gallocr {
             let r = unsafe { &*node };
             let first = self.placed.len() as u32;
             self.placed.push(place(&mut self.planner, node));
-            let mut srcs = 0u16;
-            for (j, &s) in r.src.iter().enumerate() {
-                if !s.is_null() {
-                    srcs |= 1 << j;
-                    self.placed.push(place(&mut self.planner, s));
-                }
+            let n_srcs = r
+                .src
+                .iter()
+                .rposition(|s| !s.is_null())
+                .map_or(0, |j| j + 1);
+            for &s in &r.src[..n_srcs] {
+                self.placed.push(if s.is_null() {
+                    Placed::NONE
+                } else {
+                    place(&mut self.planner, s)
+                });
             }
-            self.nodes.push(NodePlan { first, srcs });
+            self.nodes.push(NodePlan {
+                first,
+                n_srcs: n_srcs as u8,
+            });
         }
         self.leafs.clear();
         self.leafs.reserve(leafs.len());
@@ -294,17 +305,16 @@ impl Gallocr {
             placed.size_max >= p.alloc_size(placed.buffer_id, r)
         };
         for (&plan, &node) in self.nodes.iter().zip(nodes) {
-            if !ok(&self.planner, node, &self.placed[plan.first as usize]) {
+            let (dst, srcs) = plan.places(&self.placed);
+            if !ok(&self.planner, node, dst) {
                 return false;
             }
             // SAFETY: live.
             let r = unsafe { &*node };
             for (j, &s) in r.src.iter().enumerate() {
-                if s.is_null() {
-                    continue;
-                }
-                let placed = plan.src(j).map_or(&Placed::NONE, |k| &self.placed[k]);
-                if !ok(&self.planner, s, placed) {
+                // Slots past the planned ones read as not placed.
+                let placed = srcs.get(j).unwrap_or(&Placed::NONE);
+                if !s.is_null() && !ok(&self.planner, s, placed) {
                     return false;
                 }
             }
@@ -366,17 +376,18 @@ impl Gallocr {
             unsafe { self.init_tensor(leaf, placed, &mut actions) };
         }
         for (&node, &plan) in nodes.iter().zip(&self.nodes) {
+            let (dst, srcs) = plan.places(&self.placed);
             // SAFETY: live.
             let r = unsafe { &*node };
             for (j, &s) in r.src.iter().enumerate() {
                 if !s.is_null() {
-                    let placed = plan.src(j).map_or(&Placed::NONE, |k| &self.placed[k]);
+                    let placed = srcs.get(j).unwrap_or(&Placed::NONE);
                     // SAFETY: a source of a live node.
                     unsafe { self.init_tensor(s, placed, &mut actions) };
                 }
             }
             // SAFETY: live.
-            unsafe { self.init_tensor(node, &self.placed[plan.first as usize], &mut actions) };
+            unsafe { self.init_tensor(node, dst, &mut actions) };
         }
         self.actions[slot] = (true, actions);
         true
