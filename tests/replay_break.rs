@@ -1257,29 +1257,40 @@ fn sources_outside_the_graph() {
     );
 }
 
+/// Four inputs, each scaled, summed in pairs (an add and a mul) and then together: with the
+/// user placements the tests give, cross-backend copies in both directions. Watched: the four
+/// scaled inputs, the two pair results, the sum; outputs: the sum and the first scaled input.
+fn four_scaled_inputs(
+    ctx: *mut sys::ggml_context,
+) -> (
+    *mut ggml_cgraph,
+    Vec<*mut ggml_tensor>,
+    Vec<*mut ggml_tensor>,
+) {
+    // SAFETY: a live context (the caller's).
+    unsafe {
+        let xs: Vec<_> = (0..4).map(|_| input(ctx, 8)).collect();
+        let ys: Vec<_> = xs
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| sys::ggml_scale(ctx, x, 1.0 + i as f32))
+            .collect();
+        let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
+        let s23 = sys::ggml_mul(ctx, ys[2], ys[3]);
+        let s = sys::ggml_add(ctx, s01, s23);
+        let mut w = ys.clone();
+        w.extend([s01, s23, s]);
+        (finish(ctx, &[s, ys[0]]), w, vec![s, ys[0]])
+    }
+}
+
 /// Cross-backend copies with graph_optimize reordering, replayed several times; and the same
 /// on a parallel scheduler (pipeline copies, replayed too).
 #[test]
 fn copies_with_reorder_and_parallel() {
     let _l = serial();
     REVERSE_OPT.store(true, Ordering::SeqCst);
-    let f = |ctx: *mut sys::ggml_context| {
-        // SAFETY: a live context.
-        unsafe {
-            let xs: Vec<_> = (0..4).map(|_| input(ctx, 8)).collect();
-            let ys: Vec<_> = xs
-                .iter()
-                .enumerate()
-                .map(|(i, &x)| sys::ggml_scale(ctx, x, 1.0 + i as f32))
-                .collect();
-            let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
-            let s23 = sys::ggml_mul(ctx, ys[2], ys[3]);
-            let s = sys::ggml_add(ctx, s01, s23);
-            let mut w = ys.clone();
-            w.extend([s01, s23, s]);
-            (finish(ctx, &[s, ys[0]]), w, vec![s, ys[0]])
-        }
-    };
+    let f = four_scaled_inputs;
     let user = vec![(0, 0), (1, 0), (4, 1), (6, 0)];
     let steps: Vec<Step<'_>> = (0..4).map(|_| (&noop as &dyn Fn(), user.clone())).collect();
     let env = Env::new(false);
@@ -1431,23 +1442,7 @@ fn parallel_replays_equal_fresh_splits() {
 fn reserved_graph_allocated_itself() {
     let _l = serial();
     REVERSE_OPT.store(true, Ordering::SeqCst);
-    let f = |ctx: *mut sys::ggml_context| {
-        // SAFETY: a live context.
-        unsafe {
-            let xs: Vec<_> = (0..4).map(|_| input(ctx, 8)).collect();
-            let ys: Vec<_> = xs
-                .iter()
-                .enumerate()
-                .map(|(i, &x)| sys::ggml_scale(ctx, x, 1.0 + i as f32))
-                .collect();
-            let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
-            let s23 = sys::ggml_mul(ctx, ys[2], ys[3]);
-            let s = sys::ggml_add(ctx, s01, s23);
-            let mut w = ys.clone();
-            w.extend([s01, s23, s]);
-            (finish(ctx, &[s, ys[0]]), w, vec![s, ys[0]])
-        }
-    };
+    let f = four_scaled_inputs;
     let user = [(0, 0), (1, 0), (4, 1), (6, 0)];
     for parallel in [false, true] {
         for size_only in [false, true] {
