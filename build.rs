@@ -1,7 +1,9 @@
 //! Builds everything of `libggml-base.so.0` that is not Rust: the upstream C and C++ sources
 //! of the pinned llama.cpp tree (all of stock's `ggml-base` target except `ggml-backend.cpp`
 //! and `ggml-alloc.c`, whose 117 functions are implemented in Rust), compiled with exactly the definitions and
-//! optimisation flags that the stock CMake build uses.
+//! optimisation flags that the stock CMake build uses; one exception: a GCC older than 13
+//! compiles `ggml-quants.c` with one more flag, which changes no value (`build/gcc.rs` says
+//! why).
 //!
 //! A Rust `cdylib` keeps only the Rust `#[no_mangle]` items global, so the compiled archives
 //! are linked with `+whole-archive` and a second version script, generated here from the
@@ -17,12 +19,19 @@ use std::process::Command;
 
 #[path = "build/cmake.rs"]
 mod cmake;
+#[path = "build/gcc.rs"]
+mod gcc;
 #[path = "build/nm.rs"]
 mod nm;
 
 /// Upstream C sources (relative to `ggml/src`), sorted.
 /// `ggml-alloc.c` is not among them: its 14 functions are Rust as well (`src/alloc/`).
 const C_SOURCES: &[&str] = &["ggml-quants.c", "ggml.c"];
+/// The C source compiled in an archive of its own, with `gcc::PEEL_FLAG` where the compiler
+/// needs it.
+const QUANTS_SOURCE: &str = "ggml-quants.c";
+/// The static archives linked whole into the library: C, the quantizers, C++.
+const ARCHIVES: &[&str] = &["ggml_base_c", "ggml_base_quants", "ggml_base_cxx"];
 /// Upstream C++ sources (relative to `ggml/src`), sorted. `ggml-backend.cpp` is never built.
 const CXX_SOURCES: &[&str] = &[
     "ggml-backend-meta.cpp",
@@ -48,6 +57,8 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-env-changed=DEP_GGML_HEADERS_ROOT");
     println!("cargo:rerun-if-changed=build.rs");
+    // the compiler decides the flags of ggml-quants.c (`build/gcc.rs`)
+    println!("cargo:rerun-if-env-changed=CC");
     let root = env::var_os("DEP_GGML_HEADERS_ROOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -118,8 +129,13 @@ fn main() {
         b
     };
     let mut c = base(false);
-    for f in C_SOURCES {
+    for f in C_SOURCES.iter().filter(|f| **f != QUANTS_SOURCE) {
         c.file(src.join(f));
+    }
+    let mut quants = base(false);
+    quants.file(src.join(QUANTS_SOURCE));
+    if old_gcc(&quants) {
+        quants.flag(gcc::PEEL_FLAG);
     }
     let mut cxx = base(true);
     for f in CXX_SOURCES {
@@ -141,18 +157,20 @@ fn main() {
         }
     }
     c.compile("ggml_base_c");
+    quants.compile("ggml_base_quants");
     cxx.compile("ggml_base_cxx");
 
     println!("cargo:rustc-link-search=native={}", out.display());
-    println!("cargo:rustc-link-lib=static:+whole-archive=ggml_base_c");
-    println!("cargo:rustc-link-lib=static:+whole-archive=ggml_base_cxx");
+    for lib in ARCHIVES {
+        println!("cargo:rustc-link-lib=static:+whole-archive={lib}");
+    }
     println!("cargo:rustc-link-lib=dylib=gomp");
     println!("cargo:rustc-link-lib=dylib=stdc++");
     println!("cargo:rustc-link-lib=dylib=m");
 
     // The export list: every defined global of the upstream objects, plus our Rust exports.
     let mut names = BTreeSet::new();
-    for lib in ["ggml_base_c", "ggml_base_cxx"] {
+    for lib in ARCHIVES {
         names.extend(defined_globals(&out.join(format!("lib{lib}.a"))));
     }
     let exports_path = manifest.join("src/exports.txt");
@@ -181,6 +199,21 @@ fn main() {
     // proves that every stock symbol is defined.
     println!("cargo:rustc-cdylib-link-arg=-Wl,--undefined-version");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libggml-base.so.0");
+}
+
+/// Whether `build`'s compiler is a GCC older than 13 (`build/gcc.rs`); clang and a compiler
+/// whose version cannot be read answer `false`.
+fn old_gcc(build: &cc::Build) -> bool {
+    let tool = build.get_compiler();
+    if !tool.is_like_gnu() || tool.is_like_clang() {
+        return false;
+    }
+    Command::new(tool.path())
+        .arg("-dumpversion")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .is_some_and(|o| gcc::gcc_peels_before_vectorizing(&String::from_utf8_lossy(&o.stdout)))
 }
 
 fn rerun(p: &Path) {

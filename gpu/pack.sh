@@ -12,15 +12,20 @@
 #                          the hrxcheck stage needs no build there
 #   gpu/pack.sh --models   (with or without --llama-bin, in any order) also packs the pinned tree's models/ (tokenizer vocabularies, chat
 #                          templates: 23 MiB) as .device/llama-models.tar.gz, for ctest there
+#   gpu/pack.sh --stock-base   also copies the stock libggml-base.so.0 built here (the CPU
+#                          build `./ab build-stock` made, target/llama-stock) to
+#                          .device/stock-base/: the ppdiag stage's third arm, stock's code
+#                          built by the compiler that built ours (1 MiB)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # the options, in any order, checked before the (slow) bundle
-models=0 llama_bin=
+models=0 llama_bin= stock_base=0
 while [ $# -gt 0 ]; do
   case $1 in
     --models) models=1; shift ;;
-    --llama-bin) llama_bin=$(cd "${2:?usage: gpu/pack.sh [--models] [--llama-bin BUILD_DIR]}" && pwd); shift 2 ;;
-    *) echo "gpu/pack.sh: unknown argument $1 (usage: gpu/pack.sh [--models] [--llama-bin BUILD_DIR])" >&2; exit 2 ;;
+    --stock-base) stock_base=1; shift ;;
+    --llama-bin) llama_bin=$(cd "${2:?usage: gpu/pack.sh [--models] [--stock-base] [--llama-bin BUILD_DIR]}" && pwd); shift 2 ;;
+    *) echo "gpu/pack.sh: unknown argument $1 (usage: gpu/pack.sh [--models] [--stock-base] [--llama-bin BUILD_DIR])" >&2; exit 2 ;;
   esac
 done
 cd "$root"
@@ -53,6 +58,12 @@ fi
 cp gpu/mkmodel.py "$dev/mkmodel.py"
 # an older tarball would be taken by hrxcheck (or setup) without a word: only those asked for stay
 rm -f "$dev/llama-cpu-bin.tar.gz" "$dev/llama-models.tar.gz"
+rm -rf "$dev/stock-base"
+if [ "$stock_base" = 1 ]; then
+  [ -f target/llama-stock/bin/libggml-base.so.0 ] || ./ab build-stock >&2
+  mkdir -p "$dev/stock-base"
+  cp -L target/llama-stock/bin/libggml-base.so.0 "$dev/stock-base/"
+fi
 if [ "$models" = 1 ]; then
   tar -czf "$dev/llama-models.tar.gz" -C "$up" llama.cpp/models
 fi

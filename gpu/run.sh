@@ -20,9 +20,10 @@
 #            (the C++ runtime symbols some programs then take from it; gpu/README.md)
 #   bench    ab bench gpu: llama-bench, batched-bench and the scheduler's per-call time,
 #            arms alternating (BENCH_ROUNDS, default 10)
-#   ppdiag   where pp512's deficit at full offload lies: pp512 in both arms as is, with
-#            ggml-cuda's CUDA graphs off, its fusions off, ours in the stock layout; first
-#            repetition apart from the others; host time against the wait (PPDIAG_ROUNDS,
+#   ppdiag   where pp512's deficit at full offload lies: pp512 in both arms (and stock built
+#            here, gpu/pack.sh --stock-base), as is or (PPDIAG_SETTINGS) with ggml-cuda's CUDA
+#            graphs off, its fusions off, ours in the stock layout; first repetition apart
+#            from the others; host time against the wait per steady compute (PPDIAG_ROUNDS,
 #            default 4; PPDIAG_REPS, 10; PPDIAG_P, 512); both arms' splits (GGML_SCHED_DEBUG=2)
 #   buildcpu the stock llama.cpp without CUDA ($W/build-cpu, about a minute): enough for HRX
 #            on the CUDA runtime, which brings its own kernels
@@ -350,23 +351,51 @@ stage_bench() {
 }
 
 # ppdiag: where pp512's deficit at full offload lies (issue 16). llama-bench -p P -n 0 -ngl 99
-# -r PPDIAG_REPS (default 10), arms alternating (PPDIAG_ROUNDS, default 4), under four settings:
-# as is; ggml-cuda's CUDA graphs off; its fusions off; ours in GGML_ALLOC_LAYOUT=stock. Per
-# setting and arm: the first repetition's time (where ggml-cuda captures its CUDA graph) apart
-# from the median of the others, and the scheduler probe's host part (graph_compute_async)
-# against the wait (synchronize), per call. Then one verbose run an arm with
+# -r PPDIAG_REPS (default 10), arms alternating (PPDIAG_ROUNDS, default 4), under the settings
+# PPDIAG_SETTINGS names (default "as_is"; also graphs_off: ggml-cuda's CUDA graphs off,
+# fusion_off: its fusions off, layout_stock: ours in GGML_ALLOC_LAYOUT=stock). Arms: a, the
+# build's own libggml-base; b, ours; c, when .device/stock-base/libggml-base.so.0 is there
+# (gpu/pack.sh --stock-base): stock's sources built on the development machine, with the
+# compiler that built ours. c tells the two causes apart: if c is as slow as b, the deficit
+# comes from how the library was built, not from our code. Per setting and arm: the first
+# repetition's time (warm-up, CUDA graph capture) apart from the median of the others, and,
+# per steady compute (the probe's per-call figures, the first compute left out), the host part
+# (graph_compute_async) against the wait (synchronize). Then one verbose run an arm with
 # GGML_SCHED_DEBUG=2 (the splits, nodes and use counts). Rows: $W/logs/ppdiag.jsonl.
 stage_ppdiag() {
   [ -x "$B/bin/llama-bench" ] && [ -f "$M" ] || { log "ppdiag needs the build and the model stages"; return 1; }
   local probe=$W/libsched-probe.so shim=$W/libcxxrt-diag.so
-  [ -f "$probe" ] || cc -O2 -fPIC -shared -I"$W/llama.cpp/ggml/include" \
+  # compiled anew each time: the bundle's probe source may be newer than the last copy
+  cc -O2 -fPIC -shared -I"$W/llama.cpp/ggml/include" \
     "$W/ab-bundle/cabi-tests/sched-bench/sched_probe.c" -o "$probe" -ldl || return 1
   # the C++ runtime symbols some programs take from stock's libggml-base (gpu/README.md)
   [ -f "$shim" ] || c++ -shared -o "$shim" -Wl,--whole-archive "$(c++ -print-file-name=libsupc++.a)" \
     -Wl,--no-whole-archive || return 1
+  local arms="a b"
   mkdir -p "$W/arms/a" "$W/arms/b"
   cp -L "$B/bin/libggml-base.so.0" "$W/arms/a/libggml-base.so.0"
   cp -L "$W/ab-bundle/lib/libggml-base.so.0" "$W/arms/b/libggml-base.so.0"
+  if [ -f "$dev/stock-base/libggml-base.so.0" ]; then
+    mkdir -p "$W/arms/c" && cp -L "$dev/stock-base/libggml-base.so.0" "$W/arms/c/" && arms="a b c"
+  fi
+  sha256sum "$W"/arms/*/libggml-base.so.0 | sed "s|$W/||" > "$W/logs/ppdiag-arms.log"
+  # PPDIAG_QUANTS=1: arms bq and cq, b and c with the build's own ggml-quants.c object (the
+  # dequantisers llama.cpp's CPU GET_ROWS calls through ggml_get_type_traits) preloaded over
+  # theirs: if they come out as fast as a, the host time lies in how that file was compiled.
+  local qo=$B/ggml/src/CMakeFiles/ggml-base.dir/ggml-quants.c.o quants=$W/libstock-quants.so
+  if [ "${PPDIAG_QUANTS:-0}" = 1 ] && [ -f "$qo" ]; then
+    cc -shared -o "$quants" "$qo" -lm || return 1
+    arms="$arms bq"; [ -d "$W/arms/c" ] && arms="$arms cq"
+    {
+      echo "compile command of $qo:"; ninja -C "$B" -t commands "${qo#"$B"/}" | tail -1
+      local lib
+      for lib in "$W"/arms/*/libggml-base.so.0; do
+        echo "$lib: dequantize_row_q4_0 $(objdump -d --no-show-raw-insn "$lib" | awk '/<dequantize_row_q4_0>:/,/^$/' | wc -l) lines;" \
+          "NEEDED $(readelf -d "$lib" | grep NEEDED | grep -o '\[.*\]' | tr '\n' ' ')"
+      done
+      echo "the build's own ggml-quants.c.o: $(objdump -d --no-show-raw-insn "$qo" | awk '/<dequantize_row_q4_0>:/,/^$/' | wc -l) lines"
+    } > "$W/logs/ppdiag-build.log" 2>&1
+  fi
   local rows=$W/logs/ppdiag.jsonl reps=${PPDIAG_REPS:-10}
   # the first repetition is set apart (the CUDA graph's capture): at least one more is needed
   [ "$reps" -ge 2 ] || { log "ppdiag: PPDIAG_REPS must be at least 2"; return 1; }
@@ -374,12 +403,15 @@ stage_ppdiag() {
   one() { # one ROUND SETTING P ARM
     local r=$1 set=$2 p=$3 a=$4 env=() out=$W/logs/ppdiag-probe.jsonl res=$W/logs/ppdiag-bench.json
     case $set in
+      as_is) ;;
       graphs_off) env=(GGML_CUDA_DISABLE_GRAPHS=1) ;;
       fusion_off) env=(GGML_CUDA_DISABLE_FUSION=1) ;;
       layout_stock) env=(GGML_ALLOC_LAYOUT=stock) ;;
+      *) log "ppdiag: unknown setting $set (as_is, graphs_off, fusion_off, layout_stock)"; return 1 ;;
     esac
     rm -f "$out"
-    env "${env[@]}" LD_LIBRARY_PATH="$W/arms/$a:$B/bin" LD_PRELOAD="$shim:$probe" SCHED_PROBE_OUT="$out" \
+    local pre=$shim:$probe; [ "${a%q}" != "$a" ] && pre=$shim:$W/libstock-quants.so:$probe
+    env "${env[@]}" LD_LIBRARY_PATH="$W/arms/${a%q}:$B/bin" LD_PRELOAD="$pre" SCHED_PROBE_OUT="$out" \
       "$B/bin/llama-bench" -m "$M" -ngl 99 -p "$p" -n 0 -r "$reps" -o json > "$res" 2> "$W/logs/ppdiag-bench.err" \
       || log "ppdiag: llama-bench failed ($set, arm $a): $(grep -a -i -m1 'error\|invalid\|failed' "$W/logs/ppdiag-bench.err")"
     python3 - "$out" "$res" "$r" "$set" "$p" "$a" >> "$rows" <<'PY'
@@ -394,12 +426,16 @@ except Exception as e:
 print(json.dumps(row))
 PY
   }
-  local r set p
+  local r set p a i
+  local -a list order
+  read -r -a list <<< "$arms"
   for r in $(seq 1 "${PPDIAG_ROUNDS:-4}"); do
-    for set in as_is graphs_off fusion_off layout_stock; do
+    # the arms' order turns each round (a b c, b c a, c a b, ...)
+    order=()
+    for i in "${!list[@]}"; do order+=("${list[$(( (r - 1 + i) % ${#list[@]} ))]}"); done
+    for set in ${PPDIAG_SETTINGS:-as_is}; do
       for p in ${PPDIAG_P:-512}; do
-        if [ $((r % 2)) = 1 ]; then one "$r" $set "$p" a; one "$r" $set "$p" b
-        else one "$r" $set "$p" b; one "$r" $set "$p" a; fi
+        for a in "${order[@]}"; do one "$r" "$set" "$p" "$a" || return 1; done
       done
     done
   done
@@ -409,16 +445,28 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 bad = [r for r in rows if "error" in r]
 rows = [r for r in rows if "error" not in r]
 med = statistics.median
-print("setting        p  first rep ms A / B   later reps ms A / B  (B/A)   host us/call A / B   wait us/call A / B")
+def steady(r, k):
+    # per-call ns of the probe, the first call (warm-up) left out
+    v = r["probe"].get(k + "_each_ns", [])[1:]
+    return med(v) / 1e3 if v else float("nan")
+def wait(r):
+    # synchronize calls that waited for a compute (llama-bench adds near-empty ones)
+    v = [x for x in r["probe"].get("synchronize_each_ns", [])[1:] if x > 50_000]
+    return med(v) / 1e3 if v else float("nan")
+arms = sorted({r["arm"] for r in rows})
+print("per setting and arm, medians over rounds: first rep ms | later reps ms (x/a) | paired x/a per round | host us | wait us")
 for s, p in sorted({(r["setting"], r["p"]) for r in rows}):
-    m = {a: [r for r in rows if r["setting"] == s and r["p"] == p and r["arm"] == a] for a in "ab"}
-    if not m["a"] or not m["b"]:
-        continue
-    first = {a: med(r["samples_ns"][0] / 1e6 for r in m[a]) for a in "ab"}
-    later = {a: med(x / 1e6 for r in m[a] for x in r["samples_ns"][1:]) for a in "ab"}
-    per = lambda a, k: med(r["probe"][k]["ns"] / max(r["probe"][k]["calls"], 1) / 1e3 for r in m[a])
-    print(f"{s:12s} {p:5d}  {first['a']:8.2f} / {first['b']:8.2f}   {later['a']:8.3f} / {later['b']:8.3f} ({later['b'] / later['a']:.3f})"
-          f"   {per('a', 'compute'):8.1f} / {per('b', 'compute'):8.1f}   {per('a', 'synchronize'):8.1f} / {per('b', 'synchronize'):8.1f}")
+    m = {a: {r["round"]: r for r in rows if r["setting"] == s and r["p"] == p and r["arm"] == a} for a in arms}
+    later = {a: {k: med(x / 1e6 for x in r["samples_ns"][1:]) for k, r in m[a].items()} for a in arms}
+    for a in arms:
+        if not m[a]:
+            continue
+        first = med(r["samples_ns"][0] / 1e6 for r in m[a].values())
+        lat = med(later[a].values())
+        paired = [later[a][k] / later["a"][k] for k in sorted(later[a]) if k in later.get("a", {})]
+        print(f"{s:12s} {p:5d} arm {a}: first {first:7.2f} | later {lat:7.3f} ({lat / med(later['a'].values()):.3f})"
+              f" | paired {med(paired):.3f} {['%.3f' % x for x in paired]}"
+              f" | host {med(steady(r, 'compute') for r in m[a].values()):8.1f} | wait {med(wait(r) for r in m[a].values()):8.1f}")
 for r in bad:
     print("failed:", r)
 PY

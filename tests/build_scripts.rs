@@ -4,8 +4,28 @@
 
 #[path = "../build/cmake.rs"]
 mod cmake;
+#[path = "../build/gcc.rs"]
+mod gcc;
 #[path = "../build/nm.rs"]
 mod nm;
+
+#[test]
+fn gcc_older_than_13_gets_the_peel_flag() {
+    // `gcc -dumpversion` prints the major version (GCC 7 on), older ones the full version
+    for (v, peels) in [
+        ("12\n", true),
+        ("11", true),
+        ("4.9.2", true),
+        ("13", false),
+        ("14\n", false),
+        ("13.3.0", false),
+        ("", false),
+        ("clang", false),
+    ] {
+        assert_eq!(gcc::gcc_peels_before_vectorizing(v), peels, "{v:?}");
+    }
+    assert!(gcc::PEEL_FLAG.starts_with("--param="));
+}
 
 #[test]
 fn nm_keeps_defined_globals_only() {

@@ -15,7 +15,10 @@
 //
 // At exit it appends one JSON line to the file named by SCHED_PROBE_OUT (nothing when unset):
 // the library the calls went to, and per function the calls, total nanoseconds and total
-// graph nodes (0 for reset).
+// graph nodes (0 for reset). For graph_compute_async and synchronize it also lists each
+// call's nanoseconds (the first PROBE_MAX_EACH calls), so that a reader can set a process's
+// first computes (warm-up, CUDA graph capture) apart from its steady ones: a mean over all
+// calls says nothing about the steady ones when one warm-up call costs tens of milliseconds.
 //
 // Only calls that cross into libggml-base are seen: a call the library makes to itself is
 // counted when the library routes it through its dynamic symbol table (stock C++ does, for
@@ -45,6 +48,26 @@ struct probe_counter {
 };
 
 static struct probe_counter g_alloc, g_reserve, g_reset, g_compute, g_sync;
+
+// Each call's nanoseconds, for compute and synchronize (bounded: a long run keeps its first).
+#define PROBE_MAX_EACH 8192
+static long long g_compute_each[PROBE_MAX_EACH], g_sync_each[PROBE_MAX_EACH];
+
+static void keep_each(long long * each, long long calls_before, long long ns) {
+    if (calls_before < PROBE_MAX_EACH) {
+        each[calls_before] = ns;
+    }
+}
+
+// ,"NAME":[n0,n1,...] for the first min(calls, PROBE_MAX_EACH) calls.
+static void print_each(FILE * f, const char * name, const long long * each, long long calls) {
+    const long long n = calls < PROBE_MAX_EACH ? calls : PROBE_MAX_EACH;
+    fprintf(f, ",\"%s\":[", name);
+    for (long long i = 0; i < n; i++) {
+        fprintf(f, i ? ",%lld" : "%lld", each[i]);
+    }
+    fputc(']', f);
+}
 static struct probe_snapshot g_last;
 static int                   g_hash = -1;  // SCHED_PROBE_HASH set: 1; unset: 0; not read yet: -1
 
@@ -180,7 +203,9 @@ enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sch
     }
     const long long        t0 = now_ns();
     const enum ggml_status st = fn(sched, graph);
-    g_compute.ns += now_ns() - t0;
+    const long long        dt = now_ns() - t0;
+    keep_each(g_compute_each, g_compute.calls, dt);
+    g_compute.ns += dt;
     g_compute.calls++;
     g_compute.nodes += ggml_graph_n_nodes(graph);
     return st;
@@ -197,7 +222,9 @@ void ggml_backend_sched_synchronize(ggml_backend_sched_t sched) {
     }
     const long long t0 = now_ns();
     fn(sched);
-    g_sync.ns += now_ns() - t0;
+    const long long dt = now_ns() - t0;
+    keep_each(g_sync_each, g_sync.calls, dt);
+    g_sync.ns += dt;
     g_sync.calls++;
 }
 
@@ -225,8 +252,11 @@ __attribute__((destructor)) static void probe_report(void) {
             "\"reserve\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":%lld},"
             "\"reset\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":0},"
             "\"compute\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":%lld},"
-            "\"synchronize\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":0}}\n",
+            "\"synchronize\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":0}",
             lib, g_alloc.calls, g_alloc.ns, g_alloc.nodes, g_reserve.calls, g_reserve.ns, g_reserve.nodes, g_reset.calls,
             g_reset.ns, g_compute.calls, g_compute.ns, g_compute.nodes, g_sync.calls, g_sync.ns);
+    print_each(f, "compute_each_ns", g_compute_each, g_compute.calls);
+    print_each(f, "synchronize_each_ns", g_sync_each, g_sync.calls);
+    fputs("}\n", f);
     fclose(f);
 }

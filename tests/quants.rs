@@ -1,0 +1,205 @@
+//! Our `libggml-base.so.0` quantizes and dequantizes every ggml type bit for bit as the stock
+//! library of the pinned build does.
+//!
+//! Both compile the same upstream `ggml-quants.c`, but not always with the same flags: a GCC
+//! older than 13 compiles ours with `--param=max-completely-peel-times=1`, so that it
+//! vectorizes the dequantizers as GCC 13 does (`build/gcc.rs`). That flag must change no
+//! value; this test is what shows it, on whatever compiler built the two libraries (with GCC
+//! 13 or clang the flag is absent and the test checks plain parity).
+//!
+//! Both libraries are opened side by side (`RTLD_LOCAL`), each type's traits taken from each
+//! (`ggml_get_type_traits`), and the same input given to both: floats to the reference
+//! quantizer (`from_float_ref`, where the type has one), then the quantized blocks to the
+//! dequantizer (`to_float`). Types without a reference quantizer get random blocks.
+//!
+//! Needs the stock build at `target/llama-stock/bin/libggml-base.so.0` (fails without it).
+
+use std::ffi::{c_void, CString};
+use std::path::{Path, PathBuf};
+
+use ggml_sys as sys;
+
+type TraitsFn = unsafe extern "C" fn(sys::ggml_type) -> *const sys::ggml_type_traits;
+type InitFn = unsafe extern "C" fn(sys::ggml_type);
+
+/// Elements per type: a multiple of every block size (the largest is 256).
+const N: usize = 256 * 32;
+
+/// The stock library of the pinned build.
+fn stock_lib() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/llama-stock/bin/libggml-base.so.0")
+}
+
+/// Our library as built for this test run (cargo puts the cdylib next to the test).
+fn our_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .expect("target/<profile>/deps/<test>")
+        .join("libggml_base.so")
+}
+
+/// One opened library's entry points.
+struct Lib {
+    name: String,
+    traits: TraitsFn,
+    quantize_init: InitFn,
+}
+
+impl Lib {
+    fn open(path: &Path) -> Lib {
+        assert!(
+            path.is_file(),
+            "{} is missing (the stock build: ./ab build-stock)",
+            path.display()
+        );
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; the handle is kept for the process (never closed,
+        // so the function pointers taken from it stay valid).
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!h.is_null(), "dlopen {} failed", path.display());
+        let sym = |name: &str| -> *mut c_void {
+            let n = CString::new(name).unwrap();
+            // SAFETY: a live handle and a NUL-terminated name.
+            let p = unsafe { libc::dlsym(h, n.as_ptr()) };
+            assert!(!p.is_null(), "{} lacks {name}", path.display());
+            p
+        };
+        // SAFETY: both symbols are the ggml.h functions of those names, with these signatures.
+        let (traits, quantize_init) = unsafe {
+            (
+                std::mem::transmute::<*mut c_void, TraitsFn>(sym("ggml_get_type_traits")),
+                std::mem::transmute::<*mut c_void, InitFn>(sym("ggml_quantize_init")),
+            )
+        };
+        Lib {
+            name: path.display().to_string(),
+            traits,
+            quantize_init,
+        }
+    }
+
+    fn traits(&self, t: sys::ggml_type) -> sys::ggml_type_traits {
+        // SAFETY: any type below GGML_TYPE_COUNT has an entry (a static table).
+        unsafe { *(self.traits)(t) }
+    }
+}
+
+/// A deterministic stream of 64-bit values (xorshift64*).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// A float in [-4, 4).
+    fn float(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+    }
+}
+
+/// The input floats: random, with zeros, a negative zero, tiny and large values among them.
+fn input() -> Vec<f32> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut x: Vec<f32> = (0..N).map(|_| rng.float()).collect();
+    for (i, v) in [0.0, -0.0, 1e-30, -1e-30, 1e4, -3e4, 65504.0]
+        .into_iter()
+        .enumerate()
+    {
+        x[i * 97] = v;
+    }
+    // one block of all zeros (a zero scale)
+    x[512..768].fill(0.0);
+    x
+}
+
+#[test]
+fn every_type_quantizes_and_dequantizes_bit_for_bit_as_stock() {
+    let stock = Lib::open(&stock_lib());
+    let ours = Lib::open(&our_lib());
+    let x = input();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut checked = Vec::new();
+    for t in 0..sys::GGML_TYPE_COUNT {
+        let (a, b) = (stock.traits(t), ours.traits(t));
+        assert_eq!(
+            (a.blck_size, a.type_size, a.is_quantized),
+            (b.blck_size, b.type_size, b.is_quantized),
+            "type {t}: traits differ between {} and {}",
+            stock.name,
+            ours.name
+        );
+        let (Some(deq_a), Some(deq_b)) = (a.to_float, b.to_float) else {
+            assert_eq!(
+                a.to_float.is_some(),
+                b.to_float.is_some(),
+                "type {t}: to_float"
+            );
+            continue;
+        };
+        if a.blck_size <= 0 {
+            continue; // a removed type
+        }
+        let bytes = N / a.blck_size as usize * a.type_size;
+        let (mut qa, mut qb) = (vec![0u8; bytes], vec![0u8; bytes]);
+        match (a.from_float_ref, b.from_float_ref) {
+            (Some(fa), Some(fb)) => {
+                // SAFETY: the libraries' own initialisation for a type (grids of the IQ
+                // types); `x` holds N floats and each output `bytes`, N / blck_size blocks.
+                unsafe {
+                    (stock.quantize_init)(t);
+                    (ours.quantize_init)(t);
+                    fa(x.as_ptr(), qa.as_mut_ptr().cast(), N as i64);
+                    fb(x.as_ptr(), qb.as_mut_ptr().cast(), N as i64);
+                }
+                assert!(qa == qb, "type {t}: quantized blocks differ from stock's");
+            }
+            (None, None) => {
+                for v in qa.iter_mut() {
+                    *v = rng.next() as u8;
+                }
+            }
+            _ => panic!("type {t}: one library has a reference quantizer, the other not"),
+        }
+        let (mut ya, mut yb) = (vec![0f32; N], vec![0f32; N]);
+        // SAFETY: `qa` holds N / blck_size blocks of the type; each output N floats.
+        unsafe {
+            deq_a(qa.as_ptr().cast(), ya.as_mut_ptr(), N as i64);
+            deq_b(qa.as_ptr().cast(), yb.as_mut_ptr(), N as i64);
+        }
+        let first = ya
+            .iter()
+            .zip(&yb)
+            .position(|(p, q)| p.to_bits() != q.to_bits());
+        assert!(
+            first.is_none(),
+            "type {t}: dequantized value {} differs: stock {:?}, ours {:?}",
+            first.unwrap(),
+            ya[first.unwrap()],
+            yb[first.unwrap()]
+        );
+        // the dequantizer did write: some output is not the zero it started as
+        assert!(
+            ya.iter().any(|v| *v != 0.0),
+            "type {t}: dequantized to all zeros"
+        );
+        checked.push(t);
+    }
+    // the pinned ggml has 27 types with a dequantizer (F16, BF16 and the quantized ones)
+    assert_eq!(checked.len(), 27, "types checked: {checked:?}");
+    for t in [
+        sys::GGML_TYPE_F16,
+        sys::GGML_TYPE_BF16,
+        sys::GGML_TYPE_Q4_0,
+        sys::GGML_TYPE_Q8_0,
+        sys::GGML_TYPE_Q4_K,
+        sys::GGML_TYPE_Q6_K,
+        sys::GGML_TYPE_IQ2_XXS,
+        sys::GGML_TYPE_IQ3_S,
+        sys::GGML_TYPE_IQ4_NL,
+        sys::GGML_TYPE_MXFP4,
+    ] {
+        assert!(checked.contains(&t), "type {t} was not checked");
+    }
+}
