@@ -24,7 +24,8 @@
 #            here, gpu/pack.sh --stock-base), as is or (PPDIAG_SETTINGS) with ggml-cuda's CUDA
 #            graphs off, its fusions off, ours in the stock layout; first repetition apart
 #            from the others; host time against the wait per steady compute (PPDIAG_ROUNDS,
-#            default 4; PPDIAG_REPS, 10; PPDIAG_P, 512); both arms' splits (GGML_SCHED_DEBUG=2)
+#            default 4; PPDIAG_REPS, 10; PPDIAG_P, 512); PPDIAG_QUANTS=1 adds arms with the
+#            build's own ggml-quants.c object preloaded; both arms' splits (GGML_SCHED_DEBUG=2)
 #   buildcpu the stock llama.cpp without CUDA ($W/build-cpu, about a minute): enough for HRX
 #            on the CUDA runtime, which brings its own kernels
 #   models   the 1B-shaped model in F16 and Q4_0, both kept ($W/model-f16.gguf, model-q4_0.gguf)
@@ -44,6 +45,10 @@
 #            buildcpu. Logs in one tarball, $OUT/hrx-logs.tgz
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
 #   status   what the background run has done so far
+#   wait [N] wait until the background run ends or N seconds pass (default 560), then show
+#            its log and collect every log into $OUT/gpu-logs.tgz (one file: the lent machine
+#            brings back at most 8); end every call with it, as the machine goes back 30 s
+#            after a call
 #
 # GPU_BUILD, GPU_MODEL and OPS_ONLY override the build folder, the model and the ops
 # stage's --only (to try the stages on a CPU build here); GPU_JOBS the build's parallel jobs
@@ -65,10 +70,15 @@ ab=$W/ab-bundle/ab
 jobs=${GPU_JOBS:-$(nproc)}
 
 log() { echo "[gpu $(date -u +%H:%M:%S)] $*"; }
+# Everything a run wrote, as one tarball ($out/gpu-logs.tgz): the lent machine brings back at
+# most 8 files from $OUT, so loose copies of the logs would be cut off.
 collect() {
-  for f in "$W"/logs/*.log "$W"/ab-bundle/target/ab/report.json "$W"/bench/report.md; do
-    [ -f "$f" ] && cp "$f" "$out/" 2>/dev/null
+  local files=() f
+  for f in "$W"/logs/*.log "$W"/logs/*.jsonl "$W"/bg.log "$W"/ab-bundle/target/ab/report.json \
+    "$W"/bench/report.md "$W"/bench/report.json; do
+    [ -f "$f" ] && files+=("${f#"$W"/}")
   done
+  [ ${#files[@]} -gt 0 ] && tar -czf "$out/gpu-logs.tgz" -C "$W" "${files[@]}" 2>/dev/null
   true
 }
 
@@ -527,7 +537,24 @@ case "${1:-}" in
   bg)
     shift
     setsid nohup "$0" "$@" > "$W/bg.log" 2>&1 < /dev/null &
+    echo $! > "$W/bg.pid"
     log "started in the background: $* (log $W/bg.log)"
+    ;;
+  wait)
+    # wait [SECONDS]: until the background run ends or SECONDS pass (default 560), then what
+    # status shows, and the logs collected. A call may last 600 s and the machine goes back
+    # 30 s after a call: end each call with this, and start the next one at once.
+    n=${2:-560} t0=$SECONDS
+    while [ -f "$W/bg.pid" ] && kill -0 "$(cat "$W/bg.pid")" 2>/dev/null && [ $((SECONDS - t0)) -lt "$n" ]; do
+      sleep 5
+    done
+    if [ -f "$W/bg.pid" ] && kill -0 "$(cat "$W/bg.pid")" 2>/dev/null; then
+      log "the background run goes on after $n s: call wait again within 30 s"
+    else
+      log "the background run has ended"
+    fi
+    tail -60 "$W/bg.log" 2>/dev/null
+    collect
     ;;
   status)
     tail -40 "$W/bg.log" 2>/dev/null
