@@ -33,7 +33,8 @@
 #            stock arm and ours (HRX_OPS: -o filter), then greedy text with -dev HRX0 -ngl 99
 #            against the CPU's, flash attention off in both (the same attention algorithm)
 #   hrxbench llama-bench pp512/tg128 of the F16 and Q4_0 models, -dev HRX0 (CUDA runtime) and
-#            -dev CUDA0 (ggml-cuda) from the same CUDA build, alternating (HRX_ROUNDS, default 3)
+#            -dev CUDA0 (ggml-cuda) from the same CUDA build, alternating (HRX_ROUNDS, default 3);
+#            flash attention off, or on in both with HRX_FA=1 (HRX0 then claims FLASH_ATTN_EXT)
 #   hrxcheck everything issue 13 asks of the H200 in one go, for a machine held only minutes:
 #            test-backend-ops -b HRX0 in both arms (in the background while the models are
 #            made; it says when HRX0 was not a CUDA device, as then nothing ran on the GPU),
@@ -163,13 +164,18 @@ stage_hrxbench() {
   [ -x "$B/bin/llama-bench" ] && [ -f "$M" ] && [ -f "$W/model-f16.gguf" ] \
     || { log "hrxbench: needs the CUDA build ($B/bin/llama-bench) and both models (hrxcheck or models makes them)"; return 1; }
   export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=cuda
+  # HRX_FA=1: flash attention on both devices (HRX0 claims FLASH_ATTN_EXT only when asked)
+  local fa=0
+  if [ "${HRX_FA:-0}" = 1 ]; then
+    fa=1; export GGML_HRX_EAGER_OPS=+FLASH_ATTN_EXT
+  fi
   : > "$W/logs/hrxbench.log"
   # HRX0-nographs: our runtime with every launch issued (GGML_HRX_CUDA_GRAPHS=0)
   for r in $(seq "${HRX_ROUNDS:-3}"); do
     for m in "$M" "$W/model-f16.gguf"; do
       for dev in HRX0 CUDA0 HRX0-nographs; do
         GGML_HRX_CUDA_GRAPHS=$([ $dev = HRX0-nographs ] && echo 0 || echo 1) \
-          "$B/bin/llama-bench" -m "$m" -dev "${dev%-nographs}" -ngl 99 -fa 0 -p 512 -n 128 -r 2 -o csv 2>/dev/null \
+          "$B/bin/llama-bench" -m "$m" -dev "${dev%-nographs}" -ngl 99 -fa $fa -p 512 -n 128 -r 2 -o csv 2>/dev/null \
           | tail -n +2 | sed "s|^|round $r,$dev,|" >> "$W/logs/hrxbench.log"
       done
     done

@@ -127,6 +127,16 @@ fn rows(kernel: &'static str, a: &Ten, args: Vec<Arg>) -> Result<Launch, String>
     })
 }
 
+/// ALiBi's slope bases for `n_head` heads and `max_bias`, as ggml's soft_max and
+/// flash_attn_ext compute them: `(m0, m1, n_head_log2)`, where head `h` gets
+/// `m0^(h+1)` below `n_head_log2` and `m1^(2(h - n_head_log2) + 1)` from it on.
+fn alibi(n_head: i64, max_bias: f32) -> (f32, f32, u32) {
+    let n_head_log2 = 1u32 << (n_head.max(1) as u32).ilog2();
+    let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
+    let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+    (m0, m1, n_head_log2)
+}
+
 fn ten_or_none(t: Option<Ten>) -> (Ten, i32) {
     match t {
         Some(t) => (t, 1),
@@ -245,10 +255,7 @@ pub fn node(
             let (sk, has_sk) = ten_or_none(s(2));
             let scale = f32_param(node, 0);
             let max_bias = f32_param(node, 1);
-            let n_head = a.ne[2].max(1) as u32;
-            let n_head_log2 = 1u32 << n_head.ilog2();
-            let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
-            let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+            let (m0, m1, n_head_log2) = alibi(a.ne[2], max_bias);
             t.launch(rows(
                 "hrx_soft_max",
                 &a,
@@ -266,6 +273,49 @@ pub fn node(
                     Arg::U32(n_head_log2),
                 ],
             )?)
+        }
+        GGML_OP_FLASH_ATTN_EXT => {
+            let (q, k, v) = (s0()?, s1()?, s(2).ok_or("source 2 missing")?);
+            let (m, has_m) = ten_or_none(s(3));
+            let (sk, has_sk) = ten_or_none(s(4));
+            let (scale, max_bias, softcap) =
+                (f32_param(node, 0), f32_param(node, 1), f32_param(node, 2));
+            let (m0, m1, n_head_log2) = alibi(q.ne[2], max_bias);
+            let dim = |n: i64, what: &str| {
+                u32::try_from(n).map_err(|_| format!("FLASH_ATTN_EXT: {n} {what} are too many"))
+            };
+            t.launch(Launch {
+                kernel: "hrx_flash_attn",
+                grid: [
+                    dim(q.ne[1], "queries")?,
+                    dim(q.ne[2], "heads")?,
+                    dim(q.ne[3], "sequences")?,
+                ],
+                block: [FA_THREADS, 1, 1],
+                shared: 0,
+                args: vec![
+                    Arg::Ten(d),
+                    Arg::Ten(q),
+                    Arg::Ten(k),
+                    Arg::Ten(v),
+                    Arg::Ten(m),
+                    Arg::Ten(sk),
+                    Arg::I32(has_m),
+                    Arg::I32(has_sk),
+                    // ggml divides the scale by the soft cap and multiplies the cap back
+                    // after the tanh
+                    Arg::F32(if softcap != 0.0 {
+                        scale / softcap
+                    } else {
+                        scale
+                    }),
+                    Arg::F32(softcap),
+                    Arg::F32(max_bias),
+                    Arg::F32(m0),
+                    Arg::F32(m1),
+                    Arg::U32(n_head_log2),
+                ],
+            })
         }
         GGML_OP_ROPE => {
             let a = s0()?;
@@ -922,6 +972,16 @@ mod tests {
                 x,
                 vec![Some(x), Some(idx)],
             ),
+            (
+                node_of(GGML_OP_FLASH_ATTN_EXT, &[]),
+                f32t([64, 4, 2, 1]),
+                vec![
+                    Some(f32t([64, 2, 4, 1])),
+                    Some(ten(TY_F16, 0x5000, [64, 32, 2, 1], 2)),
+                    Some(ten(TY_F16, 0x6000, [64, 32, 2, 1], 2)),
+                    Some(ten(TY_F16, 0x7000, [32, 64, 1, 1], 2)),
+                ],
+            ),
             (node_of(GGML_OP_GET_ROWS, &[]), x, vec![Some(q), Some(idx)]),
             (node_of(GGML_OP_CPY, &[]), x, vec![Some(x), Some(x)]),
             (
@@ -1016,5 +1076,40 @@ mod tests {
         assert_eq!(l.args[9], Arg::F32(2f32.powf(-0.5)));
         assert_eq!(l.args[10], Arg::U32(8));
         assert_eq!(l.args[4], Arg::I32(0));
+    }
+
+    #[test]
+    fn flash_attn_grid_and_parameters_follow_ggml() {
+        // SAFETY: plain data.
+        let mut fa: ggml_tensor = unsafe { std::mem::zeroed() };
+        fa.op = GGML_OP_FLASH_ATTN_EXT;
+        fa.op_params[0] = 0.125f32.to_bits() as i32; // scale
+        fa.op_params[1] = 8.0f32.to_bits() as i32; // max_bias
+        fa.op_params[2] = 50.0f32.to_bits() as i32; // logit soft cap
+        let q = ten(TY_F32, 0x1000, [128, 7, 12, 3], 4);
+        let k = ten(TY_F16, 0x2000, [128, 640, 4, 3], 2);
+        let v = ten(TY_F16, 0x3000, [128, 640, 4, 3], 2);
+        let d = ten(TY_F32, 0x4000, [128, 12, 7, 3], 4);
+        let mut r = Recorder::default();
+        node(&fa, d, &[Some(q), Some(k), Some(v)], &mut r).unwrap();
+        let l = &r.launches[0];
+        // one block per query, head and sequence
+        assert_eq!(l.grid, [7, 12, 3]);
+        assert_eq!(l.block, [FA_THREADS, 1, 1]);
+        // no mask, no sinks
+        assert_eq!((l.args[6], l.args[7]), (Arg::I32(0), Arg::I32(0)));
+        // the scale divided by the cap, the cap itself, ALiBi's bases for 12 heads
+        assert_eq!(l.args[8], Arg::F32(0.125 / 50.0));
+        assert_eq!(l.args[9], Arg::F32(50.0));
+        assert_eq!(l.args[10], Arg::F32(8.0));
+        assert_eq!(l.args[11], Arg::F32(0.5));
+        assert_eq!(l.args[12], Arg::F32(2f32.powf(-0.5)));
+        assert_eq!(l.args[13], Arg::U32(8));
+        // without a cap the scale goes as it is
+        fa.op_params[2] = 0;
+        let mut r = Recorder::default();
+        node(&fa, d, &[Some(q), Some(k), Some(v)], &mut r).unwrap();
+        assert_eq!(r.launches[0].args[8], Arg::F32(0.125));
+        assert_eq!(r.launches[0].args[9], Arg::F32(0.0));
     }
 }

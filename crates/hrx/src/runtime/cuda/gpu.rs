@@ -27,6 +27,7 @@ pub(crate) const KERNELS: &[&str] = &[
     "hrx_to_f32",
     "hrx_norm",
     "hrx_soft_max",
+    "hrx_flash_attn",
     "hrx_rope",
     "hrx_mul_mat_vec",
     "hrx_mul_mat_vec_q",

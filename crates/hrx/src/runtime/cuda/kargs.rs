@@ -151,6 +151,10 @@ pub(crate) fn bad_flag_text(v: i32) -> String {
 /// Warps (one output each) per block of `hrx_mul_mat_vec` (`HRX_MMV_WARPS`).
 pub(crate) const MMV_WARPS: u32 = 8;
 
+/// Threads per block of `hrx_flash_attn` (`HRX_FA_THREADS`): the largest head size of K and
+/// of V it takes (one thread per key of a chunk, then one per output element).
+pub(crate) const FA_THREADS: u32 = 256;
+
 /// Bytes of each warp's staging buffer in `hrx_mul_mat_vec` (`HRX_MMV_STAGE`, static
 /// shared memory).
 pub(crate) const MMV_STAGE: usize = 1680;
@@ -208,6 +212,7 @@ mod tests {
             ("HRX_UN_SCALE", UN_SCALE),
             ("HRX_MMV_WARPS", MMV_WARPS as i32),
             ("HRX_MMV_STAGE", MMV_STAGE as i32),
+            ("HRX_FA_THREADS", FA_THREADS as i32),
             ("HRX_BAD_GET_ROWS", BAD_GET_ROWS),
             ("HRX_BAD_SET_ROWS", BAD_SET_ROWS),
         ] {

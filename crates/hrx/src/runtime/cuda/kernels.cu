@@ -629,6 +629,80 @@ extern "C" __global__ void hrx_soft_max(Ten d, Ten a, Ten m, Ten sk, int has_m, 
     }
 }
 
+// FLASH_ATTN_EXT: softmax(q.K^T * scale, soft-capped, + slope * mask, with a per-head sink)
+// times V, for one query row of one head and sequence per block (grid: queries, heads,
+// sequences; HRX_FA_THREADS threads, at least the head sizes of K and V, as the host checks).
+// The keys go in chunks of blockDim.x: each thread scores one key of the chunk (its whole
+// dot product with the query, held in shared memory), then each thread adds one output
+// dimension over the chunk's keys; a running maximum and sum rescale what earlier chunks
+// added (the online softmax), so any number of keys fits in fixed shared memory. A key whose
+// mask is -inf is skipped, as ggml's CPU code does. `scale` is already divided by the soft
+// cap when there is one. The result is ggml's: dst (e, head, query, sequence).
+#define HRX_FA_THREADS 256
+extern "C" __global__ void __launch_bounds__(HRX_FA_THREADS) hrx_flash_attn(
+    Ten d, Ten q, Ten k, Ten v, Ten m, Ten sk, int has_m, int has_sk, float scale, float softcap,
+    float max_bias, float m0, float m1, u32 n_head_log2) {
+    __shared__ float qs[HRX_FA_THREADS];
+    __shared__ float ps[HRX_FA_THREADS];
+    __shared__ float red[32];
+    const i64 iq1 = blockIdx.x, iq2 = blockIdx.y, iq3 = blockIdx.z;
+    const i64 ik2 = iq2 / (q.ne[2] / k.ne[2]), ik3 = iq3 / (q.ne[3] / k.ne[3]);
+    const i64 iv2 = iq2 / (q.ne[2] / v.ne[2]), iv3 = iq3 / (q.ne[3] / v.ne[3]);
+    const i64 dk = q.ne[0], dv = v.ne[0], n_kv = k.ne[1];
+    const int t = threadIdx.x, nt = blockDim.x;
+    if (t < dk) qs[t] = ldf(at(q, t, iq1, iq2, iq3), q.ty);
+    float slope = 1.0f;
+    if (max_bias > 0.0f) {
+        u32 h = (u32)iq2;
+        slope = h < n_head_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_head_log2) + 1));
+    }
+    const char *mrow = has_m ? at(m, 0, iq1, iq2 % m.ne[2], iq3 % m.ne[3]) : 0;
+    float mx = -HRX_INF, sum = 0.0f, acc = 0.0f;
+    __syncthreads();
+    for (i64 c0 = 0; c0 < n_kv; c0 += nt) {
+        const i64 ic = c0 + t;
+        float s = -HRX_INF;
+        if (ic < n_kv) {
+            const float mv = has_m ? slope * ldf(mrow + ic * m.nb[0], m.ty) : 0.0f;
+            if (mv != -HRX_INF) {
+                const char *kr = at(k, 0, ic, ik2, ik3);
+                float dot = 0.0f;
+                for (i64 j = 0; j < dk; j++) dot += qs[j] * ldf(kr + j * k.nb[0], k.ty);
+                dot *= scale;
+                if (softcap != 0.0f) dot = softcap * tanhf(dot);
+                s = dot + mv;
+            }
+        }
+        const float nmx = fmaxf(mx, block_max(s, red));
+        const float p = s == -HRX_INF ? 0.0f : expf(s - nmx);
+        const float csum = block_sum(p, red);
+        ps[t] = p;
+        __syncthreads();
+        // what the earlier chunks added, rescaled to the new maximum (nothing yet: 0)
+        const float r = mx == -HRX_INF ? 0.0f : expf(mx - nmx);
+        sum = sum * r + csum;
+        if (t < dv) {
+            float a = acc * r;
+            const i64 nc = n_kv - c0 < nt ? n_kv - c0 : nt;
+            for (i64 j = 0; j < nc; j++) {
+                const float pj = ps[j];
+                if (pj != 0.0f) a += pj * ldf(at(v, t, c0 + j, iv2, iv3), v.ty);
+            }
+            acc = a;
+        }
+        mx = nmx;
+        __syncthreads(); // ps is written again by the next chunk
+    }
+    if (has_sk) {
+        const float sv = ldf(sk.d + iq2 * sk.nb[0], sk.ty);
+        const float nmx = fmaxf(mx, sv);
+        const float r = mx == -HRX_INF ? 0.0f : expf(mx - nmx);
+        acc *= r;
+        sum = sum * r + expf(sv - nmx);
+    }
+    if (t < dv) stf(at(d, t, iq2, iq1, iq3), d.ty, sum == 0.0f ? 0.0f : acc / sum);
+}
+
 // ---- rope (normal and neox), one thread per pair slot of a row ----
 
 __device__ __forceinline__ float yarn_ramp(float low, float high, int i0) {

@@ -4,7 +4,7 @@
 
 use ggml_sys::*;
 
-use super::kargs::{ty_code, GLU_OPS, UNARY_OPS};
+use super::kargs::{ty_code, FA_THREADS, GLU_OPS, UNARY_OPS};
 
 const FLOATS: &[ggml_type] = &[GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16];
 const QUANT_WEIGHTS: &[ggml_type] = &[
@@ -234,6 +234,52 @@ pub fn check(node: &ggml_tensor) -> Result<(), String> {
                 "MUL_MAT with more than 65535 matrices",
             )
         }
+        GGML_OP_FLASH_ATTN_EXT => {
+            let q = s0.ok_or("no src0")?;
+            let k = s1.ok_or("no src1")?;
+            let v = src(node, 2).ok_or("no src2")?;
+            need(
+                q.type_ == GGML_TYPE_F32 && node.type_ == GGML_TYPE_F32,
+                "FLASH_ATTN_EXT query or result not F32",
+            )?;
+            need(
+                is_float(k) && is_float(v),
+                "FLASH_ATTN_EXT K or V not F32/F16/BF16",
+            )?;
+            let most = i64::from(FA_THREADS);
+            need(
+                q.ne[0] == k.ne[0] && q.ne[0] <= most && v.ne[0] <= most,
+                "FLASH_ATTN_EXT head size above 256",
+            )?;
+            need(
+                k.ne[1] == v.ne[1]
+                    && (2..4).all(|i| {
+                        k.ne[i] > 0
+                            && v.ne[i] > 0
+                            && q.ne[i] % k.ne[i] == 0
+                            && q.ne[i] % v.ne[i] == 0
+                    }),
+                "FLASH_ATTN_EXT K/V that do not broadcast over the query",
+            )?;
+            need(
+                q.ne[2] <= 65535 && q.ne[3] <= 65535,
+                "FLASH_ATTN_EXT with more than 65535 heads or sequences",
+            )?;
+            if let Some(m) = src(node, 3) {
+                need(
+                    matches!(m.type_, GGML_TYPE_F32 | GGML_TYPE_F16)
+                        && m.ne[0] >= k.ne[1]
+                        && m.ne[1] >= q.ne[1]
+                        && q.ne[2] % m.ne[2] == 0
+                        && q.ne[3] % m.ne[3] == 0,
+                    "FLASH_ATTN_EXT mask of another type or shape",
+                )?;
+            }
+            need(
+                src(node, 4).is_none_or(|s| s.type_ == GGML_TYPE_F32 && s.ne[0] >= q.ne[2]),
+                "FLASH_ATTN_EXT sinks other than F32, one per head",
+            )
+        }
         _ => Err("op without a CUDA kernel".into()),
     }
     .and_then(|()| {
@@ -333,6 +379,69 @@ mod tests {
         );
     }
 
+    /// A llama-shaped attention: 32 query heads over 8 K/V heads of 64, 7 queries, 640 keys
+    /// in an F16 cache, an F16 mask padded to 64 rows; dst (64, heads, queries, 1).
+    fn flash_attn(
+        q: &mut ggml_tensor,
+        k: &mut ggml_tensor,
+        v: &mut ggml_tensor,
+        m: &mut ggml_tensor,
+    ) -> ggml_tensor {
+        node(
+            GGML_OP_FLASH_ATTN_EXT,
+            GGML_TYPE_F32,
+            [v.ne[0], q.ne[2], q.ne[1], q.ne[3]],
+            &mut [q, k, v, m],
+        )
+    }
+
+    #[test]
+    fn flash_attn_takes_llama_shapes_and_refuses_the_rest_by_name() {
+        let mut q = tensor(GGML_TYPE_F32, [64, 7, 32, 1]);
+        let mut k = tensor(GGML_TYPE_F16, [64, 640, 8, 1]);
+        let mut v = tensor(GGML_TYPE_F16, [64, 640, 8, 1]);
+        let mut m = tensor(GGML_TYPE_F16, [640, 64, 1, 1]);
+        let n = flash_attn(&mut q, &mut k, &mut v, &mut m);
+        assert_eq!(check(&n), Ok(()));
+        // K/V heads that do not divide the query's
+        let mut k5 = tensor(GGML_TYPE_F16, [64, 640, 5, 1]);
+        let n = flash_attn(&mut q, &mut k5, &mut v, &mut m);
+        assert_eq!(
+            check(&n).unwrap_err(),
+            "FLASH_ATTN_EXT K/V that do not broadcast over the query"
+        );
+        // head size beyond one thread per element
+        let mut q512 = tensor(GGML_TYPE_F32, [512, 7, 32, 1]);
+        let mut k512 = tensor(GGML_TYPE_F16, [512, 640, 8, 1]);
+        let n = flash_attn(&mut q512, &mut k512, &mut v, &mut m);
+        assert_eq!(check(&n).unwrap_err(), "FLASH_ATTN_EXT head size above 256");
+        // a quantized cache
+        let mut kq = tensor(GGML_TYPE_Q8_0, [64, 640, 8, 1]);
+        let n = flash_attn(&mut q, &mut kq, &mut v, &mut m);
+        assert_eq!(
+            check(&n).unwrap_err(),
+            "FLASH_ATTN_EXT K or V not F32/F16/BF16"
+        );
+        // a mask shorter than the keys
+        let mut short = tensor(GGML_TYPE_F16, [512, 64, 1, 1]);
+        let n = flash_attn(&mut q, &mut k, &mut v, &mut short);
+        assert_eq!(
+            check(&n).unwrap_err(),
+            "FLASH_ATTN_EXT mask of another type or shape"
+        );
+        // sinks: F32, one per head
+        let mut sinks = tensor(GGML_TYPE_F32, [32, 1, 1, 1]);
+        let mut n = flash_attn(&mut q, &mut k, &mut v, &mut m);
+        n.src[4] = &mut sinks;
+        assert_eq!(check(&n), Ok(()));
+        let mut few = tensor(GGML_TYPE_F32, [8, 1, 1, 1]);
+        n.src[4] = &mut few;
+        assert_eq!(
+            check(&n).unwrap_err(),
+            "FLASH_ATTN_EXT sinks other than F32, one per head"
+        );
+    }
+
     #[test]
     fn rope_modes_and_unary_ops_are_limited_to_the_kernels() {
         let mut a = tensor(GGML_TYPE_F32, [64, 4, 3, 1]);
@@ -388,7 +497,7 @@ mod tests {
     fn unknown_ops_are_refused() {
         let mut a = tensor(GGML_TYPE_F32, [64, 4, 1, 1]);
         let n = node(
-            GGML_OP_FLASH_ATTN_EXT,
+            GGML_OP_SSM_SCAN,
             GGML_TYPE_F32,
             [64, 4, 1, 1],
             &mut [&mut a],
