@@ -667,7 +667,13 @@ extern "C" __global__ void __launch_bounds__(HRX_FA_THREADS) hrx_flash_attn(
             if (mv != -HRX_INF) {
                 const char *kr = at(k, 0, ic, ik2, ik3);
                 float dot = 0.0f;
-                for (i64 j = 0; j < dk; j++) dot += qs[j] * ldf(kr + j * k.nb[0], k.ty);
+                if (k.ty == HRX_TY_F16) {
+                    // the usual cache type, its loads unrolled so that several are in flight
+#pragma unroll 8
+                    for (i64 j = 0; j < dk; j++) dot += qs[j] * h2f(rd16(kr + j * k.nb[0]));
+                } else {
+                    for (i64 j = 0; j < dk; j++) dot += qs[j] * ldf(kr + j * k.nb[0], k.ty);
+                }
                 dot *= scale;
                 if (softcap != 0.0f) dot = softcap * tanhf(dot);
                 s = dot + mv;
@@ -684,7 +690,19 @@ extern "C" __global__ void __launch_bounds__(HRX_FA_THREADS) hrx_flash_attn(
         if (t < dv) {
             float a = acc * r;
             const i64 nc = n_kv - c0 < nt ? n_kv - c0 : nt;
-            for (i64 j = 0; j < nc; j++) {
+            // eight keys at a time, their loads issued before the sums; a key of weight 0
+            // (masked) is not read: its V row may hold anything, as ggml skips it
+            i64 j = 0;
+            for (; j + 8 <= nc; j += 8) {
+                float vv[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    vv[u] = ps[j + u] != 0.0f ? ldf(at(v, t, c0 + j + u, iv2, iv3), v.ty) : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < 8; u++) a += ps[j + u] * vv[u];
+            }
+            for (; j < nc; j++) {
                 const float pj = ps[j];
                 if (pj != 0.0f) a += pj * ldf(at(v, t, c0 + j, iv2, iv3), v.ty);
             }
