@@ -691,7 +691,8 @@ extern "C" __global__ void __launch_bounds__(HRX_FA_THREADS) hrx_flash_attn(
             float a = acc * r;
             const i64 nc = n_kv - c0 < nt ? n_kv - c0 : nt;
             // eight keys at a time, their loads issued before the sums; a key of weight 0
-            // (masked) is not read: its V row may hold anything, as ggml skips it
+            // (masked, or its exponential underflowed) is not read: a masked key's V row may
+            // hold anything, as ggml skips it
             i64 j = 0;
             for (; j + 8 <= nc; j += 8) {
                 float vv[8];

@@ -248,7 +248,11 @@ pub fn check(node: &ggml_tensor) -> Result<(), String> {
             )?;
             let most = i64::from(FA_THREADS);
             need(
-                q.ne[0] == k.ne[0] && q.ne[0] <= most && v.ne[0] <= most,
+                q.ne[0] == k.ne[0],
+                "FLASH_ATTN_EXT query and K of other head sizes",
+            )?;
+            need(
+                q.ne[0] <= most && v.ne[0] <= most,
                 "FLASH_ATTN_EXT head size above 256",
             )?;
             need(
@@ -409,6 +413,13 @@ mod tests {
         assert_eq!(
             check(&n).unwrap_err(),
             "FLASH_ATTN_EXT K/V that do not broadcast over the query"
+        );
+        // K rows of another length than the query's
+        let mut k32 = tensor(GGML_TYPE_F16, [32, 640, 8, 1]);
+        let n = flash_attn(&mut q, &mut k32, &mut v, &mut m);
+        assert_eq!(
+            check(&n).unwrap_err(),
+            "FLASH_ATTN_EXT query and K of other head sizes"
         );
         // head size beyond one thread per element
         let mut q512 = tensor(GGML_TYPE_F32, [512, 7, 32, 1]);
