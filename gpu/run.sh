@@ -39,7 +39,9 @@
 #            test-backend-ops -b HRX0 in both arms (in the background while the models are
 #            made; it says when HRX0 was not a CUDA device, as then nothing ran on the GPU),
 #            then llama-bench
-#            -dev HRX0 in both arms, greedy text CPU against HRX0; every process's libggml-base
+#            -dev HRX0 in both arms, greedy text CPU against HRX0 (HRX_FA=1: also
+#            test-backend-ops -o FLASH_ATTN_EXT with the kernel claimed, both arms, and
+#            llama-bench -fa 1 on HRX0); every process's libggml-base
 #            proven by the probe; the in-place reproducer, the arena with -ot, test-llama-archs
 #            -b HRX0 when the build has it (HRX_QUICK=1 stops before those three). Uses
 #            .device/llama-cpu-bin.tar.gz (gpu/pack.sh --llama-bin) when present, else
@@ -224,9 +226,24 @@ stage_hrxcheck() {
   for a in stock ours; do
     arm $a "$b/bin/test-backend-ops" test -b HRX0 "${filt[@]}" > "$W/logs/hrx-ops-$a.log" 2>&1 &
   done
+  # HRX_FA=1: the flash-attention kernel too, claimed on request (docs/hrx-cuda.md)
+  if [ "${HRX_FA:-0}" = 1 ]; then
+    for a in stock ours; do
+      GGML_HRX_EAGER_OPS=+FLASH_ATTN_EXT arm $a "$b/bin/test-backend-ops" test -b HRX0 -o FLASH_ATTN_EXT \
+        > "$W/logs/hrx-fa-ops-$a.log" 2>&1 &
+    done
+  fi
   GPU_BUILD=$b stage_models || return 1
   # the GPU to itself for what is timed: the two test-backend-ops runs end first
   wait
+  if [ "${HRX_FA:-0}" = 1 ]; then
+    for a in stock ours; do
+      log "FLASH_ATTN_EXT ops $a: $(grep -a 'tests passed' "$W/logs/hrx-fa-ops-$a.log" | tail -1) FAIL lines: $(grep -a -c FAIL "$W/logs/hrx-fa-ops-$a.log")"
+    done
+    GGML_HRX_EAGER_OPS=+FLASH_ATTN_EXT arm ours "$b/bin/llama-bench" -m "$M" -m "$W/model-f16.gguf" -dev HRX0 -ngl 99 \
+      -fa 1 -p 512 -n 128 -r 3 > "$W/logs/hrx-bench-fa.log" 2>&1
+    log "bench ours -fa 1: $(grep -E 'pp512|tg128' "$W/logs/hrx-bench-fa.log" | awk -F'|' '{print $2 $9 $10}' | tr -s ' ' | tr '\n' ';')"
+  fi
   for a in stock ours; do
     log "ops $a: $(grep -a -o 'Device description: HRX on CUDA[^)]*)' "$W/logs/hrx-ops-$a.log" | head -1 || true) $(grep -a 'tests passed' "$W/logs/hrx-ops-$a.log" | tail -1) FAIL lines: $(grep -a -c FAIL "$W/logs/hrx-ops-$a.log")"
     grep -a -q "Device description: HRX on CUDA" "$W/logs/hrx-ops-$a.log" \
