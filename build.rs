@@ -57,8 +57,21 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-env-changed=DEP_GGML_HEADERS_ROOT");
     println!("cargo:rerun-if-changed=build.rs");
-    // the compiler decides the flags of ggml-quants.c (`build/gcc.rs`)
-    println!("cargo:rerun-if-env-changed=CC");
+    // The compiler decides the flags of ggml-quants.c (`build/gcc.rs`), and `cc` (told to
+    // print no metadata) would not ask for a rebuild when any variable it reads to pick the
+    // compiler or its flags changes: name them all.
+    let target = env::var("TARGET").unwrap_or_default();
+    for var in ["CC", "CXX", "CFLAGS", "CXXFLAGS", "AR"] {
+        println!("cargo:rerun-if-env-changed={var}");
+        println!("cargo:rerun-if-env-changed=HOST_{var}");
+        println!("cargo:rerun-if-env-changed=TARGET_{var}");
+        println!("cargo:rerun-if-env-changed={var}_{target}");
+        println!(
+            "cargo:rerun-if-env-changed={var}_{}",
+            target.replace('-', "_")
+        );
+    }
+    println!("cargo:rerun-if-env-changed=RUSTC_WRAPPER");
     let root = env::var_os("DEP_GGML_HEADERS_ROOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

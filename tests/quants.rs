@@ -12,6 +12,14 @@
 //! quantizer (`from_float_ref`, where the type has one), then the quantized blocks to the
 //! dequantizer (`to_float`). Types without a reference quantizer get random blocks.
 //!
+//! Both libraries are built on the machine that runs the test, by its compiler (`./ab
+//! build-stock` and cargo): stock's with stock's flags, ours with ours, so the only
+//! difference this can see is the flag's. A second test runs the quantizers llama-quantize
+//! uses (`ggml_quantize_chunk`, with and without an importance matrix, and the row check);
+//! it takes most of a minute, nearly all of it in the grid tables of the IQ1/IQ2 types,
+//! which each library builds once (`ggml_quantize_init`), and which the flag compiles
+//! differently too.
+//!
 //! Needs the stock build at `target/llama-stock/bin/libggml-base.so.0` (fails without it).
 
 use std::ffi::{c_void, CString};
@@ -21,6 +29,20 @@ use ggml_sys as sys;
 
 type TraitsFn = unsafe extern "C" fn(sys::ggml_type) -> *const sys::ggml_type_traits;
 type InitFn = unsafe extern "C" fn(sys::ggml_type);
+/// `ggml_quantize_chunk(type, src, dst, start, nrows, n_per_row, imatrix)`.
+type ChunkFn = unsafe extern "C" fn(
+    sys::ggml_type,
+    *const f32,
+    *mut c_void,
+    i64,
+    i64,
+    i64,
+    *const f32,
+) -> usize;
+/// `ggml_validate_row_data(type, data, nbytes)`.
+type ValidateFn = unsafe extern "C" fn(sys::ggml_type, *const c_void, usize) -> bool;
+/// `ggml_quantize_requires_imatrix(type)`.
+type NeedsImatrixFn = unsafe extern "C" fn(sys::ggml_type) -> bool;
 
 /// Elements per type: a multiple of every block size (the largest is 256).
 const N: usize = 256 * 32;
@@ -43,6 +65,9 @@ struct Lib {
     name: String,
     traits: TraitsFn,
     quantize_init: InitFn,
+    quantize_chunk: ChunkFn,
+    validate: ValidateFn,
+    needs_imatrix: NeedsImatrixFn,
 }
 
 impl Lib {
@@ -64,17 +89,24 @@ impl Lib {
             assert!(!p.is_null(), "{} lacks {name}", path.display());
             p
         };
-        // SAFETY: both symbols are the ggml.h functions of those names, with these signatures.
-        let (traits, quantize_init) = unsafe {
-            (
-                std::mem::transmute::<*mut c_void, TraitsFn>(sym("ggml_get_type_traits")),
-                std::mem::transmute::<*mut c_void, InitFn>(sym("ggml_quantize_init")),
-            )
-        };
-        Lib {
-            name: path.display().to_string(),
-            traits,
-            quantize_init,
+        // SAFETY: each symbol is the ggml.h function of that name, with that signature.
+        unsafe {
+            Lib {
+                name: path.display().to_string(),
+                traits: std::mem::transmute::<*mut c_void, TraitsFn>(sym("ggml_get_type_traits")),
+                quantize_init: std::mem::transmute::<*mut c_void, InitFn>(sym(
+                    "ggml_quantize_init",
+                )),
+                quantize_chunk: std::mem::transmute::<*mut c_void, ChunkFn>(sym(
+                    "ggml_quantize_chunk",
+                )),
+                validate: std::mem::transmute::<*mut c_void, ValidateFn>(sym(
+                    "ggml_validate_row_data",
+                )),
+                needs_imatrix: std::mem::transmute::<*mut c_void, NeedsImatrixFn>(sym(
+                    "ggml_quantize_requires_imatrix",
+                )),
+            }
         }
     }
 
@@ -202,4 +234,115 @@ fn every_type_quantizes_and_dequantizes_bit_for_bit_as_stock() {
     ] {
         assert!(checked.contains(&t), "type {t} was not checked");
     }
+}
+
+/// Every type `ggml_quantize_chunk` quantizes (its switch in the pinned ggml.c).
+const CHUNK_TYPES: &[sys::ggml_type] = &[
+    sys::GGML_TYPE_Q1_0,
+    sys::GGML_TYPE_Q2_0,
+    sys::GGML_TYPE_Q4_0,
+    sys::GGML_TYPE_Q4_1,
+    sys::GGML_TYPE_Q5_0,
+    sys::GGML_TYPE_Q5_1,
+    sys::GGML_TYPE_Q8_0,
+    sys::GGML_TYPE_MXFP4,
+    sys::GGML_TYPE_NVFP4,
+    sys::GGML_TYPE_Q2_K,
+    sys::GGML_TYPE_Q3_K,
+    sys::GGML_TYPE_Q4_K,
+    sys::GGML_TYPE_Q5_K,
+    sys::GGML_TYPE_Q6_K,
+    sys::GGML_TYPE_TQ1_0,
+    sys::GGML_TYPE_TQ2_0,
+    sys::GGML_TYPE_IQ2_XXS,
+    sys::GGML_TYPE_IQ2_XS,
+    sys::GGML_TYPE_IQ3_XXS,
+    sys::GGML_TYPE_IQ3_S,
+    sys::GGML_TYPE_IQ2_S,
+    sys::GGML_TYPE_IQ1_S,
+    sys::GGML_TYPE_IQ1_M,
+    sys::GGML_TYPE_IQ4_NL,
+    sys::GGML_TYPE_IQ4_XS,
+    sys::GGML_TYPE_F16,
+    sys::GGML_TYPE_BF16,
+];
+
+/// The quantizers llama-quantize runs (`ggml_quantize_chunk`, with an importance matrix and,
+/// where the type allows, without one) give stock's bytes, and `ggml_validate_row_data`
+/// stock's verdict on them: the code paths of `ggml-quants.c` besides the reference
+/// quantizers and dequantizers, which the flag of `build/gcc.rs` compiles differently too.
+#[test]
+fn every_quantizer_with_and_without_an_importance_matrix_matches_stock() {
+    let stock = Lib::open(&stock_lib());
+    let ours = Lib::open(&our_lib());
+    // 8 rows of 256 (the IQ quantizers search grids: a few rows keep this test short):
+    // random values in [-4, 4), one row of zeros, one with an outlier
+    let n_per_row = 256usize;
+    let n = 8 * n_per_row;
+    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    let mut x: Vec<f32> = (0..n).map(|_| rng.float()).collect();
+    x[..n_per_row].fill(0.0);
+    x[n_per_row + 17] = 40.0;
+    let nrows = (n / n_per_row) as i64;
+    let imatrix: Vec<f32> = (0..n_per_row)
+        .map(|_| (rng.float() + 4.0) * 0.25 + 0.01)
+        .collect();
+    let mut runs = 0;
+    for &t in CHUNK_TYPES {
+        let tr = stock.traits(t);
+        let bytes = n / tr.blck_size as usize * tr.type_size;
+        // SAFETY: ggml.h functions of the two libraries with a valid type.
+        let needs = unsafe { ((stock.needs_imatrix)(t), (ours.needs_imatrix)(t)) };
+        assert_eq!(needs.0, needs.1, "type {t}: requires_imatrix");
+        let mats: &[Option<&[f32]>] = if needs.0 {
+            &[Some(&imatrix)]
+        } else {
+            &[None, Some(&imatrix)]
+        };
+        for m in mats {
+            let im = m.map_or(std::ptr::null(), |m| m.as_ptr());
+            let (mut qa, mut qb) = (vec![0u8; bytes], vec![0u8; bytes]);
+            // SAFETY: the libraries' own initialisation; `x` holds nrows * n_per_row floats,
+            // each output `bytes`, the imatrix (when given) n_per_row weights.
+            let (na, nb, va, vb) = unsafe {
+                (stock.quantize_init)(t);
+                (ours.quantize_init)(t);
+                let na = (stock.quantize_chunk)(
+                    t,
+                    x.as_ptr(),
+                    qa.as_mut_ptr().cast(),
+                    0,
+                    nrows,
+                    n_per_row as i64,
+                    im,
+                );
+                let nb = (ours.quantize_chunk)(
+                    t,
+                    x.as_ptr(),
+                    qb.as_mut_ptr().cast(),
+                    0,
+                    nrows,
+                    n_per_row as i64,
+                    im,
+                );
+                let va = (stock.validate)(t, qa.as_ptr().cast(), bytes);
+                let vb = (ours.validate)(t, qa.as_ptr().cast(), bytes);
+                (na, nb, va, vb)
+            };
+            let with = if m.is_some() { "with" } else { "without" };
+            assert_eq!(
+                (na, nb),
+                (bytes, bytes),
+                "type {t} {with} imatrix: bytes written"
+            );
+            assert!(
+                qa == qb,
+                "type {t} {with} imatrix: quantized bytes differ from stock's"
+            );
+            assert!(va && vb, "type {t} {with} imatrix: rows found invalid");
+            runs += 1;
+        }
+    }
+    // 27 types, 22 of which may also go without an importance matrix
+    assert!(runs >= 40, "only {runs} quantizer runs");
 }
