@@ -1135,16 +1135,8 @@ fn graph_optimize_reorder_replayed() {
     REVERSE_OPT.store(true, Ordering::SeqCst);
     let env = Env::new(false);
     let f = |ctx: *mut sys::ggml_context| {
-        // SAFETY: a live context.
-        unsafe {
-            let xs: Vec<_> = (0..4).map(|_| input(ctx, 8)).collect();
-            let ys: Vec<_> = xs
-                .iter()
-                .enumerate()
-                .map(|(i, &x)| sys::ggml_scale(ctx, x, 1.0 + i as f32))
-                .collect();
-            (finish(ctx, &ys), ys.clone(), ys)
-        }
+        let (_, ys) = scaled_inputs(ctx);
+        (finish(ctx, &ys), ys.clone(), ys)
     };
     let r = drive(
         &env,
@@ -1257,6 +1249,18 @@ fn sources_outside_the_graph() {
     );
 }
 
+/// Four graph inputs of 8 elements and each one scaled (input i by 1 + i): `(inputs, scaled)`.
+fn scaled_inputs(ctx: *mut sys::ggml_context) -> (Vec<*mut ggml_tensor>, Vec<*mut ggml_tensor>) {
+    let xs: Vec<_> = (0..4).map(|_| input(ctx, 8)).collect();
+    let ys = xs
+        .iter()
+        .enumerate()
+        // SAFETY: a live context (the caller's) and its own tensors.
+        .map(|(i, &x)| unsafe { sys::ggml_scale(ctx, x, 1.0 + i as f32) })
+        .collect();
+    (xs, ys)
+}
+
 /// Four inputs, each scaled, summed in pairs (an add and a mul) and then together: with the
 /// user placements the tests give, cross-backend copies in both directions. Watched: the four
 /// scaled inputs, the two pair results, the sum; outputs: the sum and the first scaled input.
@@ -1269,12 +1273,7 @@ fn four_scaled_inputs(
 ) {
     // SAFETY: a live context (the caller's).
     unsafe {
-        let xs: Vec<_> = (0..4).map(|_| input(ctx, 8)).collect();
-        let ys: Vec<_> = xs
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| sys::ggml_scale(ctx, x, 1.0 + i as f32))
-            .collect();
+        let (_, ys) = scaled_inputs(ctx);
         let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
         let s23 = sys::ggml_mul(ctx, ys[2], ys[3]);
         let s = sys::ggml_add(ctx, s01, s23);
@@ -1360,12 +1359,7 @@ fn parallel_replays_equal_fresh_splits() {
     let f = |ctx: *mut sys::ggml_context| {
         // SAFETY: a live context.
         unsafe {
-            let xs: Vec<_> = (0..4).map(|_| input(ctx, 8)).collect();
-            let ys: Vec<_> = xs
-                .iter()
-                .enumerate()
-                .map(|(i, &x)| sys::ggml_scale(ctx, x, 1.0 + i as f32))
-                .collect();
+            let (xs, ys) = scaled_inputs(ctx);
             let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
             let s23 = sys::ggml_mul(ctx, ys[2], xs[3]);
             let s = sys::ggml_add(ctx, s01, s23);
