@@ -23,7 +23,7 @@
 //! Needs the stock build at `target/llama-stock/bin/libggml-base.so.0` (fails without it).
 
 use std::ffi::{c_void, CString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ggml_sys as sys;
 
@@ -47,18 +47,9 @@ type NeedsImatrixFn = unsafe extern "C" fn(sys::ggml_type) -> bool;
 /// Elements per type: a multiple of every block size (the largest is 256).
 const N: usize = 256 * 32;
 
-/// The stock library of the pinned build.
-fn stock_lib() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/llama-stock/bin/libggml-base.so.0")
-}
-
-/// Our library as built for this test run (cargo puts the cdylib next to the test).
-fn our_lib() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .expect("target/<profile>/deps/<test>")
-        .join("libggml_base.so")
-}
+#[path = "common/libs.rs"]
+mod libs;
+use libs::{our_lib, stock_lib};
 
 /// One opened library's entry points.
 struct Lib {

@@ -7,22 +7,12 @@
 //! `nm` and `c++filt` from binutils.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-/// The workspace's target directory (tests run from `target/<profile>/deps/`).
-fn target_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target")
-}
-
-/// Our library as built for this test run: cargo compiles the lib target's cdylib next to
-/// the test executable, in `target/<profile>/deps/`.
-fn our_lib() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .expect("target/<profile>/deps/<test>")
-        .join("libggml_base.so")
-}
+#[path = "common/libs.rs"]
+mod libs;
+use libs::{our_lib, stock_lib};
 
 /// Defined dynamic symbols of `lib`: name -> nm type letter.
 fn dynamic_symbols(lib: &Path) -> BTreeMap<String, char> {
@@ -59,7 +49,7 @@ fn demangle(name: &str) -> String {
 
 #[test]
 fn every_stock_symbol_is_exported() {
-    let stock_lib = target_dir().join("llama-stock/bin/libggml-base.so.0");
+    let stock_lib = stock_lib();
     assert!(
         stock_lib.is_file(),
         "the stock build is missing: {} (build it with the harness first)",
