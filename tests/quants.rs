@@ -292,33 +292,31 @@ fn every_quantizer_with_and_without_an_importance_matrix_matches_stock() {
         };
         for m in mats {
             let im = m.map_or(std::ptr::null(), |m| m.as_ptr());
-            let (mut qa, mut qb) = (vec![0u8; bytes], vec![0u8; bytes]);
-            // SAFETY: the libraries' own initialisation; `x` holds nrows * n_per_row floats,
-            // each output `bytes`, the imatrix (when given) n_per_row weights.
-            let (na, nb, va, vb) = unsafe {
-                (stock.quantize_init)(t);
-                (ours.quantize_init)(t);
-                let na = (stock.quantize_chunk)(
-                    t,
-                    x.as_ptr(),
-                    qa.as_mut_ptr().cast(),
-                    0,
-                    nrows,
-                    n_per_row as i64,
-                    im,
-                );
-                let nb = (ours.quantize_chunk)(
-                    t,
-                    x.as_ptr(),
-                    qb.as_mut_ptr().cast(),
-                    0,
-                    nrows,
-                    n_per_row as i64,
-                    im,
-                );
-                let va = (stock.validate)(t, qa.as_ptr().cast(), bytes);
-                let vb = (ours.validate)(t, qa.as_ptr().cast(), bytes);
-                (na, nb, va, vb)
+            let quantize = |lib: &Lib| {
+                let mut q = vec![0u8; bytes];
+                // SAFETY: the library's own initialisation; `x` holds nrows * n_per_row
+                // floats, `q` `bytes`, the imatrix (when given) n_per_row weights.
+                let n = unsafe {
+                    (lib.quantize_init)(t);
+                    (lib.quantize_chunk)(
+                        t,
+                        x.as_ptr(),
+                        q.as_mut_ptr().cast(),
+                        0,
+                        nrows,
+                        n_per_row as i64,
+                        im,
+                    )
+                };
+                (q, n)
+            };
+            let ((qa, na), (qb, nb)) = (quantize(&stock), quantize(&ours));
+            // SAFETY: `qa` holds `bytes` of rows of type `t`.
+            let (va, vb) = unsafe {
+                (
+                    (stock.validate)(t, qa.as_ptr().cast(), bytes),
+                    (ours.validate)(t, qa.as_ptr().cast(), bytes),
+                )
             };
             let with = if m.is_some() { "with" } else { "without" };
             assert_eq!(
