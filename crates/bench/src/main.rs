@@ -145,14 +145,21 @@ fn workspace_root() -> Result<PathBuf> {
 
 /// Writes `<out>/report.md` (`md`, also printed) and `<out>/report.json` (`rep`).
 pub(crate) fn write_report<T: serde::Serialize>(out: &Path, md: &str, rep: &T) -> Result<()> {
-    std::fs::write(out.join("report.md"), md)?;
-    std::fs::write(out.join("report.json"), serde_json::to_string_pretty(rep)?)?;
+    write_report_files(out, md, rep)?;
     println!("{md}");
     progress(&format!(
         "wrote {} and {}",
         out.join("report.md").display(),
         out.join("report.json").display()
     ));
+    Ok(())
+}
+
+/// Writes `<out>/report.md` and `<out>/report.json` (replacing them) without printing: a
+/// long run's report so far.
+pub(crate) fn write_report_files<T: serde::Serialize>(out: &Path, md: &str, rep: &T) -> Result<()> {
+    std::fs::write(out.join("report.md"), md)?;
+    std::fs::write(out.join("report.json"), serde_json::to_string_pretty(rep)?)?;
     Ok(())
 }
 

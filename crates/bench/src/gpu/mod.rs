@@ -265,6 +265,37 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     let load_start = loadavg();
     let clock = Instant::now();
     let arms = [&arm_a, &arm_b];
+    // The report of the rounds done so far; written after every round, so that a machine
+    // taken away in the middle of a run (as lent GPU machines are) leaves what it measured.
+    let report = |rounds: &[[run::ArmRound; 2]], errors: &[String]| table::GpuReport {
+        command: format!("bench gpu{}", crate::render_args(args)),
+        layout: match &layout {
+            Layout::Bundle(_) => "bundle".into(),
+            Layout::Workspace(_) => "workspace".into(),
+        },
+        root: root.display().to_string(),
+        started_utc: started.clone(),
+        finished_utc: utc_now(),
+        wall_seconds: clock.elapsed().as_secs_f64(),
+        machine: machine.clone(),
+        gpu: gpu.clone(),
+        loadavg_start: load_start,
+        loadavg_end: loadavg(),
+        llama_build: build.display().to_string(),
+        model: model.display().to_string(),
+        model_bytes: std::fs::metadata(&model).map_or(0, |m| m.len()),
+        arms: [arm_a.clone(), arm_b.clone()],
+        sched_probe: sched_probe.as_ref().map(|p| p.display().to_string()),
+        ab_probe: ab_probe.as_ref().map(|p| p.display().to_string()),
+        rounds_asked: opts.rounds,
+        reps: opts.reps,
+        partial_ngl: opts.partial_ngl,
+        npl: opts.npl.clone(),
+        threads: opts.threads,
+        rows: table::rows(rounds, opts.partial_ngl, &opts.npl),
+        errors: errors.to_vec(),
+        rounds: rounds.to_vec(),
+    };
     let mut rounds = Vec::new();
     let mut errors = Vec::new();
     for round in 0..opts.rounds {
@@ -281,38 +312,12 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
         if let [Some(a), Some(b)] = got {
             rounds.push([a, b]);
         }
+        if round + 1 < opts.rounds {
+            let rep = report(&rounds, &errors);
+            crate::write_report_files(&out, &rep.markdown(), &rep)?;
+        }
     }
-
-    let rows = table::rows(&rounds, opts.partial_ngl, &opts.npl);
-    let rep = table::GpuReport {
-        command: format!("bench gpu{}", crate::render_args(args)),
-        layout: match &layout {
-            Layout::Bundle(_) => "bundle".into(),
-            Layout::Workspace(_) => "workspace".into(),
-        },
-        root: root.display().to_string(),
-        started_utc: started,
-        finished_utc: utc_now(),
-        wall_seconds: clock.elapsed().as_secs_f64(),
-        machine,
-        gpu,
-        loadavg_start: load_start,
-        loadavg_end: loadavg(),
-        llama_build: build.display().to_string(),
-        model: model.display().to_string(),
-        model_bytes: std::fs::metadata(&model)?.len(),
-        arms: [arm_a.clone(), arm_b.clone()],
-        sched_probe: sched_probe.map(|p| p.display().to_string()),
-        ab_probe: ab_probe.map(|p| p.display().to_string()),
-        rounds_asked: opts.rounds,
-        reps: opts.reps,
-        partial_ngl: opts.partial_ngl,
-        npl: opts.npl.clone(),
-        threads: opts.threads,
-        rows,
-        errors,
-        rounds,
-    };
+    let rep = report(&rounds, &errors);
     crate::write_report(&out, &rep.markdown(), &rep)
 }
 
