@@ -319,6 +319,23 @@ stage_hrxcheck() {
   t_arena=$(grep -a -o "$p.*" "$W/logs/arena-evict.txt" | head -1)
   t_hrx=$(grep -a -o "$p.*" "$W/logs/text-hrx-ours-$(basename "$M" .gguf).log" | head -1)
   log "arena ${ev} MiB text, the same as without -ot: $([ -n "$t_arena" ] && [ "$t_arena" = "$t_hrx" ] && echo yes || echo NO): $(echo "$t_arena" | head -c 200)"
+  # the same with the prefetch (GGML_HRX_PREFETCH=1: fresh weight copies uploaded on a side
+  # stream while the kernels queued before them run; docs/hrx-cuda.md): the text must not
+  # change, and the exit line says how many uploads overlapped earlier work
+  GGML_HRX_PREFETCH=1 GGML_HRX_REPORT=1 GGML_HRX_HOST_WEIGHT_LIMIT_MB=$ev arm ours "$b/bin/llama-completion" -v \
+    -m "$M" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup \
+    > "$W/logs/arena-prefetch.txt" 2> "$W/logs/arena-prefetch.log" < /dev/null
+  log "arena ${ev} MiB, prefetch: exit $?; $(grep -a -o 'HRX0 at exit.*' "$W/logs/arena-prefetch.log" | tail -1)"
+  t_arena=$(grep -a -o "$p.*" "$W/logs/arena-prefetch.txt" | head -1)
+  log "arena ${ev} MiB prefetch text, the same as without -ot: $([ -n "$t_arena" ] && [ "$t_arena" = "$t_hrx" ] && echo yes || echo NO)"
+  # and its speed: tg32 with every weight on the host through the budget, prefetch off and on
+  # alternating (two rounds)
+  local pf
+  for pf in 0 1 0 1; do
+    GGML_HRX_PREFETCH=$pf GGML_HRX_HOST_WEIGHT_LIMIT_MB=$ev arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 \
+      -ot '.*=CPU' -fa 0 -p 0 -n 32 -r 2 > "$W/logs/arena-bench-$pf.log" 2>&1
+    log "arena ${ev} MiB tg32, GGML_HRX_PREFETCH=$pf: $(grep -E 'tg32' "$W/logs/arena-bench-$pf.log" | awk -F'|' '{print $(NF-1)}' | tr -s ' ')"
+  done
   GGML_HRX_HOST_WEIGHT_LIMIT_MB=$rf arm ours "$b/bin/llama-completion" -m "$M" -p "$p" -n 4 --temp 0 -fa off \
     -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-refuse.log" 2>&1 < /dev/null
   log "arena ${rf} MiB: exit $?; $(grep -a 'refused by the arena' "$W/logs/arena-refuse.log" | head -1 | head -c 300)"

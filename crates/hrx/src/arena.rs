@@ -176,7 +176,7 @@ impl Arena {
             }
         }
         let addr = loop {
-            if let Some(a) = rt.alloc(key.size) {
+            if let Some(a) = rt.alloc_weight(key.size) {
                 break a;
             }
             if !self.evict_one(rt, pinned) {
@@ -184,10 +184,10 @@ impl Arena {
                 return Err(ArenaError::DeviceFull { size: key.size });
             }
         };
-        rt.upload(
-            addr,
-            HostSrc::Borrowed(SendPtr(key.ptr as *mut _), key.size),
-        );
+        // a fresh copy nothing queued has touched: the runtime may upload it beside its
+        // queue, while the work already queued runs (a stale copy above is overwritten in
+        // queue order instead: queued kernels may still read it)
+        rt.upload_weight(addr, SendPtr(key.ptr as *mut _), key.size);
         if self.evicted.remove(&key) {
             self.stats.refills += 1;
         }
@@ -223,7 +223,7 @@ impl Arena {
 
     fn remove(&mut self, rt: &dyn Runtime, k: WeightKey) {
         if let Some(e) = self.entries.remove(&k) {
-            rt.free(e.addr);
+            rt.free_weight(e.addr);
             self.stats.resident_bytes -= k.size as u64;
         }
     }
@@ -316,6 +316,48 @@ mod tests {
         assert_eq!(a.acquire(&rt, k, 1, &[]).unwrap(), x);
         assert_eq!(read(&rt, x, 512), vec![9u8; 512]);
         assert_eq!(a.stats().misses, 2);
+    }
+
+    #[test]
+    fn fresh_copies_go_beside_the_queue_and_stale_ones_in_order() {
+        use crate::runtime::mock::{Call, MockRuntime};
+        let rt = MockRuntime::new(1 << 20);
+        let w1 = vec![1u8; 300];
+        let w2 = vec![2u8; 300];
+        let mut a = Arena::new(512);
+        let x = a.acquire(&rt, key(&w1), 0, &[]).unwrap();
+        // a new generation overwrites a copy that queued kernels may still read: it must
+        // stay in queue order, a plain upload
+        a.acquire(&rt, key(&w1), 1, &[]).unwrap();
+        // no room for two: w1 goes, freed as a weight (after the queued work, no wait)
+        let y = a.acquire(&rt, key(&w2), 0, &[]).unwrap();
+        assert_eq!(
+            rt.take_calls(),
+            vec![
+                Call::AllocWeight {
+                    size: 300,
+                    addr: Some(x)
+                },
+                Call::UploadWeight {
+                    dst: x,
+                    bytes: w1.clone()
+                },
+                Call::Upload {
+                    dst: x,
+                    bytes: w1.clone(),
+                    owned: false
+                },
+                Call::FreeWeight(x),
+                Call::AllocWeight {
+                    size: 300,
+                    addr: Some(y)
+                },
+                Call::UploadWeight {
+                    dst: y,
+                    bytes: w2.clone()
+                },
+            ]
+        );
     }
 
     #[test]

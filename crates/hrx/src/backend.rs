@@ -100,7 +100,10 @@ unsafe extern "C" fn be_free(b: ggml_backend_t) {
         unsafe {
             let s = Box::from_raw((*b).context as *mut Stream);
             let _ = s.dev.rt.synchronize();
-            s.dev.reporter.lock().finish(&s.dev.arena.lock().stats());
+            let stats = s.dev.arena.lock().stats();
+            let mut r = s.dev.reporter.lock();
+            r.finish(&stats);
+            r.exit_summary(&stats, s.dev.rt.weight_uploads());
             drop(Box::from_raw((*b).guid));
             drop(Box::from_raw(b));
         }
@@ -685,14 +688,15 @@ mod tests {
         assert_eq!(
             m.take_calls(),
             vec![
-                Call::Alloc {
+                // a fresh copy: allocated and uploaded as a weight, which a runtime may
+                // move beside its queue (the prefetch)
+                Call::AllocWeight {
                     size: 256,
                     addr: Some(w_addr)
                 },
-                Call::Upload {
+                Call::UploadWeight {
                     dst: w_addr,
                     bytes: weights.clone(),
-                    owned: false
                 },
                 Call::Exec(0),
             ]
@@ -747,27 +751,25 @@ mod tests {
         assert_eq!(
             m.take_calls(),
             vec![
-                Call::Alloc {
+                Call::AllocWeight {
                     size: 256,
                     addr: Some(wa)
                 },
-                Call::Upload {
+                Call::UploadWeight {
                     dst: wa,
                     bytes: bytes1.clone(),
-                    owned: false
                 },
                 // n1 needs w1's room while the job reads w1: the job goes first ...
                 Call::Exec(0),
                 // ... then w1 is evicted (queued after it) and w2 takes its place
-                Call::Free(wa),
-                Call::Alloc {
+                Call::FreeWeight(wa),
+                Call::AllocWeight {
                     size: 256,
                     addr: Some(wa)
                 },
-                Call::Upload {
+                Call::UploadWeight {
                     dst: wa,
                     bytes: bytes2.clone(),
-                    owned: false
                 },
                 Call::Exec(1),
             ]

@@ -848,7 +848,10 @@ mod tests {
         assert_eq!(d.arena.lock().stats().resident_bytes, 128);
         m.take_calls();
         free_buffer(h);
-        assert_eq!(m.take_calls(), vec![Call::Free(addr), Call::Synchronize]);
+        assert_eq!(
+            m.take_calls(),
+            vec![Call::FreeWeight(addr), Call::Synchronize]
+        );
         assert_eq!(d.arena.lock().stats().resident_bytes, 0);
     }
 }

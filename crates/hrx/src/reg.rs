@@ -80,9 +80,15 @@ impl Registry {
         // read whatever the runtime, so that a bad value is named even where it has no use
         let profile = env::read("GGML_HRX_PROFILE", false, "0 (off)", env::switch);
         let graphs = env::read("GGML_HRX_CUDA_GRAPHS", true, "1 (on)", env::switch);
+        let prefetch = env::read("GGML_HRX_PREFETCH", false, "0 (off)", env::switch);
         let mut devices = Vec::new();
         if choice != RuntimeChoice::Sim {
-            match cuda_devices(n, base, limit, (profile, graphs), reg) {
+            let opts = cuda::Options {
+                profile,
+                graphs,
+                prefetch,
+            };
+            match cuda_devices(n, base, limit, opts, reg) {
                 Ok(d) => {
                     return Registry {
                         reg: reg as usize,
@@ -145,7 +151,7 @@ fn cuda_devices(
     n: usize,
     base: Option<usize>,
     limit: usize,
-    (profile, graphs): (bool, bool),
+    opts: cuda::Options,
     reg: ggml_backend_reg_t,
 ) -> Result<Vec<&'static Device>, String> {
     let opened = cuda::loader::preload_toolkit();
@@ -172,14 +178,7 @@ fn cuda_devices(
     let mut devices = Vec::new();
     let mut next_base = base;
     for i in 0..n.min(have) {
-        match CudaDevice::new(
-            i,
-            i,
-            next_base,
-            (profile, graphs),
-            log_queue_error,
-            log_runtime_note,
-        ) {
+        match CudaDevice::new(i, i, next_base, opts, log_queue_error, log_runtime_note) {
             Ok(d) => {
                 next_base = next_base.and_then(|b| b.checked_add(d.capacity()));
                 devices.push(crate::device::create(

@@ -18,6 +18,7 @@ use crate::arena::ggml_hrx_arena_stats;
 use crate::claims;
 use crate::ops::op_name;
 use crate::runtime::hash_set;
+use crate::runtime::WeightUploads;
 
 struct Evaluation {
     keys: usize,
@@ -106,6 +107,17 @@ impl Reporter {
         e.splits += 1;
     }
 
+    /// When the device's backend is freed (the end of a run): the host-weight arena's totals
+    /// and, when the runtime uploads weights beside its queue (`GGML_HRX_PREFETCH`), how
+    /// many uploads went there and how many of them overlapped earlier work. A placement
+    /// is printed once, with the totals of that moment; these are the run's.
+    pub fn exit_summary(&self, stats: &ggml_hrx_arena_stats, uploads: Option<WeightUploads>) {
+        if !self.enabled {
+            return;
+        }
+        crate::log::info(&summary_line(self.device, stats, uploads));
+    }
+
     /// Ends the current evaluation and prints its placement if not seen before.
     pub fn finish(&mut self, stats: &ggml_hrx_arena_stats) {
         let Some(e) = self.current.take() else { return };
@@ -141,5 +153,63 @@ impl Reporter {
             stats.limit_bytes as f64 / 1048576.0,
             d = self.device
         ));
+    }
+}
+
+/// The line [`Reporter::exit_summary`] prints.
+fn summary_line(device: usize, s: &ggml_hrx_arena_stats, uploads: Option<WeightUploads>) -> String {
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let prefetch = match uploads {
+        None => String::new(),
+        Some(u) => format!(
+            "; prefetch: {} weight uploads ({:.2} MiB) beside the queue, {} of them ({:.2} MiB) started while earlier work ran",
+            u.uploads,
+            mib(u.bytes),
+            u.behind_work,
+            mib(u.behind_work_bytes)
+        ),
+    };
+    format!(
+        "HRX{device} at exit: arena hits {}, misses {}, refills {}, evictions {}, refusals {}, resident {:.2} MiB of {:.2} MiB{prefetch}\n",
+        s.hits,
+        s.misses,
+        s.refills,
+        s.evictions,
+        s.refusals,
+        mib(s.resident_bytes),
+        mib(s.limit_bytes)
+    )
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use super::*;
+
+    #[test]
+    fn the_exit_summary_names_the_overlap() {
+        let s = ggml_hrx_arena_stats {
+            hits: 5,
+            misses: 3,
+            refills: 1,
+            evictions: 2,
+            refusals: 0,
+            resident_bytes: 3 << 20,
+            limit_bytes: 4 << 20,
+        };
+        assert_eq!(
+            summary_line(0, &s, None),
+            "HRX0 at exit: arena hits 5, misses 3, refills 1, evictions 2, refusals 0, resident 3.00 MiB of 4.00 MiB\n"
+        );
+        let u = WeightUploads {
+            uploads: 3,
+            bytes: 3 << 20,
+            behind_work: 2,
+            behind_work_bytes: 1 << 21,
+        };
+        assert_eq!(
+            summary_line(1, &s, Some(u)),
+            "HRX1 at exit: arena hits 5, misses 3, refills 1, evictions 2, refusals 0, resident 3.00 MiB of 4.00 MiB; \
+             prefetch: 3 weight uploads (3.00 MiB) beside the queue, 2 of them (2.00 MiB) started while earlier work ran\n"
+        );
     }
 }

@@ -31,6 +31,22 @@ pub enum Call {
     },
     /// `free(addr)`.
     Free(DevAddr),
+    /// `alloc_weight(size)` and what it returned.
+    AllocWeight {
+        /// requested bytes
+        size: usize,
+        /// the address returned, `None` when out of memory
+        addr: Option<DevAddr>,
+    },
+    /// `free_weight(addr)`.
+    FreeWeight(DevAddr),
+    /// `upload_weight(dst, src, len)`: the bytes.
+    UploadWeight {
+        /// device address
+        dst: DevAddr,
+        /// the bytes uploaded
+        bytes: Vec<u8>,
+    },
     /// `upload(dst, src)`: the bytes and whether the source was an owned copy.
     Upload {
         /// device address
@@ -268,6 +284,30 @@ impl Runtime for MockRuntime {
             s.used -= n;
         }
         s.calls.push(Call::Free(addr));
+    }
+
+    fn alloc_weight(&self, size: usize) -> Option<DevAddr> {
+        let addr = self.alloc(size);
+        let mut s = self.state.lock();
+        // recorded as what the layer asked for
+        s.calls.pop();
+        s.calls.push(Call::AllocWeight { size, addr });
+        addr
+    }
+
+    fn free_weight(&self, addr: DevAddr) {
+        self.free(addr);
+        let mut s = self.state.lock();
+        s.calls.pop();
+        s.calls.push(Call::FreeWeight(addr));
+    }
+
+    fn upload_weight(&self, dst: DevAddr, src: SendPtr, len: usize) {
+        self.upload(dst, HostSrc::Borrowed(src, len));
+        let mut s = self.state.lock();
+        if let Some(Call::Upload { dst, bytes, .. }) = s.calls.pop() {
+            s.calls.push(Call::UploadWeight { dst, bytes });
+        }
     }
 
     fn contains(&self, addr: DevAddr, len: usize) -> bool {

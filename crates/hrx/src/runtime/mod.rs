@@ -96,6 +96,21 @@ pub struct ExecJob {
     pub label: String,
 }
 
+/// Weight uploads a runtime issued beside its queue ([`Runtime::upload_weight`]): counts and
+/// bytes since the device opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeightUploads {
+    /// Uploads issued on the side (copy) queue.
+    pub uploads: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Uploads that started while kernels queued before them were still running: the
+    /// overlap the side queue bought (in queue order these would have waited).
+    pub behind_work: u64,
+    /// Their bytes.
+    pub behind_work_bytes: u64,
+}
+
 /// What the ggml-facing layer needs from a device. All data operations are queued (see the
 /// module documentation).
 pub trait Runtime: Send + Sync {
@@ -137,6 +152,33 @@ pub trait Runtime: Send + Sync {
     /// Whether the runtime's kernels can run `node` (the last question a claim asks: which
     /// ops the device claims depends on what the chosen runtime can run). Not queued.
     fn supports(&self, node: &ggml_sys::ggml_tensor) -> bool;
+    /// Allocates `size` bytes for the device copy of a host weight (the host-weight arena's),
+    /// `None` when the device is out of memory. A runtime that uploads weights beside its
+    /// queue ([`Runtime::upload_weight`]) allocates them in queue order; the default is
+    /// [`Runtime::alloc`].
+    fn alloc_weight(&self, size: usize) -> Option<DevAddr> {
+        self.alloc(size)
+    }
+    /// Frees a weight copy made by [`Runtime::alloc_weight`] once the work queued before this
+    /// call has finished. Unlike [`Runtime::free`] it need not wait for that work: the
+    /// memory is reused only after it (the default is [`Runtime::free`]).
+    fn free_weight(&self, addr: DevAddr) {
+        self.free(addr)
+    }
+    /// Queues the upload of `len` bytes of a host weight at `src` into `dst`, a fresh copy
+    /// from [`Runtime::alloc_weight`] that no queued work has touched. The host bytes stay
+    /// valid and unchanged for the life of the weight (ggml's weights are). Work queued after
+    /// this call sees the bytes; a runtime may start the copy at once, beside the work
+    /// already queued (the prefetch: the next job's weights travel while the current job
+    /// computes). The default queues a plain [`Runtime::upload`].
+    fn upload_weight(&self, dst: DevAddr, src: SendPtr, len: usize) {
+        self.upload(dst, HostSrc::Borrowed(src, len))
+    }
+    /// What [`Runtime::upload_weight`] did beside the queue so far, for the report; `None`
+    /// when this runtime uploads weights in queue order.
+    fn weight_uploads(&self) -> Option<WeightUploads> {
+        None
+    }
     /// Blocks the calling thread until recording `seq` of `event`, which was recorded on
     /// this device, is complete (ggml's `event_synchronize`). A runtime whose queue can
     /// fail in a way that never completes the recording returns early instead of hanging,

@@ -12,6 +12,7 @@ use super::dispatch::{Arg, Gemm, Launch, Target};
 use super::graphs::{GraphCache, Plan};
 use super::kargs::Ten;
 use super::profile::Profile;
+use crate::runtime::WeightUploads;
 
 /// Every kernel of `kernels.cu`, looked up once when the module loads.
 pub(crate) const KERNELS: &[&str] = &[
@@ -120,6 +121,10 @@ pub struct Gpu {
     /// Receives notes on graph capture (the layer logs them at info level; the runtime
     /// knows nothing of its logger).
     note: fn(&str),
+    /// The side stream host weights are uploaded on (the prefetch), made on first use.
+    side: Option<sys::CUstream>,
+    /// What went over the side stream.
+    pub weight_uploads: WeightUploads,
 }
 
 // SAFETY: the handles are plain CUDA handles; every use goes through the runtime's mutex
@@ -173,6 +178,8 @@ impl Gpu {
             graph_counts: (0, 0),
             note,
             inputs: Inputs::default(),
+            side: None,
+            weight_uploads: WeightUploads::default(),
         })
     }
 
@@ -404,6 +411,95 @@ impl Gpu {
         // SAFETY: `dst` spans the bytes; `slot` stays untouched until the stream is waited for.
         unsafe { cu::memcpy_htod_async(dst, slot, self.stream) }
             .map_err(|e| err("cuMemcpyHtoDAsync (pinned)", e))
+    }
+
+    /// The side stream, made on first use. The first time, the device's default memory
+    /// pool is also told to keep what is freed into it (its release threshold to the
+    /// maximum), so that evicted weight copies are reused instead of being given back to
+    /// the driver at every synchronize.
+    fn side_stream(&mut self) -> Result<sys::CUstream, String> {
+        if let Some(s) = self.side {
+            return Ok(s);
+        }
+        let s = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(|e| err("cuStreamCreate (side)", e))?;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: queries into a local for a valid device; the attribute takes a u64.
+        unsafe {
+            if sys::cuDeviceGetDefaultMemPool(&mut pool, self.dev) == sys::CUresult::CUDA_SUCCESS {
+                let mut keep = u64::MAX;
+                // a pool that gives memory back is slower, not wrong: the result is ignored
+                let _ = sys::cuMemPoolSetAttribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut keep as *mut u64).cast(),
+                );
+            }
+        }
+        self.side = Some(s);
+        Ok(s)
+    }
+
+    /// Allocates `bytes` in stream order on the side stream (from the device's pool): usable
+    /// by work ordered after this point of the side stream, which every weight upload's
+    /// event makes the main stream.
+    pub fn malloc_ordered(&mut self, bytes: usize) -> Result<sys::CUdeviceptr, String> {
+        let side = self.side_stream()?;
+        // SAFETY: a live stream; the memory is only used after the upload that follows
+        // (ordered on the side stream, then the main stream waits for it).
+        unsafe { cu::malloc_async(side, bytes) }.map_err(|e| err("cuMemAllocAsync", e))
+    }
+
+    /// Frees stream-ordered memory after everything queued on the main stream so far
+    /// (which waited for the memory's upload), without waiting for it.
+    pub fn free_ordered(&mut self, p: sys::CUdeviceptr) -> Result<(), String> {
+        // SAFETY: `p` came from `malloc_ordered`; its last reader is queued on the main
+        // stream before this point.
+        unsafe { cu::free_async(p, self.stream) }.map_err(|e| err("cuMemFreeAsync", e))
+    }
+
+    /// Uploads host weight bytes into `dst` (fresh stream-ordered memory) on the side stream,
+    /// so the copy runs beside the kernels already queued on the main stream, which then
+    /// waits for it before anything queued later. From pageable memory the driver copies
+    /// `src` into its staging before returning; `src` must stay unchanged anyway (weights).
+    pub fn htod_beside(&mut self, dst: sys::CUdeviceptr, src: &[u8]) -> Result<(), String> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let side = self.side_stream()?;
+        // SAFETY: the main stream is live; a query only.
+        let busy =
+            unsafe { sys::cuStreamQuery(self.stream) } == sys::CUresult::CUDA_ERROR_NOT_READY;
+        // SAFETY: `dst` spans src.len() bytes of memory allocated on the side stream before
+        // this copy; `src` is readable host memory kept unchanged by the caller.
+        unsafe { cu::memcpy_htod_async(dst, src, side) }
+            .map_err(|e| err("cuMemcpyHtoDAsync (side)", e))?;
+        let ev = cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(|e| err("cuEventCreate", e))?;
+        // SAFETY: live event and streams; destroying an event whose wait is queued is
+        // allowed (its resources go once it completes).
+        let r = unsafe {
+            cu::event::record(ev, side)
+                .and_then(|()| {
+                    cu::stream::wait_event(
+                        self.stream,
+                        ev,
+                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                    )
+                })
+                .map_err(|e| err("cuEventRecord/cuStreamWaitEvent (side)", e))
+        };
+        // SAFETY: as above.
+        let _ = unsafe { cu::event::destroy(ev) };
+        r?;
+        let u = &mut self.weight_uploads;
+        u.uploads += 1;
+        u.bytes += src.len() as u64;
+        if busy {
+            u.behind_work += 1;
+            u.behind_work_bytes += src.len() as u64;
+        }
+        Ok(())
     }
 
     /// Starts a node: its temporaries reuse scratch from the start.

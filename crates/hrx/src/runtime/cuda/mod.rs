@@ -39,7 +39,7 @@ use parking_lot::Mutex;
 
 use crate::runtime::address::{RangeAllocator, Reservation};
 
-use super::{DevAddr, Event, ExecJob, HostSrc, Loc, NodeJob, Runtime, SendPtr};
+use super::{DevAddr, Event, ExecJob, HostSrc, Loc, NodeJob, Runtime, SendPtr, WeightUploads};
 use dispatch::{Gemm, Launch};
 use gpu::{err, Gpu};
 use kargs::Ten;
@@ -58,6 +58,22 @@ const WAIT_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 struct Mem {
     ranges: RangeAllocator,
     dptr: BTreeMap<usize, sys::CUdeviceptr>,
+    /// Start offsets of the allocations made stream-ordered ([`Runtime::alloc_weight`] with
+    /// the prefetch on): freed stream-ordered too.
+    ordered: std::collections::BTreeSet<usize>,
+}
+
+/// How a CUDA device runs (the layer reads them from `GGML_HRX_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Time every launch and print a summary at exit (`GGML_HRX_PROFILE`).
+    pub profile: bool,
+    /// Replay unchanged launch lists as CUDA graphs (`GGML_HRX_CUDA_GRAPHS`).
+    pub graphs: bool,
+    /// Upload host weights on a side stream, beside the kernels already queued, into
+    /// stream-ordered memory, and free evicted copies without waiting
+    /// (`GGML_HRX_PREFETCH`; see [`Runtime::upload_weight`]).
+    pub prefetch: bool,
 }
 
 /// An HRX device on a CUDA GPU.
@@ -73,27 +89,32 @@ pub struct CudaDevice {
     /// Whether the kernels are built: 0 not tried, 1 built, 2 failed (then nothing is
     /// claimed, and the graph runs elsewhere).
     kernels: AtomicU8,
+    /// [`Options::prefetch`].
+    prefetch: bool,
 }
 
 impl CudaDevice {
     /// HRX device `index` on CUDA device `ordinal`, with the card's memory. `base_hint` asks
     /// for the start of its fake address range (see [`crate::runtime::address`]). `on_error`
     /// receives each error as it happens (the same errors [`Runtime::synchronize`] returns).
-    /// `profile`: time every launch and print a summary at exit (`GGML_HRX_PROFILE`).
-    /// `graphs`: replay unchanged launch lists as CUDA graphs (`GGML_HRX_CUDA_GRAPHS`).
-    /// `on_note` receives notes worth an info-level log (a graph captured, a capture that
+    /// `opts`: profile, graphs, prefetch ([`Options`]). `on_note` receives notes worth an info-level log (a graph captured, a capture that
     /// failed and fell back to issuing launch by launch).
     pub fn new(
         index: usize,
         ordinal: usize,
         base_hint: Option<usize>,
-        (profile, graphs): (bool, bool),
+        opts: Options,
         on_error: fn(&str),
         on_note: fn(&str),
     ) -> Result<CudaDevice, String> {
         let label = format!("HRX{index}");
         let gpu = std::panic::catch_unwind(|| {
-            Gpu::open(ordinal, profile.then_some(label.as_str()), graphs, on_note)
+            Gpu::open(
+                ordinal,
+                opts.profile.then_some(label.as_str()),
+                opts.graphs,
+                on_note,
+            )
         })
         .map_err(|_| "the CUDA driver library lacks a function it needs".to_string())??;
         // SAFETY: `gpu.dev` is a valid device.
@@ -111,11 +132,13 @@ impl CudaDevice {
             mem: Mutex::new(Mem {
                 ranges: RangeAllocator::new(capacity),
                 dptr: BTreeMap::new(),
+                ordered: std::collections::BTreeSet::new(),
             }),
             gpu: Mutex::new(gpu),
             errors: Mutex::new(Vec::new()),
             on_error,
             kernels: AtomicU8::new(0),
+            prefetch: opts.prefetch,
         })
     }
 
@@ -435,6 +458,67 @@ impl Runtime for CudaDevice {
             // SAFETY: the stream is idle, so no queued work uses the allocation.
             unsafe { cu::free_sync(p) }.map_err(|e| err("cuMemFree", e))
         });
+    }
+
+    fn alloc_weight(&self, size: usize) -> Option<DevAddr> {
+        if !self.prefetch {
+            return self.alloc(size);
+        }
+        let mut g = self.gpu.lock();
+        g.bind().ok()?;
+        let mut m = self.mem.lock();
+        let off = m.ranges.alloc(size)?;
+        let rounded = size.max(1).div_ceil(crate::runtime::ALIGNMENT) * crate::runtime::ALIGNMENT;
+        match g.malloc_ordered(rounded) {
+            Ok(p) => {
+                m.dptr.insert(off, p);
+                m.ordered.insert(off);
+                Some(self.reservation.base() + off)
+            }
+            Err(_) => {
+                m.ranges.free(off);
+                None
+            }
+        }
+    }
+
+    fn free_weight(&self, addr: DevAddr) {
+        let off = addr.wrapping_sub(self.reservation.base());
+        if !self.mem.lock().ordered.contains(&off) {
+            return self.free(addr);
+        }
+        self.with_gpu(|g| {
+            let mut m = self.mem.lock();
+            m.ordered.remove(&off);
+            let p = m
+                .dptr
+                .remove(&off)
+                .ok_or_else(|| format!("free of unknown device address {addr:#x}"))?;
+            // the fake range may be handed out again at once: a new allocation gets other
+            // device memory (this one returns to the pool only after the queued readers),
+            // and work already issued holds device pointers, not fake addresses
+            m.ranges.free(off);
+            drop(m);
+            g.free_ordered(p)
+        });
+    }
+
+    fn upload_weight(&self, dst: DevAddr, src: SendPtr, len: usize) {
+        let off = dst.wrapping_sub(self.reservation.base());
+        if !self.mem.lock().ordered.contains(&off) {
+            return self.upload(dst, HostSrc::Borrowed(src, len));
+        }
+        self.with_gpu(|g| {
+            let d = self.translate(dst, len)?;
+            // SAFETY: the caller's contract: `len` readable host bytes, unchanged for the
+            // weight's life.
+            let bytes = unsafe { std::slice::from_raw_parts(src.0 as *const u8, len) };
+            g.htod_beside(d, bytes)
+        });
+    }
+
+    fn weight_uploads(&self) -> Option<WeightUploads> {
+        self.prefetch.then(|| self.gpu.lock().weight_uploads)
     }
 
     fn contains(&self, addr: DevAddr, len: usize) -> bool {
