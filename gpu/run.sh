@@ -41,7 +41,9 @@
 #            then llama-bench
 #            -dev HRX0 in both arms, greedy text CPU against HRX0 (HRX_FA=1: also
 #            test-backend-ops -o FLASH_ATTN_EXT with the kernel claimed, both arms, and
-#            llama-bench -fa 1 on HRX0); every process's libggml-base
+#            llama-bench -fa 1 on HRX0); per-token logits of both models on HRX0 against the
+#            CPU's, teacher-forced, NMSE <= 1e-4 at every position (cabi-tests/logits/
+#            logits_nmse.c, compiled there with cc); every process's libggml-base
 #            proven by the probe; the in-place reproducer, the arena with -ot, test-llama-archs
 #            -b HRX0 when the build has it (HRX_QUICK=1 stops before those three). Uses
 #            .device/llama-cpu-bin.tar.gz (gpu/pack.sh --llama-bin) when present, else
@@ -265,6 +267,23 @@ stage_hrxcheck() {
     done
     for a in cpu hrx-stock hrx-ours; do
       log "text $n $a: $(grep -a -o "$p.*" "$W/logs/text-$a-$n.log" | head -1 | head -c 200)"
+    done
+  done
+  # per-token logits against the CPU's, NMSE <= 1e-4 at every position (issue 13): the Q4_0
+  # text may leave the CPU's with no fault (the CPU multiplies Q4_0 by Q8_0-quantized
+  # activations, HRX0 by F32 ones); the same tokens are fed to both runs, a prompt batch then
+  # single-token decodes (cabi-tests/logits/logits_nmse.c, flash attention off in both)
+  local ln=$W/logits_nmse
+  cc -std=c11 -O2 -Wall -Wextra -I"$W/llama.cpp/include" -I"$W/llama.cpp/ggml/include" \
+    "$root/cabi-tests/logits/logits_nmse.c" -o "$ln" -L"$b/bin" -Wl,-rpath-link,"$b/bin" \
+    -l:libllama.so.0 -l:libggml-base.so.0 -l:libggml.so.0 -lm > "$W/logs/logits-cc.log" 2>&1 \
+    || log "logits: compile failed: $(tail -3 "$W/logs/logits-cc.log")"
+  for m in "$W/model-f16.gguf" "$M"; do
+    n=$(basename "$m" .gguf)
+    for a in stock ours; do
+      [ -x "$ln" ] || break 2
+      arm $a "$ln" -m "$m" --dev HRX0 -t "$jobs" > "$W/logs/logits-$a-$n.log" 2>&1
+      log "logits $n $a: exit $?; $(grep -a '^logits NMSE' "$W/logs/logits-$a-$n.log" || tail -2 "$W/logs/logits-$a-$n.log" | tr '\n' ' ')"
     done
   done
   # the placement report (ggml INFO, so -v), and where a token's time goes

@@ -105,6 +105,12 @@ const HRX_SMOLLM2: Compares = SamePath(
     "greedy text of HRX0 runs against a CPU-only run, all with -fa off --no-repack -t 2 \
      (the simulator runs ggml's CPU kernels)",
 );
+const HRX_LOGITS: Compares = SamePath(
+    "per-position logits of SmolLM2 on HRX0 against a CPU-only run (cabi-tests/logits/\
+     logits_nmse.c: a 43-token prompt batch, then 16 single-token decodes, teacher-forced; \
+     flash attention off, -t 2 --no-repack): NMSE exactly 0 at every position; one token changed in the \
+     HRX0 run at position 50 must exit 1 with that position over the bound of 1e-4",
+);
 const ARCHS: Compares = Tolerance(
     "each architecture's logits against a CPU-only model, NMSE <= 1e-4 (upstream's bound: \
      the device may run another attention algorithm), and a saved and reloaded model's \
@@ -149,6 +155,8 @@ pub const STEPS: &[Step] = &[
     script("HRX test-backend-ops -b HRX0, our base", HRX_CHECK, &["backend-ops", OURS_DIR], HRX_OPS),
     script("HRX SmolLM2 on HRX0 + arena, stock base", HRX_CHECK, &["smollm2"], HRX_SMOLLM2),
     script("HRX SmolLM2 on HRX0 + arena, our base", HRX_CHECK, &["smollm2", OURS_DIR], HRX_SMOLLM2),
+    script("HRX logits NMSE on HRX0, stock base", HRX_CHECK, &["logits"], HRX_LOGITS),
+    script("HRX logits NMSE on HRX0, our base", HRX_CHECK, &["logits", OURS_DIR], HRX_LOGITS),
     script("HRX test-llama-archs -b HRX0, our base", HRX_CHECK, &["archs", OURS_DIR], ARCHS),
     ab("test-llama-archs (CPU), our base", &["exec", "--lib", OURS, "--", "test-llama-archs"], ARCHS),
     ab("upstream suites, stock vs ours", &["ab", "--only", SUITES_CI], SUITES),
@@ -182,6 +190,38 @@ mod tests {
         assert_eq!(path, "-fa off --no-repack -t 2");
     }
 
+    /// The logits step's description names the position check.sh perturbs and the flags of
+    /// its numeric path.
+    #[test]
+    fn logits_description_names_the_scripts_perturbed_position() {
+        let script = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../crates/hrx/scripts/check.sh"),
+        )
+        .unwrap();
+        let pos = script
+            .lines()
+            .find_map(|l| l.strip_prefix("LOGITS_PERTURB="))
+            .expect("check.sh defines LOGITS_PERTURB=...");
+        let args = script
+            .lines()
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("local args=(-m \"$model\" --dev HRX0 ")
+            })
+            .and_then(|l| l.strip_suffix(')'))
+            .expect("check.sh's run_logits defines its arguments");
+        let SamePath(what) = HRX_LOGITS else {
+            panic!("the logits step compares exactly, on one path");
+        };
+        assert!(
+            what.contains(&format!("position {pos} ")),
+            "{what:?} does not name {pos}"
+        );
+        assert!(what.contains(args), "{what:?} does not name {args:?}");
+        assert_eq!(args, "-t 2 --no-repack");
+    }
+
     #[test]
     fn floating_point_steps_say_they_depend_on_the_cpu() {
         for step in STEPS {
@@ -199,6 +239,7 @@ mod tests {
             .map(|s| s.name)
             .collect();
         assert!(cpu_steps.contains(&"HRX SmolLM2 on HRX0 + arena, stock base"));
+        assert!(cpu_steps.contains(&"HRX logits NMSE on HRX0, our base"));
         assert!(cpu_steps.contains(&"upstream suites, stock vs ours"));
         assert!(!cpu_steps.contains(&"scheduler differential"));
     }

@@ -3,7 +3,7 @@
 #
 #   crates/hrx/scripts/check.sh STEP [BASE_LIB_DIR]
 #
-# STEP: unit | cabi | backend-ops | smollm2 | archs | all
+# STEP: unit | cabi | backend-ops | smollm2 | logits | archs | all
 # BASE_LIB_DIR: a directory holding the libggml-base.so.0 to run with (put first on
 #   LD_LIBRARY_PATH); empty or omitted = the stock one from the stock build.
 # Environment: HRX_STOCK_BIN (default target/llama-stock/bin), HRX_MODEL (default
@@ -115,6 +115,58 @@ run_smollm2() {
   else say "16 MiB arena: rc=$rc_rf, refusal FAILED"; fail=1; fi
 }
 
+# Per-token logits of SmolLM2 on HRX0 against a CPU-only run (cabi-tests/logits/logits_nmse.c,
+# the check gpu/run.sh hrxcheck runs on the GPU with an NMSE bound of 1e-4). Here the simulator
+# runs ggml's CPU kernels on the numeric path of the SmolLM2 step, so every position's NMSE
+# must be exactly 0, the prompt batch and the single-token decodes alike; and the tool must be
+# able to fail: one token changed in the HRX0 run at position LOGITS_PERTURB leaves the positions
+# before it at 0 and puts that one over the bound, exit 1.
+LOGITS_PERTURB=50
+run_logits() {
+  [ -f "$model" ] || { say "model missing: $model"; fail=1; return; }
+  local up=$root/target/upstream/llama_cpp_python-0.3.36/vendor/llama.cpp
+  local bin=$root/target/hrx-logits/logits_nmse
+  mkdir -p "$(dirname "$bin")"
+  # linked against the stock build's libraries; the arm's libggml-base comes first at run time
+  if ! cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 -I"$up/include" -I"$up/ggml/include" \
+      "$root/cabi-tests/logits/logits_nmse.c" -o "$bin.$arm" \
+      -L"$stock" -l:libllama.so.0 -l:libggml-base.so.0 -l:libggml.so.0 -lm >"$logs/logits-cc.log" 2>&1; then
+    say "compile failed:"; sed 's/^/    /' "$logs/logits-cc.log"; fail=1; return
+  fi
+  local args=(-m "$model" --dev HRX0 -t 2 --no-repack)
+  GGML_BACKEND_PATH=$lib LD_LIBRARY_PATH=$libpath "$bin.$arm" "${args[@]}" >"$logs/logits.out" 2>"$logs/logits.err"
+  local rc=$? summary
+  summary=$(grep '^logits NMSE:' "$logs/logits.out")
+  say "rc=$rc $summary (log: $logs/logits.out)"
+  # every position's line, and none with a value other than 0
+  local n_pos n_zero
+  n_pos=$(grep -c '^position ' "$logs/logits.out")
+  n_zero=$(grep -c '^position .* nmse 0\.000e+00 ' "$logs/logits.out")
+  if [ $rc -eq 0 ] && [ "$n_pos" -gt "$LOGITS_PERTURB" ] && [ "$n_zero" -eq "$n_pos" ] \
+      && grep -q "^logits NMSE: positions $n_pos, max 0\.000e+00 at position 0, mean 0\.000e+00; bound 1\.0e-04: PASS$" <<<"$summary"; then
+    say "HRX0 logits equal to the CPU's at all $n_pos positions (NMSE 0, prompt batch and decodes)"
+  else
+    say "HRX0 logits: FAILED (rc=$rc, $n_zero of $n_pos positions at NMSE 0)"; sed 's/^/    /' "$logs/logits.err" | tail -20; fail=1
+  fi
+  GGML_BACKEND_PATH=$lib LD_LIBRARY_PATH=$libpath "$bin.$arm" "${args[@]}" --perturb-token $LOGITS_PERTURB \
+    >"$logs/logits-perturbed.out" 2>"$logs/logits-perturbed.err"
+  rc=$?
+  summary=$(grep '^logits NMSE:' "$logs/logits-perturbed.out")
+  say "perturbed at position $LOGITS_PERTURB: rc=$rc $summary (log: $logs/logits-perturbed.out)"
+  # the position's NMSE, and how many positions before it stayed at 0
+  local at before
+  # (a position's line: position I prompt|decode token T nmse E argmax ...)
+  at=$(awk -v p=$LOGITS_PERTURB '$1 == "position" && $2 == p && /OVER THE BOUND$/ { print $7 }' "$logs/logits-perturbed.out")
+  before=$(awk -v p=$LOGITS_PERTURB '$1 == "position" && $2 < p && $7 == "0.000e+00" { n++ } END { print n + 0 }' \
+    "$logs/logits-perturbed.out")
+  if [ $rc -eq 1 ] && [ -n "$at" ] && awk -v v="$at" 'BEGIN { exit !(v > 1e-4) }' \
+      && [ "$before" -eq $LOGITS_PERTURB ] && grep -q ': FAIL$' <<<"$summary"; then
+    say "perturbed: exit 1, NMSE $at at position $LOGITS_PERTURB (over 1e-4), positions 0 to $((LOGITS_PERTURB - 1)) at 0"
+  else
+    say "perturbed: FAILED to fail as expected (rc=$rc, NMSE at $LOGITS_PERTURB '$at', $before positions before it at 0)"; fail=1
+  fi
+}
+
 run_archs() {
   # test-llama-archs never calls ggml_backend_load_all(), so GGML_BACKEND_PATH is not
   # honoured; the library registers itself when preloaded with GGML_HRX_AUTOREGISTER=1.
@@ -131,8 +183,9 @@ case $step in
   cabi) run_cabi ;;
   backend-ops) run_backend_ops ;;
   smollm2) run_smollm2 ;;
+  logits) run_logits ;;
   archs) run_archs ;;
-  all) run_unit; run_cabi; run_backend_ops; run_smollm2; run_archs ;;
+  all) run_unit; run_cabi; run_backend_ops; run_smollm2; run_logits; run_archs ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
 say "$([ $fail -eq 0 ] && echo PASS || echo FAIL)"
