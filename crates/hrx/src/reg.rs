@@ -87,6 +87,7 @@ impl Registry {
                 profile,
                 graphs,
                 prefetch,
+                weight_keep: limit,
             };
             match cuda_devices(n, base, limit, opts, reg) {
                 Ok(d) => {

@@ -122,9 +122,72 @@ pub struct Gpu {
     /// knows nothing of its logger).
     note: fn(&str),
     /// The side stream host weights are uploaded on (the prefetch), made on first use.
-    side: Option<sys::CUstream>,
+    side: Option<Side>,
+    /// Weight uploads on the side stream the main stream has not waited for yet: device
+    /// pointer, bytes, the event recorded after the copy.
+    pending: Vec<(sys::CUdeviceptr, usize, sys::CUevent)>,
     /// What went over the side stream.
     pub weight_uploads: WeightUploads,
+}
+
+/// Why a stream-ordered allocation failed.
+#[derive(Debug)]
+pub enum OrderedError {
+    /// The pool could not grow, even after a trim.
+    OutOfMemory,
+    /// Anything else (no memory pools on this device, a failed stream), with its message.
+    Other(String),
+}
+
+/// The prefetch's side stream, its memory pool, and an event marking the end of the last
+/// job issued on the main stream.
+pub struct Side {
+    stream: sys::CUstream,
+    pool: sys::CUmemoryPool,
+    job_end: sys::CUevent,
+}
+
+impl Side {
+    fn open(dev: sys::CUdevice, keep: usize) -> Result<Side, String> {
+        // SAFETY: reading an attribute of a valid device.
+        let pools = unsafe {
+            cu::device::get_attribute(
+                dev,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+            )
+        }
+        .map_err(|e| err("cuDeviceGetAttribute", e))?;
+        if pools == 0 {
+            return Err("this device has no stream-ordered memory pools".into());
+        }
+        // SAFETY: plain data; zero is valid for every field, the ones that matter are set.
+        let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = dev;
+        // SAFETY: `props` is a valid description of device memory.
+        let pool =
+            unsafe { cu::mem_pool::create(&props) }.map_err(|e| err("cuMemPoolCreate", e))?;
+        let mut keep = keep as u64;
+        // SAFETY: a live pool; the attribute takes a u64. A pool that gives memory back is
+        // slower, not wrong: a failure is ignored.
+        let _ = unsafe {
+            cu::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut keep as *mut u64).cast(),
+            )
+        };
+        let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(|e| err("cuStreamCreate (side)", e))?;
+        let job_end = cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(|e| err("cuEventCreate", e))?;
+        Ok(Side {
+            stream,
+            pool,
+            job_end,
+        })
+    }
 }
 
 // SAFETY: the handles are plain CUDA handles; every use goes through the runtime's mutex
@@ -179,6 +242,7 @@ impl Gpu {
             note,
             inputs: Inputs::default(),
             side: None,
+            pending: Vec::new(),
             weight_uploads: WeightUploads::default(),
         })
     }
@@ -202,6 +266,8 @@ impl Gpu {
     /// scratch and kept host buffers. Never called while a node is being issued (its
     /// scratch may live in a retired chunk).
     pub fn sync(&mut self) -> Result<(), String> {
+        // the side stream's copies are complete once the main stream is
+        self.flush_weight_waits()?;
         self.wait_stream()?;
         if let Some(p) = self.pinned.as_mut() {
             p.off = 0;
@@ -413,93 +479,173 @@ impl Gpu {
             .map_err(|e| err("cuMemcpyHtoDAsync (pinned)", e))
     }
 
-    /// The side stream, made on first use. The first time, the device's default memory
-    /// pool is also told to keep what is freed into it (its release threshold to the
-    /// maximum), so that evicted weight copies are reused instead of being given back to
-    /// the driver at every synchronize.
-    fn side_stream(&mut self) -> Result<sys::CUstream, String> {
-        if let Some(s) = self.side {
-            return Ok(s);
+    /// The side stream and its pool, made on first use: a private stream-ordered memory pool
+    /// on this device that keeps up to `keep` freed bytes for reuse (the arena's budget)
+    /// rather than giving them back at every synchronize. Fails on a device without memory
+    /// pools.
+    fn side(&mut self, keep: usize) -> Result<&Side, String> {
+        if self.side.is_none() {
+            self.side = Some(Side::open(self.dev, keep)?);
         }
-        let s = cu::stream::create(cu::stream::StreamKind::NonBlocking)
-            .map_err(|e| err("cuStreamCreate (side)", e))?;
-        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-        // SAFETY: queries into a local for a valid device; the attribute takes a u64.
-        unsafe {
-            if sys::cuDeviceGetDefaultMemPool(&mut pool, self.dev) == sys::CUresult::CUDA_SUCCESS {
-                let mut keep = u64::MAX;
-                // a pool that gives memory back is slower, not wrong: the result is ignored
-                let _ = sys::cuMemPoolSetAttribute(
-                    pool,
-                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    (&mut keep as *mut u64).cast(),
-                );
-            }
-        }
-        self.side = Some(s);
-        Ok(s)
+        Ok(self.side.as_ref().unwrap())
     }
 
-    /// Allocates `bytes` in stream order on the side stream (from the device's pool): usable
-    /// by work ordered after this point of the side stream, which every weight upload's
-    /// event makes the main stream.
-    pub fn malloc_ordered(&mut self, bytes: usize) -> Result<sys::CUdeviceptr, String> {
-        let side = self.side_stream()?;
-        // SAFETY: a live stream; the memory is only used after the upload that follows
-        // (ordered on the side stream, then the main stream waits for it).
-        unsafe { cu::malloc_async(side, bytes) }.map_err(|e| err("cuMemAllocAsync", e))
+    /// Allocates `bytes` in stream order on the side stream from the side pool: usable by
+    /// work ordered after this point of the side stream (the upload that follows, then the
+    /// main stream once it waits for that upload). When the pool cannot grow, everything
+    /// queued is waited for, the pool trimmed and the allocation tried once more.
+    pub fn malloc_ordered(
+        &mut self,
+        bytes: usize,
+        keep: usize,
+    ) -> Result<sys::CUdeviceptr, OrderedError> {
+        let (stream, pool) = {
+            let s = self.side(keep).map_err(OrderedError::Other)?;
+            (s.stream, s.pool)
+        };
+        let alloc = || {
+            let mut p: sys::CUdeviceptr = 0;
+            // SAFETY: a live pool and stream; the memory is only used after the upload that
+            // follows on the same stream.
+            let r = unsafe { sys::cuMemAllocFromPoolAsync(&mut p, bytes, pool, stream) };
+            (r, p)
+        };
+        let (mut r, mut p) = alloc();
+        if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            self.flush_weight_waits().map_err(OrderedError::Other)?;
+            self.wait_stream().map_err(OrderedError::Other)?;
+            // SAFETY: a live pool; only memory no queued work uses is released.
+            let _ = unsafe { cu::mem_pool::trim_to(pool, 0) };
+            (r, p) = alloc();
+        }
+        match r {
+            sys::CUresult::CUDA_SUCCESS => Ok(p),
+            sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(OrderedError::OutOfMemory),
+            e => Err(OrderedError::Other(format!(
+                "cuMemAllocFromPoolAsync: {e:?}"
+            ))),
+        }
     }
 
-    /// Frees stream-ordered memory after everything queued on the main stream so far
-    /// (which waited for the memory's upload), without waiting for it.
-    pub fn free_ordered(&mut self, p: sys::CUdeviceptr) -> Result<(), String> {
+    /// Frees stream-ordered memory after everything queued on the main stream so far,
+    /// without waiting for it. An upload into `p` the main stream has not waited for yet is
+    /// waited for first.
+    pub fn free_ordered(&mut self, p: sys::CUdeviceptr, len: usize) -> Result<(), String> {
+        self.wait_weights_for(&[(p, len)])?;
         // SAFETY: `p` came from `malloc_ordered`; its last reader is queued on the main
-        // stream before this point.
+        // stream before this point, and so is the wait for its upload.
         unsafe { cu::free_async(p, self.stream) }.map_err(|e| err("cuMemFreeAsync", e))
     }
 
-    /// Uploads host weight bytes into `dst` (fresh stream-ordered memory) on the side stream,
-    /// so the copy runs beside the kernels already queued on the main stream, which then
-    /// waits for it before anything queued later. From pageable memory the driver copies
-    /// `src` into its staging before returning; `src` must stay unchanged anyway (weights).
+    /// Uploads host weight bytes into `dst` (fresh memory from `malloc_ordered`) on the side
+    /// stream, so the copy runs beside the kernels already queued on the main stream. The
+    /// main stream waits for it only before the first job that reads it
+    /// ([`Gpu::wait_weights_for`]), or before a free or a synchronize. From pageable memory
+    /// the driver copies `src` into its staging before returning; `src` must stay unchanged
+    /// anyway (weights).
     pub fn htod_beside(&mut self, dst: sys::CUdeviceptr, src: &[u8]) -> Result<(), String> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        let side = self.side_stream()?;
-        // SAFETY: the main stream is live; a query only.
-        let busy =
-            unsafe { sys::cuStreamQuery(self.stream) } == sys::CUresult::CUDA_ERROR_NOT_READY;
-        // SAFETY: `dst` spans src.len() bytes of memory allocated on the side stream before
-        // this copy; `src` is readable host memory kept unchanged by the caller.
-        unsafe { cu::memcpy_htod_async(dst, src, side) }
-            .map_err(|e| err("cuMemcpyHtoDAsync (side)", e))?;
-        let ev = cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map_err(|e| err("cuEventCreate", e))?;
-        // SAFETY: live event and streams; destroying an event whose wait is queued is
-        // allowed (its resources go once it completes).
-        let r = unsafe {
-            cu::event::record(ev, side)
-                .and_then(|()| {
-                    cu::stream::wait_event(
-                        self.stream,
-                        ev,
-                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                    )
-                })
-                .map_err(|e| err("cuEventRecord/cuStreamWaitEvent (side)", e))
+        let Some(side) = self.side.as_ref() else {
+            return Err("an upload beside the queue before any ordered allocation".into());
         };
-        // SAFETY: as above.
-        let _ = unsafe { cu::event::destroy(ev) };
-        r?;
-        let u = &mut self.weight_uploads;
-        u.uploads += 1;
-        u.bytes += src.len() as u64;
-        if busy {
-            u.behind_work += 1;
-            u.behind_work_bytes += src.len() as u64;
+        let (stream, job_end) = (side.stream, side.job_end);
+        // the overlap: the last job queued on the main stream is still running
+        // SAFETY: a live event (a query of one never recorded reports it complete).
+        let busy = unsafe { sys::cuEventQuery(job_end) } == sys::CUresult::CUDA_ERROR_NOT_READY;
+        let queued = (|| {
+            if !src.is_empty() {
+                // SAFETY: `dst` spans src.len() bytes of memory allocated on the side stream
+                // before this copy; `src` is readable host memory kept unchanged by the caller.
+                unsafe { cu::memcpy_htod_async(dst, src, stream) }
+                    .map_err(|e| err("cuMemcpyHtoDAsync (side)", e))?;
+            }
+            // recorded even for an empty weight: the main stream must still be ordered after
+            // the allocation before it frees the memory
+            let ev = cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                .map_err(|e| err("cuEventCreate", e))?;
+            // SAFETY: live event and stream.
+            if let Err(e) = unsafe { cu::event::record(ev, stream) } {
+                // SAFETY: our event, never waited for.
+                let _ = unsafe { cu::event::destroy(ev) };
+                return Err(err("cuEventRecord (side)", e));
+            }
+            Ok(ev)
+        })();
+        match queued {
+            Ok(ev) => {
+                self.pending.push((dst, src.len().max(1), ev));
+                let u = &mut self.weight_uploads;
+                u.uploads += 1;
+                u.bytes += src.len() as u64;
+                if busy {
+                    u.behind_work += 1;
+                    u.behind_work_bytes += src.len() as u64;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // nothing orders the main stream after what was queued: finish it here, so
+                // the memory is not freed under a copy still writing it
+                // SAFETY: a live stream.
+                let _ = unsafe { cu::stream::synchronize(stream) };
+                Err(e)
+            }
         }
-        Ok(())
+    }
+
+    /// Makes the main stream wait for the pending weight uploads into any of `ranges`
+    /// (device pointer, bytes): called before a job that reads them is issued.
+    pub fn wait_weights_for(&mut self, ranges: &[(sys::CUdeviceptr, usize)]) -> Result<(), String> {
+        let hit = |&(d, n, _): &(sys::CUdeviceptr, usize, sys::CUevent)| {
+            ranges
+                .iter()
+                .any(|&(p, len)| p < d + n as u64 && d < p + len.max(1) as u64)
+        };
+        let (now, later): (Vec<_>, Vec<_>) = self.pending.drain(..).partition(hit);
+        self.pending = later;
+        self.wait_events(now)
+    }
+
+    /// Whether a side-stream weight upload still has no wait on the main stream.
+    pub fn has_pending_weights(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Makes the main stream wait for every pending weight upload.
+    pub fn flush_weight_waits(&mut self) -> Result<(), String> {
+        let all = std::mem::take(&mut self.pending);
+        self.wait_events(all)
+    }
+
+    fn wait_events(
+        &mut self,
+        evs: Vec<(sys::CUdeviceptr, usize, sys::CUevent)>,
+    ) -> Result<(), String> {
+        let mut first_err = None;
+        for (_, _, ev) in evs {
+            // SAFETY: live event and stream; destroying an event whose wait is queued is
+            // allowed (its resources go once it completes).
+            unsafe {
+                if let Err(e) = cu::stream::wait_event(
+                    self.stream,
+                    ev,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                ) {
+                    // the main stream cannot be ordered after the copy: wait for it here
+                    let _ = sys::cuEventSynchronize(ev);
+                    first_err.get_or_insert(err("cuStreamWaitEvent (side)", e));
+                }
+                let _ = cu::event::destroy(ev);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Marks the end of the job just issued on the main stream, for the overlap count.
+    pub fn mark_job_end(&mut self) {
+        if let Some(s) = &self.side {
+            // SAFETY: live event and stream; a failure only leaves the count less exact.
+            let _ = unsafe { cu::event::record(s.job_end, self.stream) };
+        }
     }
 
     /// Starts a node: its temporaries reuse scratch from the start.

@@ -58,9 +58,9 @@ const WAIT_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 struct Mem {
     ranges: RangeAllocator,
     dptr: BTreeMap<usize, sys::CUdeviceptr>,
-    /// Start offsets of the allocations made stream-ordered ([`Runtime::alloc_weight`] with
-    /// the prefetch on): freed stream-ordered too.
-    ordered: std::collections::BTreeSet<usize>,
+    /// The allocations made stream-ordered ([`Runtime::alloc_weight`] with the prefetch
+    /// on), by start offset, with their bytes: freed stream-ordered too.
+    ordered: BTreeMap<usize, usize>,
 }
 
 /// How a CUDA device runs (the layer reads them from `GGML_HRX_*`).
@@ -74,6 +74,9 @@ pub struct Options {
     /// stream-ordered memory, and free evicted copies without waiting
     /// (`GGML_HRX_PREFETCH`; see [`Runtime::upload_weight`]).
     pub prefetch: bool,
+    /// Bytes of freed weight copies the prefetch's pool keeps for reuse (the host-weight
+    /// arena's budget, `GGML_HRX_HOST_WEIGHT_LIMIT_MB`).
+    pub weight_keep: usize,
 }
 
 /// An HRX device on a CUDA GPU.
@@ -89,8 +92,12 @@ pub struct CudaDevice {
     /// Whether the kernels are built: 0 not tried, 1 built, 2 failed (then nothing is
     /// claimed, and the graph runs elsewhere).
     kernels: AtomicU8,
-    /// [`Options::prefetch`].
-    prefetch: bool,
+    /// [`Options::prefetch`]; turned off for good when the side stream fails in a way other
+    /// than running out of memory (then weights go the plain way, and the failure is
+    /// reported once).
+    prefetch: std::sync::atomic::AtomicBool,
+    /// [`Options::weight_keep`].
+    weight_keep: usize,
 }
 
 impl CudaDevice {
@@ -132,13 +139,14 @@ impl CudaDevice {
             mem: Mutex::new(Mem {
                 ranges: RangeAllocator::new(capacity),
                 dptr: BTreeMap::new(),
-                ordered: std::collections::BTreeSet::new(),
+                ordered: BTreeMap::new(),
             }),
             gpu: Mutex::new(gpu),
             errors: Mutex::new(Vec::new()),
             on_error,
             kernels: AtomicU8::new(0),
-            prefetch: opts.prefetch,
+            prefetch: std::sync::atomic::AtomicBool::new(opts.prefetch),
+            weight_keep: opts.weight_keep,
         })
     }
 
@@ -292,6 +300,24 @@ impl CudaDevice {
         to_target(g, rec, |t| dispatch::node(node, d, &srcs, t))?;
         self.copy_back(g, nj, dp)?;
         Ok(1)
+    }
+
+    /// Orders the main stream after the pending side-stream uploads of the weights `job`
+    /// reads (the prefetch), before any of its kernels is issued; uploads for later jobs go
+    /// on beside it.
+    fn wait_for_weights(&self, g: &mut Gpu, job: &ExecJob) -> Result<(), String> {
+        if !g.has_pending_weights() {
+            return Ok(());
+        }
+        let mut ranges = Vec::new();
+        for nj in &job.nodes {
+            for (loc, &n) in nj.locs.iter().zip(&nj.sizes) {
+                if let Loc::Device(a) = *loc {
+                    ranges.push((self.translate(a, n)?, n));
+                }
+            }
+        }
+        g.wait_weights_for(&ranges)
     }
 
     /// A node whose result lives in host memory: its staged bytes go back.
@@ -461,35 +487,49 @@ impl Runtime for CudaDevice {
     }
 
     fn alloc_weight(&self, size: usize) -> Option<DevAddr> {
-        if !self.prefetch {
+        if !self.prefetch.load(Ordering::Relaxed) {
             return self.alloc(size);
         }
-        let mut g = self.gpu.lock();
-        g.bind().ok()?;
-        let mut m = self.mem.lock();
-        let off = m.ranges.alloc(size)?;
-        let rounded = size.max(1).div_ceil(crate::runtime::ALIGNMENT) * crate::runtime::ALIGNMENT;
-        match g.malloc_ordered(rounded) {
-            Ok(p) => {
-                m.dptr.insert(off, p);
-                m.ordered.insert(off);
-                Some(self.reservation.base() + off)
+        let got = {
+            let mut g = self.gpu.lock();
+            g.bind().ok()?;
+            let mut m = self.mem.lock();
+            let off = m.ranges.alloc(size)?;
+            let rounded =
+                size.max(1).div_ceil(crate::runtime::ALIGNMENT) * crate::runtime::ALIGNMENT;
+            match g.malloc_ordered(rounded, self.weight_keep) {
+                Ok(p) => {
+                    m.dptr.insert(off, p);
+                    m.ordered.insert(off, rounded);
+                    return Some(self.reservation.base() + off);
+                }
+                Err(e) => {
+                    m.ranges.free(off);
+                    e
+                }
             }
-            Err(_) => {
-                m.ranges.free(off);
-                None
+        };
+        match got {
+            // the arena evicts and retries, as with plain allocations
+            gpu::OrderedError::OutOfMemory => None,
+            gpu::OrderedError::Other(e) => {
+                self.prefetch.store(false, Ordering::Relaxed);
+                self.fail(format!(
+                    "the prefetch is off from now on (GGML_HRX_PREFETCH): {e}"
+                ));
+                self.alloc(size)
             }
         }
     }
 
     fn free_weight(&self, addr: DevAddr) {
         let off = addr.wrapping_sub(self.reservation.base());
-        if !self.mem.lock().ordered.contains(&off) {
+        if !self.mem.lock().ordered.contains_key(&off) {
             return self.free(addr);
         }
         self.with_gpu(|g| {
             let mut m = self.mem.lock();
-            m.ordered.remove(&off);
+            let len = m.ordered.remove(&off).unwrap_or(0);
             let p = m
                 .dptr
                 .remove(&off)
@@ -499,13 +539,13 @@ impl Runtime for CudaDevice {
             // and work already issued holds device pointers, not fake addresses
             m.ranges.free(off);
             drop(m);
-            g.free_ordered(p)
+            g.free_ordered(p, len)
         });
     }
 
     fn upload_weight(&self, dst: DevAddr, src: SendPtr, len: usize) {
         let off = dst.wrapping_sub(self.reservation.base());
-        if !self.mem.lock().ordered.contains(&off) {
+        if !self.mem.lock().ordered.contains_key(&off) {
             return self.upload(dst, HostSrc::Borrowed(src, len));
         }
         self.with_gpu(|g| {
@@ -518,7 +558,9 @@ impl Runtime for CudaDevice {
     }
 
     fn weight_uploads(&self) -> Option<WeightUploads> {
-        self.prefetch.then(|| self.gpu.lock().weight_uploads)
+        let g = self.gpu.lock();
+        (g.weight_uploads.uploads > 0 || self.prefetch.load(Ordering::Relaxed))
+            .then_some(g.weight_uploads)
     }
 
     fn contains(&self, addr: DevAddr, len: usize) -> bool {
@@ -597,6 +639,7 @@ impl Runtime for CudaDevice {
             let mut rec =
                 (g.graphs.is_some() && job.nodes.iter().all(recordable)).then(Recording::default);
             g.begin_job(rec.is_some());
+            self.wait_for_weights(g, &job)?;
             let mut i = 0;
             let mut failed = None;
             while i < job.nodes.len() {
@@ -618,6 +661,7 @@ impl Runtime for CudaDevice {
                         .map_err(|e| format!("{}: {e}", job.label))?;
                 }
             }
+            g.mark_job_end();
             if let Some(e) = failed {
                 return Err(e);
             }
