@@ -830,6 +830,16 @@ impl Drop for Gpu {
             // SAFETY: as above.
             let _ = unsafe { cu::free_host(p as *mut c_void) };
         }
+        if let Some(side) = self.side.take() {
+            // SAFETY: `sync` above waited for every side copy (through the main stream); the
+            // handles are ours and destroyed once. A pool with memory still allocated from it
+            // goes when that memory is freed.
+            unsafe {
+                let _ = cu::event::destroy(side.job_end);
+                let _ = cu::stream::destroy(side.stream);
+                let _ = cu::mem_pool::destroy(side.pool);
+            }
+        }
         // SAFETY: the stream is idle and destroyed once.
         let _ = unsafe { cu::stream::destroy(self.stream) };
     }
