@@ -12,6 +12,10 @@
 #                          the hrxcheck stage needs no build there
 #   gpu/pack.sh --models   (with or without --llama-bin, in any order) also packs the pinned tree's models/ (tokenizer vocabularies, chat
 #                          templates: 23 MiB) as .device/llama-models.tar.gz, for ctest there
+#   gpu/pack.sh --real-model   also splits the real model (target/models/SmolLM2-135M-Instruct.Q4_1.gguf,
+#                          94 MiB, more than one call carries) into .device-real-0/, -1/, -2/ (each at
+#                          most 42 MiB, one call each: gpu/README.md) with its sha256 in
+#                          .device/real-model.txt, for the `real` stage there
 #   gpu/pack.sh --stock-base   also copies the stock libggml-base.so.0 built here (the CPU
 #                          build `./ab build-stock` made, target/llama-stock) to
 #                          .device/stock-base/: the ppdiag stage's third arm, stock's code
@@ -19,13 +23,14 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # the options, in any order, checked before the (slow) bundle
-models=0 llama_bin= stock_base=0
+models=0 llama_bin= stock_base=0 real=0
 while [ $# -gt 0 ]; do
   case $1 in
     --models) models=1; shift ;;
+    --real-model) real=1; shift ;;
     --stock-base) stock_base=1; shift ;;
-    --llama-bin) llama_bin=$(cd "${2:?usage: gpu/pack.sh [--models] [--stock-base] [--llama-bin BUILD_DIR]}" && pwd); shift 2 ;;
-    *) echo "gpu/pack.sh: unknown argument $1 (usage: gpu/pack.sh [--models] [--stock-base] [--llama-bin BUILD_DIR])" >&2; exit 2 ;;
+    --llama-bin) llama_bin=$(cd "${2:?usage: gpu/pack.sh [--models] [--real-model] [--stock-base] [--llama-bin BUILD_DIR]}" && pwd); shift 2 ;;
+    *) echo "gpu/pack.sh: unknown argument $1 (usage: gpu/pack.sh [--models] [--real-model] [--stock-base] [--llama-bin BUILD_DIR])" >&2; exit 2 ;;
   esac
 done
 cd "$root"
@@ -64,6 +69,23 @@ if [ "$stock_base" = 1 ]; then
   mkdir -p "$dev/stock-base"
   cp -L target/llama-stock/bin/libggml-base.so.0 "$dev/stock-base/"
 fi
+rm -rf .device-real-* "$dev/real-model.txt"
+if [ "$real" = 1 ]; then
+  model=target/models/SmolLM2-135M-Instruct.Q4_1.gguf
+  [ -f "$model" ] || ./ab fetch >&2
+  [ -f "$model" ] || { echo "gpu/pack.sh: $model is missing after ./ab fetch" >&2; exit 1; }
+  tmp=$(mktemp -d)
+  split -b 42M -d -a 1 "$model" "$tmp/part-"
+  n=0
+  for f in "$tmp"/part-*; do
+    mkdir -p ".device-real-$n" && mv "$f" ".device-real-$n/"
+    n=$((n + 1))
+  done
+  rm -rf "$tmp"
+  # name, sha256 of the whole file, number of parts: the `real` stage checks all three
+  echo "$(basename "$model") $(sha256sum "$model" | cut -d' ' -f1) $n" > "$dev/real-model.txt"
+  echo "gpu/pack.sh: $(basename "$model") in $n parts: $(ls -d .device-real-* | tr '\n' ' ')" >&2
+fi
 if [ "$models" = 1 ]; then
   tar -czf "$dev/llama-models.tar.gz" -C "$up" llama.cpp/models
 fi
@@ -72,4 +94,4 @@ if [ -n "$llama_bin" ]; then
   (cd "$build" && tar -czf "$root/$dev/llama-cpu-bin.tar.gz" bin/test-backend-ops bin/llama-completion \
     bin/llama-bench bin/llama-quantize $(cd "$build" && ls bin/test-llama-archs 2>/dev/null) bin/*.so*)
 fi
-du -sh "$dev"/* >&2
+du -sh "$dev"/* .device-real-* >&2 2>/dev/null || true

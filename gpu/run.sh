@@ -35,6 +35,10 @@
 #   hrxbench llama-bench pp512/tg128 of the F16 and Q4_0 models, -dev HRX0 (CUDA runtime) and
 #            -dev CUDA0 (ggml-cuda) from the same CUDA build, alternating (HRX_ROUNDS, default 3);
 #            flash attention off, or on in both with HRX_FA=1 (HRX0 then claims FLASH_ATTN_EXT)
+#   realparts  copies the parts of the real model carried so far (.device-real-N/, from
+#            gpu/pack.sh --real-model) to $W/real/
+#   real     SmolLM2 (a real model, carried in parts) on HRX0 against the CPU, both arms: text,
+#            placement, logits check, llama-bench (REAL_WAIT: seconds to wait for parts)
 #   hrxcheck everything issue 13 asks of the H200 in one go, for a machine held only minutes:
 #            test-backend-ops -b HRX0 in both arms (in the background while the models are
 #            made; it says when HRX0 was not a CUDA device, as then nothing ran on the GPU),
@@ -79,7 +83,7 @@ log() { echo "[gpu $(date -u +%H:%M:%S)] $*"; }
 # most 8 files from $OUT, so loose copies of the logs would be cut off.
 collect() {
   local files=() f
-  for f in "$W"/logs/*.log "$W"/logs/*.jsonl "$W"/bg.log "$W"/ab-bundle/target/ab/report.json \
+  for f in "$W"/logs/*.log "$W"/logs/*.txt "$W"/logs/*.jsonl "$W"/bg.log "$W"/ab-bundle/target/ab/report.json \
     "$W"/bench/report.md "$W"/bench/report.json; do
     [ -f "$f" ] && files+=("${f#"$W"/}")
   done
@@ -365,6 +369,81 @@ stage_hrxcheck() {
   done
   log "hrxcheck: $((SECONDS - t0)) s"
   tar -czf "$out/hrx-logs.tgz" -C "$W" logs
+}
+
+# realparts: the parts of the real model carried so far (gpu/pack.sh --real-model writes one
+# .device-real-N/ a device call can carry) go to $W/real/, where they outlive the checkout
+stage_realparts() {
+  mkdir -p "$W/real"
+  local d f
+  for d in "$root"/.device-real-*/; do
+    [ -d "$d" ] || continue
+    for f in "$d"part-*; do [ -f "$f" ] && cp -n "$f" "$W/real/"; done
+  done
+  [ -f "$dev/real-model.txt" ] && cp "$dev/real-model.txt" "$W/real/"
+  log "realparts: $(ls "$W/real" | tr '\n' ' ')"
+}
+
+# real: a real model (SmolLM2-135M-Instruct Q4_1) on HRX0 (CUDA runtime) against a CPU-only
+# run, in the stock arm and ours, once every part has arrived (waits REAL_WAIT seconds for
+# them, default 0): greedy text, the placement report, the logits check when hrxcheck built
+# it, and llama-bench. Needs a CPU build of the pin (hrxcheck's, or buildcpu).
+stage_real() {
+  stage_realparts
+  local man=$W/real/real-model.txt name sum n t0=$SECONDS
+  [ -f "$man" ] || { log "real: no real-model.txt (gpu/pack.sh --real-model, then carry .device)"; return 1; }
+  read -r name sum n < "$man"
+  while [ "$(ls "$W/real"/part-* 2>/dev/null | wc -l)" -lt "$n" ]; do
+    if [ $((SECONDS - t0)) -ge "${REAL_WAIT:-0}" ]; then
+      log "real: $(ls "$W/real"/part-* 2>/dev/null | wc -l) of $n parts here; carry the others (.device-real-N) and run again"
+      return 1
+    fi
+    sleep 5
+    stage_realparts > /dev/null
+  done
+  local m=$W/real/$name
+  [ -f "$m" ] || { cat "$W/real"/part-* > "$m.tmp" && mv "$m.tmp" "$m"; }
+  if [ "$(sha256sum "$m" | cut -d' ' -f1)" != "$sum" ]; then
+    log "real: $name does not have the sha256 of the manifest; parts: $(ls "$W/real"/part-* | tr '\n' ' ')"
+    rm -f "$m"
+    return 1
+  fi
+  local b=$W/prebuilt lib=$W/ab-bundle/lib a p="The capital of France is" mn
+  [ -x "$b/bin/llama-completion" ] || { b=$W/build-cpu; [ -x "$b/bin/llama-completion" ] || stage_buildcpu || return 1; }
+  mn=$(basename "$m" .gguf)
+  export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=${GGML_HRX_RUNTIME:-cuda}
+  # real_arm NAME CMD...: CMD in arm NAME (stock|ours), the probe recording what it mapped
+  real_arm() {
+    local a=$1; shift
+    local path=$b/bin; [ "$a" = ours ] && path=$lib:$b/bin
+    LD_LIBRARY_PATH=$path LD_PRELOAD=$lib/libab_probe.so GGML_AB_PROBE_OUT=$W/logs/probe-real-$a.jsonl "$@"
+  }
+  # the text on stdout, the logs (the report needs -v) on stderr: apart, or they interleave
+  real_arm stock "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -ngl 0 -no-cnv --no-warmup \
+    > "$W/logs/real-text-cpu.txt" 2> "$W/logs/real-text-cpu.log" < /dev/null
+  for a in stock ours; do
+    GGML_HRX_REPORT=1 real_arm $a "$b/bin/llama-completion" -v -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
+      -ngl 99 -no-cnv --no-warmup > "$W/logs/real-text-hrx-$a.txt" 2> "$W/logs/real-text-hrx-$a.log" < /dev/null
+  done
+  local t_cpu t
+  t_cpu=$(grep -a -o "$p.*" "$W/logs/real-text-cpu.txt" | head -1)
+  for a in cpu hrx-stock hrx-ours; do
+    t=$(grep -a -o "$p.*" "$W/logs/real-text-$a.txt" | head -1)
+    log "real $mn text $a$([ "$a" != cpu ] && { [ -n "$t" ] && [ "$t" = "$t_cpu" ] && echo " (the CPU's)" || echo " (NOT the CPU's)"; }): $(echo "$t" | head -c 200)"
+  done
+  log "real report: $(grep -a -o 'HRX0 report.*' "$W/logs/real-text-hrx-ours.log" | head -1 | cut -c1-300)"
+  if [ -x "$W/logits_nmse" ]; then
+    for a in stock ours; do
+      real_arm $a "$W/logits_nmse" -m "$m" --dev HRX0 > "$W/logs/real-logits-$a.log" 2>&1
+      log "real logits $a: exit $?; $(grep -a 'logits NMSE' "$W/logs/real-logits-$a.log" | tail -1)"
+    done
+  fi
+  for a in stock ours; do
+    real_arm $a "$b/bin/llama-bench" -m "$m" -dev HRX0 -ngl 99 -fa 0 -p 512 -n 128 -r 3 > "$W/logs/real-bench-$a.log" 2>&1
+    log "real bench $a: $(grep -E 'pp512|tg128' "$W/logs/real-bench-$a.log" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+  done
+  log "real probe (program, libggml-base mapped): $(cat "$W"/logs/probe-real-*.jsonl 2>/dev/null | grep -o '"name":"libggml-base"[^}]*' \
+    | grep -o '"path":"[^"]*"' | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
 }
 
 stage_model() {
