@@ -4,7 +4,12 @@
 //!
 //! Copies are cached by identity (host address and size) and generation (bumped when HRX
 //! sees the host bytes change: writes to an `HRX0_HOST` buffer; weights in foreign host
-//! buffers are taken as immutable once loaded, as ggml treats weights). The arena holds at
+//! buffers are taken as immutable once loaded, as ggml treats weights). HRX is not told when
+//! a foreign buffer is freed, so a new weight can later sit at the same address with the
+//! same size (a model freed and another loaded, `mmap` handing out the same range): each use
+//! also compares a fingerprint of the host bytes (a hash of [`SAMPLES`] words spread over the
+//! weight) with the copy's, and uploads again when they differ. A safety net, not a proof:
+//! a change that misses every sampled word goes unseen. The arena holds at
 //! most `limit` bytes (`GGML_HRX_HOST_WEIGHT_LIMIT_MB`); to make room it evicts the least
 //! recently used copies not needed by the node being prepared, and a weight evicted earlier
 //! is uploaded again (refilled) on its next use. A weight larger than the whole budget, or
@@ -48,7 +53,41 @@ pub struct WeightKey {
 struct Entry {
     addr: DevAddr,
     generation: u64,
+    fingerprint: u64,
     last_use: u64,
+}
+
+/// Words of a weight's host bytes its fingerprint reads.
+pub const SAMPLES: usize = 16;
+
+/// A hash of the size and [`SAMPLES`] 8-byte words spread evenly over `[ptr, ptr + size)`
+/// (every byte when the weight is shorter than a word): cheap enough for every use, and
+/// different for another weight at the same address with near certainty.
+///
+/// # Safety
+/// `[ptr, ptr + size)` is readable host memory.
+unsafe fn fingerprint(ptr: usize, size: usize) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ size as u64;
+    let mut mix = |v: u64| {
+        h ^= v;
+        h = h.wrapping_mul(PRIME);
+    };
+    if size < 8 {
+        for i in 0..size {
+            // SAFETY: i < size, inside the readable range.
+            mix(unsafe { *((ptr + i) as *const u8) } as u64);
+        }
+        return h;
+    }
+    let last = size - 8;
+    for k in 0..SAMPLES {
+        let off = last / (SAMPLES - 1) * k;
+        let off = if k == SAMPLES - 1 { last } else { off };
+        // SAFETY: off + 8 <= size, inside the readable range; unaligned reads are allowed.
+        mix(unsafe { std::ptr::read_unaligned((ptr + off) as *const u64) });
+    }
+    h
 }
 
 /// Why a weight could not be made resident.
@@ -126,9 +165,10 @@ impl Arena {
     }
 
     /// Returns the device address of a current copy of the weight `key`, uploading it
-    /// (queued on `rt`) when needed. `pinned` are the weights the same node already holds:
-    /// they are never evicted for this one. The host bytes must stay unchanged until the
-    /// queued upload has run (weights do).
+    /// (queued on `rt`) when needed: first use, a new `generation`, or host bytes whose
+    /// fingerprint differs from the copy's. `pinned` are the weights the same node already
+    /// holds: they are never evicted for this one. `key` must name readable host memory (a
+    /// live weight), whose bytes stay unchanged until the queued upload has run (weights do).
     pub fn acquire(
         &mut self,
         rt: &dyn Runtime,
@@ -138,13 +178,16 @@ impl Arena {
     ) -> Result<DevAddr, ArenaError> {
         self.tick += 1;
         let tick = self.tick;
+        // SAFETY: the caller's contract: `key` is a live weight's host bytes.
+        let fp = unsafe { fingerprint(key.ptr, key.size) };
         if let Some(e) = self.entries.get_mut(&key) {
             e.last_use = tick;
-            if e.generation == generation {
+            if e.generation == generation && e.fingerprint == fp {
                 self.stats.hits += 1;
             } else {
                 self.stats.misses += 1;
                 e.generation = generation;
+                e.fingerprint = fp;
                 rt.upload(
                     e.addr,
                     HostSrc::Borrowed(SendPtr(key.ptr as *mut _), key.size),
@@ -196,6 +239,7 @@ impl Arena {
             Entry {
                 addr,
                 generation,
+                fingerprint: fp,
                 last_use: tick,
             },
         );
@@ -316,6 +360,56 @@ mod tests {
         assert_eq!(a.acquire(&rt, k, 1, &[]).unwrap(), x);
         assert_eq!(read(&rt, x, 512), vec![9u8; 512]);
         assert_eq!(a.stats().misses, 2);
+    }
+
+    #[test]
+    fn another_weight_at_the_same_address_is_uploaded_again() {
+        // a model freed and another loaded at the same host address, same size: HRX is not
+        // told (foreign buffers keep generation 0); the fingerprint sees the new bytes
+        let rt = SimDevice::new(0, 1 << 20, None, |_| {}).unwrap();
+        let mut w: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        let mut a = Arena::new(1 << 16);
+        let k = key(&w);
+        let x = a.acquire(&rt, k, 0, &[]).unwrap();
+        assert_eq!(a.acquire(&rt, k, 0, &[]).unwrap(), x);
+        assert_eq!((a.stats().hits, a.stats().misses), (1, 1));
+        rt.synchronize().unwrap();
+        w.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+        assert_eq!(a.acquire(&rt, k, 0, &[]).unwrap(), x);
+        assert_eq!(
+            (a.stats().hits, a.stats().misses),
+            (1, 2),
+            "new bytes: a miss"
+        );
+        assert_eq!(read(&rt, x, 4096), w, "the copy holds the new bytes");
+        // one sampled word changed is enough; the last word is always sampled
+        rt.synchronize().unwrap();
+        w[4095] ^= 0xff;
+        a.acquire(&rt, k, 0, &[]).unwrap();
+        assert_eq!(a.stats().misses, 3);
+        assert_eq!(read(&rt, x, 4096), w);
+        // short weights are read whole
+        let mut t = vec![1u8, 2, 3];
+        let y = a.acquire(&rt, key(&t), 0, &[]).unwrap();
+        rt.synchronize().unwrap();
+        t[1] = 9;
+        a.acquire(&rt, key(&t), 0, &[]).unwrap();
+        assert_eq!(read(&rt, y, 3), t);
+        assert_eq!(a.stats().misses, 5);
+    }
+
+    #[test]
+    fn fingerprints_see_size_and_sampled_words() {
+        let v: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let p = v.as_ptr() as usize;
+        // SAFETY: every range below lies inside `v`.
+        unsafe {
+            assert_eq!(fingerprint(p, 1000), fingerprint(p, 1000));
+            assert_ne!(fingerprint(p, 1000), fingerprint(p, 999));
+            assert_ne!(fingerprint(p, 8), fingerprint(p + 1, 8));
+            assert_ne!(fingerprint(p, 3), fingerprint(p, 2));
+            assert_eq!(fingerprint(p, 0), fingerprint(p + 5, 0));
+        }
     }
 
     #[test]
