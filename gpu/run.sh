@@ -286,8 +286,8 @@ stage_hrxcheck() {
     n=$(basename "$m" .gguf)
     for a in stock ours; do
       [ -x "$ln" ] || break 2
-      arm $a "$ln" -m "$m" --dev HRX0 -t "$jobs" > "$W/logs/logits-$a-$n.log" 2>&1
-      log "logits $n $a: exit $?; $(grep -a '^logits NMSE' "$W/logs/logits-$a-$n.log" || tail -2 "$W/logs/logits-$a-$n.log" | tr '\n' ' ')"
+      arm $a timeout 600 "$ln" -m "$m" --dev HRX0 -t "$jobs" > "$W/logs/logits-$a-$n.log" 2>&1
+      log "logits $n $a: exit $?; $(grep -a -E '^(argmax|logits NMSE)' "$W/logs/logits-$a-$n.log" | tr '\n' ' ' || tail -2 "$W/logs/logits-$a-$n.log" | tr '\n' ' ')"
     done
   done
   # the placement report (ggml INFO, so -v), and where a token's time goes
@@ -434,8 +434,8 @@ stage_real() {
   log "real report: $(grep -a -o 'HRX0 report.*' "$W/logs/real-text-hrx-ours.log" | head -1 | cut -c1-300)"
   if [ -x "$W/logits_nmse" ]; then
     for a in stock ours; do
-      real_arm $a "$W/logits_nmse" -m "$m" --dev HRX0 > "$W/logs/real-logits-$a.log" 2>&1
-      log "real logits $a: exit $?; $(grep -a 'logits NMSE' "$W/logs/real-logits-$a.log" | tail -1)"
+      real_arm $a timeout 600 "$W/logits_nmse" -m "$m" --dev HRX0 -t "$jobs" > "$W/logs/real-logits-$a.log" 2>&1
+      log "real logits $a: exit $?; $(grep -a -E '^(argmax|logits NMSE)' "$W/logs/real-logits-$a.log" | tr '\n' ' ')"
     done
   fi
   for a in stock ours; do

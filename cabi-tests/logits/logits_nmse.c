@@ -5,7 +5,7 @@
  * Greedy text is a poor check of a device whose kernels round differently from the CPU's:
  * one argmax that flips near a tie parts the texts for good, although every logit agreed
  * closely. This program compares the logits themselves. It runs the same token sequence
- * twice, once with the model on the devices named by --dev (n_gpu_layers 99) and once on
+ * twice, once with the model on the devices named by --dev (every layer) and once on
  * the CPU alone (an empty device list), and computes for every position
  *
  *     NMSE = sum over the vocabulary of (x - ref)^2 / sum of ref^2
@@ -76,7 +76,7 @@ static void usage(FILE *f) {
             "usage: logits_nmse -m MODEL --dev NAME[,NAME...] [-p TEXT] [-n N] [--bound B]\n"
             "                   [--fa] [-t THREADS] [--no-repack] [-v]\n"
             "  -m MODEL       a GGUF model\n"
-            "  --dev NAMES    the devices of the compared run (n_gpu_layers 99), e.g. HRX0;\n"
+            "  --dev NAMES    the devices of the compared run (every layer), e.g. HRX0;\n"
             "                 the reference runs on the CPU alone\n"
             "  -p TEXT        the prompt (default: a fixed sentence of about 45 tokens)\n"
             "  -n N           tokens decoded one at a time after the prompt (default 16)\n"
@@ -226,6 +226,17 @@ static int resolve_devices(const char *names, ggml_backend_dev_t *devs) {
             fprintf(stderr, " (a backend library is added with GGML_BACKEND_PATH)\n");
             return 2;
         }
+        /* the reference is the CPU: a CPU device compared with it proves nothing */
+        if (ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+            return fail_usage("--dev: '%s' is a CPU device, the reference itself; name the "
+                              "devices to compare with it",
+                              tok);
+        }
+        for (int k = 0; k < n; k++) {
+            if (devs[k] == d) {
+                return fail_usage("--dev: '%s' is named twice", tok);
+            }
+        }
         devs[n++] = d;
     }
     if (n == 0) {
@@ -241,7 +252,8 @@ static struct llama_model *load_model(const struct options *o, ggml_backend_dev_
     struct llama_model_params mp = llama_model_default_params();
     /* an empty list, not NULL: NULL would mean every device there is, HRX0 included */
     mp.devices = devs ? devs : none;
-    mp.n_gpu_layers = devs ? 99 : 0;
+    /* every layer, whatever the model's depth (llama.cpp caps it at the layer count) */
+    mp.n_gpu_layers = devs ? 1000000 : 0;
     mp.use_extra_bufts = !o->no_repack;
     return llama_model_load_from_file(o->model, mp);
 }
@@ -333,7 +345,8 @@ static double nmse(const float *x, const float *ref, int n) {
         norm += (double)ref[i] * (double)ref[i];
     }
     if (norm == 0) {
-        return err == 0 ? 0 : INFINITY;
+        /* a reference of zeros is no reference: fail the position */
+        return NAN;
     }
     return err / norm;
 }
@@ -355,41 +368,65 @@ int main(int argc, char **argv) {
         return rc;
     }
 
+    /* every exit after this point goes through `done`, which frees what was made */
+    struct llama_model *ref_model = NULL, *dev_model = NULL;
+    llama_token *prompt = NULL, *tokens = NULL;
+    float *ref = NULL, *dev = NULL;
+    bool pass = false;
+
     /* the reference first: its vocabulary gives the tokens both runs are fed */
-    struct llama_model *ref_model = load_model(&o, NULL);
+    ref_model = load_model(&o, NULL);
     if (!ref_model) {
-        return fail_usage("cannot load the model '%s' (see the messages above)", o.model);
+        rc = fail_usage("cannot load the model '%s' (see the messages above)", o.model);
+        goto done;
     }
     const struct llama_vocab *vocab = llama_model_get_vocab(ref_model);
     const int n_vocab = llama_vocab_n_tokens(vocab);
     const int text_len = (int)strlen(o.prompt);
-    /* as many tokens as bytes, plus BOS/EOS, is always enough */
-    const int cap = text_len + 8;
-    llama_token *prompt = malloc(sizeof(llama_token) * (size_t)cap);
-    const int n_prompt =
-        prompt ? llama_tokenize(vocab, o.prompt, text_len, prompt, cap, true, false) : -1;
+    /* a guess; llama_tokenize says how many it needs when that is too few */
+    int cap = text_len + 8;
+    prompt = malloc(sizeof(llama_token) * (size_t)cap);
+    int n_prompt = prompt ? llama_tokenize(vocab, o.prompt, text_len, prompt, cap, true, false) : 0;
+    if (n_prompt < 0) {
+        cap = -n_prompt;
+        free(prompt);
+        prompt = malloc(sizeof(llama_token) * (size_t)cap);
+        n_prompt = prompt ? llama_tokenize(vocab, o.prompt, text_len, prompt, cap, true, false) : 0;
+    }
     if (n_prompt <= 0) {
-        return fail_usage("the prompt gives no tokens (llama_tokenize: %d)", n_prompt);
+        rc = fail_usage("the prompt gives no tokens (llama_tokenize: %d)", n_prompt);
+        goto done;
+    }
+    /* one batch of n_prompt and a context of every position: keep within what the model
+     * was trained for (and memory, which grows with the square of the batch) */
+    const int n_ctx_train = llama_model_n_ctx_train(ref_model);
+    if ((long)n_prompt + o.n_decode > n_ctx_train) {
+        rc = fail_usage("the prompt (%d tokens) and -n %d make %ld positions, more than the "
+                        "model's training context of %d",
+                        n_prompt, o.n_decode, (long)n_prompt + o.n_decode, n_ctx_train);
+        goto done;
     }
     /* the decode tokens: the prompt's again, in a cycle, without a leading BOS (a BOS in
      * mid-text would be an odd input, though a valid one) */
     const int skip =
         n_prompt > 1 && llama_vocab_get_add_bos(vocab) && prompt[0] == llama_vocab_bos(vocab);
     const int n_total = n_prompt + o.n_decode;
-    llama_token *tokens = malloc(sizeof(llama_token) * (size_t)n_total);
+    tokens = malloc(sizeof(llama_token) * (size_t)n_total);
     const size_t n_logits = (size_t)n_total * (size_t)n_vocab;
-    float *ref = malloc(sizeof(float) * n_logits);
-    float *dev = malloc(sizeof(float) * n_logits);
+    ref = malloc(sizeof(float) * n_logits);
+    dev = malloc(sizeof(float) * n_logits);
     if (!tokens || !ref || !dev) {
-        return fail_usage("out of memory for %d positions of %d logits", n_total, n_vocab);
+        rc = fail_usage("out of memory for %d positions of %d logits", n_total, n_vocab);
+        goto done;
     }
     memcpy(tokens, prompt, sizeof(llama_token) * (size_t)n_prompt);
     for (int k = 0; k < o.n_decode; k++) {
         tokens[n_prompt + k] = prompt[skip + k % (n_prompt - skip)];
     }
     if (o.perturb_pos >= n_total) {
-        return fail_usage("--perturb-token %ld is past the last position (%d)", o.perturb_pos,
-                          n_total - 1);
+        rc = fail_usage("--perturb-token %ld is past the last position (%d)", o.perturb_pos,
+                        n_total - 1);
+        goto done;
     }
 
     printf("model %s; devices %s against the CPU alone; prompt %d tokens, %d decoded one at a "
@@ -403,26 +440,30 @@ int main(int argc, char **argv) {
 
     rc = run(&o, ref_model, "CPU", tokens, n_prompt, n_total, -1, ref);
     llama_model_free(ref_model);
+    ref_model = NULL;
     if (rc != 0) {
-        return rc;
+        goto done;
     }
-    struct llama_model *dev_model = load_model(&o, devs);
+    dev_model = load_model(&o, devs);
     if (!dev_model) {
-        return fail_usage("cannot load the model '%s' on %s (see the messages above)", o.model,
-                          o.devices);
+        rc = fail_usage("cannot load the model '%s' on %s (see the messages above)", o.model,
+                        o.devices);
+        goto done;
     }
     if (llama_vocab_n_tokens(llama_model_get_vocab(dev_model)) != n_vocab) {
-        return fail_usage("the model's vocabulary differs between the two loads");
+        rc = fail_usage("the model's vocabulary differs between the two loads");
+        goto done;
     }
     rc = run(&o, dev_model, o.devices, tokens, n_prompt, n_total, o.perturb_pos, dev);
     llama_model_free(dev_model);
+    dev_model = NULL;
     if (rc != 0) {
-        return rc;
+        goto done;
     }
 
     double max = -1, sum = 0;
-    int max_at = 0;
-    bool pass = true;
+    int max_at = 0, same_argmax = 0;
+    pass = true;
     for (int i = 0; i < n_total; i++) {
         const float *x = dev + (size_t)i * (size_t)n_vocab;
         const float *r = ref + (size_t)i * (size_t)n_vocab;
@@ -436,16 +477,26 @@ int main(int argc, char **argv) {
             max_at = i;
         }
         sum += e;
+        same_argmax += argmax(x, n_vocab) == argmax(r, n_vocab);
         printf("position %3d %-6s token %6d  nmse %.3e  argmax %s %d, CPU %d%s\n", i,
                i < n_prompt ? "prompt" : "decode", tokens[i], e, o.devices, argmax(x, n_vocab),
                argmax(r, n_vocab), ok ? "" : "  OVER THE BOUND");
     }
+    printf("argmax: the same in both runs at %d of %d positions\n", same_argmax, n_total);
     printf("logits NMSE: positions %d, max %.3e at position %d, mean %.3e; bound %.1e: %s\n",
            n_total, max, max_at, sum / n_total, o.bound, pass ? "PASS" : "FAIL");
+    rc = pass ? 0 : 1;
+done:
+    if (ref_model) {
+        llama_model_free(ref_model);
+    }
+    if (dev_model) {
+        llama_model_free(dev_model);
+    }
     free(prompt);
     free(tokens);
     free(ref);
     free(dev);
     llama_backend_free();
-    return pass ? 0 : 1;
+    return rc;
 }

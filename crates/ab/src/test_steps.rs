@@ -108,8 +108,9 @@ const HRX_SMOLLM2: Compares = SamePath(
 const HRX_LOGITS: Compares = SamePath(
     "per-position logits of SmolLM2 on HRX0 against a CPU-only run (cabi-tests/logits/\
      logits_nmse.c: a 43-token prompt batch, then 16 single-token decodes, teacher-forced; \
-     flash attention off, -t 2 --no-repack): NMSE exactly 0 at every position; one token changed in the \
-     HRX0 run at position 50 must exit 1 with that position over the bound of 1e-4",
+     flash attention off, -t 2 --no-repack): NMSE exactly 0 and the same argmax at every position; one \
+     token changed in the HRX0 run at position 50 must exit 1 with that position over the bound of \
+     1e-4; --dev CPU (the reference itself) is refused",
 );
 const ARCHS: Compares = Tolerance(
     "each architecture's logits against a CPU-only model, NMSE <= 1e-4 (upstream's bound: \

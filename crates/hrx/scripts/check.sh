@@ -143,8 +143,9 @@ run_logits() {
   n_pos=$(grep -c '^position ' "$logs/logits.out")
   n_zero=$(grep -c '^position .* nmse 0\.000e+00 ' "$logs/logits.out")
   if [ $rc -eq 0 ] && [ "$n_pos" -gt "$LOGITS_PERTURB" ] && [ "$n_zero" -eq "$n_pos" ] \
+      && grep -q "^argmax: the same in both runs at $n_pos of $n_pos positions$" "$logs/logits.out" \
       && grep -q "^logits NMSE: positions $n_pos, max 0\.000e+00 at position 0, mean 0\.000e+00; bound 1\.0e-04: PASS$" <<<"$summary"; then
-    say "HRX0 logits equal to the CPU's at all $n_pos positions (NMSE 0, prompt batch and decodes)"
+    say "HRX0 logits equal to the CPU's at all $n_pos positions (NMSE 0, the same argmax, prompt batch and decodes)"
   else
     say "HRX0 logits: FAILED (rc=$rc, $n_zero of $n_pos positions at NMSE 0)"; sed 's/^/    /' "$logs/logits.err" | tail -20; fail=1
   fi
@@ -164,6 +165,15 @@ run_logits() {
     say "perturbed: exit 1, NMSE $at at position $LOGITS_PERTURB (over 1e-4), positions 0 to $((LOGITS_PERTURB - 1)) at 0"
   else
     say "perturbed: FAILED to fail as expected (rc=$rc, NMSE at $LOGITS_PERTURB '$at', $before positions before it at 0)"; fail=1
+  fi
+  # the reference compared with itself proves nothing: refused before anything runs
+  GGML_BACKEND_PATH=$lib LD_LIBRARY_PATH=$libpath "$bin.$arm" -m "$model" --dev CPU \
+    >"$logs/logits-cpu.out" 2>"$logs/logits-cpu.err"
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q "'CPU' is a CPU device, the reference itself" "$logs/logits-cpu.err"; then
+    say "--dev CPU: refused (exit 2, the reference itself)"
+  else
+    say "--dev CPU: NOT refused as expected (rc=$rc)"; sed 's/^/    /' "$logs/logits-cpu.err" | tail -5; fail=1
   fi
 }
 
