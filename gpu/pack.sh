@@ -14,7 +14,7 @@
 #                          templates: 23 MiB) as .device/llama-models.tar.gz, for ctest there
 #   gpu/pack.sh --real-model   also splits the real model (target/models/SmolLM2-135M-Instruct.Q4_1.gguf,
 #                          94 MiB, more than one call carries) into .device-real-0/, -1/, -2/ (each at
-#                          most 42 MiB, one call each: gpu/README.md) with its sha256 in
+#                          most 36 MiB, one call each: gpu/README.md) with its sha256 in
 #                          .device/real-model.txt, for the `real` stage there
 #   gpu/pack.sh --stock-base   also copies the stock libggml-base.so.0 built here (the CPU
 #                          build `./ab build-stock` made, target/llama-stock) to
@@ -70,12 +70,16 @@ if [ "$stock_base" = 1 ]; then
   cp -L target/llama-stock/bin/libggml-base.so.0 "$dev/stock-base/"
 fi
 rm -rf .device-real-* "$dev/real-model.txt"
+# the default GPU_WORK of a run here: never carried along (a call's 64 MiB)
+rm -rf "$dev/work"
 if [ "$real" = 1 ]; then
   model=target/models/SmolLM2-135M-Instruct.Q4_1.gguf
   [ -f "$model" ] || ./ab fetch >&2
   [ -f "$model" ] || { echo "gpu/pack.sh: $model is missing after ./ab fetch" >&2; exit 1; }
   tmp=$(mktemp -d)
-  split -b 42M -d -a 1 "$model" "$tmp/part-"
+  # 36 MiB: with .device (about 19 MiB without --models) and the tracked files (about 3 MiB),
+  # the first part still leaves room under a call's 64 MiB
+  split -b 36M -d -a 1 "$model" "$tmp/part-"
   n=0
   for f in "$tmp"/part-*; do
     mkdir -p ".device-real-$n" && mv "$f" ".device-real-$n/"

@@ -303,7 +303,7 @@ stage_hrxcheck() {
   GGML_HRX_CUDA_GRAPHS=0 GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 \
     -n 128 -r 1 > "$W/logs/profile-nographs.log" 2>&1
   log "graphs off: $(grep -a 'profile:' "$W/logs/profile-nographs.log" | head -1)"
-  if [ -n "${HRX_QUICK:-}" ]; then
+  if [ -n "${HRX_QUICK:-}" ] && [ "${HRX_QUICK}" != 0 ]; then
     log "hrxcheck (HRX_QUICK: no archs, reproducer or arena): $((SECONDS - t0)) s"
     tar -czf "$out/hrx-logs.tgz" -C "$W" logs
     return 0
@@ -378,7 +378,13 @@ stage_realparts() {
   local d f
   for d in "$root"/.device-real-*/; do
     [ -d "$d" ] || continue
-    for f in "$d"part-*; do [ -f "$f" ] && cp -n "$f" "$W/real/"; done
+    # copied under another name, then renamed: the background `real` stage and a call's
+    # `realparts` may copy at the same time, and a half-copied part must never look whole
+    for f in "$d"part-*; do
+      [ -f "$f" ] && [ ! -f "$W/real/${f##*/}" ] && cp "$f" "$W/real/.${f##*/}.$$" \
+        && mv -n "$W/real/.${f##*/}.$$" "$W/real/${f##*/}"
+      rm -f "$W/real/.${f##*/}.$$"
+    done
   done
   [ -f "$dev/real-model.txt" ] && cp "$dev/real-model.txt" "$W/real/"
   log "realparts: $(ls "$W/real" | tr '\n' ' ')"
@@ -432,6 +438,11 @@ stage_real() {
     log "real $mn text $a$([ "$a" != cpu ] && { [ -n "$t" ] && [ "$t" = "$t_cpu" ] && echo " (the CPU's)" || echo " (NOT the CPU's)"; }): $(echo "$t" | head -c 200)"
   done
   log "real report: $(grep -a -o 'HRX0 report.*' "$W/logs/real-text-hrx-ours.log" | head -1 | cut -c1-300)"
+  # the logits check, built here when hrxcheck has not built it
+  [ -x "$W/logits_nmse" ] || cc -std=c11 -O2 -Wall -Wextra -I"$W/llama.cpp/include" -I"$W/llama.cpp/ggml/include" \
+    "$root/cabi-tests/logits/logits_nmse.c" -o "$W/logits_nmse" -L"$b/bin" -Wl,-rpath-link,"$b/bin" \
+    -l:libllama.so.0 -l:libggml-base.so.0 -l:libggml.so.0 -lm > "$W/logs/real-logits-cc.log" 2>&1 \
+    || log "real logits: compile failed: $(tail -3 "$W/logs/real-logits-cc.log")"
   if [ -x "$W/logits_nmse" ]; then
     for a in stock ours; do
       real_arm $a timeout 600 "$W/logits_nmse" -m "$m" --dev HRX0 -t "$jobs" > "$W/logs/real-logits-$a.log" 2>&1
@@ -476,9 +487,9 @@ stage_ops() {
 }
 
 stage_ctest() {
-  # the build's own test suite in both arms (needs GPU_TARGETS=all at build: the tests)
+  # the build's own test suite in both arms (needs GPU_TARGETS="-k 0 all" at build: the tests)
   [ -x "$B/bin/test-backend-ops" ] && [ -n "$(ls "$B"/bin/test-* 2>/dev/null | grep -v test-backend-ops | head -1)" ] \
-    || { log "ctest needs the tests built: GPU_TARGETS=all gpu/run.sh build"; return 1; }
+    || { log "ctest needs the tests built: GPU_TARGETS=\"-k 0 all\" gpu/run.sh build"; return 1; }
   AB_CTEST_JOBS=${AB_CTEST_JOBS:-8} logged ctest 25 "$ab" ab --llama-build "$B" --model "$M" --only ctest
 }
 
