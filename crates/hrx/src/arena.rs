@@ -58,7 +58,7 @@ struct Entry {
 }
 
 /// Words of a weight's host bytes its fingerprint reads.
-pub const SAMPLES: usize = 16;
+pub(crate) const SAMPLES: usize = 16;
 
 /// A hash of the size and [`SAMPLES`] 8-byte words spread evenly over `[ptr, ptr + size)`
 /// (every byte when the weight is shorter than a word): cheap enough for every use, and
