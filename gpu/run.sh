@@ -211,6 +211,15 @@ for typ in sorted({k[0] for k in by}):
 PY
 }
 
+# build_logits BUILD: compiles the per-token logits check (cabi-tests/logits/logits_nmse.c)
+# against BUILD's libraries into $W/logits_nmse
+build_logits() {
+  cc -std=c11 -O2 -Wall -Wextra -I"$W/llama.cpp/include" -I"$W/llama.cpp/ggml/include" \
+    "$root/cabi-tests/logits/logits_nmse.c" -o "$W/logits_nmse" -L"$1/bin" -Wl,-rpath-link,"$1/bin" \
+    -l:libllama.so.0 -l:libggml-base.so.0 -l:libggml.so.0 -lm > "$W/logs/logits-cc.log" 2>&1 \
+    || { log "logits: compile failed: $(tail -3 "$W/logs/logits-cc.log")"; return 1; }
+}
+
 stage_hrxcheck() {
   [ -d "$W/llama.cpp" ] && [ -d "$W/ab-bundle" ] || stage_setup
   local lib=$W/ab-bundle/lib b
@@ -278,10 +287,7 @@ stage_hrxcheck() {
   # activations, HRX0 by F32 ones); the same tokens are fed to both runs, a prompt batch then
   # single-token decodes (cabi-tests/logits/logits_nmse.c, flash attention off in both)
   local ln=$W/logits_nmse
-  cc -std=c11 -O2 -Wall -Wextra -I"$W/llama.cpp/include" -I"$W/llama.cpp/ggml/include" \
-    "$root/cabi-tests/logits/logits_nmse.c" -o "$ln" -L"$b/bin" -Wl,-rpath-link,"$b/bin" \
-    -l:libllama.so.0 -l:libggml-base.so.0 -l:libggml.so.0 -lm > "$W/logs/logits-cc.log" 2>&1 \
-    || log "logits: compile failed: $(tail -3 "$W/logs/logits-cc.log")"
+  build_logits "$b" || true
   for m in "$W/model-f16.gguf" "$M"; do
     n=$(basename "$m" .gguf)
     for a in stock ours; do
@@ -439,10 +445,7 @@ stage_real() {
   done
   log "real report: $(grep -a -o 'HRX0 report.*' "$W/logs/real-text-hrx-ours.log" | head -1 | cut -c1-300)"
   # the logits check, built here when hrxcheck has not built it
-  [ -x "$W/logits_nmse" ] || cc -std=c11 -O2 -Wall -Wextra -I"$W/llama.cpp/include" -I"$W/llama.cpp/ggml/include" \
-    "$root/cabi-tests/logits/logits_nmse.c" -o "$W/logits_nmse" -L"$b/bin" -Wl,-rpath-link,"$b/bin" \
-    -l:libllama.so.0 -l:libggml-base.so.0 -l:libggml.so.0 -lm > "$W/logs/real-logits-cc.log" 2>&1 \
-    || log "real logits: compile failed: $(tail -3 "$W/logs/real-logits-cc.log")"
+  [ -x "$W/logits_nmse" ] || build_logits "$b" || true
   if [ -x "$W/logits_nmse" ]; then
     for a in stock ours; do
       real_arm $a timeout 600 "$W/logits_nmse" -m "$m" --dev HRX0 -t "$jobs" > "$W/logs/real-logits-$a.log" 2>&1
