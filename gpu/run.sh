@@ -211,6 +211,18 @@ for typ in sorted({k[0] for k in by}):
 PY
 }
 
+# arm NAME CMD...: CMD in arm NAME (stock: the build's own libraries; ours: our libggml-base
+# first), under the probe, which records what each process mapped in
+# $W/logs/probe-${probe_tag}NAME.jsonl. It reads the calling stage's locals `b` (the llama.cpp
+# build) and `lib` (the bundle's libraries), and `probe_tag` when set: bash functions see
+# their caller's locals.
+arm() {
+  local a=$1; shift
+  local path=$b/bin; [ "$a" = ours ] && path=$lib:$b/bin
+  LD_LIBRARY_PATH=$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} LD_PRELOAD=${ARM_PRELOAD:+$ARM_PRELOAD:}$lib/libab_probe.so \
+    GGML_AB_PROBE_OUT=$W/logs/probe-${probe_tag:-}$a.jsonl "$@"
+}
+
 # build_logits BUILD: compiles the per-token logits check (cabi-tests/logits/logits_nmse.c)
 # against BUILD's libraries into $W/logits_nmse
 build_logits() {
@@ -230,13 +242,6 @@ stage_hrxcheck() {
   fi
   export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=${GGML_HRX_RUNTIME:-cuda}
   local filt=(); [ -n "${HRX_OPS:-}" ] && filt=(-o "$HRX_OPS")
-  # arm NAME CMD...: CMD in arm NAME (stock|ours), the probe recording what it mapped
-  arm() {
-    local a=$1; shift
-    local path=$b/bin; [ "$a" = ours ] && path=$lib:$b/bin
-    LD_LIBRARY_PATH=$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} LD_PRELOAD=${ARM_PRELOAD:+$ARM_PRELOAD:}$lib/libab_probe.so \
-      GGML_AB_PROBE_OUT=$W/logs/probe-$a.jsonl "$@"
-  }
   local t0=$SECONDS a
   for a in stock ours; do
     arm $a "$b/bin/test-backend-ops" test -b HRX0 "${filt[@]}" > "$W/logs/hrx-ops-$a.log" 2>&1 &
@@ -424,17 +429,12 @@ stage_real() {
   [ -x "$b/bin/llama-completion" ] || { b=$W/build-cpu; [ -x "$b/bin/llama-completion" ] || stage_buildcpu || return 1; }
   mn=$(basename "$m" .gguf)
   export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=${GGML_HRX_RUNTIME:-cuda}
-  # real_arm NAME CMD...: CMD in arm NAME (stock|ours), the probe recording what it mapped
-  real_arm() {
-    local a=$1; shift
-    local path=$b/bin; [ "$a" = ours ] && path=$lib:$b/bin
-    LD_LIBRARY_PATH=$path LD_PRELOAD=$lib/libab_probe.so GGML_AB_PROBE_OUT=$W/logs/probe-real-$a.jsonl "$@"
-  }
+  local probe_tag=real-
   # the text on stdout, the logs (the report needs -v) on stderr: apart, or they interleave
-  real_arm stock "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -ngl 0 -no-cnv --no-warmup \
+  arm stock "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -ngl 0 -no-cnv --no-warmup \
     > "$W/logs/real-text-cpu.txt" 2> "$W/logs/real-text-cpu.log" < /dev/null
   for a in stock ours; do
-    GGML_HRX_REPORT=1 real_arm $a "$b/bin/llama-completion" -v -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
+    GGML_HRX_REPORT=1 arm $a "$b/bin/llama-completion" -v -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
       -ngl 99 -no-cnv --no-warmup > "$W/logs/real-text-hrx-$a.txt" 2> "$W/logs/real-text-hrx-$a.log" < /dev/null
   done
   local t_cpu t
@@ -448,12 +448,12 @@ stage_real() {
   [ -x "$W/logits_nmse" ] || build_logits "$b" || true
   if [ -x "$W/logits_nmse" ]; then
     for a in stock ours; do
-      real_arm $a timeout 600 "$W/logits_nmse" -m "$m" --dev HRX0 -t "$jobs" > "$W/logs/real-logits-$a.log" 2>&1
+      arm $a timeout 600 "$W/logits_nmse" -m "$m" --dev HRX0 -t "$jobs" > "$W/logs/real-logits-$a.log" 2>&1
       log "real logits $a: exit $?; $(grep -a -E '^(argmax|logits NMSE)' "$W/logs/real-logits-$a.log" | tr '\n' ' ')"
     done
   fi
   for a in stock ours; do
-    real_arm $a "$b/bin/llama-bench" -m "$m" -dev HRX0 -ngl 99 -fa 0 -p 512 -n 128 -r 3 > "$W/logs/real-bench-$a.log" 2>&1
+    arm $a "$b/bin/llama-bench" -m "$m" -dev HRX0 -ngl 99 -fa 0 -p 512 -n 128 -r 3 > "$W/logs/real-bench-$a.log" 2>&1
     log "real bench $a: $(grep -E 'pp512|tg128' "$W/logs/real-bench-$a.log" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
   done
   log "real probe (program, libggml-base mapped): $(cat "$W"/logs/probe-real-*.jsonl 2>/dev/null | grep -o '"name":"libggml-base"[^}]*' \

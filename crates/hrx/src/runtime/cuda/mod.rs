@@ -29,7 +29,7 @@ mod nvrtc;
 mod profile;
 pub mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -58,9 +58,9 @@ const WAIT_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 struct Mem {
     ranges: RangeAllocator,
     dptr: BTreeMap<usize, sys::CUdeviceptr>,
-    /// The allocations made stream-ordered ([`Runtime::alloc_weight`] with the prefetch
-    /// on), by start offset, with their bytes: freed stream-ordered too.
-    ordered: BTreeMap<usize, usize>,
+    /// Start offsets of the allocations made stream-ordered ([`Runtime::alloc_weight`] with
+    /// the prefetch on): freed stream-ordered too.
+    ordered: BTreeSet<usize>,
 }
 
 /// How a CUDA device runs (the layer reads them from `GGML_HRX_*`).
@@ -139,7 +139,7 @@ impl CudaDevice {
             mem: Mutex::new(Mem {
                 ranges: RangeAllocator::new(capacity),
                 dptr: BTreeMap::new(),
-                ordered: BTreeMap::new(),
+                ordered: BTreeSet::new(),
             }),
             gpu: Mutex::new(gpu),
             errors: Mutex::new(Vec::new()),
@@ -302,6 +302,32 @@ impl CudaDevice {
         Ok(1)
     }
 
+    /// Takes a fake range of `size` bytes and backs it with the device memory `get` returns
+    /// for the range's rounded size (the same size the range took, so the bounds `translate`
+    /// checks are the allocation's own); the range is given back when `get` fails.
+    /// `Err(None)`: the context could not be bound, or no fake range was free.
+    fn map_range<E>(
+        &self,
+        size: usize,
+        get: impl FnOnce(&mut Gpu, usize) -> Result<sys::CUdeviceptr, E>,
+    ) -> Result<DevAddr, Option<E>> {
+        let mut g = self.gpu.lock();
+        g.bind().map_err(|_| None)?;
+        let mut m = self.mem.lock();
+        let off = m.ranges.alloc(size).ok_or(None)?;
+        let rounded = size.max(1).div_ceil(crate::runtime::ALIGNMENT) * crate::runtime::ALIGNMENT;
+        match get(&mut g, rounded) {
+            Ok(p) => {
+                m.dptr.insert(off, p);
+                Ok(self.reservation.base() + off)
+            }
+            Err(e) => {
+                m.ranges.free(off);
+                Err(Some(e))
+            }
+        }
+    }
+
     /// Orders the main stream after the pending side-stream uploads of the weights `job`
     /// reads (the prefetch), before any of its kernels is issued; uploads for later jobs go
     /// on beside it.
@@ -451,24 +477,9 @@ impl Runtime for CudaDevice {
     }
 
     fn alloc(&self, size: usize) -> Option<DevAddr> {
-        let g = self.gpu.lock();
-        g.bind().ok()?;
-        let mut m = self.mem.lock();
-        let off = m.ranges.alloc(size)?;
-        // the same rounded size the range took, so the bounds `translate` checks are the
-        // allocation's own
-        let rounded = size.max(1).div_ceil(crate::runtime::ALIGNMENT) * crate::runtime::ALIGNMENT;
         // SAFETY: plain allocation with the context bound.
-        match unsafe { cu::malloc_sync(rounded) } {
-            Ok(p) => {
-                m.dptr.insert(off, p);
-                Some(self.reservation.base() + off)
-            }
-            Err(_) => {
-                m.ranges.free(off);
-                None
-            }
-        }
+        self.map_range(size, |_, n| unsafe { cu::malloc_sync(n) }.map_err(|_| ()))
+            .ok()
     }
 
     fn free(&self, addr: DevAddr) {
@@ -490,29 +501,15 @@ impl Runtime for CudaDevice {
         if !self.prefetch.load(Ordering::Relaxed) {
             return self.alloc(size);
         }
-        let got = {
-            let mut g = self.gpu.lock();
-            g.bind().ok()?;
-            let mut m = self.mem.lock();
-            let off = m.ranges.alloc(size)?;
-            let rounded =
-                size.max(1).div_ceil(crate::runtime::ALIGNMENT) * crate::runtime::ALIGNMENT;
-            match g.malloc_ordered(rounded, self.weight_keep) {
-                Ok(p) => {
-                    m.dptr.insert(off, p);
-                    m.ordered.insert(off, rounded);
-                    return Some(self.reservation.base() + off);
-                }
-                Err(e) => {
-                    m.ranges.free(off);
-                    e
-                }
+        match self.map_range(size, |g, n| g.malloc_ordered(n, self.weight_keep)) {
+            Ok(addr) => {
+                let off = addr - self.reservation.base();
+                self.mem.lock().ordered.insert(off);
+                Some(addr)
             }
-        };
-        match got {
-            // the arena evicts and retries, as with plain allocations
-            gpu::OrderedError::OutOfMemory => None,
-            gpu::OrderedError::Other(e) => {
+            // no fake range, or the arena evicts and retries, as with plain allocations
+            Err(None) | Err(Some(gpu::OrderedError::OutOfMemory)) => None,
+            Err(Some(gpu::OrderedError::Other(e))) => {
                 self.prefetch.store(false, Ordering::Relaxed);
                 self.fail(format!(
                     "the prefetch is off from now on (GGML_HRX_PREFETCH): {e}"
@@ -524,12 +521,12 @@ impl Runtime for CudaDevice {
 
     fn free_weight(&self, addr: DevAddr) {
         let off = addr.wrapping_sub(self.reservation.base());
-        if !self.mem.lock().ordered.contains_key(&off) {
+        if !self.mem.lock().ordered.contains(&off) {
             return self.free(addr);
         }
         self.with_gpu(|g| {
             let mut m = self.mem.lock();
-            let len = m.ordered.remove(&off).unwrap_or(0);
+            m.ordered.remove(&off);
             let p = m
                 .dptr
                 .remove(&off)
@@ -537,7 +534,7 @@ impl Runtime for CudaDevice {
             // the fake range may be handed out again at once: a new allocation gets other
             // device memory (this one returns to the pool only after the queued readers),
             // and work already issued holds device pointers, not fake addresses
-            m.ranges.free(off);
+            let len = m.ranges.free(off).unwrap_or(0);
             drop(m);
             g.free_ordered(p, len)
         });
@@ -545,7 +542,7 @@ impl Runtime for CudaDevice {
 
     fn upload_weight(&self, dst: DevAddr, src: SendPtr, len: usize) {
         let off = dst.wrapping_sub(self.reservation.base());
-        if !self.mem.lock().ordered.contains_key(&off) {
+        if !self.mem.lock().ordered.contains(&off) {
             return self.upload(dst, HostSrc::Borrowed(src, len));
         }
         self.with_gpu(|g| {
