@@ -49,7 +49,9 @@
 #            CPU's, teacher-forced, NMSE <= 1e-4 at every position (cabi-tests/logits/
 #            logits_nmse.c, compiled there with cc); every process's libggml-base
 #            proven by the probe; the in-place reproducer, the arena with -ot, test-llama-archs
-#            -b HRX0 when the build has it (HRX_QUICK=1 stops before those three). Uses
+#            -b HRX0 when the build has it (HRX_QUICK=1 stops before those three).
+#            HRX_PARTS picks parts (any of: ops bench text logits report profile archs repro
+#            arena; default all), for a call with little device time left. Uses
 #            .device/llama-cpu-bin.tar.gz (gpu/pack.sh --llama-bin) when present, else
 #            buildcpu. Logs in one tarball, $OUT/hrx-logs.tgz
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
@@ -232,6 +234,9 @@ build_logits() {
     || { log "logits: compile failed: $(tail -3 "$W/logs/logits-cc.log")"; return 1; }
 }
 
+# part NAME: whether hrxcheck runs part NAME (HRX_PARTS, a space-separated list; unset: all)
+part() { [ -z "${HRX_PARTS:-}" ] || [[ " $HRX_PARTS " == *" $1 "* ]]; }
+
 stage_hrxcheck() {
   [ -d "$W/llama.cpp" ] && [ -d "$W/ab-bundle" ] || stage_setup
   local lib=$W/ab-bundle/lib b
@@ -243,7 +248,7 @@ stage_hrxcheck() {
   export GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=${GGML_HRX_RUNTIME:-cuda}
   local filt=(); [ -n "${HRX_OPS:-}" ] && filt=(-o "$HRX_OPS")
   local t0=$SECONDS a
-  for a in stock ours; do
+  part ops && for a in stock ours; do
     arm $a "$b/bin/test-backend-ops" test -b HRX0 "${filt[@]}" > "$W/logs/hrx-ops-$a.log" 2>&1 &
   done
   # HRX_FA=1: the flash-attention kernel too, claimed on request (docs/hrx-cuda.md)
@@ -264,18 +269,18 @@ stage_hrxcheck() {
       -fa 1 -p 512 -n 128 -r 3 > "$W/logs/hrx-bench-fa.log" 2>&1
     log "bench ours -fa 1: $(grep -E 'pp512|tg128' "$W/logs/hrx-bench-fa.log" | awk -F'|' '{print $2 $9 $10}' | tr -s ' ' | tr '\n' ';')"
   fi
-  for a in stock ours; do
+  part ops && for a in stock ours; do
     log "ops $a: $(grep -a -o 'Device description: HRX on CUDA[^)]*)' "$W/logs/hrx-ops-$a.log" | head -1 || true) $(grep -a 'tests passed' "$W/logs/hrx-ops-$a.log" | tail -1) FAIL lines: $(grep -a -c FAIL "$W/logs/hrx-ops-$a.log")"
     grep -a -q "Device description: HRX on CUDA" "$W/logs/hrx-ops-$a.log" \
       || log "ops $a: NO HRX0 ON CUDA in this run (no device, or the simulator): the counts above mean nothing"
   done
-  for a in stock ours; do
+  part bench && for a in stock ours; do
     arm $a "$b/bin/llama-bench" -m "$M" -m "$W/model-f16.gguf" -dev HRX0 -ngl 99 -fa 0 -p 512 -n 128 -r 3 \
       > "$W/logs/hrx-bench-$a.log" 2>&1
     log "bench $a: $(grep -E 'pp512|tg128' "$W/logs/hrx-bench-$a.log" | awk -F'|' '{print $2 $9 $10}' | tr -s ' ' | tr '\n' ';')"
   done
   local p="The capital of France is" m n
-  for m in "$W/model-f16.gguf" "$M"; do
+  part text && for m in "$W/model-f16.gguf" "$M"; do
     n=$(basename "$m" .gguf)
     arm stock "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -ngl 0 -no-cnv --no-warmup \
       > "$W/logs/text-cpu-$n.log" 2>&1 < /dev/null
@@ -292,8 +297,8 @@ stage_hrxcheck() {
   # activations, HRX0 by F32 ones); the same tokens are fed to both runs, a prompt batch then
   # single-token decodes (cabi-tests/logits/logits_nmse.c, flash attention off in both)
   local ln=$W/logits_nmse
-  build_logits "$b" || true
-  for m in "$W/model-f16.gguf" "$M"; do
+  part logits && { build_logits "$b" || true; }
+  part logits && for m in "$W/model-f16.gguf" "$M"; do
     n=$(basename "$m" .gguf)
     for a in stock ours; do
       [ -x "$ln" ] || break 2
@@ -302,18 +307,22 @@ stage_hrxcheck() {
     done
   done
   # the placement report (ggml INFO, so -v), and where a token's time goes
-  GGML_HRX_REPORT=1 arm ours "$b/bin/llama-completion" -v -m "$M" -p "$p" -n 4 --temp 0 -fa off -dev HRX0 \
-    -ngl 99 -no-cnv --no-warmup > "$W/logs/report.log" 2>&1 < /dev/null
-  log "report: $(grep -a 'HRX0 report' "$W/logs/report.log" | head -1 | cut -c1-300)"
-  log "graphs: $(grep -a 'captured a CUDA graph' "$W/logs/report.log" | tail -1 | cut -c1-200)"
+  if part report; then
+    GGML_HRX_REPORT=1 arm ours "$b/bin/llama-completion" -v -m "$M" -p "$p" -n 4 --temp 0 -fa off -dev HRX0 \
+      -ngl 99 -no-cnv --no-warmup > "$W/logs/report.log" 2>&1 < /dev/null
+    log "report: $(grep -a 'HRX0 report' "$W/logs/report.log" | head -1 | cut -c1-300)"
+    log "graphs: $(grep -a 'captured a CUDA graph' "$W/logs/report.log" | tail -1 | cut -c1-200)"
+  fi
   # with graphs a replay is timed as a whole (device time of a token's graph); without,
   # every kernel (upper bounds while the host is the bottleneck)
-  GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 1 \
-    > "$W/logs/profile.log" 2>&1
-  log "graphs on: $(grep -a 'profile:' "$W/logs/profile.log" | head -1)"
-  GGML_HRX_CUDA_GRAPHS=0 GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 \
-    -n 128 -r 1 > "$W/logs/profile-nographs.log" 2>&1
-  log "graphs off: $(grep -a 'profile:' "$W/logs/profile-nographs.log" | head -1)"
+  if part profile; then
+    GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 1 \
+      > "$W/logs/profile.log" 2>&1
+    log "graphs on: $(grep -a 'profile:' "$W/logs/profile.log" | head -1)"
+    GGML_HRX_CUDA_GRAPHS=0 GGML_HRX_PROFILE=1 arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 -fa 0 -p 0 \
+      -n 128 -r 1 > "$W/logs/profile-nographs.log" 2>&1
+    log "graphs off: $(grep -a 'profile:' "$W/logs/profile-nographs.log" | head -1)"
+  fi
   if [ -n "${HRX_QUICK:-}" ] && [ "${HRX_QUICK}" != 0 ]; then
     log "hrxcheck (HRX_QUICK: no archs, reproducer or arena): $((SECONDS - t0)) s"
     tar -czf "$out/hrx-logs.tgz" -C "$W" logs
@@ -321,7 +330,7 @@ stage_hrxcheck() {
   fi
   # every architecture's logits on HRX0 against the CPU, NMSE <= 1e-4 (upstream's bound);
   # test-llama-archs never loads backends itself, so HRX registers itself when preloaded
-  if [ -x "$b/bin/test-llama-archs" ]; then
+  if part archs && [ -x "$b/bin/test-llama-archs" ]; then
     for a in stock ours; do
       GGML_HRX_AUTOREGISTER=1 ARM_PRELOAD=$lib/libggml-hrx.so arm $a "$b/bin/test-llama-archs" -b HRX0 -s 42 \
         > "$W/logs/archs-$a.log" 2>&1
@@ -330,49 +339,57 @@ stage_hrxcheck() {
   fi
   # the in-place defect on this device: a device FILL feeding a CPU SET_ROWS (DESIGN.md);
   # stock is expected to die on a host write through a device address, ours to pass 32/32
-  local rp=$W/inplace_repro
-  cc -std=c11 -O1 -I"$W/llama.cpp/ggml/include" "$root/cabi-tests/inplace-repro/inplace_repro.c" -o "$rp" \
-    -L"$b/bin" -l:libggml-base.so.0 -l:libggml.so.0 -l:libggml-cpu.so.0 -lm > "$W/logs/repro-cc.log" 2>&1 \
-    || log "repro: compile failed: $(tail -3 "$W/logs/repro-cc.log")"
-  for a in stock ours; do
-    [ -x "$rp" ] || break
-    GGML_HRX_EAGER_OPS=+FILL,-SET_ROWS GGML_NO_BACKTRACE=1 arm $a timeout 120 "$rp" --dev HRX0 --mode repro \
-      > "$W/logs/repro-$a.log" 2>&1
-    local rc=$?
-    log "repro $a: exit $rc$( [ $rc -gt 128 ] && echo " (signal $((rc - 128)))"); $(grep -a -i -E 'passed|cases' "$W/logs/repro-$a.log" | tail -1 | head -c 200)"
-  done
+  if part repro; then
+    local rp=$W/inplace_repro
+    cc -std=c11 -O1 -I"$W/llama.cpp/ggml/include" "$root/cabi-tests/inplace-repro/inplace_repro.c" -o "$rp" \
+      -L"$b/bin" -l:libggml-base.so.0 -l:libggml.so.0 -l:libggml-cpu.so.0 -lm > "$W/logs/repro-cc.log" 2>&1 \
+      || log "repro: compile failed: $(tail -3 "$W/logs/repro-cc.log")"
+    for a in stock ours; do
+      [ -x "$rp" ] || break
+      GGML_HRX_EAGER_OPS=+FILL,-SET_ROWS GGML_NO_BACKTRACE=1 arm $a timeout 120 "$rp" --dev HRX0 --mode repro \
+        > "$W/logs/repro-$a.log" 2>&1
+      local rc=$?
+      log "repro $a: exit $rc$( [ $rc -gt 128 ] && echo " (signal $((rc - 128)))"); $(grep -a -i -E 'passed|cases' "$W/logs/repro-$a.log" | tail -1 | head -c 200)"
+    done
+  fi
   # host weights through the arena: every weight on the CPU (-ot), read by HRX0 through a
   # budget below the model (evictions, refills, the same text), then below the largest weight
   # (refused by name, exit non-zero, no crash)
-  local ev=${HRX_EVICT_MB:-300} rf=${HRX_REFUSE_MB:-100}
-  GGML_HRX_REPORT=1 GGML_HRX_HOST_WEIGHT_LIMIT_MB=$ev arm ours "$b/bin/llama-completion" -v -m "$M" -p "$p" -n 24 \
-    --temp 0 -fa off -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-evict.txt" \
-    2> "$W/logs/arena-evict.log" < /dev/null
-  log "arena ${ev} MiB: exit $?; $(grep -a -o 'arena: hits[^;]*' "$W/logs/arena-evict.log" | tail -1)"
-  local t_arena t_hrx
-  t_arena=$(grep -a -o "$p.*" "$W/logs/arena-evict.txt" | head -1)
-  t_hrx=$(grep -a -o "$p.*" "$W/logs/text-hrx-ours-$(basename "$M" .gguf).log" | head -1)
-  log "arena ${ev} MiB text, the same as without -ot: $([ -n "$t_arena" ] && [ "$t_arena" = "$t_hrx" ] && echo yes || echo NO): $(echo "$t_arena" | head -c 200)"
-  # the same with the prefetch (GGML_HRX_PREFETCH=1: fresh weight copies uploaded on a side
-  # stream while the kernels queued before them run; docs/hrx-cuda.md): the text must not
-  # change, and the exit line says how many uploads overlapped earlier work
-  GGML_HRX_PREFETCH=1 GGML_HRX_REPORT=1 GGML_HRX_HOST_WEIGHT_LIMIT_MB=$ev arm ours "$b/bin/llama-completion" -v \
-    -m "$M" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup \
-    > "$W/logs/arena-prefetch.txt" 2> "$W/logs/arena-prefetch.log" < /dev/null
-  log "arena ${ev} MiB, prefetch: exit $?; $(grep -a -o 'HRX0 at exit.*' "$W/logs/arena-prefetch.log" | tail -1)"
-  t_arena=$(grep -a -o "$p.*" "$W/logs/arena-prefetch.txt" | head -1)
-  log "arena ${ev} MiB prefetch text, the same as without -ot: $([ -n "$t_arena" ] && [ "$t_arena" = "$t_hrx" ] && echo yes || echo NO)"
-  # and its speed: tg32 with every weight on the host through the budget, prefetch off and on
-  # alternating (two rounds)
-  local pf
-  for pf in 0 1 0 1; do
-    GGML_HRX_PREFETCH=$pf GGML_HRX_HOST_WEIGHT_LIMIT_MB=$ev arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 \
-      -ot '.*=CPU' -fa 0 -p 0 -n 32 -r 2 > "$W/logs/arena-bench-$pf.log" 2>&1
-    log "arena ${ev} MiB tg32, GGML_HRX_PREFETCH=$pf: $(grep -E 'tg32' "$W/logs/arena-bench-$pf.log" | awk -F'|' '{print $(NF-1)}' | tr -s ' ')"
-  done
-  GGML_HRX_HOST_WEIGHT_LIMIT_MB=$rf arm ours "$b/bin/llama-completion" -m "$M" -p "$p" -n 4 --temp 0 -fa off \
-    -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-refuse.log" 2>&1 < /dev/null
-  log "arena ${rf} MiB: exit $?; $(grep -a 'refused by the arena' "$W/logs/arena-refuse.log" | head -1 | head -c 300)"
+  if part arena; then
+    local ev=${HRX_EVICT_MB:-300} rf=${HRX_REFUSE_MB:-100}
+    GGML_HRX_REPORT=1 GGML_HRX_HOST_WEIGHT_LIMIT_MB=$ev arm ours "$b/bin/llama-completion" -v -m "$M" -p "$p" -n 24 \
+      --temp 0 -fa off -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-evict.txt" \
+      2> "$W/logs/arena-evict.log" < /dev/null
+    log "arena ${ev} MiB: exit $?; $(grep -a -o 'arena: hits[^;]*' "$W/logs/arena-evict.log" | tail -1)"
+    local t_arena t_hrx
+    t_arena=$(grep -a -o "$p.*" "$W/logs/arena-evict.txt" | head -1)
+    # the text without -ot: the text part's, or made here when HRX_PARTS left that part out
+    local th=$W/logs/text-hrx-ours-$(basename "$M" .gguf).log
+    [ -f "$th" ] || arm ours "$b/bin/llama-completion" -m "$M" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
+      -ngl 99 -no-cnv --no-warmup > "$th" 2>&1 < /dev/null
+    t_hrx=$(grep -a -o "$p.*" "$th" | head -1)
+    log "arena ${ev} MiB text, the same as without -ot: $([ -n "$t_arena" ] && [ "$t_arena" = "$t_hrx" ] && echo yes || echo NO): $(echo "$t_arena" | head -c 200)"
+    # the same with the prefetch (GGML_HRX_PREFETCH=1: fresh weight copies uploaded on a side
+    # stream while the kernels queued before them run; docs/hrx-cuda.md): the text must not
+    # change, and the exit line says how many uploads overlapped earlier work
+    GGML_HRX_PREFETCH=1 GGML_HRX_REPORT=1 GGML_HRX_HOST_WEIGHT_LIMIT_MB=$ev arm ours "$b/bin/llama-completion" -v \
+      -m "$M" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup \
+      > "$W/logs/arena-prefetch.txt" 2> "$W/logs/arena-prefetch.log" < /dev/null
+    log "arena ${ev} MiB, prefetch: exit $?; $(grep -a -o 'HRX0 at exit.*' "$W/logs/arena-prefetch.log" | tail -1)"
+    t_arena=$(grep -a -o "$p.*" "$W/logs/arena-prefetch.txt" | head -1)
+    log "arena ${ev} MiB prefetch text, the same as without -ot: $([ -n "$t_arena" ] && [ "$t_arena" = "$t_hrx" ] && echo yes || echo NO)"
+    # and its speed: tg32 with every weight on the host through the budget, prefetch off and on
+    # alternating (two rounds)
+    local pf
+    for pf in 0 1 0 1; do
+      GGML_HRX_PREFETCH=$pf GGML_HRX_HOST_WEIGHT_LIMIT_MB=$ev arm ours "$b/bin/llama-bench" -m "$M" -dev HRX0 -ngl 99 \
+        -ot '.*=CPU' -fa 0 -p 0 -n 32 -r 2 > "$W/logs/arena-bench-$pf.log" 2>&1
+      log "arena ${ev} MiB tg32, GGML_HRX_PREFETCH=$pf: $(grep -E 'tg32' "$W/logs/arena-bench-$pf.log" | awk -F'|' '{print $(NF-1)}' | tr -s ' ')"
+    done
+    GGML_HRX_HOST_WEIGHT_LIMIT_MB=$rf arm ours "$b/bin/llama-completion" -m "$M" -p "$p" -n 4 --temp 0 -fa off \
+      -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup > "$W/logs/arena-refuse.log" 2>&1 < /dev/null
+    log "arena ${rf} MiB: exit $?; $(grep -a 'refused by the arena' "$W/logs/arena-refuse.log" | head -1 | head -c 300)"
+  fi
   for a in stock ours; do
     log "probe $a (processes, program, libggml-base mapped, sha256): $(grep -h '"name":"libggml-base"' \
       "$W/logs/probe-$a.jsonl" 2>/dev/null | sed -E 's/.*"exe":"([^"]*)".*"path":"([^"]*)".*"sha256":"(.{12}).*/\1 \2 \3/' \
