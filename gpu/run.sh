@@ -38,7 +38,8 @@
 #   realparts  copies the parts of the real model carried so far (.device-real-N/, from
 #            gpu/pack.sh --real-model) to $W/real/
 #   real     SmolLM2 (a real model, carried in parts) on HRX0 against the CPU, both arms: text,
-#            placement, logits check, llama-bench (REAL_WAIT: seconds to wait for parts)
+#            placement, logits check, llama-bench with the arms alternating (REAL_ROUNDS pairs,
+#            default 2) and the profile of a token in each (REAL_WAIT: seconds to wait for parts)
 #   hrxcheck everything issue 13 asks of the H200 in one go, for a machine held only minutes:
 #            test-backend-ops -b HRX0 in both arms (in the background while the models are
 #            made; it says when HRX0 was not a CUDA device, as then nothing ran on the GPU),
@@ -234,6 +235,29 @@ build_logits() {
     || { log "logits: compile failed: $(tail -3 "$W/logs/logits-cc.log")"; return 1; }
 }
 
+# as_f32 MODEL BUILD: MODEL's weights dequantized to F32 (made once, by BUILD's llama-quantize,
+# next to MODEL), printed as a path: the CPU reference of a quantized model on HRX0, whose
+# kernels multiply dequantized weights by F32 activations where the CPU's quantize the
+# activations to 8 bits (cabi-tests/logits/logits_nmse.c, --ref-model)
+as_f32() {
+  local f=${1%.gguf}-as-f32.gguf
+  if [ ! -f "$f" ]; then
+    "$2/bin/llama-quantize" --allow-requantize "$1" "$f.tmp" F32 > "$W/logs/as-f32.log" 2>&1 \
+      || { log "as_f32: llama-quantize failed: $(tail -3 "$W/logs/as-f32.log")" >&2; return 1; }
+    mv "$f.tmp" "$f"
+  fi
+  echo "$f"
+}
+
+# logits_check TAG MODEL DEV_ARGS...: logits_nmse in both arms (log logits-ARM-TAG.log), one line each
+logits_check() {
+  local tag=$1 m=$2 a; shift 2
+  for a in stock ours; do
+    arm $a timeout 600 "$W/logits_nmse" -m "$m" --dev HRX0 -t "$jobs" "$@" > "$W/logs/logits-$a-$tag.log" 2>&1
+    log "logits $tag $a: exit $?; $(grep -a -E '^(argmax|logits NMSE)' "$W/logs/logits-$a-$tag.log" | tr '\n' ' ')"
+  done
+}
+
 # part NAME: whether hrxcheck runs part NAME (HRX_PARTS, a space-separated list; unset: all)
 part() { [ -z "${HRX_PARTS:-}" ] || [[ " $HRX_PARTS " == *" $1 "* ]]; }
 
@@ -292,20 +316,17 @@ stage_hrxcheck() {
       log "text $n $a: $(grep -a -o "$p.*" "$W/logs/text-$a-$n.log" | head -1 | head -c 200)"
     done
   done
-  # per-token logits against the CPU's, NMSE <= 1e-4 at every position (issue 13): the Q4_0
-  # text may leave the CPU's with no fault (the CPU multiplies Q4_0 by Q8_0-quantized
-  # activations, HRX0 by F32 ones); the same tokens are fed to both runs, a prompt batch then
-  # single-token decodes (cabi-tests/logits/logits_nmse.c, flash attention off in both)
-  local ln=$W/logits_nmse
-  part logits && { build_logits "$b" || true; }
-  part logits && for m in "$W/model-f16.gguf" "$M"; do
-    n=$(basename "$m" .gguf)
-    for a in stock ours; do
-      [ -x "$ln" ] || break 2
-      arm $a timeout 600 "$ln" -m "$m" --dev HRX0 -t "$jobs" > "$W/logs/logits-$a-$n.log" 2>&1
-      log "logits $n $a: exit $?; $(grep -a -E '^(argmax|logits NMSE)' "$W/logs/logits-$a-$n.log" | tr '\n' ' ' || tail -2 "$W/logs/logits-$a-$n.log" | tr '\n' ' ')"
-    done
-  done
+  # per-token logits against the CPU's, NMSE <= 1e-4 at every position (issue 13), the same
+  # tokens fed to both runs, a prompt batch then single-token decodes, flash attention off in
+  # both (cabi-tests/logits/logits_nmse.c). F16 against the same file; Q4_0 against its
+  # dequantization to F32, the CPU's run then on HRX0's numeric path (F32 activations): the
+  # same file is measured too, for the record, with the CPU on its own path (activations
+  # rounded to Q8_0), which parts the logits by about 1e-3 with no fault on either side
+  if part logits && build_logits "$b"; then
+    local f32; f32=$(as_f32 "$M" "$b") && logits_check model-q4_0 "$M" --ref-model "$f32"
+    logits_check model-f16 "$W/model-f16.gguf"
+    logits_check model-q4_0-own-path "$M"
+  fi
   # the placement report (ggml INFO, so -v), and where a token's time goes
   if part report; then
     GGML_HRX_REPORT=1 arm ours "$b/bin/llama-completion" -v -m "$M" -p "$p" -n 4 --temp 0 -fa off -dev HRX0 \
@@ -454,24 +475,36 @@ stage_real() {
     GGML_HRX_REPORT=1 arm $a "$b/bin/llama-completion" -v -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
       -ngl 99 -no-cnv --no-warmup > "$W/logs/real-text-hrx-$a.txt" 2> "$W/logs/real-text-hrx-$a.log" < /dev/null
   done
+  # the whole generated text (it may run over several lines), from the prompt on: a text
+  # that parts from the CPU's after the first line parts all the same
   local t_cpu t
-  t_cpu=$(grep -a -o "$p.*" "$W/logs/real-text-cpu.txt" | head -1)
+  t_cpu=$(sed -n "/$p/,\$p" "$W/logs/real-text-cpu.txt")
   for a in cpu hrx-stock hrx-ours; do
-    t=$(grep -a -o "$p.*" "$W/logs/real-text-$a.txt" | head -1)
-    log "real $mn text $a$([ "$a" != cpu ] && { [ -n "$t" ] && [ "$t" = "$t_cpu" ] && echo " (the CPU's)" || echo " (NOT the CPU's)"; }): $(echo "$t" | head -c 200)"
+    t=$(sed -n "/$p/,\$p" "$W/logs/real-text-$a.txt")
+    log "real $mn text $a$([ "$a" != cpu ] && { [ -n "$t" ] && [ "$t" = "$t_cpu" ] && echo " (the CPU's)" || echo " (NOT the CPU's)"; }): $(echo "$t" | tr '\n' ' ' | head -c 200)"
   done
   log "real report: $(grep -a -o 'HRX0 report.*' "$W/logs/real-text-hrx-ours.log" | head -1 | cut -c1-300)"
-  # the logits check, built here when hrxcheck has not built it
-  [ -x "$W/logits_nmse" ] || build_logits "$b" || true
-  if [ -x "$W/logits_nmse" ]; then
-    for a in stock ours; do
-      arm $a timeout 600 "$W/logits_nmse" -m "$m" --dev HRX0 -t "$jobs" > "$W/logs/real-logits-$a.log" 2>&1
-      log "real logits $a: exit $?; $(grep -a -E '^(argmax|logits NMSE)' "$W/logs/real-logits-$a.log" | tr '\n' ' ')"
-    done
+  # the logits check (built here when hrxcheck has not built it), against the F32
+  # dequantization as in hrxcheck, then against the file itself for the record
+  if [ -x "$W/logits_nmse" ] || build_logits "$b"; then
+    local f32; f32=$(as_f32 "$m" "$b") && logits_check real "$m" --ref-model "$f32"
+    logits_check real-own-path "$m"
   fi
+  # the arms alternating (stock ours, then ours stock: REAL_ROUNDS pairs, default 2), as a
+  # model this small is bound by the host, where one run after the other can mislead; then
+  # where a token's time goes in each arm (GGML_HRX_PROFILE: host issuing, waiting, device)
+  local r order
+  for r in $(seq 1 "${REAL_ROUNDS:-2}"); do
+    order="stock ours"; [ $((r % 2)) = 0 ] && order="ours stock"
+    for a in $order; do
+      arm $a "$b/bin/llama-bench" -m "$m" -dev HRX0 -ngl 99 -fa 0 -p 512 -n 128 -r 3 > "$W/logs/real-bench-$a-$r.log" 2>&1
+      log "real bench round $r $a: $(grep -E 'pp512|tg128' "$W/logs/real-bench-$a-$r.log" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+    done
+  done
   for a in stock ours; do
-    arm $a "$b/bin/llama-bench" -m "$m" -dev HRX0 -ngl 99 -fa 0 -p 512 -n 128 -r 3 > "$W/logs/real-bench-$a.log" 2>&1
-    log "real bench $a: $(grep -E 'pp512|tg128' "$W/logs/real-bench-$a.log" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+    GGML_HRX_PROFILE=1 arm $a "$b/bin/llama-bench" -m "$m" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 1 \
+      > "$W/logs/real-profile-$a.log" 2>&1
+    log "real profile $a: $(grep -a 'profile:' "$W/logs/real-profile-$a.log" | head -1 | cut -c1-300)"
   done
   log "real probe (program, libggml-base mapped): $(cat "$W"/logs/probe-real-*.jsonl 2>/dev/null | grep -o '"name":"libggml-base"[^}]*' \
     | grep -o '"path":"[^"]*"' | sort | uniq -c | tr -s ' ' | tr '\n' ';')"

@@ -25,6 +25,14 @@
  * Exit status: 0 when every position's NMSE is at most the bound, 1 when one is not (or is
  * not a number), 2 on a usage, load or decode error (the message says what was wrong).
  *
+ * --ref-model FILE runs the reference from another file of the same model: the quantized
+ * model dequantized to F32 (`llama-quantize --allow-requantize MODEL OUT F32`), say. The CPU
+ * multiplies quantized weights by activations quantized to 8 bits (Q8_0, Q8_1, Q8_K), a
+ * device that dequantizes the weights and multiplies by F32 activations does not, so the two
+ * runs of one quantized file take different numeric paths and their logits part by about
+ * 1e-3 in NMSE with no fault on either side. The same weights dequantized exactly to F32 give
+ * the CPU the device's path: weight values the same, activations unrounded.
+ *
  * --perturb-token POS is for testing this program: the device run is fed another token
  * (the next id) at position POS, so its logits there must differ from the reference's and the
  * check must fail. It is left out of the usage text, as it makes any run fail.
@@ -55,6 +63,7 @@ static const char *const DEFAULT_PROMPT =
 
 struct options {
     const char *model;
+    const char *ref_model; /* the reference's file; NULL: model */
     const char *devices; /* comma-separated device names */
     const char *prompt;
     int n_decode;
@@ -73,9 +82,12 @@ struct run_result {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: logits_nmse -m MODEL --dev NAME[,NAME...] [-p TEXT] [-n N] [--bound B]\n"
-            "                   [--fa] [-t THREADS] [--no-repack] [-v]\n"
+            "usage: logits_nmse -m MODEL --dev NAME[,NAME...] [--ref-model FILE] [-p TEXT]\n"
+            "                   [-n N] [--bound B] [--fa] [-t THREADS] [--no-repack] [-v]\n"
             "  -m MODEL       a GGUF model\n"
+            "  --ref-model FILE  the CPU reference runs this file instead of MODEL: the same\n"
+            "                 model in other weight types (MODEL dequantized to F32, say);\n"
+            "                 its vocabulary must be MODEL's\n"
             "  --dev NAMES    the devices of the compared run (every layer), e.g. HRX0;\n"
             "                 the reference runs on the CPU alone\n"
             "  -p TEXT        the prompt (default: a fixed sentence of about 45 tokens)\n"
@@ -132,7 +144,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
         /* the options that take a value */
         bool takes = !strcmp(a, "-m") || !strcmp(a, "--dev") || !strcmp(a, "-p") ||
                      !strcmp(a, "-n") || !strcmp(a, "--bound") || !strcmp(a, "-t") ||
-                     !strcmp(a, "--perturb-token");
+                     !strcmp(a, "--perturb-token") || !strcmp(a, "--ref-model");
         if (takes && i + 1 >= argc) {
             usage(stderr);
             return fail_usage("%s needs a value", a);
@@ -143,6 +155,8 @@ static int parse_args(int argc, char **argv, struct options *o) {
             exit(0);
         } else if (!strcmp(a, "-m")) {
             o->model = argv[++i];
+        } else if (!strcmp(a, "--ref-model")) {
+            o->ref_model = argv[++i];
         } else if (!strcmp(a, "--dev")) {
             o->devices = argv[++i];
         } else if (!strcmp(a, "-p")) {
@@ -246,7 +260,13 @@ static int resolve_devices(const char *names, ggml_backend_dev_t *devs) {
     return 0;
 }
 
-/* Loads the model on devs (NULL: the CPU alone). */
+/* The file the CPU reference runs: --ref-model, else -m. */
+static const char *ref_path(const struct options *o) {
+    return o->ref_model ? o->ref_model : o->model;
+}
+
+/* Loads the model on devs, or the reference (--ref-model, else the model) on the CPU alone
+ * when devs is NULL. */
 static struct llama_model *load_model(const struct options *o, ggml_backend_dev_t *devs) {
     static ggml_backend_dev_t none[1] = {NULL};
     struct llama_model_params mp = llama_model_default_params();
@@ -255,7 +275,7 @@ static struct llama_model *load_model(const struct options *o, ggml_backend_dev_
     /* every layer, whatever the model's depth (llama.cpp caps it at the layer count) */
     mp.n_gpu_layers = devs ? 1000000 : 0;
     mp.use_extra_bufts = !o->no_repack;
-    return llama_model_load_from_file(o->model, mp);
+    return llama_model_load_from_file(devs ? o->model : ref_path(o), mp);
 }
 
 /*
@@ -322,6 +342,20 @@ static int run(const struct options *o, struct llama_model *model, const char *w
     return rc;
 }
 
+/* Whether vocab splits text into exactly the n tokens of want. */
+static bool same_tokens(const struct llama_vocab *vocab, const char *text, const llama_token *want,
+                        int n) {
+    llama_token *got = malloc(sizeof(llama_token) * (size_t)(n + 1));
+    if (!got) {
+        return false;
+    }
+    /* room for one more than want: a longer split comes back as a count above n */
+    int m = llama_tokenize(vocab, text, (int)strlen(text), got, n + 1, true, false);
+    bool same = m == n && memcmp(got, want, sizeof(llama_token) * (size_t)n) == 0;
+    free(got);
+    return same;
+}
+
 static int argmax(const float *v, int n) {
     int best = 0;
     for (int i = 1; i < n; i++) {
@@ -377,7 +411,7 @@ int main(int argc, char **argv) {
     /* the reference first: its vocabulary gives the tokens both runs are fed */
     ref_model = load_model(&o, NULL);
     if (!ref_model) {
-        rc = fail_usage("cannot load the model '%s' (see the messages above)", o.model);
+        rc = fail_usage("cannot load the model '%s' (see the messages above)", ref_path(&o));
         goto done;
     }
     const struct llama_vocab *vocab = llama_model_get_vocab(ref_model);
@@ -429,9 +463,10 @@ int main(int argc, char **argv) {
         goto done;
     }
 
-    printf("model %s; devices %s against the CPU alone; prompt %d tokens, %d decoded one at a "
-           "time; vocabulary %d; flash attention %s\n",
-           o.model, o.devices, n_prompt, o.n_decode, n_vocab, o.flash_attn ? "on" : "off");
+    printf("model %s; devices %s against the CPU alone%s%s; prompt %d tokens, %d decoded one at "
+           "a time; vocabulary %d; flash attention %s\n",
+           o.model, o.devices, o.ref_model ? " running " : "", o.ref_model ? o.ref_model : "",
+           n_prompt, o.n_decode, n_vocab, o.flash_attn ? "on" : "off");
     if (o.perturb_pos >= 0) {
         printf("perturbed: the %s run is fed token %d instead of %d at position %ld\n", o.devices,
                (tokens[o.perturb_pos] + 1) % n_vocab, tokens[o.perturb_pos], o.perturb_pos);
@@ -451,7 +486,17 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (llama_vocab_n_tokens(llama_model_get_vocab(dev_model)) != n_vocab) {
-        rc = fail_usage("the model's vocabulary differs between the two loads");
+        rc = fail_usage("the vocabularies differ: %d tokens in '%s', %d in '%s'",
+                        llama_vocab_n_tokens(llama_model_get_vocab(dev_model)), o.model, n_vocab,
+                        ref_path(&o));
+        goto done;
+    }
+    /* another file must also split the prompt into the same tokens: the token ids fed to
+     * both runs were taken from the reference's vocabulary */
+    if (o.ref_model && !same_tokens(llama_model_get_vocab(dev_model), o.prompt, prompt, n_prompt)) {
+        rc = fail_usage("'%s' and '%s' split the prompt into different tokens: not the same "
+                        "vocabulary",
+                        o.model, o.ref_model);
         goto done;
     }
     rc = run(&o, dev_model, o.devices, tokens, n_prompt, n_total, o.perturb_pos, dev);

@@ -175,6 +175,43 @@ run_logits() {
   else
     say "--dev CPU: NOT refused as expected (rc=$rc)"; sed 's/^/    /' "$logs/logits-cpu.err" | tail -5; fail=1
   fi
+  run_logits_ref
+}
+
+# --ref-model: the CPU reference from another file of the same model. On the GPU that file is
+# the quantized model dequantized to F32 (HRX0's numeric path there, gpu/run.sh); here HRX0
+# runs the CPU's quantized kernels, so against the F32 file every position must differ from 0
+# (the other file was run) and stay close (the same model: NMSE under 0.1, a loose bound for
+# the Q8_1 rounding of activations on one side only). A reference that cannot be loaded is
+# refused by name.
+run_logits_ref() {
+  local f32=$root/target/hrx-logits/$(basename "$model" .gguf)-as-f32.gguf
+  if [ ! -f "$f32" ]; then
+    "$stock/llama-quantize" --allow-requantize "$model" "$f32.tmp" F32 >"$logs/as-f32.log" 2>&1 \
+      && mv "$f32.tmp" "$f32" \
+      || { say "--ref-model: llama-quantize to F32 failed"; tail -5 "$logs/as-f32.log" | sed 's/^/    /'; fail=1; return; }
+  fi
+  GGML_BACKEND_PATH=$lib LD_LIBRARY_PATH=$libpath "$bin.$arm" -m "$model" --dev HRX0 -t 2 --no-repack \
+    --ref-model "$f32" --bound 0.1 >"$logs/logits-ref.out" 2>"$logs/logits-ref.err"
+  local rc=$? n_pos n_nonzero summary
+  summary=$(grep '^logits NMSE:' "$logs/logits-ref.out")
+  n_pos=$(grep -c '^position ' "$logs/logits-ref.out")
+  n_nonzero=$(awk '$1 == "position" && $7 != "0.000e+00" { n++ } END { print n + 0 }' "$logs/logits-ref.out")
+  say "--ref-model F32: rc=$rc $summary (log: $logs/logits-ref.out)"
+  if [ $rc -eq 0 ] && [ "$n_pos" -gt 0 ] && [ "$n_nonzero" -eq "$n_pos" ] \
+      && grep -q "^model .* against the CPU alone running $f32;" "$logs/logits-ref.out"; then
+    say "--ref-model F32: the reference ran the F32 file, all $n_pos positions above 0 and under 0.1"
+  else
+    say "--ref-model F32: FAILED (rc=$rc, $n_nonzero of $n_pos positions above 0)"; tail -5 "$logs/logits-ref.err" | sed 's/^/    /'; fail=1
+  fi
+  GGML_BACKEND_PATH=$lib LD_LIBRARY_PATH=$libpath "$bin.$arm" -m "$model" --dev HRX0 \
+    --ref-model "$logs/no-such-model.gguf" >"$logs/logits-noref.out" 2>"$logs/logits-noref.err"
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q "cannot load the model '$logs/no-such-model.gguf'" "$logs/logits-noref.err"; then
+    say "--ref-model missing file: refused (exit 2, named)"
+  else
+    say "--ref-model missing file: NOT refused as expected (rc=$rc)"; tail -5 "$logs/logits-noref.err" | sed 's/^/    /'; fail=1
+  fi
 }
 
 run_archs() {
