@@ -110,7 +110,9 @@ const HRX_LOGITS: Compares = SamePath(
      logits_nmse.c: a 43-token prompt batch, then 16 single-token decodes, teacher-forced; \
      flash attention off, -t 2 --no-repack): NMSE exactly 0 and the same argmax at every position; one \
      token changed in the HRX0 run at position 50 must exit 1 with that position over the bound of \
-     1e-4; --dev CPU (the reference itself) is refused",
+     1e-4; --dev CPU (the reference itself) is refused; --ref-model, the CPU run from SmolLM2 \
+     dequantized to F32 (another numeric path, so a stated tolerance): every position above 0 \
+     and under 0.1, and a reference file that does not load is refused by name",
 );
 const ARCHS: Compares = Tolerance(
     "each architecture's logits against a CPU-only model, NMSE <= 1e-4 (upstream's bound: \
