@@ -258,6 +258,10 @@ logits_check() {
   done
 }
 
+# gen_text PROMPT FILE: the generated text in FILE (llama-completion's stdout) from PROMPT on,
+# every line of it: two texts that part after the first line part all the same
+gen_text() { sed -n "/$1/,\$p" "$2" 2>/dev/null; }
+
 # part NAME: whether hrxcheck runs part NAME (HRX_PARTS, a space-separated list; unset: all)
 part() { [ -z "${HRX_PARTS:-}" ] || [[ " $HRX_PARTS " == *" $1 "* ]]; }
 
@@ -306,14 +310,18 @@ stage_hrxcheck() {
   local p="The capital of France is" m n
   part text && for m in "$W/model-f16.gguf" "$M"; do
     n=$(basename "$m" .gguf)
+    # the text on stdout (.txt), the logs on stderr (.log): apart, or they interleave
     arm stock "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -ngl 0 -no-cnv --no-warmup \
-      > "$W/logs/text-cpu-$n.log" 2>&1 < /dev/null
+      > "$W/logs/text-cpu-$n.txt" 2> "$W/logs/text-cpu-$n.log" < /dev/null
     for a in stock ours; do
       arm $a "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
-        -ngl 99 -no-cnv --no-warmup > "$W/logs/text-hrx-$a-$n.log" 2>&1 < /dev/null
+        -ngl 99 -no-cnv --no-warmup > "$W/logs/text-hrx-$a-$n.txt" 2> "$W/logs/text-hrx-$a-$n.log" < /dev/null
     done
+    local t_cpu t
+    t_cpu=$(gen_text "$p" "$W/logs/text-cpu-$n.txt")
     for a in cpu hrx-stock hrx-ours; do
-      log "text $n $a: $(grep -a -o "$p.*" "$W/logs/text-$a-$n.log" | head -1 | head -c 200)"
+      t=$(gen_text "$p" "$W/logs/text-$a-$n.txt")
+      log "text $n $a$([ "$a" != cpu ] && { [ -n "$t" ] && [ "$t" = "$t_cpu" ] && echo " (the CPU's)" || echo " (NOT the CPU's)"; }): $(echo "$t" | tr '\n' ' ' | head -c 200)"
     done
   done
   # per-token logits against the CPU's, NMSE <= 1e-4 at every position (issue 13), the same
@@ -383,13 +391,13 @@ stage_hrxcheck() {
       2> "$W/logs/arena-evict.log" < /dev/null
     log "arena ${ev} MiB: exit $?; $(grep -a -o 'arena: hits[^;]*' "$W/logs/arena-evict.log" | tail -1)"
     local t_arena t_hrx
-    t_arena=$(grep -a -o "$p.*" "$W/logs/arena-evict.txt" | head -1)
+    t_arena=$(gen_text "$p" "$W/logs/arena-evict.txt")
     # the text without -ot: the text part's, or made here when HRX_PARTS left that part out
-    local th=$W/logs/text-hrx-ours-$(basename "$M" .gguf).log
-    [ -f "$th" ] || arm ours "$b/bin/llama-completion" -m "$M" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
-      -ngl 99 -no-cnv --no-warmup > "$th" 2>&1 < /dev/null
-    t_hrx=$(grep -a -o "$p.*" "$th" | head -1)
-    log "arena ${ev} MiB text, the same as without -ot: $([ -n "$t_arena" ] && [ "$t_arena" = "$t_hrx" ] && echo yes || echo NO): $(echo "$t_arena" | head -c 200)"
+    local th=$W/logs/text-hrx-ours-$(basename "$M" .gguf)
+    [ -f "$th.txt" ] || arm ours "$b/bin/llama-completion" -m "$M" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
+      -ngl 99 -no-cnv --no-warmup > "$th.txt" 2> "$th.log" < /dev/null
+    t_hrx=$(gen_text "$p" "$th.txt")
+    log "arena ${ev} MiB text, the same as without -ot: $([ -n "$t_arena" ] && [ "$t_arena" = "$t_hrx" ] && echo yes || echo NO): $(echo "$t_arena" | tr '\n' ' ' | head -c 200)"
     # the same with the prefetch (GGML_HRX_PREFETCH=1: fresh weight copies uploaded on a side
     # stream while the kernels queued before them run; docs/hrx-cuda.md): the text must not
     # change, and the exit line says how many uploads overlapped earlier work
@@ -397,7 +405,7 @@ stage_hrxcheck() {
       -m "$M" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 -ngl 99 -ot '.*=CPU' -no-cnv --no-warmup \
       > "$W/logs/arena-prefetch.txt" 2> "$W/logs/arena-prefetch.log" < /dev/null
     log "arena ${ev} MiB, prefetch: exit $?; $(grep -a -o 'HRX0 at exit.*' "$W/logs/arena-prefetch.log" | tail -1)"
-    t_arena=$(grep -a -o "$p.*" "$W/logs/arena-prefetch.txt" | head -1)
+    t_arena=$(gen_text "$p" "$W/logs/arena-prefetch.txt")
     log "arena ${ev} MiB prefetch text, the same as without -ot: $([ -n "$t_arena" ] && [ "$t_arena" = "$t_hrx" ] && echo yes || echo NO)"
     # and its speed: tg32 with every weight on the host through the budget, prefetch off and on
     # alternating (two rounds)
@@ -478,9 +486,9 @@ stage_real() {
   # the whole generated text (it may run over several lines), from the prompt on: a text
   # that parts from the CPU's after the first line parts all the same
   local t_cpu t
-  t_cpu=$(sed -n "/$p/,\$p" "$W/logs/real-text-cpu.txt")
+  t_cpu=$(gen_text "$p" "$W/logs/real-text-cpu.txt")
   for a in cpu hrx-stock hrx-ours; do
-    t=$(sed -n "/$p/,\$p" "$W/logs/real-text-$a.txt")
+    t=$(gen_text "$p" "$W/logs/real-text-$a.txt")
     log "real $mn text $a$([ "$a" != cpu ] && { [ -n "$t" ] && [ "$t" = "$t_cpu" ] && echo " (the CPU's)" || echo " (NOT the CPU's)"; }): $(echo "$t" | tr '\n' ' ' | head -c 200)"
   done
   log "real report: $(grep -a -o 'HRX0 report.*' "$W/logs/real-text-hrx-ours.log" | head -1 | cut -c1-300)"
