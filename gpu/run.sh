@@ -39,7 +39,8 @@
 #            gpu/pack.sh --real-model) to $W/real/
 #   real     SmolLM2 (a real model, carried in parts) on HRX0 against the CPU, both arms: text,
 #            placement, logits check, llama-bench with the arms alternating (REAL_ROUNDS pairs,
-#            default 2) and the profile of a token in each (REAL_WAIT: seconds to wait for parts)
+#            default 2), the profile of a token and the scheduler probe's host and wait per
+#            compute in each (REAL_WAIT: seconds to wait for parts)
 #   hrxcheck everything issue 13 asks of the H200 in one go, for a machine held only minutes:
 #            test-backend-ops -b HRX0 in both arms (in the background while the models are
 #            made; it says when HRX0 was not a CUDA device, as then nothing ran on the GPU),
@@ -509,10 +510,28 @@ stage_real() {
       log "real bench round $r $a: $(grep -E 'pp512|tg128' "$W/logs/real-bench-$a-$r.log" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
     done
   done
+  # the scheduler's side of a token in each arm: the probe (cabi-tests/sched-bench/
+  # sched_probe.c) times graph_compute_async (the host's part: input copies, queueing the
+  # split) and synchronize (the wait) per call; the median of the steady calls (the first
+  # two left out: warm-up, the CUDA graph's capture)
+  local sp=$W/libsched-probe.so
+  cc -O2 -fPIC -shared -I"$W/llama.cpp/ggml/include" "$root/cabi-tests/sched-bench/sched_probe.c" -o "$sp" -ldl \
+    > "$W/logs/sched-probe-cc.log" 2>&1 || { log "real: the scheduler probe did not compile"; sp=; }
   for a in stock ours; do
-    GGML_HRX_PROFILE=1 arm $a "$b/bin/llama-bench" -m "$m" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 1 \
-      > "$W/logs/real-profile-$a.log" 2>&1
+    rm -f "$W/logs/real-sched-$a.jsonl"
+    ARM_PRELOAD=$sp SCHED_PROBE_OUT=$W/logs/real-sched-$a.jsonl GGML_HRX_PROFILE=1 arm $a "$b/bin/llama-bench" \
+      -m "$m" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 1 > "$W/logs/real-profile-$a.log" 2>&1
     log "real profile $a: $(grep -a 'profile:' "$W/logs/real-profile-$a.log" | head -1 | cut -c1-300)"
+    [ -f "$W/logs/real-sched-$a.jsonl" ] && log "real scheduler $a: $(python3 - "$W/logs/real-sched-$a.jsonl" <<'PY'
+import json, statistics, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    c, w = d.get("compute_each_ns", [])[2:], d.get("synchronize_each_ns", [])[2:]
+    if c:
+        print("%d computes; per steady call: host %.1f us, wait %.1f us;" % (
+            d["compute"]["calls"], statistics.median(c) / 1e3, statistics.median(w) / 1e3 if w else 0), end=" ")
+PY
+)"
   done
   log "real probe (program, libggml-base mapped): $(cat "$W"/logs/probe-real-*.jsonl 2>/dev/null | grep -o '"name":"libggml-base"[^}]*' \
     | grep -o '"path":"[^"]*"' | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
