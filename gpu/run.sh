@@ -38,8 +38,8 @@
 #   realparts  copies the parts of the real model carried so far (.device-real-N/, from
 #            gpu/pack.sh --real-model) to $W/real/
 #   real     SmolLM2 (a real model, carried in parts) on HRX0 against the CPU, both arms: text,
-#            placement, logits check, llama-bench with the arms alternating (REAL_ROUNDS pairs,
-#            default 2), the profile of a token and the scheduler probe's host and wait per
+#            placement, logits check, llama-bench with the arms alternating (REAL_ROUNDS rounds,
+#            default 2; a third arm, ours with GGML_ALLOC_LAYOUT=stock), the profile of a token and the scheduler probe's host and wait per
 #            compute in each (REAL_WAIT: seconds to wait for parts)
 #   hrxcheck everything issue 13 asks of the H200 in one go, for a machine held only minutes:
 #            test-backend-ops -b HRX0 in both arms (in the background while the models are
@@ -502,11 +502,18 @@ stage_real() {
   # the arms alternating (stock ours, then ours stock: REAL_ROUNDS pairs, default 2), as a
   # model this small is bound by the host, where one run after the other can mislead; then
   # where a token's time goes in each arm (GGML_HRX_PROFILE: host issuing, waiting, device)
+  # A third arm, ours with the stock layout of the compute buffers (GGML_ALLOC_LAYOUT=stock,
+  # docs/alloc.md), tells a cost of the packed layout apart from the rest of ours
   local r order
   for r in $(seq 1 "${REAL_ROUNDS:-2}"); do
-    order="stock ours"; [ $((r % 2)) = 0 ] && order="ours stock"
+    order="stock ours ours-stock-layout"; [ $((r % 2)) = 0 ] && order="ours-stock-layout ours stock"
     for a in $order; do
-      arm $a "$b/bin/llama-bench" -m "$m" -dev HRX0 -ngl 99 -fa 0 -p 512 -n 128 -r 3 > "$W/logs/real-bench-$a-$r.log" 2>&1
+      local cmd=("$b/bin/llama-bench" -m "$m" -dev HRX0 -ngl 99 -fa 0 -p 512 -n 128 -r 3)
+      if [ "$a" = ours-stock-layout ]; then
+        GGML_ALLOC_LAYOUT=stock arm ours "${cmd[@]}" > "$W/logs/real-bench-$a-$r.log" 2>&1
+      else
+        arm $a "${cmd[@]}" > "$W/logs/real-bench-$a-$r.log" 2>&1
+      fi
       log "real bench round $r $a: $(grep -E 'pp512|tg128' "$W/logs/real-bench-$a-$r.log" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
     done
   done
