@@ -39,8 +39,9 @@
 #            gpu/pack.sh --real-model) to $W/real/
 #   real     SmolLM2 (a real model, carried in parts) on HRX0 against the CPU, both arms: text,
 #            placement, logits check, llama-bench with the arms alternating (REAL_ROUNDS rounds,
-#            default 2; a third arm, ours with GGML_ALLOC_LAYOUT=stock), the profile of a token and the scheduler probe's host and wait per
-#            compute in each (REAL_WAIT: seconds to wait for parts)
+#            default 2; a third arm, ours with GGML_ALLOC_LAYOUT=stock), the profile of a
+#            token and the scheduler probe's host and wait per compute in each arm
+#            (REAL_WAIT: seconds to wait for parts)
 #   hrxcheck everything issue 13 asks of the H200 in one go, for a machine held only minutes:
 #            test-backend-ops -b HRX0 in both arms (in the background while the models are
 #            made; it says when HRX0 was not a CUDA device, as then nothing ran on the GPU),
