@@ -264,6 +264,27 @@ logits_check() {
 # every line of it: two texts that part after the first line part all the same
 gen_text() { sed -n "/$1/,\$p" "$2" 2>/dev/null; }
 
+# log_texts LABEL PROMPT PATTERN: one line per run, the CPU's first, each HRX0 run said to be
+# the CPU's text or not; PATTERN names a run's stdout with %s for cpu, hrx-stock or hrx-ours
+log_texts() {
+  local t_cpu t a
+  # shellcheck disable=SC2059 # the pattern is ours
+  t_cpu=$(gen_text "$2" "$(printf "$3" cpu)")
+  for a in cpu hrx-stock hrx-ours; do
+    # shellcheck disable=SC2059
+    t=$(gen_text "$2" "$(printf "$3" "$a")")
+    log "$1 $a$([ "$a" != cpu ] && { [ -n "$t" ] && [ "$t" = "$t_cpu" ] && echo " (the CPU's)" || echo " (NOT the CPU's)"; }): $(echo "$t" | tr '\n' ' ' | head -c 200)"
+  done
+}
+
+# build_sched_probe: compiles the scheduler probe (cabi-tests/sched-bench/sched_probe.c, from
+# the bundle) into $W/libsched-probe.so, anew each time: the bundle's source may be newer
+build_sched_probe() {
+  cc -O2 -fPIC -shared -I"$W/llama.cpp/ggml/include" "$W/ab-bundle/cabi-tests/sched-bench/sched_probe.c" \
+    -o "$W/libsched-probe.so" -ldl > "$W/logs/sched-probe-cc.log" 2>&1 \
+    || { log "the scheduler probe did not compile: $(tail -3 "$W/logs/sched-probe-cc.log")"; return 1; }
+}
+
 # part NAME: whether hrxcheck runs part NAME (HRX_PARTS, a space-separated list; unset: all)
 part() { [ -z "${HRX_PARTS:-}" ] || [[ " $HRX_PARTS " == *" $1 "* ]]; }
 
@@ -319,12 +340,7 @@ stage_hrxcheck() {
       arm $a "$b/bin/llama-completion" -m "$m" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
         -ngl 99 -no-cnv --no-warmup > "$W/logs/text-hrx-$a-$n.txt" 2> "$W/logs/text-hrx-$a-$n.log" < /dev/null
     done
-    local t_cpu t
-    t_cpu=$(gen_text "$p" "$W/logs/text-cpu-$n.txt")
-    for a in cpu hrx-stock hrx-ours; do
-      t=$(gen_text "$p" "$W/logs/text-$a-$n.txt")
-      log "text $n $a$([ "$a" != cpu ] && { [ -n "$t" ] && [ "$t" = "$t_cpu" ] && echo " (the CPU's)" || echo " (NOT the CPU's)"; }): $(echo "$t" | tr '\n' ' ' | head -c 200)"
-    done
+    log_texts "text $n" "$p" "$W/logs/text-%s-$n.txt"
   done
   # per-token logits against the CPU's, NMSE <= 1e-4 at every position (issue 13), the same
   # tokens fed to both runs, a prompt batch then single-token decodes, flash attention off in
@@ -487,12 +503,7 @@ stage_real() {
   done
   # the whole generated text (it may run over several lines), from the prompt on: a text
   # that parts from the CPU's after the first line parts all the same
-  local t_cpu t
-  t_cpu=$(gen_text "$p" "$W/logs/real-text-cpu.txt")
-  for a in cpu hrx-stock hrx-ours; do
-    t=$(gen_text "$p" "$W/logs/real-text-$a.txt")
-    log "real $mn text $a$([ "$a" != cpu ] && { [ -n "$t" ] && [ "$t" = "$t_cpu" ] && echo " (the CPU's)" || echo " (NOT the CPU's)"; }): $(echo "$t" | tr '\n' ' ' | head -c 200)"
-  done
+  log_texts "real $mn text" "$p" "$W/logs/real-text-%s.txt"
   log "real report: $(grep -a -o 'HRX0 report.*' "$W/logs/real-text-hrx-ours.log" | head -1 | cut -c1-300)"
   # the logits check (built here when hrxcheck has not built it), against the F32
   # dequantization as in hrxcheck, then against the file itself for the record
@@ -523,8 +534,7 @@ stage_real() {
   # split) and synchronize (the wait) per call; the median of the steady calls (the first
   # two left out: warm-up, the CUDA graph's capture)
   local sp=$W/libsched-probe.so
-  cc -O2 -fPIC -shared -I"$W/llama.cpp/ggml/include" "$root/cabi-tests/sched-bench/sched_probe.c" -o "$sp" -ldl \
-    > "$W/logs/sched-probe-cc.log" 2>&1 || { log "real: the scheduler probe did not compile"; sp=; }
+  build_sched_probe || sp=
   for a in stock ours; do
     rm -f "$W/logs/real-sched-$a.jsonl"
     ARM_PRELOAD=$sp SCHED_PROBE_OUT=$W/logs/real-sched-$a.jsonl GGML_HRX_PROFILE=1 arm $a "$b/bin/llama-bench" \
@@ -612,9 +622,7 @@ stage_bench() {
 stage_ppdiag() {
   [ -x "$B/bin/llama-bench" ] && [ -f "$M" ] || { log "ppdiag needs the build and the model stages"; return 1; }
   local probe=$W/libsched-probe.so shim=$W/libcxxrt-diag.so
-  # compiled anew each time: the bundle's probe source may be newer than the last copy
-  cc -O2 -fPIC -shared -I"$W/llama.cpp/ggml/include" \
-    "$W/ab-bundle/cabi-tests/sched-bench/sched_probe.c" -o "$probe" -ldl || return 1
+  build_sched_probe || return 1
   # the C++ runtime symbols some programs take from stock's libggml-base (gpu/README.md)
   [ -f "$shim" ] || c++ -shared -o "$shim" -Wl,--whole-archive "$(c++ -print-file-name=libsupc++.a)" \
     -Wl,--no-whole-archive || return 1
