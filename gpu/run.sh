@@ -57,6 +57,15 @@
 #            arena; default all), for a call with little device time left. Uses
 #            .device/llama-cpu-bin.tar.gz (gpu/pack.sh --llama-bin) when present, else
 #            buildcpu. Logs in one tarball, $OUT/hrx-logs.tgz
+#   kprof    where a decode token's device time goes: Nsight Compute (ncu, clocks left alone)
+#            times every kernel of KPROF_TOKENS tokens (default 8) of llama-bench tg on the
+#            Q4_0 model (KPROF_MODEL), HRX0 in our arm (gpu/kprof.py sums them by kernel and
+#            grid), beside GGML_HRX_PROFILE's graph-replay time a token; and, when the CUDA
+#            build is there (`build`), ggml-cuda's kernels on CUDA0 with flash attention off
+#            and on. Says so when ncu cannot read the counters (on a gVisor machine)
+#   hrxab    our HRX0 kernels against an earlier build of them (.device/old-hrx/libggml-hrx.so,
+#            put there by hand): llama-bench tg128 of the Q4_0 and F16 models, -fa 0, our
+#            arm, the two libraries alternating (HRXAB_ROUNDS rounds, default 3)
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
 #   status   what the background run has done so far
 #   wait [N] wait until the background run ends or N seconds pass (default 560), then show
@@ -134,6 +143,51 @@ stage_buildcpu() {
   ninja -C "$b" -j "$jobs" llama-simple llama-completion llama-bench llama-quantize test-backend-ops test-llama-archs \
     > "$W/logs/ninja-cpu.log" 2>&1 || { log "ninja failed"; tail -30 "$W/logs/ninja-cpu.log"; return 1; }
   log "buildcpu: done in $((SECONDS - t0)) s"
+}
+
+stage_kprof() {
+  [ -d "$W/llama.cpp" ] && [ -d "$W/ab-bundle" ] || stage_setup
+  local lib=$W/ab-bundle/lib b=$W/build-cpu n=${KPROF_TOKENS:-8} m=${KPROF_MODEL:-$M} ncu fa
+  [ -x "$b/bin/llama-bench" ] || stage_buildcpu || return 1
+  GPU_BUILD=$b stage_models || return 1
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  [ -n "$ncu" ] || { log "kprof: no ncu on this machine"; return 1; }
+  local tg=(-m "$m" -ngl 99 -p 0 -r 1 --no-warmup)
+  # the same tokens unprofiled first: the device time of a replayed graph, as the profile sees it
+  GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=cuda GGML_HRX_PROFILE=1 LD_LIBRARY_PATH=$lib:$b/bin \
+    "$b/bin/llama-bench" "${tg[@]}" -n 128 -dev HRX0 -fa 0 > "$W/logs/kprof-hrx-profile.log" 2>&1
+  log "kprof HRX0 profile (tg128): $(grep -a -E 'profile|t/s|tg128' "$W/logs/kprof-hrx-profile.log" | head -6 | cut -c1-300 | tr '\n' ';')"
+  GGML_BACKEND_PATH=$lib/libggml-hrx.so GGML_HRX_RUNTIME=cuda LD_LIBRARY_PATH=$lib:$b/bin \
+    "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --page raw --log-file "$W/logs/kprof-hrx.csv" \
+    "$b/bin/llama-bench" "${tg[@]}" -n "$n" -dev HRX0 -fa 0 > "$W/logs/kprof-hrx-run.log" 2>&1
+  python3 "$root/gpu/kprof.py" "$W/logs/kprof-hrx.csv" "$n" > "$W/logs/kprof-hrx.txt" 2>&1
+  log "kprof HRX0 (Q4_0 -fa 0): $(cat "$W/logs/kprof-hrx.txt")"
+  [ -x "$B/bin/llama-bench" ] || { log "kprof: no CUDA build ($B), ggml-cuda left out"; return 0; }
+  for fa in 0 1; do
+    LD_LIBRARY_PATH=$B/bin "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+      --log-file "$W/logs/kprof-cuda-fa$fa.csv" "$B/bin/llama-bench" "${tg[@]}" -n "$n" -dev CUDA0 -fa "$fa" \
+      > "$W/logs/kprof-cuda-fa$fa-run.log" 2>&1
+    python3 "$root/gpu/kprof.py" "$W/logs/kprof-cuda-fa$fa.csv" "$n" > "$W/logs/kprof-cuda-fa$fa.txt" 2>&1
+    log "kprof CUDA0 (Q4_0 -fa $fa): $(cat "$W/logs/kprof-cuda-fa$fa.txt")"
+  done
+}
+
+stage_hrxab() {
+  [ -d "$W/llama.cpp" ] && [ -d "$W/ab-bundle" ] || stage_setup
+  local old=$dev/old-hrx/libggml-hrx.so lib=$W/ab-bundle/lib b=$W/build-cpu r v order
+  [ -f "$old" ] || { log "hrxab: no $old"; return 1; }
+  [ -x "$b/bin/llama-bench" ] || stage_buildcpu || return 1
+  GPU_BUILD=$b stage_models || return 1
+  log "hrxab: old $(sha256sum "$old" | cut -c1-12), new $(sha256sum "$lib/libggml-hrx.so" | cut -c1-12)"
+  for r in $(seq 1 "${HRXAB_ROUNDS:-3}"); do
+    order="old new"; [ $((r % 2)) = 0 ] && order="new old"
+    for v in $order; do
+      local hl=$lib/libggml-hrx.so; [ "$v" = old ] && hl=$old
+      GGML_BACKEND_PATH=$hl GGML_HRX_RUNTIME=cuda LD_LIBRARY_PATH=$lib:$b/bin "$b/bin/llama-bench" -m "$M" \
+        -m "$W/model-f16.gguf" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 5 > "$W/logs/hrxab-$v-$r.log" 2>&1
+      log "hrxab round $r $v: $(grep -E 'tg128' "$W/logs/hrxab-$v-$r.log" | awk -F'|' '{print $2 $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+    done
+  done
 }
 
 stage_models() {
