@@ -65,7 +65,8 @@
 #            and on. Says so when ncu cannot read the counters (on a gVisor machine)
 #   hrxab    our HRX0 kernels against an earlier build of them (.device/old-hrx/libggml-hrx.so,
 #            put there by hand): llama-bench tg128 of the Q4_0 and F16 models, -fa 0, our
-#            arm, the two libraries alternating (HRXAB_ROUNDS rounds, default 3)
+#            arm, the two libraries alternating (HRXAB_ROUNDS rounds, default 3); HRXAB_ENV
+#            (VAR=VALUE ...) adds a third arm, the new library with that environment
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
 #   status   what the background run has done so far
 #   wait [N] wait until the background run ends or N seconds pass (default 560), then show
@@ -174,18 +175,22 @@ stage_kprof() {
 
 stage_hrxab() {
   [ -d "$W/llama.cpp" ] && [ -d "$W/ab-bundle" ] || stage_setup
-  local old=$dev/old-hrx/libggml-hrx.so lib=$W/ab-bundle/lib b=$W/build-cpu r v order
+  local old=$dev/old-hrx/libggml-hrx.so lib=$W/ab-bundle/lib b=$W/build-cpu r v i
   [ -f "$old" ] || { log "hrxab: no $old"; return 1; }
   [ -x "$b/bin/llama-bench" ] || stage_buildcpu || return 1
   GPU_BUILD=$b stage_models || return 1
   log "hrxab: old $(sha256sum "$old" | cut -c1-12), new $(sha256sum "$lib/libggml-hrx.so" | cut -c1-12)"
+  # HRXAB_ENV (VAR=VALUE ...): a third arm, the new library with that environment
+  local variants=(old new); [ -n "${HRXAB_ENV:-}" ] && variants+=(env)
   for r in $(seq 1 "${HRXAB_ROUNDS:-3}"); do
-    order="old new"; [ $((r % 2)) = 0 ] && order="new old"
-    for v in $order; do
-      local hl=$lib/libggml-hrx.so; [ "$v" = old ] && hl=$old
-      GGML_BACKEND_PATH=$hl GGML_HRX_RUNTIME=cuda LD_LIBRARY_PATH=$lib:$b/bin "$b/bin/llama-bench" -m "$M" \
-        -m "$W/model-f16.gguf" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 5 > "$W/logs/hrxab-$v-$r.log" 2>&1
-      log "hrxab round $r $v: $(grep -E 'tg128' "$W/logs/hrxab-$v-$r.log" | awk -F'|' '{print $2 $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+    for i in "${!variants[@]}"; do
+      v=${variants[$(( (r - 1 + i) % ${#variants[@]} ))]}
+      local hl=$lib/libggml-hrx.so extra=(); [ "$v" = old ] && hl=$old
+      # shellcheck disable=SC2206
+      [ "$v" = env ] && extra=($HRXAB_ENV)
+      env "${extra[@]}" GGML_BACKEND_PATH="$hl" GGML_HRX_RUNTIME=cuda LD_LIBRARY_PATH="$lib:$b/bin" "$b/bin/llama-bench" \
+        -m "$M" -m "$W/model-f16.gguf" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 5 > "$W/logs/hrxab-$v-$r.log" 2>&1
+      log "hrxab round $r $v${extra[*]:+ (${extra[*]})}: $(grep -E 'tg128' "$W/logs/hrxab-$v-$r.log" | awk -F'|' '{print $2 $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
     done
   done
 }
@@ -465,7 +470,8 @@ stage_hrxcheck() {
     local t_arena t_hrx
     t_arena=$(gen_text "$p" "$W/logs/arena-evict.txt")
     # the text without -ot: the text part's, or made here when HRX_PARTS left that part out
-    local th=$W/logs/text-hrx-ours-$(basename "$M" .gguf)
+    local th
+    th=$W/logs/text-hrx-ours-$(basename "$M" .gguf)
     [ -f "$th.txt" ] || arm ours "$b/bin/llama-completion" -m "$M" -p "$p" -n 24 --temp 0 -fa off -dev HRX0 \
       -ngl 99 -no-cnv --no-warmup > "$th.txt" 2> "$th.log" < /dev/null
     t_hrx=$(gen_text "$p" "$th.txt")
@@ -640,7 +646,7 @@ stage_ops() {
 
 stage_ctest() {
   # the build's own test suite in both arms (needs GPU_TARGETS="-k 0 all" at build: the tests)
-  [ -x "$B/bin/test-backend-ops" ] && [ -n "$(ls "$B"/bin/test-* 2>/dev/null | grep -v test-backend-ops | head -1)" ] \
+  [ -x "$B/bin/test-backend-ops" ] && [ -n "$(find "$B/bin" -maxdepth 1 -name 'test-*' ! -name test-backend-ops | head -1)" ] \
     || { log "ctest needs the tests built: GPU_TARGETS=\"-k 0 all\" gpu/run.sh build"; return 1; }
   AB_CTEST_JOBS=${AB_CTEST_JOBS:-8} logged ctest 25 "$ab" ab --llama-build "$B" --model "$M" --only ctest
 }

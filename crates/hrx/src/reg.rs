@@ -13,6 +13,9 @@
 //! - `GGML_HRX_CUDA_GRAPHS` (default on, a switch): CUDA runtime only, replay a split's
 //!   launch list as a CUDA graph when it is issued again unchanged
 //!   ([`crate::runtime::cuda`]'s `graphs` module).
+//! - `GGML_HRX_MMV_BLOCKS` (default 1024): CUDA runtime only, blocks per column of the
+//!   matrix-vector kernels (MUL_MAT of up to 8 columns) at most, 1 to 65535; a knob for
+//!   measuring on a given card (docs/hrx-cuda.md), the rows beyond it taken grid-stride.
 //! - `GGML_HRX_DEVICES` (default 1): number of devices, 0 to [`env::MAX_DEVICES`]; with
 //!   CUDA at most the number of CUDA devices (device n is CUDA device n).
 //! - `GGML_HRX_SIM_MEMORY_MB` (default 8192): memory of each simulated device, in MiB, 1 to
@@ -81,6 +84,9 @@ impl Registry {
         let profile = env::read("GGML_HRX_PROFILE", false, "0 (off)", env::switch);
         let graphs = env::read("GGML_HRX_CUDA_GRAPHS", true, "1 (on)", env::switch);
         let prefetch = env::read("GGML_HRX_PREFETCH", false, "0 (off)", env::switch);
+        let mmv_max_blocks = env::read("GGML_HRX_MMV_BLOCKS", 0, "1024", |v| {
+            env::count(v, 1..=65535).map(|n| n as u64)
+        });
         let mut devices = Vec::new();
         if choice != RuntimeChoice::Sim {
             let opts = cuda::Options {
@@ -88,6 +94,7 @@ impl Registry {
                 graphs,
                 prefetch,
                 weight_keep: limit,
+                mmv_max_blocks,
             };
             match cuda_devices(n, base, limit, opts, reg) {
                 Ok(d) => {

@@ -87,6 +87,11 @@ pub trait Target {
     /// The device address of the `int` flag kernels set when an index is out of range
     /// (`HRX_BAD_*`; the runtime reads and clears it at synchronize).
     fn bad_flag(&mut self) -> Result<u64, String>;
+    /// Blocks per column of the matrix-vector kernels at most; [`MMV_MAX_BLOCKS`] unless the
+    /// device was told otherwise (`GGML_HRX_MMV_BLOCKS`).
+    fn mmv_max_blocks(&self) -> u64 {
+        MMV_MAX_BLOCKS
+    }
 }
 
 /// Threads per block of the element-wise and row kernels.
@@ -534,7 +539,9 @@ fn mul_mat(d: Ten, a: Ten, b: Ten, t: &mut dyn Target) -> Result<(), String> {
     let r2 = b.ne[2] / a.ne[2];
     let r3 = b.ne[3] / a.ne[3];
     if n <= MMV_MAX_COLS {
-        let blocks = (m as u64).div_ceil(MMV_WARPS as u64).min(MMV_MAX_BLOCKS);
+        let blocks = (m as u64)
+            .div_ceil(MMV_WARPS as u64)
+            .min(t.mmv_max_blocks().max(1));
         let grid_x = u32::try_from(blocks).map_err(|_| "too many rows".to_string())?;
         // the column as F32 with one padding float per 32 (see `XS` in kernels.cu)
         let col_bytes = (k as usize + k as usize / 32 + 1) * 4;
@@ -689,6 +696,42 @@ mod tests {
         // the column (2048 floats) goes to shared memory
         assert_eq!(l.shared, (2048 + 64 + 1) * 4);
         assert_eq!(l.args.len(), 5);
+    }
+
+    /// A target whose device caps the matrix-vector grid at `cap` blocks
+    /// (`GGML_HRX_MMV_BLOCKS`).
+    struct Capped(Recorder, u64);
+
+    impl Target for Capped {
+        fn scratch(&mut self, bytes: usize) -> Result<u64, String> {
+            self.0.scratch(bytes)
+        }
+        fn launch(&mut self, l: Launch) -> Result<(), String> {
+            self.0.launch(l)
+        }
+        fn gemm(&mut self, g: Gemm) -> Result<(), String> {
+            self.0.gemm(g)
+        }
+        fn bad_flag(&mut self) -> Result<u64, String> {
+            self.0.bad_flag()
+        }
+        fn mmv_max_blocks(&self) -> u64 {
+            self.1
+        }
+    }
+
+    #[test]
+    fn the_device_caps_the_matrix_vector_grid() {
+        let a = qten(TY_Q4_0, 0x1000, [2048, 8192, 1, 1]);
+        let b = ten(TY_F32, 0x2000, [2048, 1, 1, 1], 4);
+        let d = ten(TY_F32, 0x3000, [8192, 1, 1, 1], 4);
+        // 8192 rows, 8 a block: 1024 blocks by default, the device's cap below that, and
+        // never fewer than one block however it is set
+        for (cap, blocks) in [(528, 528), (2048, 1024), (0, 1)] {
+            let mut t = Capped(Recorder::default(), cap);
+            node(&mm_node(), d, &[Some(a), Some(b)], &mut t).unwrap();
+            assert_eq!(t.0.launches[0].grid, [blocks, 1, 1], "cap {cap}");
+        }
     }
 
     #[test]

@@ -116,6 +116,11 @@ pub struct Gpu {
     capturing: bool,
     /// Captured launch lists (`GGML_HRX_CUDA_GRAPHS`); `None` when off.
     pub graphs: Option<GraphCache<sys::CUgraphExec>>,
+    /// Blocks per column of the matrix-vector kernels at most ([`Options::mmv_max_blocks`],
+    /// [`dispatch::MMV_MAX_BLOCKS`] unless set).
+    ///
+    /// [`Options::mmv_max_blocks`]: super::Options::mmv_max_blocks
+    pub mmv_max_blocks: u64,
     /// Jobs replayed as graphs, and graphs captured, since the device opened.
     pub graph_counts: (u64, u64),
     /// Receives notes on graph capture (the layer logs them at info level; the runtime
@@ -238,6 +243,7 @@ impl Gpu {
             profile: profile.map(Profile::new),
             capturing: false,
             graphs: graphs.then(GraphCache::default),
+            mmv_max_blocks: super::dispatch::MMV_MAX_BLOCKS,
             graph_counts: (0, 0),
             note,
             inputs: Inputs::default(),
@@ -864,6 +870,9 @@ fn arg_bytes(a: &Arg) -> [u64; 10] {
 }
 
 impl Target for Gpu {
+    fn mmv_max_blocks(&self) -> u64 {
+        self.mmv_max_blocks
+    }
     fn bad_flag(&mut self) -> Result<u64, String> {
         if self.bad.is_none() {
             // SAFETY: a 4-byte pinned allocation with the context bound, kept for the

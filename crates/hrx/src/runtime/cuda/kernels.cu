@@ -1060,23 +1060,29 @@ __device__ __forceinline__ void prefetch_l2(const void *p) {
 #endif
 }
 
+// Asks for row i01 of `a` (`bytes` long) to be brought into L2, a 128-byte line a lane.
+__device__ __forceinline__ void prefetch_row(Ten a, i64 i01, i64 i12, i64 i13, i64 bytes, int lane) {
+    if (i01 >= a.ne[1]) return;
+    const char *row = at(a, 0, i01, i12, i13);
+    for (i64 off = (i64)lane * 128; off < bytes; off += (i64)HRX_WARP * 128) prefetch_l2(row + off);
+}
+
 // The block converts the column into shared memory, then each warp takes its rows. The warp's
-// first row is asked into L2 before the conversion, so that its loads after the barrier wait
-// on L2 rather than on memory: in a matrix of 2048 rows each warp has only that one row, and
-// the two waits would otherwise come one after the other.
+// first row is asked into L2 before the conversion, and each next row before the current one
+// is read, so that a row's loads wait on L2 rather than on memory: in a matrix of 2048 rows
+// each warp has only the one row, and the two waits would otherwise come one after the other;
+// in an output projection of 128k rows a warp goes through 16 of them, one after the other.
 template <int TY>
 __device__ void mmv_q_rows(Ten d, Ten a, Ten b, i64 r2, i64 r3, i64 i11, i64 i12, i64 i13,
                            const char *col, float *xs, uint4 *buf, int lane, int w) {
     typedef Staged<TY> S;
+    const i64 bytes = a.ne[0] / S::QK * S::BS, stride = (i64)gridDim.x * HRX_MMV_WARPS;
     i64 first = (i64)blockIdx.x * HRX_MMV_WARPS + w;
-    if (first < a.ne[1]) {
-        const char *row = at(a, 0, first, i12 / r2, i13 / r3);
-        i64 bytes = a.ne[0] / S::QK * S::BS;
-        for (i64 off = (i64)lane * 128; off < bytes; off += (i64)HRX_WARP * 128) prefetch_l2(row + off);
-    }
+    prefetch_row(a, first, i12 / r2, i13 / r3, bytes, lane);
     column_to_shared(xs, col, a.ne[0], b.nb[0], b.ty);
     __syncthreads();
-    for (i64 i01 = first; i01 < a.ne[1]; i01 += (i64)gridDim.x * HRX_MMV_WARPS) {
+    for (i64 i01 = first; i01 < a.ne[1]; i01 += stride) {
+        prefetch_row(a, i01 + stride, i12 / r2, i13 / r3, bytes, lane);
         const char *row = at(a, 0, i01, i12 / r2, i13 / r3);
         float acc = warp_sum(dot_staged<TY>(row, xs, a.ne[0], buf, lane));
         if (lane == 0) stf(at(d, i01, i11, i12, i13), d.ty, acc);

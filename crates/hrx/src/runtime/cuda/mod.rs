@@ -77,6 +77,9 @@ pub struct Options {
     /// Bytes of freed weight copies the prefetch's pool keeps for reuse (the host-weight
     /// arena's budget, `GGML_HRX_HOST_WEIGHT_LIMIT_MB`).
     pub weight_keep: usize,
+    /// Blocks per column of the matrix-vector kernels at most (`GGML_HRX_MMV_BLOCKS`); 0:
+    /// [`dispatch::MMV_MAX_BLOCKS`].
+    pub mmv_max_blocks: u64,
 }
 
 /// An HRX device on a CUDA GPU.
@@ -124,6 +127,10 @@ impl CudaDevice {
             )
         })
         .map_err(|_| "the CUDA driver library lacks a function it needs".to_string())??;
+        let mut gpu = gpu;
+        if opts.mmv_max_blocks > 0 {
+            gpu.mmv_max_blocks = opts.mmv_max_blocks;
+        }
         // SAFETY: `gpu.dev` is a valid device.
         let total =
             unsafe { cu::device::total_mem(gpu.dev) }.map_err(|e| err("cuDeviceTotalMem", e))?;
@@ -422,6 +429,9 @@ impl dispatch::Target for Recorder<'_> {
     }
     fn bad_flag(&mut self) -> Result<u64, String> {
         self.g.bad_flag()
+    }
+    fn mmv_max_blocks(&self) -> u64 {
+        self.g.mmv_max_blocks
     }
 }
 
