@@ -34,7 +34,8 @@
 #            against the CPU's, flash attention off in both (the same attention algorithm)
 #   hrxbench llama-bench pp512/tg128 of the F16 and Q4_0 models, -dev HRX0 (CUDA runtime) and
 #            -dev CUDA0 (ggml-cuda) from the same CUDA build, alternating (HRX_ROUNDS, default 3);
-#            flash attention off, or on in both with HRX_FA=1 (HRX0 then claims FLASH_ATTN_EXT)
+#            flash attention off, or on in both with HRX_FA=1 (HRX0 then claims FLASH_ATTN_EXT);
+#            with it off, ggml-cuda with it on too (CUDA0-fa1, its default), and the ratios
 #   realparts  copies the parts of the real model carried so far (.device-real-N/, from
 #            gpu/pack.sh --real-model) to $W/real/
 #   real     SmolLM2 (a real model, carried in parts) on HRX0 against the CPU, both arms: text,
@@ -242,13 +243,15 @@ stage_hrxbench() {
     fa=1; export GGML_HRX_EAGER_OPS=+FLASH_ATTN_EXT
   fi
   : > "$W/logs/hrxbench.log"
-  # HRX0-nographs: our runtime with every launch issued (GGML_HRX_CUDA_GRAPHS=0)
+  # HRX0-nographs: our runtime with every launch issued (GGML_HRX_CUDA_GRAPHS=0); CUDA0-fa1:
+  # ggml-cuda with flash attention, its default (-fa auto), when HRX0 runs without it
+  local devs="HRX0 CUDA0 HRX0-nographs"; [ $fa = 0 ] && devs="$devs CUDA0-fa1"
   for r in $(seq "${HRX_ROUNDS:-3}"); do
     for m in "$M" "$W/model-f16.gguf"; do
-      for dev in HRX0 CUDA0 HRX0-nographs; do
+      for dev in $devs; do
         GGML_HRX_CUDA_GRAPHS=$([ $dev = HRX0-nographs ] && echo 0 || echo 1) \
-          "$B/bin/llama-bench" -m "$m" -dev "${dev%-nographs}" -ngl 99 -fa $fa -p 512 -n 128 -r 2 -o csv 2>/dev/null \
-          | tail -n +2 | sed "s|^|round $r,$dev,|" >> "$W/logs/hrxbench.log"
+          "$B/bin/llama-bench" -m "$m" -dev "${dev%-*}" -ngl 99 -fa "$([ $dev = CUDA0-fa1 ] && echo 1 || echo $fa)" \
+          -p 512 -n 128 -r 2 -o csv 2>/dev/null | tail -n +2 | sed "s|^|round $r,$dev,|" >> "$W/logs/hrxbench.log"
       done
     done
   done
@@ -269,9 +272,11 @@ for (typ, test, dev), v in sorted(by.items()):
     print(f"{typ:28s} {test:6s} {dev:14s} median {statistics.median(v):10.1f} t/s  {['%.1f' % x for x in v]}")
 for typ in sorted({k[0] for k in by}):
     for test in ('pp512', 'tg128'):
-        h, c = by.get((typ, test, 'HRX0')), by.get((typ, test, 'CUDA0'))
-        if h and c:
-            print(f"{typ:28s} {test:6s} HRX0 / CUDA0 = {statistics.median(h) / statistics.median(c):.3f}")
+        h = by.get((typ, test, 'HRX0'))
+        for other in ('CUDA0', 'CUDA0-fa1'):
+            c = by.get((typ, test, other))
+            if h and c:
+                print(f"{typ:28s} {test:6s} HRX0 / {other} = {statistics.median(h) / statistics.median(c):.3f}")
 PY
 }
 
