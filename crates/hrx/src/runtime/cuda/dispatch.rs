@@ -502,6 +502,36 @@ pub(crate) fn staged_rows(a: &Ten) -> bool {
         && a.nb[0] == bs
 }
 
+/// The device bytes `t` spans, `[start, end)`: from its first element to the end of its
+/// last, for its strides (`ggml_nbytes`); nothing when an extent is 0.
+pub fn span(t: &Ten) -> (u64, u64) {
+    if t.ne.iter().any(|&n| n <= 0) {
+        return (t.data, t.data);
+    }
+    let (per, unit) = quant_block(t.ty).unwrap_or(match t.ty {
+        TY_F16 | TY_BF16 => (1, 2),
+        TY_I64 => (1, 8),
+        _ => (1, 4),
+    });
+    let last = (t.ne[0] / per - 1) * t.nb[0] + (1..4).map(|i| (t.ne[i] - 1) * t.nb[i]).sum::<i64>();
+    (t.data, t.data + (last + unit) as u64)
+}
+
+/// Whether the bytes of `a` and `b` overlap.
+pub fn overlaps(a: &Ten, b: &Ten) -> bool {
+    let ((a0, a1), (b0, b1)) = (span(a), span(b));
+    a0 < b1 && b0 < a1
+}
+
+/// Whether a fused kernel may write `out` while reading `inp`: their bytes apart, or the very
+/// same tensor (each element then read before the same thread writes it). The allocator may
+/// give a fused chain's last result the memory of an input that only the chain's first node
+/// reads (a freed block reused), which the separate kernels never meet, as the first node
+/// has read it before the later one runs; ggml-cuda checks the same before its fusions.
+pub fn apart_or_same(out: &Ten, inp: &Ten) -> bool {
+    out == inp || !overlaps(out, inp)
+}
+
 /// Leading dimension and batch strides (elements) when `x` can go to cuBLAS as it is: F32,
 /// rows packed, strides whole elements, leading dimension at least a row.
 fn f32_layout(x: &Ten) -> Option<(i32, i64, i64)> {
@@ -732,6 +762,38 @@ mod tests {
             node(&mm_node(), d, &[Some(a), Some(b)], &mut t).unwrap();
             assert_eq!(t.0.launches[0].grid, [blocks, 1, 1], "cap {cap}");
         }
+    }
+
+    #[test]
+    fn fused_results_may_not_land_on_the_inputs_they_read() {
+        // a 2048-float column at 0x10000 spans 8 KiB
+        let col = ten(TY_F32, 0x10000, [2048, 1, 1, 1], 4);
+        assert_eq!(span(&col), (0x10000, 0x12000));
+        // a strided view: the last of 4 rows of 8 floats, 64 bytes apart, ends 3 * 64 + 32 in
+        let rows = Ten {
+            nb: [4, 64, 256, 256],
+            ..ten(TY_F32, 0x100, [8, 4, 1, 1], 4)
+        };
+        assert_eq!(span(&rows), (0x100, 0x100 + 3 * 64 + 32));
+        // quantized: 2 rows of 64 Q4_0 weights, 2 blocks of 18 bytes each
+        assert_eq!(span(&qten(TY_Q4_0, 0, [64, 2, 1, 1])), (0, 72));
+        // a result of 8192 floats placed where a freed input was, or just after it
+        let on_it = ten(TY_F32, 0x11000, [8192, 1, 1, 1], 4);
+        let after = ten(TY_F32, 0x12000, [8192, 1, 1, 1], 4);
+        assert!(overlaps(&on_it, &col));
+        assert!(!overlaps(&after, &col));
+        // in place is allowed only as the very same tensor
+        assert!(apart_or_same(&col, &col));
+        assert!(apart_or_same(&after, &col));
+        assert!(!apart_or_same(
+            &Ten {
+                data: 0x10004,
+                ..col
+            },
+            &col
+        ));
+        // nothing overlaps an empty tensor
+        assert!(!overlaps(&ten(TY_F32, 0x10000, [0, 1, 1, 1], 4), &col));
     }
 
     #[test]

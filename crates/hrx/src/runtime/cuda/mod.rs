@@ -293,13 +293,20 @@ impl CudaDevice {
             let msrcs = self.sources(g, job, i + 1)?;
             if let Some(m) = msrcs[1].filter(|m| dispatch::fuses_norm_mul(node, &mul.tensors[0], m))
             {
+                let a = srcs[0].ok_or("RMS_NORM without a source")?;
+                // A product in device memory is placed by the allocator, which may give it
+                // bytes of the norm's input or the multiplier that other rows still read:
+                // then the two kernels run apart. (Resolving a device address has no side
+                // effect; a host product is staged into fresh scratch, apart from both.)
+                let on_device = matches!(mul.locs[0], Loc::Device(_));
                 let dp = self.resolve(g, mul.locs[0], mul.sizes[0])?;
                 let d = Ten::of(&mul.tensors[0], dp)
                     .ok_or("a MUL of a type the kernels cannot write")?;
-                let a = srcs[0].ok_or("RMS_NORM without a source")?;
-                to_target(g, rec, |t| dispatch::norm_mul(node, d, a, m, t))?;
-                self.copy_back(g, mul, dp)?;
-                return Ok(2);
+                if !on_device || (dispatch::apart_or_same(&d, &a) && !dispatch::overlaps(&d, &m)) {
+                    to_target(g, rec, |t| dispatch::norm_mul(node, d, a, m, t))?;
+                    self.copy_back(g, mul, dp)?;
+                    return Ok(2);
+                }
             }
         }
         let dp = self.resolve(g, nj.locs[0], nj.sizes[0])?;
