@@ -435,6 +435,90 @@ pub fn norm_mul_pair(job: &crate::runtime::ExecJob, i: usize) -> bool {
         && !m.node_srcs.contains(&(1, i))
 }
 
+/// Whether nodes `i`, `i + 1` and `i + 2` of `job` may run as one kernel
+/// (`hrx_mul_mat_vec_q_glu`), as far as the graph tells: two MUL_MATs, each used once (by
+/// the third node) and not a graph output, the second not reading the first, and a GLU
+/// reading one as source 0 and the other as source 1: llama.cpp's feed-forward (the up and
+/// gate projections, in either order, then SWIGLU of the two). [`fuses_mmv_glu`] then checks
+/// types and shapes.
+pub fn mmv_glu_triple(job: &crate::runtime::ExecJob, i: usize) -> bool {
+    let (Some(a), Some(b), Some(g)) =
+        (job.nodes.get(i), job.nodes.get(i + 1), job.nodes.get(i + 2))
+    else {
+        return false;
+    };
+    let used_once = |n: &crate::runtime::NodeJob| {
+        n.tensors[0].op == GGML_OP_MUL_MAT
+            && n.use_count == Some(1)
+            && n.tensors[0].flags & GGML_TENSOR_FLAG_OUTPUT as i32 == 0
+    };
+    let reads =
+        |n: &crate::runtime::NodeJob, slot: usize, j: usize| n.node_srcs.contains(&(slot, j));
+    used_once(a)
+        && used_once(b)
+        && !b.node_srcs.iter().any(|&(_, j)| j == i)
+        && g.tensors[0].op == GGML_OP_GLU
+        && ((reads(g, 0, i) && reads(g, 1, i + 1)) || (reads(g, 0, i + 1) && reads(g, 1, i)))
+}
+
+/// Whether a GLU (`glu`) of two one-column products, weights `w0` (source 0's) and `w1`
+/// (source 1's) times columns `c0` and `c1`, runs as one `hrx_mul_mat_vec_q_glu`: the same
+/// column (one tensor, F32), weights of one quantized type and shape whose rows
+/// `hrx_mul_mat_vec_q` streams, the column fitting its shared memory, and the GLU's result
+/// packed F32 of one column.
+pub fn fuses_mmv_glu(glu: &ggml_tensor, w0: &Ten, w1: &Ten, c0: &Ten, c1: &Ten) -> bool {
+    let k = w0.ne[0];
+    let col_bytes = (k as usize + k as usize / 32 + 1) * 4;
+    glu.op == GGML_OP_GLU
+        && glu.type_ == GGML_TYPE_F32
+        && glu.nb[0] == 4
+        && glu.ne == [w0.ne[1], 1, 1, 1]
+        && c0 == c1
+        && c0.ty == TY_F32
+        && c0.ne == [k, 1, 1, 1]
+        && w0.ty == w1.ty
+        && w0.ne == w1.ne
+        && w0.ne[2] == 1
+        && w0.ne[3] == 1
+        && staged_rows(w0)
+        && staged_rows(w1)
+        && col_bytes <= MMV_Q_SHARED_MAX
+}
+
+/// Queues the GLU `glu` of the products of weights `w0` and `w1` with column `c` into `d`,
+/// as one kernel; see [`fuses_mmv_glu`].
+pub fn mmv_glu(
+    glu: &ggml_tensor,
+    d: Ten,
+    w0: Ten,
+    w1: Ten,
+    c: Ten,
+    t: &mut dyn Target,
+) -> Result<(), String> {
+    let k = w0.ne[0];
+    let blocks = (w0.ne[1] as u64)
+        .div_ceil(MMV_WARPS as u64)
+        .min(t.mmv_max_blocks().max(1));
+    t.launch(Launch {
+        kernel: "hrx_mul_mat_vec_q_glu",
+        grid: [
+            u32::try_from(blocks).map_err(|_| "too many rows".to_string())?,
+            1,
+            1,
+        ],
+        block: [32 * MMV_WARPS, 1, 1],
+        shared: ((k as usize + k as usize / 32 + 1) * 4) as u32,
+        args: vec![
+            Arg::Ten(d),
+            Arg::Ten(w0),
+            Arg::Ten(w1),
+            Arg::Ten(c),
+            Arg::I32(glu.op_params[0]),
+            Arg::I32(glu.op_params[1]),
+        ],
+    })
+}
+
 /// Whether `norm` (an RMS_NORM used once) and `mul` (a MUL whose source 0 is `norm`'s
 /// result) run as one fused kernel: all F32, and the multiplier broadcasts over the norm.
 pub fn fuses_norm_mul(norm: &ggml_tensor, mul: &ggml_tensor, m: &Ten) -> bool {
@@ -970,6 +1054,126 @@ mod tests {
         assert!(!fuses_norm_mul(&n, &m, &ten(TY_F16, 0, [2048, 1, 1, 1], 2)));
     }
 
+    #[test]
+    fn two_products_and_their_glu_fuse_only_when_the_glu_is_their_one_use() {
+        let job = |nodes: Vec<crate::runtime::NodeJob>| crate::runtime::ExecJob {
+            nodes,
+            label: "test".into(),
+        };
+        let mm = |uses| job_node(GGML_OP_MUL_MAT, uses, vec![]);
+        let glu = |srcs| job_node(GGML_OP_GLU, Some(1), srcs);
+        // llama.cpp's feed-forward: up (0), gate (1), SWIGLU(gate, up)
+        assert!(mmv_glu_triple(
+            &job(vec![mm(Some(1)), mm(Some(1)), glu(vec![(0, 1), (1, 0)])]),
+            0
+        ));
+        // the other order of the products
+        assert!(mmv_glu_triple(
+            &job(vec![mm(Some(1)), mm(Some(1)), glu(vec![(0, 0), (1, 1)])]),
+            0
+        ));
+        // a node before them: the triple starts at 1, not 0
+        let three = |first| {
+            job(vec![
+                first,
+                mm(Some(1)),
+                mm(Some(1)),
+                glu(vec![(0, 1), (1, 2)]),
+            ])
+        };
+        assert!(mmv_glu_triple(
+            &three(job_node(GGML_OP_RMS_NORM, Some(2), vec![])),
+            1
+        ));
+        assert!(!mmv_glu_triple(
+            &three(job_node(GGML_OP_RMS_NORM, Some(2), vec![])),
+            0
+        ));
+        // a product used twice, or uses unknown: its own bytes may be needed
+        for uses in [Some(2), None] {
+            assert!(!mmv_glu_triple(
+                &job(vec![mm(uses), mm(Some(1)), glu(vec![(0, 1), (1, 0)])]),
+                0
+            ));
+            assert!(!mmv_glu_triple(
+                &job(vec![mm(Some(1)), mm(uses), glu(vec![(0, 1), (1, 0)])]),
+                0
+            ));
+        }
+        // a product that is a graph output
+        let mut out = mm(Some(1));
+        out.tensors[0].flags |= GGML_TENSOR_FLAG_OUTPUT as i32;
+        assert!(!mmv_glu_triple(
+            &job(vec![out, mm(Some(1)), glu(vec![(0, 1), (1, 0)])]),
+            0
+        ));
+        // the second product reads the first
+        let chained = job_node(GGML_OP_MUL_MAT, Some(1), vec![(1, 0)]);
+        assert!(!mmv_glu_triple(
+            &job(vec![mm(Some(1)), chained, glu(vec![(0, 1), (1, 0)])]),
+            0
+        ));
+        // the GLU reads only one of them (its fused form), or is not a GLU
+        assert!(!mmv_glu_triple(
+            &job(vec![mm(Some(1)), mm(Some(1)), glu(vec![(0, 1)])]),
+            0
+        ));
+        let add = job_node(GGML_OP_ADD, Some(1), vec![(0, 1), (1, 0)]);
+        assert!(!mmv_glu_triple(
+            &job(vec![mm(Some(1)), mm(Some(1)), add]),
+            0
+        ));
+        // too few nodes
+        assert!(!mmv_glu_triple(&job(vec![mm(Some(1)), mm(Some(1))]), 0));
+
+        // types and shapes: 8192 rows of 2048 Q4_0 weights, one F32 column, F32 result
+        let w0 = qten(TY_Q4_0, 0x1000, [2048, 8192, 1, 1]);
+        let w1 = qten(TY_Q4_0, 0x100_0000, [2048, 8192, 1, 1]);
+        let c = ten(TY_F32, 0x2000, [2048, 1, 1, 1], 4);
+        let mut g = glu(vec![]).tensors[0];
+        g.type_ = GGML_TYPE_F32;
+        g.ne = [8192, 1, 1, 1];
+        g.nb = [4, 4 * 8192, 4 * 8192, 4 * 8192];
+        assert!(fuses_mmv_glu(&g, &w0, &w1, &c, &c));
+        // two columns that are not the same tensor
+        assert!(!fuses_mmv_glu(&g, &w0, &w1, &c, &Ten { data: 0x9000, ..c }));
+        // weights of two types, or rows the staged kernel cannot stream
+        assert!(!fuses_mmv_glu(
+            &g,
+            &w0,
+            &qten(TY_Q8_0, 0x100_0000, [2048, 8192, 1, 1]),
+            &c,
+            &c
+        ));
+        assert!(!fuses_mmv_glu(&g, &Ten { data: 0x1002, ..w0 }, &w1, &c, &c));
+        // F16 weights keep the three kernels
+        let h = ten(TY_F16, 0x1000, [2048, 8192, 1, 1], 2);
+        assert!(!fuses_mmv_glu(&g, &h, &h, &c, &c));
+        // a result of two columns, or not F32
+        let mut two = g;
+        two.ne = [8192, 2, 1, 1];
+        assert!(!fuses_mmv_glu(&two, &w0, &w1, &c, &c));
+        let mut half = g;
+        half.type_ = GGML_TYPE_F16;
+        assert!(!fuses_mmv_glu(&half, &w0, &w1, &c, &c));
+
+        // the launch: the matrix-vector grid, the column in shared memory, the GLU's op
+        // and its swapped flag passed on
+        g.op_params[0] = GGML_GLU_OP_SWIGLU as i32;
+        g.op_params[1] = 1;
+        let d = ten(TY_F32, 0x3000, [8192, 1, 1, 1], 4);
+        let mut r = Recorder::default();
+        mmv_glu(&g, d, w0, w1, c, &mut r).unwrap();
+        let l = &r.launches[0];
+        assert_eq!(l.kernel, "hrx_mul_mat_vec_q_glu");
+        assert_eq!(
+            (l.grid, l.block, l.shared),
+            ([1024, 1, 1], [256, 1, 1], (2048 + 64 + 1) * 4)
+        );
+        assert_eq!(l.args[4], Arg::I32(GGML_GLU_OP_SWIGLU as i32));
+        assert_eq!(l.args[5], Arg::I32(1));
+    }
+
     /// Every `extern "C"` kernel of kernels.cu with its parameter kinds, parsed from the text.
     fn signatures() -> Vec<(String, Vec<&'static str>)> {
         let src = super::super::KERNEL_SOURCE;
@@ -1123,6 +1327,11 @@ mod tests {
         for (n, d, srcs) in &cases {
             node(n, *d, srcs, &mut r).unwrap_or_else(|e| panic!("op {}: {e}", n.op));
         }
+        // and the fused products with their GLU
+        let mut glu = node_of(GGML_OP_GLU, &[(0, GGML_GLU_OP_SWIGLU as i32)]);
+        glu.type_ = GGML_TYPE_F32;
+        let w = qten(TY_Q4_0, 0x4000, [256, 8, 1, 1]);
+        mmv_glu(&glu, f32t([8, 1, 1, 1]), w, w, f32t([256, 1, 1, 1]), &mut r).unwrap();
         // and the fused RMS_NORM+MUL
         norm_mul(
             &node_of(GGML_OP_RMS_NORM, &[]),

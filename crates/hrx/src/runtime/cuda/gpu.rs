@@ -32,6 +32,7 @@ pub(crate) const KERNELS: &[&str] = &[
     "hrx_rope",
     "hrx_mul_mat_vec",
     "hrx_mul_mat_vec_q",
+    "hrx_mul_mat_vec_q_glu",
 ];
 
 /// Bytes of the first scratch chunk; later chunks double.

@@ -378,6 +378,17 @@ extern "C" __global__ void hrx_binary(Ten d, Ten a, Ten b, int op, i64 n) {
 
 // gated linear units: dst = act(x) * g. With `has_b` x comes from a and g from b (or the
 // other way round when swapped); without, a's row holds x in its first half, g in its second.
+// The activation of a GLU op (HRX_GLU_*), applied to the half that is not the gate.
+__device__ __forceinline__ float glu_act(int op, float x) {
+    switch (op) {
+    case HRX_GLU_REGLU: return x > 0.0f ? x : 0.0f;
+    case HRX_GLU_GEGLU: return gelu_tanh(x);
+    case HRX_GLU_SWIGLU: return silu(x);
+    case HRX_GLU_GEGLU_ERF: return gelu_erf(x);
+    default: return gelu_quick(x);
+    }
+}
+
 extern "C" __global__ void hrx_glu(Ten d, Ten a, Ten b, int has_b, int op, int swapped, i64 n) {
     i64 nc = d.ne[0];
     for (i64 i = gtid(); i < n; i += gstride()) {
@@ -393,15 +404,7 @@ extern "C" __global__ void hrx_glu(Ten d, Ten a, Ten b, int has_b, int op, int s
             x = ldf(at(a, c[0] + (swapped ? nc : 0), c[1], c[2], c[3]), a.ty);
             g = ldf(at(a, c[0] + (swapped ? 0 : nc), c[1], c[2], c[3]), a.ty);
         }
-        float y;
-        switch (op) {
-        case HRX_GLU_REGLU: y = x > 0.0f ? x : 0.0f; break;
-        case HRX_GLU_GEGLU: y = gelu_tanh(x); break;
-        case HRX_GLU_SWIGLU: y = silu(x); break;
-        case HRX_GLU_GEGLU_ERF: y = gelu_erf(x); break;
-        default: y = gelu_quick(x); break;
-        }
-        stf(at(d, c[0], c[1], c[2], c[3]), d.ty, y * g);
+        stf(at(d, c[0], c[1], c[2], c[3]), d.ty, glu_act(op, x) * g);
     }
 }
 
@@ -1150,5 +1153,49 @@ extern "C" __global__ void __launch_bounds__(HRX_MMV_WARPS * HRX_WARP, 4) hrx_mu
     case HRX_TY_Q8_0: mmv_q_rows<HRX_TY_Q8_0>(d, a, b, r2, r3, i11, i12, i13, col, xs, stage[w], lane, w); break;
     case HRX_TY_Q4_K: mmv_q_rows<HRX_TY_Q4_K>(d, a, b, r2, r3, i11, i12, i13, col, xs, stage[w], lane, w); break;
     case HRX_TY_Q6_K: mmv_q_rows<HRX_TY_Q6_K>(d, a, b, r2, r3, i11, i12, i13, col, xs, stage[w], lane, w); break;
+    }
+}
+
+// Two matrix-vector products over the same column and a GLU of their results, as one kernel:
+// d[r] = act(x) * g with (x, g) = (dot(w0 row r, b), dot(w1 row r, b)), swapped when
+// `swapped` (a GLU's source 0 is w0's product, source 1 w1's). llama.cpp's feed-forward
+// (up, gate, SWIGLU) then reads the column and converts it once, in one launch instead of
+// three, and writes neither product. Each dot product is dot_staged's, rounded to F32, and the
+// activation hrx_glu's: the same arithmetic, in the same order, as the three kernels.
+// w0 and w1: the same quantized type and shape, rows as hrx_mul_mat_vec_q takes them; b one
+// column; d packed F32 of w0's rows. The grid as hrx_mul_mat_vec_q's, with one column.
+template <int TY>
+__device__ void mmv_q_glu_rows(Ten d, Ten w0, Ten w1, Ten b, int op, int swapped, float *xs, uint4 *buf,
+                               int lane, int w) {
+    typedef Staged<TY> S;
+    const i64 bytes = w0.ne[0] / S::QK * S::BS, stride = (i64)gridDim.x * HRX_MMV_WARPS;
+    i64 first = (i64)blockIdx.x * HRX_MMV_WARPS + w;
+    prefetch_row(w0, first, 0, 0, bytes, lane);
+    prefetch_row(w1, first, 0, 0, bytes, lane);
+    column_to_shared(xs, b.d, w0.ne[0], b.nb[0], b.ty);
+    __syncthreads();
+    for (i64 i01 = first; i01 < w0.ne[1]; i01 += stride) {
+        prefetch_row(w0, i01 + stride, 0, 0, bytes, lane);
+        prefetch_row(w1, i01 + stride, 0, 0, bytes, lane);
+        float v0 = warp_sum(dot_staged<TY>(at(w0, 0, i01, 0, 0), xs, w0.ne[0], buf, lane));
+        float v1 = warp_sum(dot_staged<TY>(at(w1, 0, i01, 0, 0), xs, w1.ne[0], buf, lane));
+        if (lane == 0) {
+            float x = swapped ? v1 : v0, g = swapped ? v0 : v1;
+            ((float *)d.d)[i01] = glu_act(op, x) * g;
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(HRX_MMV_WARPS * HRX_WARP, 4)
+    hrx_mul_mat_vec_q_glu(Ten d, Ten w0, Ten w1, Ten b, int op, int swapped) {
+    extern __shared__ float xs[];
+    __shared__ uint4 stage[HRX_MMV_WARPS][HRX_MMV_STAGE / 16];
+    int lane = threadIdx.x % HRX_WARP, w = threadIdx.x / HRX_WARP;
+    switch (w0.ty) {
+    case HRX_TY_Q4_0: mmv_q_glu_rows<HRX_TY_Q4_0>(d, w0, w1, b, op, swapped, xs, stage[w], lane, w); break;
+    case HRX_TY_Q4_1: mmv_q_glu_rows<HRX_TY_Q4_1>(d, w0, w1, b, op, swapped, xs, stage[w], lane, w); break;
+    case HRX_TY_Q8_0: mmv_q_glu_rows<HRX_TY_Q8_0>(d, w0, w1, b, op, swapped, xs, stage[w], lane, w); break;
+    case HRX_TY_Q4_K: mmv_q_glu_rows<HRX_TY_Q4_K>(d, w0, w1, b, op, swapped, xs, stage[w], lane, w); break;
+    case HRX_TY_Q6_K: mmv_q_glu_rows<HRX_TY_Q6_K>(d, w0, w1, b, op, swapped, xs, stage[w], lane, w); break;
     }
 }

@@ -275,7 +275,9 @@ impl CudaDevice {
         Ok(srcs)
     }
 
-    /// Runs node `i` of `job`, or nodes `i` and `i + 1` fused; returns how many ran. With
+    /// Runs node `i` of `job`, or nodes `i` to `i + 2` fused (two matrix-vector products and
+    /// their GLU, [`dispatch::mmv_glu_triple`]), or `i` and `i + 1` (RMS_NORM+MUL); returns
+    /// how many ran. With
     /// `rec`, its kernel launches are recorded there instead of issued (see [`Recording`]).
     fn run_node(
         &self,
@@ -288,6 +290,28 @@ impl CudaDevice {
         let nj: &NodeJob = &job.nodes[i];
         let node = &nj.tensors[0];
         let srcs = self.sources(g, job, i)?;
+        if dispatch::mmv_glu_triple(job, i) {
+            let s1 = self.sources(g, job, i + 1)?;
+            let glu = &job.nodes[i + 2];
+            // the product the GLU reads as source 0 first
+            let (p0, p1) = if glu.node_srcs.contains(&(0, i)) {
+                (&srcs, &s1)
+            } else {
+                (&s1, &srcs)
+            };
+            if let (Some(w0), Some(c0), Some(w1), Some(c1)) = (p0[0], p0[1], p1[0], p1[1]) {
+                if dispatch::fuses_mmv_glu(&glu.tensors[0], &w0, &w1, &c0, &c1) {
+                    let dp = self.resolve(g, glu.locs[0], glu.sizes[0])?;
+                    let d = Ten::of(&glu.tensors[0], dp)
+                        .ok_or("a GLU of a type the kernels cannot write")?;
+                    to_target(g, rec, |t| {
+                        dispatch::mmv_glu(&glu.tensors[0], d, w0, w1, c0, t)
+                    })?;
+                    self.copy_back(g, glu, dp)?;
+                    return Ok(3);
+                }
+            }
+        }
         let next = dispatch::norm_mul_pair(job, i).then(|| &job.nodes[i + 1]);
         if let Some(mul) = next {
             let msrcs = self.sources(g, job, i + 1)?;
