@@ -96,6 +96,9 @@ pub trait Target {
 
 /// Threads per block of the element-wise and row kernels.
 const THREADS: u32 = 256;
+/// Elements of a row the row kernels hold in registers: `HRX_ROW_CACHE` (kernels.cu) a
+/// thread, [`THREADS`] threads.
+pub(crate) const ROW_CACHE_MAX: i64 = 8 * THREADS as i64;
 /// Columns up to which MUL_MAT runs as matrix-vector products (one warp per output).
 pub(crate) const MMV_MAX_COLS: i64 = 8;
 /// Blocks per column of the matrix-vector kernel at most: its warps take rows grid-stride,
@@ -517,6 +520,67 @@ pub fn mmv_glu(
             Arg::I32(glu.op_params[1]),
         ],
     })
+}
+
+/// Whether node `i` of `job` is an ADD whose sum the next node, an RMS_NORM, reads as its
+/// source 0, so that the two may run as one `hrx_add_norm` (the sum is still written: the
+/// residual stream reads it again). [`fuses_add_norm`] then checks types and shapes; the MUL
+/// after the norm fuses too when [`norm_mul_pair`] holds for `i + 1`.
+pub fn add_norm_pair(job: &crate::runtime::ExecJob, i: usize) -> bool {
+    let (Some(a), Some(n)) = (job.nodes.get(i), job.nodes.get(i + 1)) else {
+        return false;
+    };
+    a.tensors[0].op == GGML_OP_ADD
+        && n.tensors[0].op == GGML_OP_RMS_NORM
+        && n.node_srcs.contains(&(0, i))
+}
+
+/// Whether `add` (of `x` and `y`) and `norm` (an RMS_NORM of the sum) run as one
+/// `hrx_add_norm`: everything F32 of one shape, rows packed (4-byte element stride), and a
+/// row short enough for the kernel to hold in registers ([`ROW_CACHE_MAX`] elements).
+pub fn fuses_add_norm(add: &ggml_tensor, norm: &ggml_tensor, x: &Ten, y: &Ten) -> bool {
+    add.op == GGML_OP_ADD
+        && norm.op == GGML_OP_RMS_NORM
+        && add.type_ == GGML_TYPE_F32
+        && norm.type_ == GGML_TYPE_F32
+        && x.ty == TY_F32
+        && y.ty == TY_F32
+        && x.ne == add.ne
+        && y.ne == add.ne
+        && norm.ne == add.ne
+        && [x.nb[0], y.nb[0], add.nb[0] as i64, norm.nb[0] as i64] == [4; 4]
+        && add.ne[0] <= ROW_CACHE_MAX
+}
+
+/// Queues ADD of `x` and `y` into `s` and RMS_NORM of the sum (the header `norm`) into `d`,
+/// times `m` when given (the fused MUL's multiplier; `d` is then the MUL's result); see
+/// [`fuses_add_norm`].
+pub fn add_norm(
+    norm: &ggml_tensor,
+    s: Ten,
+    x: Ten,
+    y: Ten,
+    d: Ten,
+    m: Option<Ten>,
+    t: &mut dyn Target,
+) -> Result<(), String> {
+    let (m, has_m) = match m {
+        Some(m) => (m, 1),
+        None => (Ten::default(), 0),
+    };
+    t.launch(rows(
+        "hrx_add_norm",
+        &x,
+        vec![
+            Arg::Ten(s),
+            Arg::Ten(x),
+            Arg::Ten(y),
+            Arg::Ten(d),
+            Arg::F32(f32_param(norm, 0)),
+            Arg::Ten(m),
+            Arg::I32(has_m),
+        ],
+    )?)
 }
 
 /// Whether `norm` (an RMS_NORM used once) and `mul` (a MUL whose source 0 is `norm`'s
@@ -1055,6 +1119,85 @@ mod tests {
     }
 
     #[test]
+    fn an_add_fuses_into_the_rms_norm_that_reads_it() {
+        let job = |nodes: Vec<crate::runtime::NodeJob>| crate::runtime::ExecJob {
+            nodes,
+            label: "test".into(),
+        };
+        // the residual stream's sum is used again later: two uses are fine, it is written
+        let add = || job_node(GGML_OP_ADD, Some(2), vec![]);
+        let norm = |srcs| job_node(GGML_OP_RMS_NORM, Some(1), srcs);
+        assert!(add_norm_pair(&job(vec![add(), norm(vec![(0, 0)])]), 0));
+        // not reading the sum, not an RMS_NORM, or nothing after it
+        assert!(!add_norm_pair(&job(vec![add(), norm(vec![])]), 0));
+        let plain = job_node(GGML_OP_NORM, Some(1), vec![(0, 0)]);
+        assert!(!add_norm_pair(&job(vec![add(), plain]), 0));
+        assert!(!add_norm_pair(&job(vec![add()]), 0));
+        assert!(!add_norm_pair(
+            &job(vec![
+                job_node(GGML_OP_SUB, Some(1), vec![]),
+                norm(vec![(0, 0)])
+            ]),
+            0
+        ));
+
+        // types and shapes: one 2048-wide F32 row
+        let mut a = add().tensors[0];
+        a.type_ = GGML_TYPE_F32;
+        a.ne = [2048, 1, 1, 1];
+        a.nb = [4, 4 * 2048, 4 * 2048, 4 * 2048];
+        let mut n = a;
+        n.op = GGML_OP_RMS_NORM;
+        let x = ten(TY_F32, 0x1000, [2048, 1, 1, 1], 4);
+        let y = ten(TY_F32, 0x9000, [2048, 1, 1, 1], 4);
+        assert!(fuses_add_norm(&a, &n, &x, &y));
+        // a broadcast source, an F16 one, a strided row, a row longer than the registers hold
+        assert!(!fuses_add_norm(
+            &a,
+            &n,
+            &x,
+            &ten(TY_F32, 0x9000, [1, 1, 1, 1], 4)
+        ));
+        assert!(!fuses_add_norm(
+            &a,
+            &n,
+            &x,
+            &ten(TY_F16, 0x9000, [2048, 1, 1, 1], 2)
+        ));
+        assert!(!fuses_add_norm(
+            &a,
+            &n,
+            &x,
+            &Ten {
+                nb: [8, 8 * 2048, 8 * 2048, 8 * 2048],
+                ..y
+            }
+        ));
+        let wide = |t: &ggml_tensor| {
+            let mut w = *t;
+            w.ne = [4096, 1, 1, 1];
+            w
+        };
+        let (xw, yw) = (
+            ten(TY_F32, 0x1000, [4096, 1, 1, 1], 4),
+            ten(TY_F32, 0x9000, [4096, 1, 1, 1], 4),
+        );
+        assert!(!fuses_add_norm(&wide(&a), &wide(&n), &xw, &yw));
+
+        // the launch: a block per row; the multiplier, when fused, passed with its flag
+        n.op_params[0] = 1e-5f32.to_bits() as i32;
+        let mut r = Recorder::default();
+        let m = ten(TY_F32, 0x5000, [2048, 1, 1, 1], 4);
+        add_norm(&n, x, x, y, y, Some(m), &mut r).unwrap();
+        add_norm(&n, x, x, y, y, None, &mut r).unwrap();
+        let (with, without) = (&r.launches[0], &r.launches[1]);
+        assert_eq!((with.kernel, with.grid), ("hrx_add_norm", [1, 1, 1]));
+        assert_eq!(with.args[4], Arg::F32(1e-5));
+        assert_eq!((&with.args[5], &with.args[6]), (&Arg::Ten(m), &Arg::I32(1)));
+        assert_eq!(without.args[6], Arg::I32(0));
+    }
+
+    #[test]
     fn two_products_and_their_glu_fuse_only_when_the_glu_is_their_one_use() {
         let job = |nodes: Vec<crate::runtime::NodeJob>| crate::runtime::ExecJob {
             nodes,
@@ -1327,6 +1470,8 @@ mod tests {
         for (n, d, srcs) in &cases {
             node(n, *d, srcs, &mut r).unwrap_or_else(|e| panic!("op {}: {e}", n.op));
         }
+        // and the fused ADD+RMS_NORM
+        add_norm(&node_of(GGML_OP_RMS_NORM, &[]), x, x, x, x, None, &mut r).unwrap();
         // and the fused products with their GLU
         let mut glu = node_of(GGML_OP_GLU, &[(0, GGML_GLU_OP_SWIGLU as i32)]);
         glu.type_ = GGML_TYPE_F32;

@@ -27,6 +27,7 @@ pub(crate) const KERNELS: &[&str] = &[
     "hrx_get_rows",
     "hrx_to_f32",
     "hrx_norm",
+    "hrx_add_norm",
     "hrx_soft_max",
     "hrx_flash_attn",
     "hrx_rope",

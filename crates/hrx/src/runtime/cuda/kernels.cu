@@ -568,18 +568,13 @@ __device__ __forceinline__ void row_coords(const Ten &t, i64 r, i64 *c) {
 // element-wise kernel.
 #define HRX_ROW_CACHE 8
 
-// (x - mean) * rsqrt(var + eps) (* m) of one packed F32 row of n <= HRX_ROW_CACHE * blockDim.x
-// elements (mean 0 and var the mean square for RMS_NORM); the same arithmetic, in the same
-// order, as hrx_norm's general path.
-__device__ void norm_row_cached(float *t, const float *s, i64 n, float eps, int rms, const float *mr,
-                                i64 mn, float *sh) {
-    float v[HRX_ROW_CACHE], w[HRX_ROW_CACHE];
-#pragma unroll
-    for (int k = 0; k < HRX_ROW_CACHE; k++) {
-        i64 i = threadIdx.x + (i64)k * blockDim.x;
-        v[k] = i < n ? s[i] : 0.0f;
-        w[k] = mr && i < n ? mr[mn == n ? i : i % mn] : 1.0f;
-    }
+// The norm of a row held in registers, `v` (thread-strided: element threadIdx.x + k *
+// blockDim.x, 0 past n) times `w` when `has_m`, written to the packed F32 row `t`: (x - mean)
+// * rsqrt(var + eps) (* m), mean 0 and var the mean square for RMS_NORM; the same arithmetic,
+// in the same order, as hrx_norm's general path.
+__device__ __forceinline__ void norm_row_finish(float *t, const float (&v)[HRX_ROW_CACHE],
+                                                const float (&w)[HRX_ROW_CACHE], i64 n, float eps, int rms,
+                                                bool has_m, float *sh) {
     float mean = 0.0f;
     if (!rms) {
         float acc = 0.0f;
@@ -599,9 +594,64 @@ __device__ void norm_row_cached(float *t, const float *s, i64 n, float eps, int 
     for (int k = 0; k < HRX_ROW_CACHE; k++) {
         i64 i = threadIdx.x + (i64)k * blockDim.x;
         float x = (v[k] - mean) * scale;
-        if (mr) x *= w[k];
+        if (has_m) x *= w[k];
         if (i < n) t[i] = x;
     }
+}
+
+// The multiplier of a fused RMS_NORM+MUL for the thread's elements of a row of n (1 without
+// one), from the packed F32 row `mr` of mn elements broadcast over it.
+__device__ __forceinline__ void norm_row_weights(float (&w)[HRX_ROW_CACHE], const float *mr, i64 mn, i64 n) {
+#pragma unroll
+    for (int k = 0; k < HRX_ROW_CACHE; k++) {
+        i64 i = threadIdx.x + (i64)k * blockDim.x;
+        w[k] = mr && i < n ? mr[mn == n ? i : i % mn] : 1.0f;
+    }
+}
+
+// The norm of one packed F32 row `s` of n <= HRX_ROW_CACHE * blockDim.x elements (times the
+// row `mr` when there is one) into `t`.
+__device__ void norm_row_cached(float *t, const float *s, i64 n, float eps, int rms, const float *mr,
+                                i64 mn, float *sh) {
+    float v[HRX_ROW_CACHE], w[HRX_ROW_CACHE];
+#pragma unroll
+    for (int k = 0; k < HRX_ROW_CACHE; k++) {
+        i64 i = threadIdx.x + (i64)k * blockDim.x;
+        v[k] = i < n ? s[i] : 0.0f;
+    }
+    norm_row_weights(w, mr, mn, n);
+    norm_row_finish(t, v, w, n, eps, rms, mr != 0, sh);
+}
+
+// ADD then RMS_NORM of the sum (then MUL by `m` when has_m), one block per row: s = x + y is
+// written (the residual stream reads it again) and normalized from registers, so the sum is
+// read back from neither memory nor a second launch. x, y, s, d: packed F32 rows of the
+// same shape, n <= HRX_ROW_CACHE * blockDim.x; m as hrx_norm's. Bit for bit hrx_binary's sum
+// and hrx_norm's result.
+extern "C" __global__ void hrx_add_norm(Ten s, Ten x, Ten y, Ten d, float eps, Ten m, int has_m) {
+    __shared__ float sh[32];
+    i64 c[4];
+    row_coords(x, blockIdx.x, c);
+    const float *xr = (const float *)at(x, 0, c[1], c[2], c[3]);
+    const float *yr = (const float *)at(y, 0, c[1], c[2], c[3]);
+    const float *mr = has_m ? (const float *)at(m, 0, c[1] % m.ne[1], c[2] % m.ne[2], c[3] % m.ne[3]) : 0;
+    i64 n = x.ne[0];
+    float a[HRX_ROW_CACHE], b[HRX_ROW_CACHE], v[HRX_ROW_CACHE], w[HRX_ROW_CACHE];
+#pragma unroll
+    for (int k = 0; k < HRX_ROW_CACHE; k++) {
+        i64 i = threadIdx.x + (i64)k * blockDim.x;
+        a[k] = i < n ? xr[i] : 0.0f;
+        b[k] = i < n ? yr[i] : 0.0f;
+    }
+    norm_row_weights(w, mr, has_m ? m.ne[0] : 1, n);
+    float *sr = (float *)at(s, 0, c[1], c[2], c[3]);
+#pragma unroll
+    for (int k = 0; k < HRX_ROW_CACHE; k++) {
+        i64 i = threadIdx.x + (i64)k * blockDim.x;
+        v[k] = a[k] + b[k];
+        if (i < n) sr[i] = v[k];
+    }
+    norm_row_finish((float *)at(d, 0, c[1], c[2], c[3]), v, w, n, eps, 1, has_m != 0, sh);
 }
 
 extern "C" __global__ void hrx_norm(Ten d, Ten a, float eps, int rms, Ten m, int has_m) {

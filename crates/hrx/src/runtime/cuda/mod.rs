@@ -312,6 +312,14 @@ impl CudaDevice {
                 }
             }
         }
+        if dispatch::add_norm_pair(job, i) {
+            if let (Some(x), Some(y)) = (srcs[0], srcs[1]) {
+                let norm = &job.nodes[i + 1];
+                if dispatch::fuses_add_norm(node, &norm.tensors[0], &x, &y) {
+                    return self.run_add_norm(g, rec, job, i, x, y);
+                }
+            }
+        }
         let next = dispatch::norm_mul_pair(job, i).then(|| &job.nodes[i + 1]);
         if let Some(mul) = next {
             let msrcs = self.sources(g, job, i + 1)?;
@@ -338,6 +346,41 @@ impl CudaDevice {
         to_target(g, rec, |t| dispatch::node(node, d, &srcs, t))?;
         self.copy_back(g, nj, dp)?;
         Ok(1)
+    }
+
+    /// Runs the ADD at node `i` (of `x` and `y`) and the RMS_NORM after it as one kernel, with
+    /// the MUL after that when it fuses into the norm; returns how many nodes ran (2 or 3).
+    fn run_add_norm(
+        &self,
+        g: &mut Gpu,
+        rec: &mut Option<Recording>,
+        job: &ExecJob,
+        i: usize,
+        x: Ten,
+        y: Ten,
+    ) -> Result<usize, String> {
+        let (add, norm) = (&job.nodes[i], &job.nodes[i + 1]);
+        let mut last = (norm, None);
+        if dispatch::norm_mul_pair(job, i + 1) {
+            let mul = &job.nodes[i + 2];
+            let msrcs = self.sources(g, job, i + 2)?;
+            if let Some(m) =
+                msrcs[1].filter(|m| dispatch::fuses_norm_mul(&norm.tensors[0], &mul.tensors[0], m))
+            {
+                last = (mul, Some(m));
+            }
+        }
+        let sp = self.resolve(g, add.locs[0], add.sizes[0])?;
+        let s = Ten::of(&add.tensors[0], sp).ok_or("an ADD of a type the kernels cannot write")?;
+        let dp = self.resolve(g, last.0.locs[0], last.0.sizes[0])?;
+        let d =
+            Ten::of(&last.0.tensors[0], dp).ok_or("a node of a type the kernels cannot write")?;
+        to_target(g, rec, |t| {
+            dispatch::add_norm(&norm.tensors[0], s, x, y, d, last.1, t)
+        })?;
+        self.copy_back(g, add, sp)?;
+        self.copy_back(g, last.0, dp)?;
+        Ok(if last.1.is_some() { 3 } else { 2 })
     }
 
     /// Takes a fake range of `size` bytes and backs it with the device memory `get` returns
