@@ -299,16 +299,21 @@ impl CudaDevice {
             } else {
                 (&s1, &srcs)
             };
+            // a result in device memory (resolving it then has no side effect, so the
+            // separate kernels can still run when it overlaps the column)
+            let on_device = matches!(glu.locs[0], Loc::Device(_));
             if let (Some(w0), Some(c0), Some(w1), Some(c1)) = (p0[0], p0[1], p1[0], p1[1]) {
-                if dispatch::fuses_mmv_glu(&glu.tensors[0], &w0, &w1, &c0, &c1) {
+                if on_device && dispatch::fuses_mmv_glu(&glu.tensors[0], &w0, &w1, &c0, &c1) {
                     let dp = self.resolve(g, glu.locs[0], glu.sizes[0])?;
                     let d = Ten::of(&glu.tensors[0], dp)
                         .ok_or("a GLU of a type the kernels cannot write")?;
-                    to_target(g, rec, |t| {
-                        dispatch::mmv_glu(&glu.tensors[0], d, w0, w1, c0, t)
-                    })?;
-                    self.copy_back(g, glu, dp)?;
-                    return Ok(3);
+                    if !dispatch::overlaps(&d, &c0) {
+                        to_target(g, rec, |t| {
+                            dispatch::mmv_glu(&glu.tensors[0], d, w0, w1, c0, t)
+                        })?;
+                        self.copy_back(g, glu, dp)?;
+                        return Ok(3);
+                    }
                 }
             }
         }
@@ -316,7 +321,9 @@ impl CudaDevice {
             if let (Some(x), Some(y)) = (srcs[0], srcs[1]) {
                 let norm = &job.nodes[i + 1];
                 if dispatch::fuses_add_norm(node, &norm.tensors[0], &x, &y) {
-                    return self.run_add_norm(g, rec, job, i, x, y);
+                    if let Some(n) = self.run_add_norm(g, rec, job, i, x, y)? {
+                        return Ok(n);
+                    }
                 }
             }
         }
@@ -349,7 +356,9 @@ impl CudaDevice {
     }
 
     /// Runs the ADD at node `i` (of `x` and `y`) and the RMS_NORM after it as one kernel, with
-    /// the MUL after that when it fuses into the norm; returns how many nodes ran (2 or 3).
+    /// the MUL after that when it fuses into the norm; returns how many nodes ran (2 or 3), or
+    /// `None` (nothing queued) when the results are not both in device memory, or their bytes
+    /// meet the inputs' other than as the very same tensor ([`dispatch::apart_or_same`]).
     fn run_add_norm(
         &self,
         g: &mut Gpu,
@@ -358,29 +367,53 @@ impl CudaDevice {
         i: usize,
         x: Ten,
         y: Ten,
-    ) -> Result<usize, String> {
+    ) -> Result<Option<usize>, String> {
         let (add, norm) = (&job.nodes[i], &job.nodes[i + 1]);
         let mut last = (norm, None);
         if dispatch::norm_mul_pair(job, i + 1) {
             let mul = &job.nodes[i + 2];
             let msrcs = self.sources(g, job, i + 2)?;
-            if let Some(m) =
-                msrcs[1].filter(|m| dispatch::fuses_norm_mul(&norm.tensors[0], &mul.tensors[0], m))
-            {
+            // the multiplier read as packed F32 (or one value), the product written packed
+            let packed = |m: &Ten| m.nb[0] == 4 || m.ne[0] == 1;
+            if let Some(m) = msrcs[1].filter(|m| {
+                dispatch::fuses_norm_mul(&norm.tensors[0], &mul.tensors[0], m)
+                    && packed(m)
+                    && mul.tensors[0].nb[0] == 4
+            }) {
                 last = (mul, Some(m));
             }
+        }
+        if !matches!(
+            (add.locs[0], last.0.locs[0]),
+            (Loc::Device(_), Loc::Device(_))
+        ) {
+            return Ok(None);
         }
         let sp = self.resolve(g, add.locs[0], add.sizes[0])?;
         let s = Ten::of(&add.tensors[0], sp).ok_or("an ADD of a type the kernels cannot write")?;
         let dp = self.resolve(g, last.0.locs[0], last.0.sizes[0])?;
         let d =
             Ten::of(&last.0.tensors[0], dp).ok_or("a node of a type the kernels cannot write")?;
+        // the sum may be written in place of x or y; the norm's result over neither the sum
+        // nor, but in place, the inputs; the multiplier (read before the sum is written)
+        // apart from both results
+        let apart = dispatch::apart_or_same(&s, &x)
+            && dispatch::apart_or_same(&s, &y)
+            && !dispatch::overlaps(&d, &s)
+            && dispatch::apart_or_same(&d, &x)
+            && dispatch::apart_or_same(&d, &y)
+            && last
+                .1
+                .is_none_or(|m| !dispatch::overlaps(&m, &s) && !dispatch::overlaps(&m, &d));
+        if !apart {
+            return Ok(None);
+        }
         to_target(g, rec, |t| {
             dispatch::add_norm(&norm.tensors[0], s, x, y, d, last.1, t)
         })?;
         self.copy_back(g, add, sp)?;
         self.copy_back(g, last.0, dp)?;
-        Ok(if last.1.is_some() { 3 } else { 2 })
+        Ok(Some(if last.1.is_some() { 3 } else { 2 }))
     }
 
     /// Takes a fake range of `size` bytes and backs it with the device memory `get` returns
