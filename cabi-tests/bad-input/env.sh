@@ -52,7 +52,7 @@ sched_vars=(GGML_SCHED_MAX_COPIES GGML_SCHED_DEBUG GGML_SCHED_DEBUG_REALLOC GGML
 hrx_vars=(GGML_HRX_DEVICES GGML_HRX_SIM_MEMORY_MB GGML_HRX_HOST_WEIGHT_LIMIT_MB
           GGML_HRX_FAKE_PTR_BASE GGML_HRX_SIM_THREADS GGML_HRX_REPORT GGML_HRX_EAGER_OPS
           GGML_HRX_AUTOREGISTER GGML_HRX_RUNTIME GGML_HRX_PROFILE GGML_HRX_CUDA_GRAPHS
-          GGML_HRX_PREFETCH GGML_HRX_MMV_BLOCKS)
+          GGML_HRX_PREFETCH GGML_HRX_MMV_BLOCKS GGML_HRX_CUDA_FUSE)
 
 # work ARM TAG [NAME VALUE]: runs the variable's workload, stdout and stderr into logs/TAG.*;
 # prints the exit code
@@ -236,6 +236,14 @@ GGML_HRX_MMV_BLOCKS|1e9|exit 0; warning: yes; output: same|exit 0; warning: yes;
 GGML_HRX_MMV_BLOCKS|4000000000|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
 GGML_HRX_MMV_BLOCKS|0x|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
 GGML_HRX_MMV_BLOCKS|10kB|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
+GGML_HRX_CUDA_FUSE|on|exit 0; warning: no; output: same|exit 0; warning: no; output: same
+GGML_HRX_CUDA_FUSE|empty|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
+GGML_HRX_CUDA_FUSE|-5|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
+GGML_HRX_CUDA_FUSE|inf|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
+GGML_HRX_CUDA_FUSE|1e9|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
+GGML_HRX_CUDA_FUSE|4000000000|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
+GGML_HRX_CUDA_FUSE|0x|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
+GGML_HRX_CUDA_FUSE|10kB|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
 GGML_SCHED_SANITIZE|on|exit 0; warning: no; output: same|exit 0; warning: no; output: same
 GGML_SCHED_SANITIZE|empty|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 GGML_SCHED_SANITIZE|-5|exit 0; warning: no; output: same|exit 0; warning: yes; output: same

@@ -80,6 +80,9 @@ pub struct Options {
     /// Blocks per column of the matrix-vector kernels at most (`GGML_HRX_MMV_BLOCKS`); 0:
     /// [`dispatch::MMV_MAX_BLOCKS`].
     pub mmv_max_blocks: u64,
+    /// Also fuse a one-token feed-forward's two products with their GLU, and a residual ADD
+    /// with the RMS_NORM (and MUL) after it (`GGML_HRX_CUDA_FUSE`; off until run on a GPU).
+    pub fuse: bool,
 }
 
 /// An HRX device on a CUDA GPU.
@@ -99,6 +102,8 @@ pub struct CudaDevice {
     /// than running out of memory (then weights go the plain way, and the failure is
     /// reported once).
     prefetch: std::sync::atomic::AtomicBool,
+    /// [`Options::fuse`].
+    fuse: bool,
     /// [`Options::weight_keep`].
     weight_keep: usize,
 }
@@ -153,6 +158,7 @@ impl CudaDevice {
             on_error,
             kernels: AtomicU8::new(0),
             prefetch: std::sync::atomic::AtomicBool::new(opts.prefetch),
+            fuse: opts.fuse,
             weight_keep: opts.weight_keep,
         })
     }
@@ -275,9 +281,10 @@ impl CudaDevice {
         Ok(srcs)
     }
 
-    /// Runs node `i` of `job`, or nodes `i` to `i + 2` fused (two matrix-vector products and
-    /// their GLU, [`dispatch::mmv_glu_triple`]), or `i` and `i + 1` (RMS_NORM+MUL); returns
-    /// how many ran. With
+    /// Runs node `i` of `job`, or nodes `i` and `i + 1` fused (RMS_NORM+MUL), or with
+    /// [`Options::fuse`] `i` to `i + 2` (two matrix-vector products and their GLU,
+    /// [`dispatch::mmv_glu_triple`]; ADD, RMS_NORM and MUL, [`dispatch::add_norm_pair`]) or `i`
+    /// and `i + 1` (ADD and RMS_NORM); returns how many ran. With
     /// `rec`, its kernel launches are recorded there instead of issued (see [`Recording`]).
     fn run_node(
         &self,
@@ -290,7 +297,7 @@ impl CudaDevice {
         let nj: &NodeJob = &job.nodes[i];
         let node = &nj.tensors[0];
         let srcs = self.sources(g, job, i)?;
-        if dispatch::mmv_glu_triple(job, i) {
+        if self.fuse && dispatch::mmv_glu_triple(job, i) {
             let s1 = self.sources(g, job, i + 1)?;
             let glu = &job.nodes[i + 2];
             // the product the GLU reads as source 0 first
@@ -317,7 +324,7 @@ impl CudaDevice {
                 }
             }
         }
-        if dispatch::add_norm_pair(job, i) {
+        if self.fuse && dispatch::add_norm_pair(job, i) {
             if let (Some(x), Some(y)) = (srcs[0], srcs[1]) {
                 let norm = &job.nodes[i + 1];
                 if dispatch::fuses_add_norm(node, &norm.tensors[0], &x, &y) {
