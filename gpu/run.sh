@@ -65,7 +65,7 @@
 #            build is there (`build`), ggml-cuda's kernels on CUDA0 with flash attention off
 #            and on. Says so when ncu cannot read the counters (on a gVisor machine)
 #   hrxab    our HRX0 kernels against an earlier build of them (.device/old-hrx/libggml-hrx.so,
-#            put there by hand): llama-bench tg128 of the Q4_0 and F16 models, -fa 0, our
+#            put there by hand; without it, the bundle's own again): llama-bench tg128 of the Q4_0 and F16 models, -fa 0, our
 #            arm, the two libraries alternating (HRXAB_ROUNDS rounds, default 3); HRXAB_ENV
 #            (VAR=VALUE ...) adds a third arm, the new library with that environment
 #   bg S...  the stages S... in the background (setsid; they outlive this call), log $W/bg.log
@@ -177,21 +177,25 @@ stage_kprof() {
 stage_hrxab() {
   [ -d "$W/llama.cpp" ] && [ -d "$W/ab-bundle" ] || stage_setup
   local old=$dev/old-hrx/libggml-hrx.so lib=$W/ab-bundle/lib b=$W/build-cpu r v i
-  [ -f "$old" ] || { log "hrxab: no $old"; return 1; }
+  # without an earlier library the old arm repeats the bundle's own (HRXAB_ENV then compares
+  # a setting against two arms without it)
+  [ -f "$old" ] || { old=$lib/libggml-hrx.so; log "hrxab: no $dev/old-hrx/libggml-hrx.so; old is the bundle's own"; }
   [ -x "$b/bin/llama-bench" ] || stage_buildcpu || return 1
   GPU_BUILD=$b stage_models || return 1
   log "hrxab: old $(sha256sum "$old" | cut -c1-12), new $(sha256sum "$lib/libggml-hrx.so" | cut -c1-12)"
-  # HRXAB_ENV (VAR=VALUE ...): a third arm, the new library with that environment
-  local variants=(old new); [ -n "${HRXAB_ENV:-}" ] && variants+=(env)
+  # HRXAB_ENV (VAR=VALUE ...): a third arm, the new library with that environment; the
+  # other two run with those variables unset
+  local variants=(old new) unset=() kv; [ -n "${HRXAB_ENV:-}" ] && variants+=(env)
+  for kv in ${HRXAB_ENV:-}; do unset+=(-u "${kv%%=*}"); done
   for r in $(seq 1 "${HRXAB_ROUNDS:-3}"); do
     for i in "${!variants[@]}"; do
       v=${variants[$(( (r - 1 + i) % ${#variants[@]} ))]}
-      local hl=$lib/libggml-hrx.so extra=(); [ "$v" = old ] && hl=$old
+      local hl=$lib/libggml-hrx.so extra=("${unset[@]}"); [ "$v" = old ] && hl=$old
       # shellcheck disable=SC2206
       [ "$v" = env ] && extra=($HRXAB_ENV)
       env "${extra[@]}" GGML_BACKEND_PATH="$hl" GGML_HRX_RUNTIME=cuda LD_LIBRARY_PATH="$lib:$b/bin" "$b/bin/llama-bench" \
         -m "$M" -m "$W/model-f16.gguf" -dev HRX0 -ngl 99 -fa 0 -p 0 -n 128 -r 5 > "$W/logs/hrxab-$v-$r.log" 2>&1
-      log "hrxab round $r $v${extra[*]:+ (${extra[*]})}: $(grep -E 'tg128' "$W/logs/hrxab-$v-$r.log" | awk -F'|' '{print $2 $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+      log "hrxab round $r $v${HRXAB_ENV:+ ($([ "$v" = env ] && echo "$HRXAB_ENV" || echo "without it"))}: $(grep -E 'tg128' "$W/logs/hrxab-$v-$r.log" | awk -F'|' '{print $2 $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
     done
   done
 }
