@@ -96,9 +96,9 @@ pub trait Target {
 
 /// Threads per block of the element-wise and row kernels.
 const THREADS: u32 = 256;
-/// Elements of a row the row kernels hold in registers: `HRX_ROW_CACHE` (kernels.cu) a
-/// thread, [`THREADS`] threads.
-pub(crate) const ROW_CACHE_MAX: i64 = 8 * THREADS as i64;
+/// Elements of a row the row kernels hold in registers: [`ROW_CACHE`] a thread, [`THREADS`]
+/// threads.
+pub(crate) const ROW_CACHE_MAX: i64 = ROW_CACHE * THREADS as i64;
 /// Columns up to which MUL_MAT runs as matrix-vector products (one warp per output).
 pub(crate) const MMV_MAX_COLS: i64 = 8;
 /// Blocks per column of the matrix-vector kernel at most: its warps take rows grid-stride,
@@ -438,6 +438,21 @@ pub fn norm_mul_pair(job: &crate::runtime::ExecJob, i: usize) -> bool {
         && !m.node_srcs.contains(&(1, i))
 }
 
+/// Bytes of shared memory the matrix-vector kernels take for a column of `k` elements: F32
+/// with one padding float per 32 (see `XS` in kernels.cu).
+fn padded_col_bytes(k: i64) -> usize {
+    (k as usize + k as usize / 32 + 1) * 4
+}
+
+/// Blocks per column of the matrix-vector kernels for `rows` rows: one per
+/// [`MMV_WARPS`] rows, at most the device's cap ([`Target::mmv_max_blocks`]).
+fn mmv_grid_x(rows: i64, t: &dyn Target) -> Result<u32, String> {
+    let blocks = (rows as u64)
+        .div_ceil(MMV_WARPS as u64)
+        .min(t.mmv_max_blocks().max(1));
+    u32::try_from(blocks).map_err(|_| "too many rows".to_string())
+}
+
 /// Whether nodes `i`, `i + 1` and `i + 2` of `job` may run as one kernel
 /// (`hrx_mul_mat_vec_q_glu`), as far as the graph tells: two MUL_MATs, each used once (by
 /// the third node) and not a graph output, the second not reading the first, and a GLU
@@ -471,7 +486,6 @@ pub fn mmv_glu_triple(job: &crate::runtime::ExecJob, i: usize) -> bool {
 /// packed F32 of one column.
 pub fn fuses_mmv_glu(glu: &ggml_tensor, w0: &Ten, w1: &Ten, c0: &Ten, c1: &Ten) -> bool {
     let k = w0.ne[0];
-    let col_bytes = (k as usize + k as usize / 32 + 1) * 4;
     glu.op == GGML_OP_GLU
         && glu.type_ == GGML_TYPE_F32
         && glu.nb[0] == 4
@@ -485,7 +499,7 @@ pub fn fuses_mmv_glu(glu: &ggml_tensor, w0: &Ten, w1: &Ten, c0: &Ten, c1: &Ten) 
         && w0.ne[3] == 1
         && staged_rows(w0)
         && staged_rows(w1)
-        && col_bytes <= MMV_Q_SHARED_MAX
+        && padded_col_bytes(k) <= MMV_Q_SHARED_MAX
 }
 
 /// Queues the GLU `glu` of the products of weights `w0` and `w1` with column `c` into `d`,
@@ -498,19 +512,11 @@ pub fn mmv_glu(
     c: Ten,
     t: &mut dyn Target,
 ) -> Result<(), String> {
-    let k = w0.ne[0];
-    let blocks = (w0.ne[1] as u64)
-        .div_ceil(MMV_WARPS as u64)
-        .min(t.mmv_max_blocks().max(1));
     t.launch(Launch {
         kernel: "hrx_mul_mat_vec_q_glu",
-        grid: [
-            u32::try_from(blocks).map_err(|_| "too many rows".to_string())?,
-            1,
-            1,
-        ],
+        grid: [mmv_grid_x(w0.ne[1], t)?, 1, 1],
         block: [32 * MMV_WARPS, 1, 1],
-        shared: ((k as usize + k as usize / 32 + 1) * 4) as u32,
+        shared: padded_col_bytes(w0.ne[0]) as u32,
         args: vec![
             Arg::Ten(d),
             Arg::Ten(w0),
@@ -717,12 +723,8 @@ fn mul_mat(d: Ten, a: Ten, b: Ten, t: &mut dyn Target) -> Result<(), String> {
     let r2 = b.ne[2] / a.ne[2];
     let r3 = b.ne[3] / a.ne[3];
     if n <= MMV_MAX_COLS {
-        let blocks = (m as u64)
-            .div_ceil(MMV_WARPS as u64)
-            .min(t.mmv_max_blocks().max(1));
-        let grid_x = u32::try_from(blocks).map_err(|_| "too many rows".to_string())?;
-        // the column as F32 with one padding float per 32 (see `XS` in kernels.cu)
-        let col_bytes = (k as usize + k as usize / 32 + 1) * 4;
+        let grid_x = mmv_grid_x(m, t)?;
+        let col_bytes = padded_col_bytes(k);
         let shared = col_bytes <= MMV_SHARED_MAX;
         let grid = [grid_x, n as u32, (b.ne[2] * b.ne[3]) as u32];
         let mut args = vec![

@@ -159,6 +159,9 @@ pub(crate) const FA_THREADS: u32 = 256;
 /// shared memory).
 pub(crate) const MMV_STAGE: usize = 1680;
 
+/// Elements of a row each thread of a row kernel holds in registers (`HRX_ROW_CACHE`).
+pub(crate) const ROW_CACHE: i64 = 8;
+
 /// Bytes of dynamic shared memory `hrx_mul_mat_vec` may use for its F32 copy of a column of
 /// src1 (the default per-block limit, 48 KiB).
 pub(crate) const MMV_SHARED_MAX: usize = 48 << 10;
@@ -212,6 +215,7 @@ mod tests {
             ("HRX_UN_SCALE", UN_SCALE),
             ("HRX_MMV_WARPS", MMV_WARPS as i32),
             ("HRX_MMV_STAGE", MMV_STAGE as i32),
+            ("HRX_ROW_CACHE", ROW_CACHE as i32),
             ("HRX_FA_THREADS", FA_THREADS as i32),
             ("HRX_BAD_GET_ROWS", BAD_GET_ROWS),
             ("HRX_BAD_SET_ROWS", BAD_SET_ROWS),
