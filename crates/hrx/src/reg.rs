@@ -13,10 +13,10 @@
 //! - `GGML_HRX_CUDA_GRAPHS` (default on, a switch): CUDA runtime only, replay a split's
 //!   launch list as a CUDA graph when it is issued again unchanged
 //!   ([`crate::runtime::cuda`]'s `graphs` module).
-//! - `GGML_HRX_CUDA_FUSE` (default off, a switch): CUDA runtime only, also run a one-token
+//! - `GGML_HRX_CUDA_FUSE` (default on, a switch): CUDA runtime only, also run a one-token
 //!   feed-forward's up and gate products with their GLU as one kernel, and a residual ADD
-//!   with the RMS_NORM (and MUL) after it as one; written and unit-tested, off until checked
-//!   on a GPU (docs/hrx-cuda.md).
+//!   with the RMS_NORM (and MUL) after it as one; `0` issues them op by op (docs/hrx-cuda.md
+//!   has the H200 run that checked both).
 //! - `GGML_HRX_MMV_BLOCKS` (default 1024): CUDA runtime only, blocks per column of the
 //!   matrix-vector kernels (MUL_MAT of up to 8 columns) at most, 1 to 65535; a knob for
 //!   measuring on a given card (docs/hrx-cuda.md), the rows beyond it taken grid-stride.
@@ -88,7 +88,7 @@ impl Registry {
         let profile = env::read("GGML_HRX_PROFILE", false, "0 (off)", env::switch);
         let graphs = env::read("GGML_HRX_CUDA_GRAPHS", true, "1 (on)", env::switch);
         let prefetch = env::read("GGML_HRX_PREFETCH", false, "0 (off)", env::switch);
-        let fuse = env::read("GGML_HRX_CUDA_FUSE", false, "0 (off)", env::switch);
+        let fuse = env::read("GGML_HRX_CUDA_FUSE", true, "1 (on)", env::switch);
         let mmv_max_blocks = env::read("GGML_HRX_MMV_BLOCKS", 0, "1024", |v| {
             env::count(v, 1..=65535).map(|n| n as u64)
         });

@@ -81,7 +81,7 @@ pub struct Options {
     /// [`dispatch::MMV_MAX_BLOCKS`].
     pub mmv_max_blocks: u64,
     /// Also fuse a one-token feed-forward's two products with their GLU, and a residual ADD
-    /// with the RMS_NORM (and MUL) after it (`GGML_HRX_CUDA_FUSE`; off until run on a GPU).
+    /// with the RMS_NORM (and MUL) after it (`GGML_HRX_CUDA_FUSE`, on by default).
     pub fuse: bool,
 }
 
