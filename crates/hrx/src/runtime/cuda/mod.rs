@@ -773,6 +773,7 @@ impl Runtime for CudaDevice {
                 }
             }
             g.begin_job(false);
+            let t_submit = std::time::Instant::now();
             if let Some(r) = rec.filter(|r| !r.direct && !r.launches.is_empty()) {
                 if failed.is_some() {
                     // the nodes before the failing one run, as they would unrecorded
@@ -789,6 +790,7 @@ impl Runtime for CudaDevice {
             if let Some(p) = g.profile.as_mut() {
                 let mut t = p.totals.lock();
                 t.issue += t0.elapsed();
+                t.submit += t_submit.elapsed();
                 t.nodes += job.nodes.len() as u64;
             }
             Ok(())
