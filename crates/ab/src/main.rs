@@ -190,11 +190,13 @@ pub fn say(msg: &str) {
 
 /// `12.3 s`, `4 min 05 s`.
 pub fn fmt_secs(s: f64) -> String {
-    if s < 60.0 {
+    // below a minute, tenths; from there whole seconds, rounded before they are split into
+    // minutes, so that 959.6 s reads "16 min 00 s", never "15 min 60 s"
+    if s < 59.95 {
         format!("{s:.1} s")
     } else {
-        let m = (s / 60.0).floor();
-        format!("{m:.0} min {:02.0} s", s - m * 60.0)
+        let whole = s.round() as u64;
+        format!("{} min {:02} s", whole / 60, whole % 60)
     }
 }
 
@@ -566,5 +568,19 @@ fn main() -> ExitCode {
             say(&format!("error: {e:#}"));
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fmt_secs;
+
+    #[test]
+    fn durations_round_before_they_split_into_minutes() {
+        assert_eq!(fmt_secs(7.74), "7.7 s");
+        assert_eq!(fmt_secs(59.96), "1 min 00 s");
+        assert_eq!(fmt_secs(959.6), "16 min 00 s");
+        assert_eq!(fmt_secs(2679.4), "44 min 39 s");
+        assert_eq!(fmt_secs(3600.0), "60 min 00 s");
     }
 }
