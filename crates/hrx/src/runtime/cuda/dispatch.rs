@@ -570,10 +570,7 @@ pub fn add_norm(
     m: Option<Ten>,
     t: &mut dyn Target,
 ) -> Result<(), String> {
-    let (m, has_m) = match m {
-        Some(m) => (m, 1),
-        None => (Ten::default(), 0),
-    };
+    let (m, has_m) = ten_or_none(m);
     t.launch(rows(
         "hrx_add_norm",
         &x,
