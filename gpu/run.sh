@@ -15,6 +15,10 @@
 #   pipeline ab pipeline --self-test: perplexity with -c 2048 -b 2048 -ub 512 on CUDA0 and split
 #            over CUDA0,CUDA1 with pipeline parallelism, both arms (needs two GPUs: issue 18;
 #            PIPE_ONE, PIPE_TWO name other devices)
+#   pipeone  issue 18 on one GPU: ab pipeline --self-test with CUDA0 against HRX0,CUDA0 (our CUDA
+#            runtime beside ggml-cuda, F16 model) and against RPC0,CUDA0 (a ggml-rpc-server of
+#            the same arm serving the same card, Q4_0 model); needs llama-perplexity and
+#            ggml-rpc-server built, and `models`
 #   rpc      ab rpc: ggml-rpc-server in one arm, the model split between RPC0 and CUDA0
 #   toolchain  what the build's C++ toolchain put into the stock libggml-base besides ggml
 #            (the C++ runtime symbols some programs then take from it; gpu/README.md)
@@ -665,6 +669,24 @@ stage_pipeline() {
   # CUDA0,CUDA1 in both arms, with the planted-fault self-test (README: ab pipeline)
   logged pipeline 16 "$ab" pipeline --llama-build "$B" --model "$M" \
     --text "$W/llama.cpp/docs/build.md" --one "${PIPE_ONE:-CUDA0}" --two "${PIPE_TWO:-CUDA0,CUDA1}" --self-test
+}
+
+# pipeone: what issue 18 asks of one GPU before the two-GPU machine: pipeline parallelism by
+# perplexity with two devices on the one card, both arms, the planted fault caught. HRX0 (our
+# CUDA runtime) beside CUDA0 on the F16 model (HRX0's products take F32 activations where
+# ggml-cuda's quantized ones round them to Q8_1), then RPC0 (a ggml-rpc-server of the same
+# arm on loopback, serving CUDA0 of the same card) beside CUDA0 on the Q4_0 model. Needs the
+# build with llama-perplexity and ggml-rpc-server, and both models (`models`).
+stage_pipeone() {
+  [ -x "$B/bin/llama-perplexity" ] && [ -x "$B/bin/ggml-rpc-server" ] \
+    || { log "pipeone needs llama-perplexity and ggml-rpc-server in $B/bin (GPU_TARGETS)"; return 1; }
+  GPU_BUILD=$B stage_models || return 1
+  local rc=0 text=$W/llama.cpp/docs/build.md
+  GGML_HRX_RUNTIME=cuda logged pipeline-hrx 16 "$ab" pipeline --llama-build "$B" --model "$W/model-f16.gguf" \
+    --text "$text" --one CUDA0 --two HRX0,CUDA0 --self-test || rc=1
+  logged pipeline-rpc 16 "$ab" pipeline --llama-build "$B" --model "$W/model-q4_0.gguf" \
+    --text "$text" --one CUDA0 --two RPC0,CUDA0 --self-test || rc=1
+  return $rc
 }
 
 stage_rpc() {

@@ -11,14 +11,19 @@
 //!
 //! The devices default to two simulated HRX devices (`GGML_HRX_DEVICES=2`, our HRX backend):
 //! on a machine without a GPU that is the only way to have two. On a build with two GPUs the
-//! same command takes `--one CUDA0 --two CUDA0,CUDA1`.
+//! same command takes `--one CUDA0 --two CUDA0,CUDA1`. With one GPU, `--two RPC0,CUDA0` pairs
+//! the card with itself through ggml-rpc: a configuration that names `RPC0` starts a
+//! `ggml-rpc-server` of the same arm on a loopback port for that run (both ends the arm's
+//! library, the server proven like the client), and llama.cpp enables pipeline parallelism
+//! across the two devices.
 
 use crate::paths::{self, Paths};
 use crate::proc::{Stream, Watcher};
+use crate::rpc;
 use crate::swap::{self, Arm, Job};
 use crate::{fmt_secs, say};
 use anyhow::{bail, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The largest relative difference between two perplexity estimates that still counts as
@@ -53,6 +58,9 @@ pub struct PipelineOptions {
     /// Chunks of 2048 tokens to evaluate (at least 1).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub chunks: u32,
+    /// The loopback port of the `ggml-rpc-server` a configuration naming `RPC0` starts.
+    #[arg(long, default_value_t = 50753)]
+    pub rpc_port: u16,
     /// Then also run ours on the two devices with a planted fault
     /// (`GGML_SCHED_TEST_FAULT=wrong-pipeline-copy`: split inputs copied into the next pipeline
     /// copy) and require the check to catch it: the check's own test.
@@ -99,6 +107,13 @@ pub fn check_devices(one: &str, two: &str) -> Result<()> {
     distinct.dedup();
     if b.len() < 2 || distinct.len() != b.len() {
         bail!("--two {two:?} must name at least two distinct devices");
+    }
+    if let Some(d) = a
+        .iter()
+        .chain(&b)
+        .find(|d| d.starts_with("RPC") && d.as_str() != "RPC0")
+    {
+        bail!("{d}: `ab pipeline` starts one ggml-rpc-server a run, whose device is RPC0");
     }
     Ok(())
 }
@@ -197,12 +212,14 @@ pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
     crate::abi::check_arms(&build, &mut arms)?;
     let runner = Runner {
         program: paths::program(&build, "llama-perplexity")?,
+        build: build.clone(),
         ab_dir,
         probe,
         arms,
         model,
         text,
         chunks: o.chunks,
+        rpc_port: o.rpc_port,
     };
     say(&format!(
         "pipeline: model {}, text {}, -c 2048 -b 2048 -ub 512, {} chunks; devices {} and {}",
@@ -276,12 +293,49 @@ fn self_test(runner: &Runner, o: &PipelineOptions, results: &[RunResult]) -> Res
 /// What every run shares: the program, the arms, the model, the text and the chunks.
 struct Runner {
     ab_dir: PathBuf,
+    build: PathBuf,
     probe: PathBuf,
     program: PathBuf,
     arms: [Arm; 2],
     model: PathBuf,
     text: PathBuf,
     chunks: u32,
+    /// The port of the server a configuration naming RPC0 starts.
+    rpc_port: u16,
+}
+
+/// Whether a device list names the RPC server's device.
+fn names_rpc(devices: &str) -> bool {
+    devices.split(',').any(|d| d.trim() == "RPC0")
+}
+
+/// llama-perplexity's arguments for one run: `-c 2048 -b 2048 -ub 512`, every layer offloaded
+/// (`-ngl 99`) to `devices` (`-dev`, comma-separated), `chunks` chunks, log level 4 (the
+/// level at which llama_context logs "pipeline parallelism enabled"). A configuration naming
+/// RPC0 also gets `--rpc 127.0.0.1:PORT`, and before `-dev`: llama.cpp's argument parser
+/// looks each `-dev` name up as it reads it, and RPC0 exists only once `--rpc` has
+/// registered it ("invalid device: RPC0" otherwise).
+fn perplexity_args(
+    model: &Path,
+    text: &Path,
+    chunks: u32,
+    devices: &str,
+    rpc_port: u16,
+) -> Vec<String> {
+    let mut args = Vec::new();
+    if names_rpc(devices) {
+        args.extend(["--rpc".into(), format!("127.0.0.1:{rpc_port}")]);
+    }
+    let chunks = chunks.to_string();
+    let (model, text) = (model.display().to_string(), text.display().to_string());
+    args.extend(
+        [
+            "-m", &model, "-f", &text, "-c", "2048", "-b", "2048", "-ub", "512", "--chunks",
+            &chunks, "-ngl", "99", "-dev", devices, "-lv", "4",
+        ]
+        .map(String::from),
+    );
+    args
 }
 
 impl Runner {
@@ -290,29 +344,20 @@ impl Runner {
         let (arms, model, text, chunks) = (&self.arms, &self.model, &self.text, self.chunks);
         let started = Instant::now();
         let name = format!("perplexity-{}{tag}", devices.replace(',', "-"));
-        let args: Vec<String> = [
-            "-m",
-            &model.display().to_string(),
-            "-f",
-            &text.display().to_string(),
-            "-c",
-            "2048",
-            "-b",
-            "2048",
-            "-ub",
-            "512",
-            "--chunks",
-            &chunks.to_string(),
-            "-ngl",
-            "99",
-            "-dev",
-            devices,
-            // Level 4 logs llama_context's "pipeline parallelism enabled"; 3 (the default) not.
-            "-lv",
-            "4",
-        ]
-        .map(String::from)
-        .to_vec();
+        let args = perplexity_args(model, text, chunks, devices, self.rpc_port);
+        let server = if names_rpc(devices) {
+            let server_tag = format!("{}-{name}", arms[k].name);
+            Some(rpc::Server::start(
+                &self.ab_dir,
+                &self.probe,
+                &self.build,
+                &arms[k],
+                self.rpc_port,
+                &server_tag,
+            )?)
+        } else {
+            None
+        };
         let job = Job {
             name: &name,
             program: self.program.clone(),
@@ -321,13 +366,18 @@ impl Runner {
             echo: false,
             expect_base: true,
         };
-        let outcome = swap::run(&self.ab_dir, &self.probe, &arms[k], &job, &mut Quiet)?;
+        let outcome = swap::run(&self.ab_dir, &self.probe, &arms[k], &job, &mut Quiet);
+        let server_ok = match server {
+            Some(srv) => srv.stop(&arms[k])?.ok(),
+            None => true,
+        };
+        let outcome = outcome?;
         let log = std::fs::read_to_string(&outcome.log).unwrap_or_default();
         let ppl = final_estimate(&log);
         let copies = sched_copies(&log);
         let pipeline =
             log.contains("pipeline parallelism enabled") && copies.is_some_and(|c| c > 1);
-        let ok = outcome.finished.success() && outcome.proof.ok && ppl.is_some();
+        let ok = outcome.finished.success() && outcome.proof.ok && ppl.is_some() && server_ok;
         say(&format!(
             "pipeline: {} on {}: PPL {}{}, {} ({}; log {})",
             arms[k].name,
@@ -346,6 +396,8 @@ impl Runner {
                     outcome.finished.ended(),
                     why_failed(&log).map_or(String::new(), |w| format!(": {w}"))
                 )
+            } else if !server_ok {
+                "the RPC server's proof or connection FAILED".to_string()
             } else {
                 format!(
                     "proof OK, sched copies {}",
@@ -456,6 +508,24 @@ mod tests {
         let e = check_devices("HRX0", "HRX0").unwrap_err();
         assert!(e.to_string().contains("--two"), "{e}");
         assert!(check_devices("HRX0", "HRX1,HRX1").is_err());
+        assert!(check_devices("CUDA0", "RPC0,CUDA0").is_ok());
+        let e = check_devices("CUDA0", "RPC0,RPC1").unwrap_err();
+        assert!(e.to_string().contains("RPC1"), "{e}");
+        assert!(names_rpc("RPC0, CUDA0") && !names_rpc("CUDA0,HRX0"));
+    }
+
+    #[test]
+    fn rpc_is_registered_before_the_devices_are_named() {
+        let (m, t) = (Path::new("m.gguf"), Path::new("t.txt"));
+        let a = perplexity_args(m, t, 3, "RPC0,CUDA0", 50999);
+        let at = |s: &str| a.iter().position(|x| x == s).unwrap();
+        assert_eq!(a[at("--rpc") + 1], "127.0.0.1:50999");
+        assert_eq!(a[at("-dev") + 1], "RPC0,CUDA0");
+        assert!(at("--rpc") < at("-dev"), "{a:?}");
+        assert_eq!(a[at("--chunks") + 1], "3");
+        let b = perplexity_args(m, t, 1, "CUDA0", 50999);
+        assert!(!b.iter().any(|x| x == "--rpc"), "{b:?}");
+        assert_eq!(b.len(), a.len() - 2);
     }
 
     #[test]

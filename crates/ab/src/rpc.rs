@@ -131,26 +131,9 @@ fn pairing(
     port: u16,
 ) -> Result<(String, bool)> {
     let tag = format!("{}-server-{}-client", arms[server].name, arms[client].name);
-    let runs = ab_dir.join("runs");
-    std::fs::create_dir_all(&runs)?;
-    let server_probe = runs.join(format!("{tag}.server.probe.jsonl"));
-    let server_log = runs.join(format!("{tag}.server.log"));
-    let _ = std::fs::remove_file(&server_probe);
-    let mut cmd = swap::command(
-        &arms[server],
-        probe,
-        &paths::program(build, "ggml-rpc-server")?,
-        &server_probe,
-    );
-    let log = std::fs::File::create(&server_log)?;
-    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .stdin(Stdio::null());
-    let mut child = cmd.spawn().context("starting ggml-rpc-server")?;
-    let served = wait_listening(&mut child, port);
-    let client_run = match served {
-        Ok(()) => {
+    let served = Server::start(ab_dir, probe, build, &arms[server], port, &tag);
+    let (client_run, server_end) = match served {
+        Ok(srv) => {
             let job = Job {
                 name: &format!("{tag}.client"),
                 program: paths::program(build, "llama-completion")?,
@@ -175,32 +158,14 @@ fn pairing(
                 echo: false,
                 expect_base: true,
             };
-            Some(swap::run(ab_dir, probe, &arms[client], &job, &mut Quiet))
+            let run = swap::run(ab_dir, probe, &arms[client], &job, &mut Quiet);
+            (Some(run), srv.stop(&arms[server])?)
         }
         Err(e) => {
             say(&format!("rpc: {tag}: {e:#}"));
-            None
+            (None, ServerEnd::default())
         }
     };
-    let _ = child.kill();
-    let _ = child.wait();
-    let server_proof = proof::check(&proof::read_records(&server_probe)?, &arms[server], true);
-    if !server_proof.ok {
-        say(&format!(
-            "rpc: {tag}: server proof FAILED: {}",
-            server_proof.errors.join("; ")
-        ));
-    }
-    // One connection is `wait_listening`'s own; the client's come after it.
-    let served_client = std::fs::read_to_string(&server_log)
-        .map(|l| l.matches("Accepted client connection").count() >= 2)
-        .unwrap_or(false);
-    if !served_client {
-        say(&format!(
-            "rpc: {tag}: the server never accepted a client (log {})",
-            server_log.display()
-        ));
-    }
     let Some(outcome) = client_run.transpose()? else {
         return Ok((String::new(), false));
     };
@@ -210,7 +175,7 @@ fn pairing(
             outcome.proof.errors.join("; ")
         ));
     }
-    let ok = outcome.finished.success() && outcome.proof.ok && server_proof.ok && served_client;
+    let ok = outcome.finished.success() && outcome.proof.ok && server_end.ok();
     if !outcome.finished.success() {
         say(&format!(
             "rpc: {tag}: llama-completion {} (log {})",
@@ -222,6 +187,106 @@ fn pairing(
         String::from_utf8_lossy(&outcome.finished.stdout).into_owned(),
         ok,
     ))
+}
+
+/// A `ggml-rpc-server` started in one arm on a loopback port, with its probe record and log
+/// under `<ab_dir>/runs/<tag>.server.*`. Dropping it without [`Server::stop`] kills it too.
+pub struct Server {
+    child: Child,
+    tag: String,
+    probe_record: PathBuf,
+    log: PathBuf,
+}
+
+/// What a stopped server left: whether its process mapped the arm's library (the probe's
+/// record) and whether it accepted a client besides [`Server::start`]'s own probe connection.
+#[derive(Debug, Default)]
+pub struct ServerEnd {
+    pub proof_ok: bool,
+    pub served_client: bool,
+}
+
+impl ServerEnd {
+    /// Both hold: the server was the arm's and a client used it.
+    pub fn ok(&self) -> bool {
+        self.proof_ok && self.served_client
+    }
+}
+
+impl Server {
+    /// Starts `ggml-rpc-server -H 127.0.0.1 -p PORT` of `build` in `arm`, and returns once it
+    /// accepts connections (30 s at most). Errors: the program is missing, it exits first, or
+    /// it does not listen in time (it is killed then).
+    pub fn start(
+        ab_dir: &Path,
+        probe: &Path,
+        build: &Path,
+        arm: &Arm,
+        port: u16,
+        tag: &str,
+    ) -> Result<Server> {
+        let runs = ab_dir.join("runs");
+        std::fs::create_dir_all(&runs)?;
+        let probe_record = runs.join(format!("{tag}.server.probe.jsonl"));
+        let log = runs.join(format!("{tag}.server.log"));
+        let _ = std::fs::remove_file(&probe_record);
+        let mut cmd = swap::command(
+            arm,
+            probe,
+            &paths::program(build, "ggml-rpc-server")?,
+            &probe_record,
+        );
+        let file = std::fs::File::create(&log)?;
+        cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .stdin(Stdio::null());
+        let child = cmd.spawn().context("starting ggml-rpc-server")?;
+        let mut server = Server {
+            child,
+            tag: tag.to_string(),
+            probe_record,
+            log,
+        };
+        wait_listening(&mut server.child, port)?;
+        Ok(server)
+    }
+
+    /// Stops the server and checks what it left (each failure is said, with the log's path).
+    pub fn stop(mut self, arm: &Arm) -> Result<ServerEnd> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let tag = &self.tag;
+        let proof = proof::check(&proof::read_records(&self.probe_record)?, arm, true);
+        if !proof.ok {
+            say(&format!(
+                "rpc: {tag}: server proof FAILED: {}",
+                proof.errors.join("; ")
+            ));
+        }
+        // One connection is `wait_listening`'s own; the client's come after it.
+        let served_client = std::fs::read_to_string(&self.log)
+            .map(|l| l.matches("Accepted client connection").count() >= 2)
+            .unwrap_or(false);
+        if !served_client {
+            say(&format!(
+                "rpc: {tag}: the server never accepted a client (log {})",
+                self.log.display()
+            ));
+        }
+        Ok(ServerEnd {
+            proof_ok: proof.ok,
+            served_client,
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Stopped already when `stop` ran; otherwise (an error on the way) not left behind.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Waits until the server accepts connections on `port` (30 s at most), or fails when it
