@@ -202,7 +202,10 @@ pub struct Server {
 /// record) and whether it accepted a client besides [`Server::start`]'s own probe connection.
 #[derive(Debug, Default)]
 pub struct ServerEnd {
+    /// The probe's record names the arm's libggml-base (path and sha256).
     pub proof_ok: bool,
+    /// The log has at least two "Accepted client connection" lines: the start's own probe
+    /// connection and a client's.
     pub served_client: bool,
 }
 
