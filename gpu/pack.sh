@@ -23,7 +23,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # the options, in any order, checked before the (slow) bundle
-models=0 llama_bin= stock_base=0 real=0
+models=0 llama_bin='' stock_base=0 real=0
 while [ $# -gt 0 ]; do
   case $1 in
     --models) models=1; shift ;;
@@ -95,7 +95,10 @@ if [ "$models" = 1 ]; then
 fi
 if [ -n "$llama_bin" ]; then
   build=$llama_bin
+  # test-llama-archs only when the build has it (a build of fewer targets does not)
+  archs=()
+  [ -x "$build/bin/test-llama-archs" ] && archs=(bin/test-llama-archs)
   (cd "$build" && tar -czf "$root/$dev/llama-cpu-bin.tar.gz" bin/test-backend-ops bin/llama-completion \
-    bin/llama-bench bin/llama-quantize $(cd "$build" && ls bin/test-llama-archs 2>/dev/null) bin/*.so*)
+    bin/llama-bench bin/llama-quantize "${archs[@]}" bin/*.so*)
 fi
 du -sh "$dev"/* .device-real-* >&2 2>/dev/null || true
