@@ -309,8 +309,8 @@ fn names_rpc(devices: &str) -> bool {
 
 /// llama-perplexity's arguments for one run: `-c 2048 -b 2048 -ub 512`, every layer offloaded
 /// (`-ngl 99`) to `devices` (`-dev`, comma-separated), `chunks` chunks, log level 4 (the
-/// level at which llama_context logs "pipeline parallelism enabled"). A configuration naming
-/// RPC0 also gets `--rpc 127.0.0.1:PORT`, and before `-dev`: llama.cpp's argument parser
+/// level at which llama_context logs "pipeline parallelism enabled"). With `rpc_port` (a
+/// configuration naming RPC0) also `--rpc 127.0.0.1:PORT`, and before `-dev`: llama.cpp's argument parser
 /// looks each `-dev` name up as it reads it, and RPC0 exists only once `--rpc` has
 /// registered it ("invalid device: RPC0" otherwise).
 fn perplexity_args(
@@ -318,11 +318,11 @@ fn perplexity_args(
     text: &Path,
     chunks: u32,
     devices: &str,
-    rpc_port: u16,
+    rpc_port: Option<u16>,
 ) -> Vec<String> {
     let mut args = Vec::new();
-    if names_rpc(devices) {
-        args.extend(["--rpc".into(), format!("127.0.0.1:{rpc_port}")]);
+    if let Some(port) = rpc_port {
+        args.extend(["--rpc".into(), format!("127.0.0.1:{port}")]);
     }
     let chunks = chunks.to_string();
     let (model, text) = (model.display().to_string(), text.display().to_string());
@@ -342,15 +342,17 @@ impl Runner {
         let (arms, model, text, chunks) = (&self.arms, &self.model, &self.text, self.chunks);
         let started = Instant::now();
         let name = format!("perplexity-{}{tag}", devices.replace(',', "-"));
-        let args = perplexity_args(model, text, chunks, devices, self.rpc_port);
-        let server = if names_rpc(devices) {
+        // A configuration with RPC0 gets a server of the same arm for this run alone.
+        let rpc_port = names_rpc(devices).then_some(self.rpc_port);
+        let args = perplexity_args(model, text, chunks, devices, rpc_port);
+        let server = if let Some(port) = rpc_port {
             let server_tag = format!("{}-{name}", arms[k].name);
             Some(rpc::Server::start(
                 &self.ab_dir,
                 &self.probe,
                 &self.build,
                 &arms[k],
-                self.rpc_port,
+                port,
                 &server_tag,
             )?)
         } else {
@@ -515,13 +517,13 @@ mod tests {
     #[test]
     fn rpc_is_registered_before_the_devices_are_named() {
         let (m, t) = (Path::new("m.gguf"), Path::new("t.txt"));
-        let a = perplexity_args(m, t, 3, "RPC0,CUDA0", 50999);
+        let a = perplexity_args(m, t, 3, "RPC0,CUDA0", Some(50999));
         let at = |s: &str| a.iter().position(|x| x == s).unwrap();
         assert_eq!(a[at("--rpc") + 1], "127.0.0.1:50999");
         assert_eq!(a[at("-dev") + 1], "RPC0,CUDA0");
         assert!(at("--rpc") < at("-dev"), "{a:?}");
         assert_eq!(a[at("--chunks") + 1], "3");
-        let b = perplexity_args(m, t, 1, "CUDA0", 50999);
+        let b = perplexity_args(m, t, 1, "CUDA0", None);
         assert!(!b.iter().any(|x| x == "--rpc"), "{b:?}");
         assert_eq!(b.len(), a.len() - 2);
     }

@@ -132,43 +132,41 @@ fn pairing(
 ) -> Result<(String, bool)> {
     let tag = format!("{}-server-{}-client", arms[server].name, arms[client].name);
     let served = Server::start(ab_dir, probe, build, &arms[server], port, &tag);
-    let (client_run, server_end) = match served {
-        Ok(srv) => {
-            let job = Job {
-                name: &format!("{tag}.client"),
-                program: paths::program(build, "llama-completion")?,
-                args: [
-                    "-m",
-                    &model.display().to_string(),
-                    "--rpc",
-                    &format!("127.0.0.1:{port}"),
-                    "-n",
-                    "32",
-                    "-p",
-                    crate::job::PROMPT,
-                    "--temp",
-                    "0",
-                    "-no-cnv",
-                ]
-                .iter()
-                .map(Into::into)
-                .chain(split.iter().map(Into::into))
-                .collect(),
-                timeout: Duration::from_secs(900),
-                echo: false,
-                expect_base: true,
-            };
-            let run = swap::run(ab_dir, probe, &arms[client], &job, &mut Quiet);
-            (Some(run), srv.stop(&arms[server])?)
-        }
+    let srv = match served {
+        Ok(srv) => srv,
         Err(e) => {
             say(&format!("rpc: {tag}: {e:#}"));
-            (None, ServerEnd::default())
+            return Ok((String::new(), false));
         }
     };
-    let Some(outcome) = client_run.transpose()? else {
-        return Ok((String::new(), false));
+    let job = Job {
+        name: &format!("{tag}.client"),
+        program: paths::program(build, "llama-completion")?,
+        args: [
+            "-m",
+            &model.display().to_string(),
+            "--rpc",
+            &format!("127.0.0.1:{port}"),
+            "-n",
+            "32",
+            "-p",
+            crate::job::PROMPT,
+            "--temp",
+            "0",
+            "-no-cnv",
+        ]
+        .iter()
+        .map(Into::into)
+        .chain(split.iter().map(Into::into))
+        .collect(),
+        timeout: Duration::from_secs(900),
+        echo: false,
+        expect_base: true,
     };
+    // The server is stopped (and checked) whatever the client did.
+    let outcome = swap::run(ab_dir, probe, &arms[client], &job, &mut Quiet);
+    let server_end = srv.stop(&arms[server])?;
+    let outcome = outcome?;
     if !outcome.proof.ok {
         say(&format!(
             "rpc: {tag}: client proof FAILED: {}",
@@ -200,7 +198,7 @@ pub struct Server {
 
 /// What a stopped server left: whether its process mapped the arm's library (the probe's
 /// record) and whether it accepted a client besides [`Server::start`]'s own probe connection.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ServerEnd {
     /// The probe's record names the arm's libggml-base (path and sha256).
     pub proof_ok: bool,
