@@ -90,10 +90,12 @@ enum Cmd {
         #[arg(long, default_value_t = 50752)]
         port: u16,
     },
-    /// Pipeline parallelism checked by perplexity: llama-perplexity over a fixed text with
-    /// `-c 2048 -b 2048 -ub 512` on one device and split over two (llama.cpp must say
-    /// "pipeline parallelism enabled"), in the stock arm and ours, every process proven; each
-    /// arm's two-device estimate within 0.1 % of its one-device one, and the arms likewise.
+    /// Pipeline parallelism checked by perplexity and greedy text: llama-perplexity over a
+    /// fixed text with `-c 2048 -b 2048 -ub 512`, then llama-completion greedy, on one device
+    /// and split over two (llama.cpp must say "pipeline parallelism enabled"), in the stock
+    /// arm and ours, every process proven; each arm's two-device estimate within 0.1 % of its
+    /// one-device one and its two-device text equal to its one-device text, and the arms
+    /// likewise.
     Pipeline(pipeline::PipelineOptions),
     /// The libggml-base files the harness has kept (target/ab/store), by sha256: what
     /// --a, --b and --lib accept besides a path.
