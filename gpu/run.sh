@@ -24,6 +24,9 @@
 #            (the C++ runtime symbols some programs then take from it; gpu/README.md)
 #   bench    ab bench gpu: llama-bench, batched-bench and the scheduler's per-call time,
 #            arms alternating (BENCH_ROUNDS, default 10)
+#   benchrpc the same with every tool split over RPC0,CUDA0 (each arm's own ggml-rpc-server on
+#            loopback serving the same card: pipeline parallelism on one GPU, issue 18's bench
+#            until two GPUs are lent; BENCH_ROUNDS), report in $W/bench-rpc
 #   ppdiag   where pp512's deficit at full offload lies: pp512 in both arms (and stock built
 #            here, gpu/pack.sh --stock-base), as is or (PPDIAG_SETTINGS) with ggml-cuda's CUDA
 #            graphs off, its fusions off, ours in the stock layout; first repetition apart
@@ -104,7 +107,7 @@ log() { echo "[gpu $(date -u +%H:%M:%S)] $*"; }
 collect() {
   local files=() f
   for f in "$W"/logs/*.log "$W"/logs/*.txt "$W"/logs/*.jsonl "$W"/bg.log "$W"/ab-bundle/target/ab/report.json \
-    "$W"/bench/report.md "$W"/bench/report.json; do
+    "$W"/bench/report.md "$W"/bench/report.json "$W"/bench-rpc/report.md "$W"/bench-rpc/report.json; do
     [ -f "$f" ] && files+=("${f#"$W"/}")
   done
   [ ${#files[@]} -gt 0 ] && tar -czf "$out/gpu-logs.tgz" -C "$W" "${files[@]}" 2>/dev/null
@@ -699,6 +702,12 @@ stage_rpc() {
 stage_bench() {
   logged bench 40 "$ab" bench gpu --llama-build "$B" --model "$M" --rounds "${BENCH_ROUNDS:-10}" \
     --out "$W/bench"
+}
+
+stage_benchrpc() {
+  [ -x "$B/bin/ggml-rpc-server" ] || { log "benchrpc needs ggml-rpc-server in $B/bin (GPU_TARGETS)"; return 1; }
+  logged bench-rpc 40 "$ab" bench gpu --llama-build "$B" --model "$M" --rounds "${BENCH_ROUNDS:-10}" \
+    --devices RPC0,CUDA0 --out "$W/bench-rpc"
 }
 
 # ppdiag: where pp512's deficit at full offload lies (issue 16). llama-bench -p P -n 0 -ngl 99

@@ -4,6 +4,7 @@
 //! bench gpu --model FILE [--llama-build DIR] [--a LIB] [--b LIB] [--rounds 10]
 //!     [--partial-ngl 8] [--reps 5] [--npl 1,4,8] [--threads N] [--sched-probe LIB]
 //!     [--ggml-include DIR] [--no-sched-probe] [--timeout 900] [--out DIR]
+//!     [--devices CUDA0,CUDA1 | RPC0,CUDA0] [--rpc-port 50754]
 //! ```
 //!
 //! Per round and arm (A B, then B A the next round) it runs three processes of the build's
@@ -15,6 +16,11 @@
 //!    one scheduler cycle per token;
 //! 3. `llama-batched-bench -ngl 99 -c 4096 -npp 128 -ntg 128 -npl 1,4,8`.
 //!
+//! With `--devices` every tool splits the model over those devices (`-dev`, equal `-ts`); a
+//! list naming `RPC0` has each arm start its own `ggml-rpc-server` on loopback for its three
+//! processes ([`rpc`]), so that one GPU paired with itself runs llama.cpp's pipeline
+//! parallelism.
+//!
 //! The scheduler probe (`cabi-tests/sched-bench/sched_probe.c`) is preloaded into each and
 //! gives the time per `ggml_backend_sched_alloc_graph` and `_reset` call. Every process proves
 //! it mapped the arm's file (the loader's log, the probe, and `libab_probe.so` when present).
@@ -24,6 +30,7 @@
 //! the llama.cpp build and the bundle (or `target/` in a workspace).
 
 mod parse;
+mod rpc;
 mod run;
 mod table;
 
@@ -94,6 +101,15 @@ pub struct GpuOptions {
     /// Output folder (default: target/bench-gpu, under the bundle in a bundle).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Split every tool's model over these devices, comma-separated (`CUDA0,CUDA1`; default:
+    /// the tools' own choice), with an equal tensor split. Naming `RPC0` (`RPC0,CUDA0`: one GPU
+    /// paired with itself, pipeline parallelism on) starts a `ggml-rpc-server` of the build in
+    /// each arm on 127.0.0.1 for that arm's processes, proven like them.
+    #[arg(long, value_name = "LIST")]
+    devices: Option<String>,
+    /// The loopback port of that server.
+    #[arg(long, value_name = "PORT", default_value_t = 50754)]
+    rpc_port: u16,
 }
 
 /// Where bench runs from: the folder holding `cabi-tests/`, `target/` and our libraries.
@@ -183,6 +199,11 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
             bail!("{} has no {tool}", bin.display());
         }
     }
+    let devices = opts
+        .devices
+        .as_deref()
+        .map(rpc::parse_devices)
+        .transpose()?;
     if !opts.model.is_file() {
         bail!("model {} does not exist", opts.model.display());
     }
@@ -251,6 +272,8 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
         reps: opts.reps,
         partial_ngl: opts.partial_ngl,
         npl: opts.npl.clone(),
+        devices: devices.clone(),
+        rpc_port: opts.rpc_port,
     };
 
     if opts.rounds < 10 {
@@ -291,6 +314,7 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
         reps: opts.reps,
         partial_ngl: opts.partial_ngl,
         npl: opts.npl.clone(),
+        devices: devices.as_ref().map(|d| d.join(",")),
         threads: opts.threads,
         rows: table::rows(rounds, opts.partial_ngl, &opts.npl),
         errors: errors.to_vec(),
@@ -365,6 +389,18 @@ mod tests {
         );
         assert_eq!((o.rounds, o.partial_ngl, o.reps), (12, 6, 5));
         assert_eq!(o.npl, [1, 2]);
+        assert_eq!(o.devices, None);
+        let o = parse(&[
+            "--model",
+            "m",
+            "--devices",
+            "RPC0,CUDA0",
+            "--rpc-port",
+            "50999",
+        ])
+        .unwrap();
+        assert_eq!(o.devices.as_deref(), Some("RPC0,CUDA0"));
+        assert_eq!(o.rpc_port, 50999);
         assert!(parse(&["--rounds", "3"]).is_err(), "--model is required");
         assert!(parse(&["--model", "m", "--rounds", "0"]).is_err());
     }

@@ -2,6 +2,7 @@
 //! `libggml-base` each process mapped.
 
 use super::parse::{self, BatchedRow, BenchTest};
+use super::rpc;
 use super::{GpuOptions, Layout};
 use crate::arms::Arm;
 use crate::e2e::{mapped_libs, without_ld_debug};
@@ -36,6 +37,11 @@ pub struct Ctx {
     pub partial_ngl: u32,
     /// llama-batched-bench `-npl`.
     pub npl: Vec<u32>,
+    /// The devices every tool splits the model over (`--devices`); `None`: the tools' own
+    /// choice.
+    pub devices: Option<Vec<String>>,
+    /// The loopback port of the arm's `ggml-rpc-server` when `devices` names RPC0.
+    pub rpc_port: u16,
 }
 
 /// One tool process's result: what it measured, the scheduler probe's line, its wall time.
@@ -68,7 +74,25 @@ pub struct ArmRound {
 /// libggml-base than the arm's is an error of the whole run (its figures would be of the
 /// wrong library).
 pub fn arm_round(ctx: &Ctx, arm: &Arm) -> Result<ArmRound> {
+    // The arm's own server, for its three processes, when the split names RPC0.
+    let server = match &ctx.devices {
+        Some(d) if d.iter().any(|d| d == "RPC0") => Some(rpc::Server::start(ctx, arm)?),
+        _ => None,
+    };
+    let round = tools_round(ctx, arm);
+    if let Some(server) = server {
+        server.stop(ctx, arm)?;
+    }
+    round
+}
+
+/// The three processes of [`arm_round`].
+fn tools_round(ctx: &Ctx, arm: &Arm) -> Result<ArmRound> {
     let mut errors = Vec::new();
+    let split = |sep: &str| match &ctx.devices {
+        Some(d) => rpc::split_args(d, ctx.rpc_port, sep),
+        None => Vec::new(),
+    };
     let mut common: Vec<String> = vec!["-m".into(), ctx.model.display().to_string()];
     if let Some(t) = ctx.threads {
         common.extend(["-t".into(), t.to_string()]);
@@ -76,6 +100,7 @@ pub fn arm_round(ctx: &Ctx, arm: &Arm) -> Result<ArmRound> {
     let reps = ctx.reps.to_string();
     let bench_args = |ngl: &str, p: &str| -> Vec<String> {
         let mut a = common.clone();
+        a.extend(split("/"));
         a.extend(["-p", p, "-n", "128", "-ngl", ngl, "-r", &reps, "-o", "json"].map(String::from));
         a
     };
@@ -105,6 +130,7 @@ pub fn arm_round(ctx: &Ctx, arm: &Arm) -> Result<ArmRound> {
     .ok();
 
     let mut args = common.clone();
+    args.extend(split(","));
     let npl = ctx
         .npl
         .iter()
@@ -221,7 +247,7 @@ fn run_parsed<T>(
 /// The proof that a finished process ran the arm's file: every `libggml-base` the loader
 /// initialised (`LD_DEBUG=libs`) is the arm's, and so is every one `libab_probe.so` found
 /// mapped (path and sha256), when it was preloaded.
-fn prove(ctx: &Ctx, arm: &Arm, name: &str, stderr: &str, ab_out: &Path) -> Result<()> {
+pub(super) fn prove(ctx: &Ctx, arm: &Arm, name: &str, stderr: &str, ab_out: &Path) -> Result<()> {
     let bases: Vec<String> = mapped_libs(stderr)
         .into_iter()
         .filter(|p| {

@@ -157,9 +157,11 @@ pub fn rows(rounds: &[[ArmRound; 2]], partial: u32, npl: &[u32]) -> Vec<Row> {
     let probe_of = |r: &ArmRound, which: usize| -> Option<ProbeStats> {
         match which {
             0 => r.no_reuse.as_ref()?.probe.clone(),
-            _ => r.bench.as_ref()?.probe.clone(),
+            1 => r.bench.as_ref()?.probe.clone(),
+            _ => r.batched.as_ref()?.probe.clone(),
         }
     };
+    let npl_list = npl.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     for (which, what) in [
         (
             0,
@@ -168,6 +170,10 @@ pub fn rows(rounds: &[[ArmRound; 2]], partial: u32, npl: &[u32]) -> Vec<Row> {
         (
             1,
             format!("the pp512 + tg128 process, -ngl 99 and {partial}, graph reuse on"),
+        ),
+        (
+            2,
+            format!("the llama-batched-bench process, -npl {npl_list}, graph reuse on"),
         ),
     ] {
         // Calls per process, for the label: the per-call figure means little without them.
@@ -178,9 +184,11 @@ pub fn rows(rounds: &[[ArmRound; 2]], partial: u32, npl: &[u32]) -> Vec<Row> {
                 .collect();
             Summary::of(&c).map_or("–".to_string(), |s| format!("{:.0}", s.median))
         };
-        // (function, its counter, goal, only for the process without graph reuse). The
-        // compute and synchronize rows, one call each a token, say where a token's time goes:
-        // the host's part (CPU splits, blocking copies, queueing) or the wait for the device.
+        // (function, its counter, goal, host and wait rows). The compute and synchronize
+        // rows, one call each a token without graph reuse, say where a token's time goes: the
+        // host's part (CPU splits, blocking copies, queueing) or the wait for the device. The
+        // batched process gets them too (its calls mix prompt and generation, the same mix in
+        // both arms): it is where the arms' generation rates differ most at full offload.
         let counters: [ProbeRow; 4] = [
             (
                 "ggml_backend_sched_alloc_graph",
@@ -202,8 +210,8 @@ pub fn rows(rounds: &[[ArmRound; 2]], partial: u32, npl: &[u32]) -> Vec<Row> {
                 true,
             ),
         ];
-        for (function, counter, goal, per_token_only) in counters {
-            if per_token_only && which != 0 {
+        for (function, counter, goal, host_and_wait) in counters {
+            if host_and_wait && which == 1 {
                 continue;
             }
             out.push(row(
@@ -267,6 +275,8 @@ pub struct GpuReport {
     pub partial_ngl: u32,
     /// llama-batched-bench `-npl`.
     pub npl: Vec<u32>,
+    /// `--devices`, when given: the devices every tool split the model over.
+    pub devices: Option<String>,
     /// `-t`, when given.
     pub threads: Option<u32>,
     /// The table's rows.
@@ -350,6 +360,18 @@ impl GpuReport {
             self.threads
                 .map_or("default".to_string(), |t| t.to_string())
         );
+        if let Some(d) = &self.devices {
+            let _ = writeln!(
+                s,
+                "- Devices: every tool split over {d} (`-dev`, equal `-ts`){}",
+                if d.split(',').any(|x| x == "RPC0") {
+                    "; RPC0 is a ggml-rpc-server of the same arm on 127.0.0.1, started for each \
+                     arm's processes and proven like them"
+                } else {
+                    ""
+                }
+            );
+        }
         let _ = writeln!(
             s,
             "- Proof: every process's loader log (`LD_DEBUG=libs`){}{} names the arm's file\n",
@@ -484,7 +506,8 @@ mod tests {
                     t: 1.1,
                     s: 232.7,
                 }],
-                probe: None,
+                // Its own call count, so that its rows are told from the others'.
+                probe: Some(probe(300, alloc_ns * 300)),
                 wall_s: 1.0,
             }),
             errors: vec![],
@@ -560,9 +583,27 @@ mod tests {
             .find(|r| r.measure.starts_with("ggml_backend_sched_synchronize"))
             .unwrap();
         assert_eq!(wait.values[1], [160.0, 320.0, 200.0]);
-        // 5 llama-bench rows, 2 batched, 6 probe rows (compute and wait only for the process
-        // without graph reuse).
-        assert_eq!(rows.len(), 13);
+        // The batched process's host part and wait (B's batched run of round 2 failed:
+        // that round is out).
+        let batched_host = rows
+            .iter()
+            .find(|r| {
+                r.measure.starts_with(
+                    "ggml_backend_sched_graph_compute_async (host part), the llama-batched-bench \
+                     process, -npl 1",
+                )
+            })
+            .unwrap();
+        assert!(
+            batched_host.measure.ends_with("calls/process A 300 B 300"),
+            "{}",
+            batched_host.measure
+        );
+        assert_eq!(batched_host.values, [vec![200.0, 200.0], vec![80.0, 100.0]]);
+        // 5 llama-bench rows, 2 batched, 10 probe rows (alloc_graph and reset for each of the
+        // three processes; compute and wait for the one without graph reuse and the batched
+        // one).
+        assert_eq!(rows.len(), 17);
     }
 
     #[test]
@@ -570,6 +611,7 @@ mod tests {
         let mut a = arm_round(100.0, 1, false);
         a.no_reuse.as_mut().unwrap().probe = None;
         a.bench.as_mut().unwrap().probe = None;
+        a.batched.as_mut().unwrap().probe = None;
         let rows = rows(&[[a.clone(), a]], 8, &[1]);
         assert!(rows.iter().all(|r| r.unit == "t/s"));
         assert_eq!(rows.len(), 7);
@@ -621,6 +663,7 @@ mod tests {
             reps: 5,
             partial_ngl: 8,
             npl: vec![1],
+            devices: Some("RPC0,CUDA0".into()),
             threads: None,
             rows: rows(&rounds, 8, &[1]),
             errors: vec!["round 3 arm B: llama-bench failed\nexit 1".into()],
@@ -638,6 +681,10 @@ mod tests {
         // alloc_graph: 50, 60 µs against 20, 40: paired 0.4 and 0.667.
         assert!(md.contains("| µs/call | 55.00 | 30.00 | 0.545 | 0.533 [0.467–0.600] (n=2) | ≤ 0.50 **not met** |"), "{md}");
         assert!(md.contains("- Rounds: 2 of 3 asked"), "{md}");
+        assert!(
+            md.contains("- Devices: every tool split over RPC0,CUDA0 (`-dev`, equal `-ts`); RPC0"),
+            "{md}"
+        );
         assert!(
             md.contains("- round 3 arm B: llama-bench failed exit 1"),
             "{md}"
