@@ -27,6 +27,9 @@
 #   benchrpc the same with every tool split over RPC0,CUDA0 (each arm's own ggml-rpc-server on
 #            loopback serving the same card: pipeline parallelism on one GPU, issue 18's bench
 #            until two GPUs are lent; BENCH_ROUNDS), report in $W/bench-rpc
+#   rpcdiag  which end (server or client library) benchrpc's tg deficit lies in: llama-bench
+#            tg128 split RPC0/CUDA0 for the four server/client arm pairings (RPCDIAG_ROUNDS;
+#            RPCDIAG_DEV names another device than CUDA0, to try it on a CPU build with HRX0)
 #   ppdiag   where pp512's deficit at full offload lies: pp512 in both arms (and stock built
 #            here, gpu/pack.sh --stock-base), as is or (PPDIAG_SETTINGS) with ggml-cuda's CUDA
 #            graphs off, its fusions off, ours in the stock layout; first repetition apart
@@ -708,6 +711,41 @@ stage_benchrpc() {
   [ -x "$B/bin/ggml-rpc-server" ] || { log "benchrpc needs ggml-rpc-server in $B/bin (GPU_TARGETS)"; return 1; }
   logged bench-rpc 40 "$ab" bench gpu --llama-build "$B" --model "$M" --rounds "${BENCH_ROUNDS:-10}" \
     --devices RPC0,CUDA0 --out "$W/bench-rpc"
+}
+
+# rpcdiag: which end of the RPC0,CUDA0 split the tg deficit of benchrpc lies in (issue 16/18).
+# llama-bench -p 0 -n 128 -r 3 split RPC0/CUDA0 for the four pairings of server arm and client
+# arm (ss, oo, so, os; RPCDIAG_ROUNDS rounds, default 3, the order rotated each round); every
+# process under the probe (logs/probe-rpcdiag-*.jsonl); t/s per pairing and round in
+# logs/rpcdiag.log, medians at the end.
+stage_rpcdiag() {
+  [ -x "$B/bin/ggml-rpc-server" ] && [ -f "$M" ] || { log "rpcdiag needs ggml-rpc-server and the model"; return 1; }
+  local b=$B lib=$W/ab-bundle/lib port=50755 r i pair sv cl ts out=$W/logs/rpcdiag.log
+  local pairs=(stock:stock ours:ours stock:ours ours:stock)
+  : > "$out"
+  for r in $(seq 1 "${RPCDIAG_ROUNDS:-3}"); do
+    for i in 0 1 2 3; do
+      pair=${pairs[$(((i + r) % 4))]}; sv=${pair%%:*}; cl=${pair##*:}
+      probe_tag=rpcdiag-server- arm "$sv" "$b/bin/ggml-rpc-server" -H 127.0.0.1 -p "$port" > "$W/logs/rpcdiag-server.log" 2>&1 &
+      local spid=$!
+      sleep 2
+      ts=$(probe_tag=rpcdiag-client- arm "$cl" "$b/bin/llama-bench" -m "$M" -rpc "127.0.0.1:$port" -dev "RPC0/${RPCDIAG_DEV:-CUDA0}" \
+        -ts 1/1 -ngl 99 -p 0 -n 128 -r 3 -o csv 2>> "$W/logs/rpcdiag-client.log" | tail -1 | awk -F, '{print $(NF-1)}' | tr -d '"')
+      kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+      echo "round $r server $sv client $cl tg128 ${ts:-failed}" >> "$out"
+    done
+  done
+  python3 - "$out" <<'PY' >> "$out"
+import statistics, sys, collections
+by = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    w = line.split()
+    if len(w) == 8 and w[7] != "failed":
+        by[(w[3], w[5])].append(float(w[7]))
+for (sv, cl), v in sorted(by.items()):
+    print(f"median server {sv} client {cl}: {statistics.median(v):.1f} t/s over {len(v)} rounds")
+PY
+  log "rpcdiag: $(tail -4 "$out" | tr '\n' ';')"
 }
 
 # ppdiag: where pp512's deficit at full offload lies (issue 16). llama-bench -p P -n 0 -ngl 99
