@@ -1,19 +1,18 @@
-//! `ab pipeline`: the scheduler's pipeline parallelism, checked by perplexity and greedy text. llama.cpp turns
-//! it on when a model is split by layers over more than one device: the scheduler then keeps
-//! several copies of the graph inputs and orders the devices with events, so that one
-//! micro-batch (`-ub`) is computed on the second device while the next enters the first.
-//! Upstream has got this wrong before (a graph evaluated with the wrong copy, a missing wait:
-//! perplexity far off with `-ub 512 -b 2048` on two devices). `llama-perplexity` over a fixed
-//! text, `-c 2048 -b 2048 -ub 512` (four micro-batches a batch), runs on one device and on
-//! two, in the stock arm and in ours, every process proven. It passes when each two-device run
-//! says "pipeline parallelism enabled" and its estimate is within 0.1 % of the same arm's
-//! one-device estimate, and when the arms' estimates agree within 0.1 % too. Then
-//! `llama-completion` generates greedy text (`--greedy N` tokens, default 32) on the same two
-//! configurations in both arms: each arm's split text must equal its one-device text, and
-//! ours stock's. Text equality needs the split and the one device to take the same numeric
-//! path (the same kernels: CUDA0 against CUDA0,CUDA1 or RPC0,CUDA0 served by the same card,
-//! simulated HRX devices); a pairing whose devices run other kernels (HRX0 on the CUDA
-//! runtime beside CUDA0) is checked by perplexity alone (`--greedy 0`).
+//! `ab pipeline`: the scheduler's pipeline parallelism, checked by perplexity and greedy text.
+//! llama.cpp turns it on when a model is split by layers over more than one device: the scheduler
+//! then keeps several copies of the graph inputs and orders the devices with events, so that one
+//! micro-batch (`-ub`) is computed on the second device while the next enters the first. Upstream
+//! has got this wrong before (a graph evaluated with the wrong copy, a missing wait: perplexity far
+//! off with `-ub 512 -b 2048` on two devices). `llama-perplexity` over a fixed text, `-c 2048 -b
+//! 2048 -ub 512` (four micro-batches a batch), runs on one device and on two, in the stock arm and
+//! in ours, every process proven. It passes when each two-device run says "pipeline parallelism
+//! enabled" and its estimate is within 0.1 % of the same arm's one-device estimate, and when the
+//! arms' estimates agree within 0.1 % too. Then `llama-completion` generates greedy text (`--greedy
+//! N` tokens, default 32) on the same two configurations in both arms: each arm's split text must
+//! equal its one-device text, and ours stock's. Text equality needs the split and the one device to
+//! take the same numeric path (the same kernels: CUDA0 against CUDA0,CUDA1 or RPC0,CUDA0 served by
+//! the same card, simulated HRX devices); a pairing whose devices run other kernels (HRX0 on the
+//! CUDA runtime beside CUDA0) is checked by perplexity alone (`--greedy 0`).
 //!
 //! The devices default to two simulated HRX devices (`GGML_HRX_DEVICES=2`, our HRX backend):
 //! on a machine without a GPU that is the only way to have two. On a build with two GPUs the

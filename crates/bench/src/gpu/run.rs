@@ -80,10 +80,11 @@ pub fn arm_round(ctx: &Ctx, arm: &Arm) -> Result<ArmRound> {
         _ => None,
     };
     let round = tools_round(ctx, arm);
-    if let Some(server) = server {
-        server.stop(ctx, arm)?;
-    }
-    round
+    // Stopped (and proven) whatever the tools did; the tools' own error comes first.
+    let stopped = server.map(|s| s.stop(ctx, arm)).transpose();
+    let round = round?;
+    stopped?;
+    Ok(round)
 }
 
 /// The three processes of [`arm_round`].
