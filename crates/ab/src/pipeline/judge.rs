@@ -1,7 +1,7 @@
 //! The verdict of `ab pipeline`: each arm's split against its one-device run, and the arms
 //! against each other, for each measure (perplexity within [`TOLERANCE`], greedy text equal).
 
-use super::runner::{Measure, RunResult};
+use super::runner::{Measure, RunResult, Value};
 use crate::say;
 
 /// The largest relative difference between two perplexity estimates that still counts as
@@ -37,8 +37,9 @@ fn excerpt(s: &str, at: usize) -> String {
 /// [`TOLERANCE`], texts equal) and what was compared, for a message. Runs without their value
 /// do not agree.
 pub fn compare(a: &RunResult, reference: &RunResult) -> (bool, String) {
-    match (a.measure, a.ppl, reference.ppl, &a.text, &reference.text) {
-        (Measure::Perplexity, Some(p), Some(r), _, _) => {
+    match (&a.value, &reference.value) {
+        (Some(Value::Ppl(p)), Some(Value::Ppl(r))) => {
+            let (p, r) = (*p, *r);
             let d = relative(p, r);
             let within = d <= TOLERANCE;
             let verdict = if within {
@@ -51,7 +52,7 @@ pub fn compare(a: &RunResult, reference: &RunResult) -> (bool, String) {
                 format!("{p:.4} against {r:.4}: {:.4} % {verdict}", d * 100.0),
             )
         }
-        (Measure::Greedy(_), _, _, Some(t), Some(r)) => match first_difference(t, r) {
+        (Some(Value::Text(t)), Some(Value::Text(r))) => match first_difference(t, r) {
             None => (true, format!("greedy text equal ({} bytes)", t.len())),
             Some(at) => (
                 false,
@@ -164,8 +165,7 @@ mod tests {
             arm,
             devices: devices.into(),
             measure: Measure::Greedy(8),
-            ppl: None,
-            text: Some(text.into()),
+            value: Some(Value::Text(text.into())),
             pipeline: copies > 1,
             copies: Some(copies),
             ok: true,
@@ -185,7 +185,7 @@ mod tests {
         assert!(judge(&good, g, arms, "HRX0", "HRX0,HRX1"));
         // Ours split differs from ours alone (and from stock split).
         let mut bad = good;
-        bad[2].text = Some("Paris!".into());
+        bad[2].value = Some(Value::Text("Paris!".into()));
         assert!(!judge(&bad, g, arms, "HRX0", "HRX0,HRX1"));
         // A split run without pipeline copies tests nothing.
         let mut flat = [

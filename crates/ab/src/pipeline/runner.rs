@@ -21,16 +21,23 @@ pub enum Measure {
     Greedy(u32),
 }
 
+/// What one run gave.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// llama-perplexity's final estimate.
+    Ppl(f64),
+    /// What llama-completion printed on stdout: the prompt and its continuation.
+    Text(String),
+}
+
 /// One run: an arm, a device configuration, and what it gave.
 #[derive(Debug)]
 pub struct RunResult {
     pub arm: usize,
     pub devices: String,
     pub measure: Measure,
-    /// The final estimate (perplexity runs).
-    pub ppl: Option<f64>,
-    /// What the program printed on stdout (greedy runs: the prompt and its continuation).
-    pub text: Option<String>,
+    /// What the run gave, of its measure's kind; `None` when it gave nothing readable.
+    pub value: Option<Value>,
     /// The log said "pipeline parallelism enabled" and its last reserve had more than one
     /// scheduler copy.
     pub pipeline: bool,
@@ -183,17 +190,12 @@ impl Runner {
         };
         let outcome = outcome?;
         let log = std::fs::read_to_string(&outcome.log).unwrap_or_default();
-        let (ppl, text) = match measure {
-            Measure::Perplexity => (final_estimate(&log), None),
+        let value = match measure {
+            Measure::Perplexity => final_estimate(&log).map(Value::Ppl),
             Measure::Greedy(_) => {
                 let out = String::from_utf8_lossy(&outcome.finished.stdout).into_owned();
-                (None, Some(out).filter(|t| !t.trim().is_empty()))
+                Some(out).filter(|t| !t.trim().is_empty()).map(Value::Text)
             }
-        };
-        let value = match (ppl, &text) {
-            (Some(p), _) => Some(format!("PPL {p:.4}")),
-            (None, Some(t)) => Some(format!("{} bytes of text", t.len())),
-            (None, None) => None,
         };
         let copies = sched_copies(&log);
         let pipeline =
@@ -202,10 +204,12 @@ impl Runner {
         say(&format!(
             "pipeline: {} on {devices}: {}{}, {} ({}; log {})",
             arm.name,
-            value.as_deref().unwrap_or(match measure {
-                Measure::Perplexity => "PPL none",
-                Measure::Greedy(_) => "no text",
-            }),
+            match &value {
+                Some(Value::Ppl(p)) => format!("PPL {p:.4}"),
+                Some(Value::Text(t)) => format!("{} bytes of text", t.len()),
+                None if measure == Measure::Perplexity => "PPL none".into(),
+                None => "no text".into(),
+            },
             if pipeline {
                 ", pipeline parallelism enabled"
             } else {
@@ -234,8 +238,7 @@ impl Runner {
             arm: k,
             devices: devices.to_string(),
             measure,
-            ppl,
-            text,
+            value,
             pipeline,
             copies,
             ok,
