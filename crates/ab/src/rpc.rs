@@ -11,8 +11,7 @@ use crate::proc::{Stream, Watcher};
 use crate::proof;
 use crate::swap::{self, Arm, Job};
 use crate::{fmt_secs, say};
-use anyhow::{bail, Context, Result};
-use std::net::TcpStream;
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -202,8 +201,8 @@ pub struct Server {
 pub struct ServerEnd {
     /// The probe's record names the arm's libggml-base (path and sha256).
     pub proof_ok: bool,
-    /// The log has at least two "Accepted client connection" lines: the start's own probe
-    /// connection and a client's.
+    /// The log shows a client accepted besides the start's own check
+    /// ([`rpc_loopback::clients_served`]).
     pub served_client: bool,
 }
 
@@ -249,7 +248,8 @@ impl Server {
             probe_record,
             log,
         };
-        wait_listening(&mut server.child, port)?;
+        rpc_loopback::wait_listening(&mut server.child, port, Duration::from_secs(30))
+            .map_err(anyhow::Error::msg)?;
         Ok(server)
     }
 
@@ -265,9 +265,9 @@ impl Server {
                 proof.errors.join("; ")
             ));
         }
-        // One connection is `wait_listening`'s own; the client's come after it.
+        // One connection is the start's own check; the client's come after it.
         let served_client = std::fs::read_to_string(&self.log)
-            .map(|l| l.matches("Accepted client connection").count() >= 2)
+            .map(|l| rpc_loopback::clients_served(&l) > 0)
             .unwrap_or(false);
         if !served_client {
             say(&format!(
@@ -287,23 +287,5 @@ impl Drop for Server {
         // Stopped already when `stop` ran; otherwise (an error on the way) not left behind.
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Waits until the server accepts connections on `port` (30 s at most), or fails when it
-/// exits first. A probe connection is made and closed at once (the server logs it).
-fn wait_listening(child: &mut Child, port: u16) -> Result<()> {
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(st) = child.try_wait()? {
-            bail!("ggml-rpc-server exited before it listened ({st})");
-        }
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        if Instant::now() > until {
-            bail!("ggml-rpc-server did not listen on 127.0.0.1:{port} within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
 }

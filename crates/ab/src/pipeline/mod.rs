@@ -77,29 +77,11 @@ pub struct PipelineOptions {
 /// `--one` names one device and `--two` at least two distinct ones: otherwise the comparison
 /// would not be one device against a split.
 pub fn check_devices(one: &str, two: &str) -> Result<()> {
-    let list = |s: &str| -> Vec<String> {
-        s.split(',')
-            .map(|d| d.trim().to_string())
-            .filter(|d| !d.is_empty())
-            .collect()
-    };
-    let (a, b) = (list(one), list(two));
+    let a = rpc_loopback::parse_devices(one, 1).map_err(|e| anyhow::anyhow!("--one {e}"))?;
     if a.len() != 1 {
         bail!("--one {one:?} must name exactly one device");
     }
-    let mut distinct = b.clone();
-    distinct.sort();
-    distinct.dedup();
-    if b.len() < 2 || distinct.len() != b.len() {
-        bail!("--two {two:?} must name at least two distinct devices");
-    }
-    if let Some(d) = a
-        .iter()
-        .chain(&b)
-        .find(|d| d.starts_with("RPC") && d.as_str() != "RPC0")
-    {
-        bail!("{d}: `ab pipeline` starts one ggml-rpc-server a run, whose device is RPC0");
-    }
+    rpc_loopback::parse_devices(two, 2).map_err(|e| anyhow::anyhow!("--two {e}"))?;
     Ok(())
 }
 

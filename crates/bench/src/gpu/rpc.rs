@@ -6,32 +6,15 @@
 use super::run::{prove, Ctx};
 use crate::arms::Arm;
 use anyhow::{bail, Context, Result};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The device list of `--devices` (`CUDA0,CUDA1`, `RPC0,CUDA0`): at least two distinct
 /// names, none empty, `RPC0` the only RPC device (one server per arm). Errors name what is
 /// wrong.
 pub fn parse_devices(list: &str) -> Result<Vec<String>> {
-    let devices: Vec<String> = list.split(',').map(|d| d.trim().to_string()).collect();
-    if devices.iter().any(String::is_empty) {
-        bail!("--devices {list:?}: an empty device name");
-    }
-    let mut distinct = devices.clone();
-    distinct.sort();
-    distinct.dedup();
-    if devices.len() < 2 || distinct.len() != devices.len() {
-        bail!("--devices {list:?}: name at least two distinct devices to split over");
-    }
-    if let Some(d) = devices
-        .iter()
-        .find(|d| d.starts_with("RPC") && d.as_str() != "RPC0")
-    {
-        bail!("--devices: {d}: bench gpu starts one ggml-rpc-server an arm, whose device is RPC0");
-    }
-    Ok(devices)
+    rpc_loopback::parse_devices(list, 2).map_err(|e| anyhow::anyhow!("--devices {e}"))
 }
 
 /// The arguments that split a tool's model over `devices`, every layer offloaded as the tool
@@ -77,7 +60,7 @@ impl Server {
         let ab_out = ctx.out.join("rpc-server-ab-probe.jsonl");
         let _ = std::fs::remove_file(&ab_out);
         // Both streams into the log: the loader's lines come on stderr, the server's
-        // "Accepted client connection" on stdout.
+        // accepted connections (rpc_loopback::ACCEPTED_LINE) on stdout.
         let file = std::fs::File::create(&log).with_context(|| log.display().to_string())?;
         let mut cmd = Command::new(&exe);
         cmd.args(["-H", "127.0.0.1", "-p", &ctx.rpc_port.to_string()])
@@ -93,28 +76,12 @@ impl Server {
             .spawn()
             .with_context(|| format!("starting {}", exe.display()))?;
         let mut server = Server { child, log, ab_out };
-        let started = Instant::now();
-        loop {
-            if TcpStream::connect(("127.0.0.1", ctx.rpc_port)).is_ok() {
-                return Ok(server);
-            }
-            if let Some(status) = server.child.try_wait()? {
-                bail!(
-                    "ggml-rpc-server (arm {}) exited before listening ({status}); log {}",
-                    arm.key,
-                    server.log.display()
-                );
-            }
-            if started.elapsed() > Duration::from_secs(30) {
-                bail!(
-                    "ggml-rpc-server (arm {}) did not listen on 127.0.0.1:{} within 30 s; log {}",
-                    arm.key,
-                    ctx.rpc_port,
-                    server.log.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        if let Err(e) =
+            rpc_loopback::wait_listening(&mut server.child, ctx.rpc_port, Duration::from_secs(30))
+        {
+            bail!("arm {}: {e}; log {}", arm.key, server.log.display());
         }
+        Ok(server)
     }
 
     /// Stops the server and proves it mapped `arm`'s library (as every tool process is
@@ -126,11 +93,9 @@ impl Server {
         let _ = self.child.wait();
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         prove(ctx, arm, "ggml-rpc-server", &log, &self.ab_out)?;
-        let clients = log.matches("Accepted client connection").count();
-        if clients < 2 {
+        if rpc_loopback::clients_served(&log) == 0 {
             bail!(
-                "ggml-rpc-server (arm {}) accepted {clients} connection(s): no tool connected \
-                 besides the start's own check; log {}",
+                "ggml-rpc-server (arm {}): no tool connected besides the start's own check; log {}",
                 arm.key,
                 self.log.display()
             );

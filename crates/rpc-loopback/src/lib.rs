@@ -1,0 +1,139 @@
+//! What `ab` (its `rpc` and `pipeline` commands) and `bench gpu --devices` share about a
+//! `ggml-rpc-server` they start on 127.0.0.1: the device lists that may name its device
+//! (`RPC0`), the wait until it accepts connections, and how many clients its log says it
+//! served. Each caller spawns the server its own way (each has its own notion of an arm);
+//! this crate holds the rules both must apply alike.
+
+use std::net::TcpStream;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// The line `ggml-rpc-server` prints (on stdout) for each connection it accepts.
+pub const ACCEPTED_LINE: &str = "Accepted client connection";
+
+/// The devices of a comma-separated list (`CUDA0,CUDA1`, `RPC0, CUDA0`), trimmed, in order.
+/// Errors (a sentence, for the caller to prefix with its option's name): an empty name, a
+/// device named twice, fewer than `min` devices, or an RPC device other than `RPC0` (one
+/// server is started, and llama.cpp names its device RPC0).
+pub fn parse_devices(list: &str, min: usize) -> Result<Vec<String>, String> {
+    let devices: Vec<String> = list.split(',').map(|d| d.trim().to_string()).collect();
+    if devices.iter().any(String::is_empty) {
+        return Err(format!("{list:?} has an empty device name"));
+    }
+    let mut distinct = devices.clone();
+    distinct.sort();
+    distinct.dedup();
+    if distinct.len() != devices.len() {
+        return Err(format!("{list:?} names a device twice"));
+    }
+    if devices.len() < min {
+        return Err(format!(
+            "{list:?} names {} device(s), {min} needed",
+            devices.len()
+        ));
+    }
+    if let Some(d) = devices
+        .iter()
+        .find(|d| d.starts_with("RPC") && d.as_str() != "RPC0")
+    {
+        return Err(format!(
+            "{d}: one ggml-rpc-server is started, whose device is RPC0"
+        ));
+    }
+    Ok(devices)
+}
+
+/// Waits until something accepts connections on 127.0.0.1:`port`, checking every 100 ms for
+/// at most `timeout`. The check's own connection is opened and closed at once, and the
+/// server logs it like any client's ([`clients_served`] leaves it out). Errors: `child`
+/// exited first (with its status), or nothing listened in time (the caller kills it).
+pub fn wait_listening(child: &mut Child, port: u16, timeout: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "ggml-rpc-server exited before it listened ({status})"
+            ));
+        }
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        if started.elapsed() > timeout {
+            return Err(format!(
+                "ggml-rpc-server did not listen on 127.0.0.1:{port} within {} s",
+                timeout.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The clients a server's log says it accepted, besides [`wait_listening`]'s own check: the
+/// count of [`ACCEPTED_LINE`] less one (0 when the log has none).
+pub fn clients_served(log: &str) -> usize {
+    log.matches(ACCEPTED_LINE).count().saturating_sub(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::process::Command;
+
+    #[test]
+    fn a_device_list_is_distinct_names_with_rpc0_only() {
+        assert_eq!(
+            parse_devices("CUDA0, CUDA1", 2).unwrap(),
+            ["CUDA0", "CUDA1"]
+        );
+        assert_eq!(parse_devices("RPC0,CUDA0", 2).unwrap(), ["RPC0", "CUDA0"]);
+        assert_eq!(parse_devices("HRX0", 1).unwrap(), ["HRX0"]);
+        let err = |list, min| parse_devices(list, min).unwrap_err();
+        assert!(err("CUDA0", 2).contains("1 device(s), 2 needed"));
+        assert!(err("CUDA0,CUDA0", 2).contains("twice"));
+        assert!(err("CUDA0,,CUDA1", 2).contains("empty"));
+        assert!(err("RPC1,CUDA0", 2).starts_with("RPC1:"));
+    }
+
+    #[test]
+    fn the_check_connection_is_not_a_client() {
+        assert_eq!(clients_served(""), 0);
+        assert_eq!(clients_served("Accepted client connection\n"), 0);
+        let two = "x\nAccepted client connection\nload\nAccepted client connection\n";
+        assert_eq!(clients_served(two), 1);
+    }
+
+    #[test]
+    fn waits_for_a_listener_and_fails_on_an_exited_child() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut sleeper = Command::new("sleep").arg("5").spawn().unwrap();
+        assert_eq!(
+            wait_listening(&mut sleeper, port, Duration::from_secs(5)),
+            Ok(())
+        );
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        drop(listener);
+
+        let mut done = Command::new("true").spawn().unwrap();
+        let _ = done.wait();
+        let e = wait_listening(&mut done, port, Duration::from_secs(5)).unwrap_err();
+        assert!(e.contains("exited before it listened"), "{e}");
+    }
+
+    #[test]
+    fn gives_up_after_the_timeout() {
+        // a port nothing listens on: bound, then released
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut sleeper = Command::new("sleep").arg("5").spawn().unwrap();
+        let e = wait_listening(&mut sleeper, port, Duration::from_millis(300)).unwrap_err();
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        assert!(e.contains("did not listen"), "{e}");
+    }
+}
