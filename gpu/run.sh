@@ -30,6 +30,10 @@
 #   rpcdiag  which end (server or client library) benchrpc's tg deficit lies in: llama-bench
 #            tg128 split RPC0/CUDA0 for the four server/client arm pairings (RPCDIAG_ROUNDS;
 #            RPCDIAG_DEV names another device than CUDA0, to try it on a CPU build with HRX0)
+#   rpctrace where the client's time of rpcdiag goes: every call into the backends in each
+#            llama_decode, timed inside the process (backend_trace.c), both client arms side
+#            by side, graph reuse on and off (RPCTRACE_ROUNDS, RPCTRACE_DEV, RPCTRACE_SETTINGS,
+#            RPCTRACE_EXTRA), logs/rpctrace-SETTING.log
 #   ppdiag   where pp512's deficit at full offload lies: pp512 in both arms (and stock built
 #            here, gpu/pack.sh --stock-base), as is or (PPDIAG_SETTINGS) with ggml-cuda's CUDA
 #            graphs off, its fusions off, ours in the stock layout; first repetition apart
@@ -109,7 +113,7 @@ log() { echo "[gpu $(date -u +%H:%M:%S)] $*"; }
 # most 8 files from $OUT, so loose copies of the logs would be cut off.
 collect() {
   local files=() f
-  for f in "$W"/logs/*.log "$W"/logs/*.txt "$W"/logs/*.jsonl "$W"/bg.log "$W"/ab-bundle/target/ab/report.json \
+  for f in "$W"/logs/*.log "$W"/logs/*.txt "$W"/logs/*.jsonl "$W"/logs/*.trace "$W"/bg.log "$W"/ab-bundle/target/ab/report.json \
     "$W"/bench/report.md "$W"/bench/report.json "$W"/bench-rpc/report.md "$W"/bench-rpc/report.json; do
     [ -f "$f" ] && files+=("${f#"$W"/}")
   done
@@ -746,6 +750,73 @@ for (sv, cl), v in sorted(by.items()):
     print(f"median server {sv} client {cl}: {statistics.median(v):.1f} t/s over {len(v)} rounds")
 PY
   log "rpcdiag: $(tail -4 "$out" | tr '\n' ';')"
+}
+
+# rpctrace: where the client's extra time of rpcdiag goes (issue 16/18). Every call the
+# scheduler makes into the backends during each decode, timed from inside the process
+# (cabi-tests/sched-bench/backend_trace.c, preloaded), for llama-bench tg128 split RPC0/CUDA0
+# (RPCTRACE_DEV: another device), a stock server, the client in each arm (RPCTRACE_ROUNDS,
+# default 2, arms alternating), under each setting of RPCTRACE_SETTINGS (default "reuse_on
+# reuse_off": llama.cpp's graph reuse as is, and off with LLAMA_GRAPH_REUSE_DISABLE=1); then
+# backend_trace.py sets the arms' steady decodes side by side (logs/rpctrace-SETTING.log: one
+# row per call, median start and duration in each arm). RPCTRACE_EXTRA adds llama-bench
+# arguments (-fa 1, ...). RPCTRACE_ARMS lists the client arms (default "stock ours"); an arm
+# ARM:VAR=VALUE[,VAR=VALUE] runs ARM with those variables set (ours:GGML_ALLOC_LAYOUT=stock),
+# each compared with stock. RPCTRACE_TAG adds -TAG to the logs' names (a second run beside the
+# first). The server is traced too: its calls join each decode's rows as srv:KIND.
+stage_rpctrace() {
+  [ -x "$B/bin/ggml-rpc-server" ] && [ -f "$M" ] || { log "rpctrace needs ggml-rpc-server and the model"; return 1; }
+  local b=$B lib=$W/ab-bundle/lib port=50756 r a spid set reuse tr=$W/libbackend-trace.so out spec label envs
+  local src=$W/ab-bundle/cabi-tests/sched-bench arms=${RPCTRACE_ARMS:-stock ours} tag=${RPCTRACE_TAG:+-$RPCTRACE_TAG}
+  # shellcheck disable=SC2086 # RPCTRACE_EXTRA is a list of arguments
+  set -- ${RPCTRACE_EXTRA:-}
+  cc -O2 -fPIC -shared -I"$W/llama.cpp/ggml/include" -I"$W/llama.cpp/ggml/src" -I"$W/llama.cpp/include" \
+    -Wno-unused-function "$src/backend_trace.c" -o "$tr" -ldl > "$W/logs/backend-trace-cc.log" 2>&1 \
+    || { log "the backend tracer did not compile: $(tail -3 "$W/logs/backend-trace-cc.log")"; return 1; }
+  for set in ${RPCTRACE_SETTINGS:-reuse_on reuse_off}; do
+    case $set in
+      reuse_on) reuse=0 ;;
+      reuse_off) reuse=1 ;;
+      *) log "rpctrace: unknown setting $set (reuse_on, reuse_off)"; continue ;;
+    esac
+    # the server traced too (absolute times), one server per setting
+    rm -f "$W/logs/rpctrace-$set$tag"-*.trace
+    ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/rpctrace-$set$tag-server.trace probe_tag=rpctrace-server- \
+      arm stock "$b/bin/ggml-rpc-server" -H 127.0.0.1 -p "$port" > "$W/logs/rpctrace-server.log" 2>&1 &
+    sleep 2
+    # the server's own pid: `arm` runs in a subshell that may or may not exec it, and the
+    # server writes its trace only when it gets the signal itself
+    spid=$(pgrep -n -f "ggml-rpc-server -H 127.0.0.1 -p $port") \
+      || { log "rpctrace: the server did not start: $(tail -2 "$W/logs/rpctrace-server.log")"; return 1; }
+    out=$W/logs/rpctrace-$set$tag.log
+    : > "$out"
+    for r in $(seq 1 "${RPCTRACE_ROUNDS:-2}"); do
+      local order=$arms
+      [ $((r % 2)) = 0 ] && order=$(echo "$arms" | tr ' ' '\n' | tac | tr '\n' ' ')
+      for spec in $order; do
+        a=${spec%%:*} envs=(); [ "$spec" != "$a" ] && IFS=, read -ra envs <<< "${spec#*:}"
+        label=$(echo "$spec" | tr ':=,' '---')
+        (
+          [ ${#envs[@]} -gt 0 ] && export "${envs[@]}"
+          LLAMA_GRAPH_REUSE_DISABLE=$reuse ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/rpctrace-$set$tag-$label.trace \
+            probe_tag=rpctrace-client- arm "$a" "$b/bin/llama-bench" -m "$M" -rpc "127.0.0.1:$port" \
+            -dev "RPC0/${RPCTRACE_DEV:-CUDA0}" -ts 1/1 -ngl 99 -p 0 -n 128 -r 3 -o csv "$@" \
+            > "$W/logs/rpctrace-bench.csv" 2>> "$W/logs/rpctrace-client.log"
+        )
+        echo "round $r client $label tg128 $(tail -1 "$W/logs/rpctrace-bench.csv" | awk -F, '{print $(NF-1)}' | tr -d '"')" >> "$out"
+      done
+    done
+    kill "$spid" 2>/dev/null
+    while kill -0 "$spid" 2>/dev/null; do sleep 0.2; done
+    for spec in $arms; do
+      label=$(echo "$spec" | tr ':=,' '---')
+      [ "$label" = stock ] && continue
+      echo "== stock (A) against $spec (B)" >> "$out"
+      python3 "$src/backend_trace.py" --server "$W/logs/rpctrace-$set$tag-server.trace" \
+        "$W/logs/rpctrace-$set$tag-stock.trace" "$W/logs/rpctrace-$set$tag-$label.trace" >> "$out" 2>&1
+    done
+    log "rpctrace $set$tag: $(grep -E '^ +(decode|cycle)' "$out" | tr -s ' ')"
+  done
 }
 
 # ppdiag: where pp512's deficit at full offload lies (issue 16). llama-bench -p P -n 0 -ngl 99
