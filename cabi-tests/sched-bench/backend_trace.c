@@ -183,7 +183,10 @@ static void w_synchronize(ggml_backend_t b) {
     add_record(K_SYNCHRONIZE, backend_slot(b), t0, now_ns(), 0);
 }
 
+static void maybe_dump_graph(const struct ggml_cgraph * g);
+
 static enum ggml_status w_graph_compute(ggml_backend_t b, struct ggml_cgraph * g) {
+    maybe_dump_graph(g);
     long long t0 = now_ns();
     enum ggml_status s = orig_of(b)->graph_compute(b, g);
     add_record(K_GRAPH_COMPUTE, backend_slot(b), t0, now_ns(), ggml_graph_n_nodes(g));
@@ -507,26 +510,51 @@ static int node_index(const struct ggml_cgraph * g, const struct ggml_tensor * t
     return -1;
 }
 
+// A small number for each buffer a graph's tensors live in, in order of first sight.
+static int buffer_number(const void ** seen, int * n_seen, const void * buffer) {
+    for (int i = 0; i < *n_seen; i++) {
+        if (seen[i] == buffer) {
+            return i;
+        }
+    }
+    if (*n_seen == 64) {
+        return -1;
+    }
+    seen[*n_seen] = buffer;
+    return (*n_seen)++;
+}
+
+// `BUFFER:OFFSET+BYTES` of a tensor's data, or `-` without.
+static void print_place(FILE * f, const void ** seen, int * n_seen, const struct ggml_tensor * t) {
+    if (t->buffer == NULL || t->data == NULL) {
+        fprintf(f, "-");
+        return;
+    }
+    long long off = (long long) ((const char *) t->data - (const char *) ggml_backend_buffer_get_base(t->buffer));
+    fprintf(f, "%d:%lld+%zu", buffer_number(seen, n_seen, t->buffer), off, ggml_nbytes(t));
+}
+
 static void dump_graph(FILE * f, const struct ggml_cgraph * g) {
+    const void * seen[64];
+    int n_seen = 0;
     fprintf(f, "graph %d nodes\n", g->n_nodes);
     for (int i = 0; i < g->n_nodes; i++) {
         const struct ggml_tensor * t = g->nodes[i];
         size_t h = ggml_hash_find(&g->visited_hash_set, t);
         int uses = (h != GGML_HASHSET_FULL && ggml_bitset_get(g->visited_hash_set.used, h)) ? g->use_counts[h] : -1;
-        long long off = -1;
-        if (t->buffer != NULL && t->data != NULL) {
-            off = (long long) ((const char *) t->data - (const char *) ggml_backend_buffer_get_base(t->buffer));
-        }
-        fprintf(f, "%d %s flags %d uses %d ne %lld,%lld,%lld,%lld off %lld view %d src", i, ggml_op_desc(t), t->flags, uses,
-                (long long) t->ne[0], (long long) t->ne[1], (long long) t->ne[2], (long long) t->ne[3], off,
+        fprintf(f, "%d %s flags %d uses %d ne %lld,%lld,%lld,%lld view %d at ", i, ggml_op_desc(t), t->flags, uses,
+                (long long) t->ne[0], (long long) t->ne[1], (long long) t->ne[2], (long long) t->ne[3],
                 t->view_src != NULL ? node_index(g, t->view_src) : -2);
+        print_place(f, seen, &n_seen, t);
+        fprintf(f, " src");
         for (int j = 0; j < GGML_MAX_SRC; j++) {
             if (t->src[j] != NULL) {
                 int k = node_index(g, t->src[j]);
                 if (k >= 0) {
                     fprintf(f, " %d", k);
                 } else {
-                    fprintf(f, " x");
+                    fprintf(f, " x=");
+                    print_place(f, seen, &n_seen, t->src[j]);
                 }
             }
         }
@@ -534,23 +562,30 @@ static void dump_graph(FILE * f, const struct ggml_cgraph * g) {
     }
 }
 
-enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph) {
-    static enum ggml_status (*next)(ggml_backend_t, struct ggml_cgraph *);
+// Writes `g` to BACKEND_TRACE_GRAPHS when it is not the graph written last (node count and
+// first node), once per distinct graph in a steady loop.
+static void maybe_dump_graph(const struct ggml_cgraph * g) {
     static int last_n = -1;
     static const void * last_first;
+    const char * path = getenv("BACKEND_TRACE_GRAPHS");
+    if (path == NULL || *path == '\0' || g->n_nodes == 0 ||
+        (g->n_nodes == last_n && (const void *) g->nodes[0] == last_first)) {
+        return;
+    }
+    FILE * f = fopen(path, "a");
+    if (f != NULL) {
+        dump_graph(f, g);
+        fclose(f);
+    }
+    last_n = g->n_nodes;
+    last_first = g->nodes[0];
+}
+
+enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph) {
+    static enum ggml_status (*next)(ggml_backend_t, struct ggml_cgraph *);
     if (next == NULL) {
         next = dlsym(RTLD_NEXT, "ggml_backend_graph_compute");
     }
-    const char * path = getenv("BACKEND_TRACE_GRAPHS");
-    if (path != NULL && *path != '\0' && cgraph->n_nodes > 0 &&
-        (cgraph->n_nodes != last_n || (const void *) cgraph->nodes[0] != last_first)) {
-        FILE * f = fopen(path, "a");
-        if (f != NULL) {
-            dump_graph(f, cgraph);
-            fclose(f);
-        }
-        last_n = cgraph->n_nodes;
-        last_first = cgraph->nodes[0];
-    }
+    maybe_dump_graph(cgraph);
     return next(backend, cgraph);
 }

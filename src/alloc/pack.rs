@@ -11,8 +11,33 @@
 //!
 //! `GGML_ALLOC_LAYOUT=stock` selects stock's offsets byte for byte (for the differential
 //! test); any other value but `packed` is named in a warning and reads `packed`.
+//!
+//! The packing hands a block's bytes to another block only [`reuse_delay`] nodes after the
+//! block's last use (`GGML_ALLOC_REUSE_DELAY`). A backend that fuses a run of nodes into one
+//! kernel reads the run's inputs while it writes the run's output, and ggml-cuda refuses a
+//! fusion whose output overlaps an input from outside the run: memory freed at one node and
+//! reused at the next is sound node by node, but costs that fusion.
 
 use super::walk::{Planner, Slot};
+use std::sync::OnceLock;
+
+/// Nodes after a block's last use before the packed layout lets another block take its
+/// bytes, unless `GGML_ALLOC_REUSE_DELAY` names another count (0 to 1024).
+pub const DEFAULT_REUSE_DELAY: u32 = 4;
+
+/// The reuse delay in nodes (`GGML_ALLOC_REUSE_DELAY`, default [`DEFAULT_REUSE_DELAY`]), read
+/// once: a value not understood is named in a warning and the default kept.
+pub fn reuse_delay() -> u32 {
+    static DELAY: OnceLock<u32> = OnceLock::new();
+    *DELAY.get_or_init(|| {
+        crate::env::read(
+            "GGML_ALLOC_REUSE_DELAY",
+            DEFAULT_REUSE_DELAY,
+            &DEFAULT_REUSE_DELAY.to_string(),
+            |t| envvar::count(t, 0..=1024).map(|n| n as u32),
+        )
+    })
+}
 
 /// How a plan is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +87,11 @@ pub struct Scratch {
 /// Applies `layout` to the planner's last walk: moves the blocks (and the tensors in them)
 /// and sets each chunk's size to what the layout needs.
 pub fn lay_out(p: &mut Planner, layout: Layout, scratch: &mut Scratch) {
+    lay_out_with_delay(p, layout, reuse_delay(), scratch)
+}
+
+/// [`lay_out`] with the reuse delay given (nodes).
+pub fn lay_out_with_delay(p: &mut Planner, layout: Layout, delay: u32, scratch: &mut Scratch) {
     if layout == Layout::Stock || p.slots.is_empty() {
         return;
     }
@@ -76,7 +106,7 @@ pub fn lay_out(p: &mut Planner, layout: Layout, scratch: &mut Scratch) {
             for (i, s) in p.slots.iter().enumerate() {
                 if s.talloc as usize == a && s.addr.chunk as usize == c {
                     scratch.ids.push(i);
-                    scratch.slots.push(*s);
+                    scratch.slots.push(delayed(*s, delay));
                 }
             }
             // No layout needs fewer bytes than are alive at once, so packing saves at most
@@ -114,6 +144,15 @@ pub fn lay_out(p: &mut Planner, layout: Layout, scratch: &mut Scratch) {
             }
         }
     }
+}
+
+/// `s` as the packing sees it: busy `delay` nodes (two walk steps each) past its last use.
+/// A block never freed stays so.
+fn delayed(mut s: Slot, delay: u32) -> Slot {
+    if s.end != u32::MAX {
+        s.end = s.end.saturating_add(2 * delay).min(u32::MAX - 1);
+    }
+    s
 }
 
 /// The most bytes of `slots` alive at one step: a lower bound on any layout's extent.
@@ -308,6 +347,24 @@ mod tests {
         let (off, extent) = pack(&slots);
         assert_eq!(off[3], 100, "the 50 bytes go where the early block was");
         assert_eq!(extent, 300);
+    }
+
+    #[test]
+    fn freed_memory_waits_the_reuse_delay_before_another_block_takes_it() {
+        // A is last used at node 1 (freed at step 4); B is made at node 3 (step 7).
+        let (a, b) = (slot(64, 1, 4), slot(64, 7, 10));
+        assert_eq!(
+            pack(&[a, b]),
+            (vec![0, 0], 64),
+            "no delay: B reuses A's bytes"
+        );
+        // Two nodes of delay keep A busy to step 8: B goes beside it.
+        let (off, extent) = pack(&[delayed(a, 2), delayed(b, 2)]);
+        assert_eq!((off, extent), (vec![0, 64], 128));
+        // One node is not enough to reach B's node.
+        assert_eq!(pack(&[delayed(a, 1), delayed(b, 1)]).1, 64);
+        // A block never freed stays never freed.
+        assert_eq!(delayed(slot(8, 0, u32::MAX), 8).end, u32::MAX);
     }
 
     #[test]
