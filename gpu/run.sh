@@ -766,11 +766,13 @@ PY
 # first). The server is traced too: its calls join each decode's rows as srv:KIND.
 stage_rpctrace() {
   [ -x "$B/bin/ggml-rpc-server" ] && [ -f "$M" ] || { log "rpctrace needs ggml-rpc-server and the model"; return 1; }
-  local b=$B lib=$W/ab-bundle/lib port=50756 r a spid set reuse tr=$W/libbackend-trace.so out spec label envs
+  local b=$B lib=$W/ab-bundle/lib r a spid set reuse tr=$W/libbackend-trace.so out spec label envs i rc fails=0
   local src=$W/ab-bundle/cabi-tests/sched-bench arms=${RPCTRACE_ARMS:-stock ours} tag=${RPCTRACE_TAG:+-$RPCTRACE_TAG}
+  # a port of its own per tag, so that two runs side by side never find each other's server
+  local port=$((50756 + $(printf '%s' "${RPCTRACE_TAG:-}" | cksum | cut -d' ' -f1) % 200))
   # shellcheck disable=SC2086 # RPCTRACE_EXTRA is a list of arguments
   set -- ${RPCTRACE_EXTRA:-}
-  cc -O2 -fPIC -shared -I"$W/llama.cpp/ggml/include" -I"$W/llama.cpp/ggml/src" -I"$W/llama.cpp/include" \
+  cc -O2 -fPIC -shared -pthread -I"$W/llama.cpp/ggml/include" -I"$W/llama.cpp/ggml/src" -I"$W/llama.cpp/include" \
     -Wno-unused-function "$src/backend_trace.c" -o "$tr" -ldl > "$W/logs/backend-trace-cc.log" 2>&1 \
     || { log "the backend tracer did not compile: $(tail -3 "$W/logs/backend-trace-cc.log")"; return 1; }
   for set in ${RPCTRACE_SETTINGS:-reuse_on reuse_off}; do
@@ -783,9 +785,13 @@ stage_rpctrace() {
     rm -f "$W/logs/rpctrace-$set$tag"-*.trace
     ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/rpctrace-$set$tag-server.trace probe_tag=rpctrace-server- \
       arm stock "$b/bin/ggml-rpc-server" -H 127.0.0.1 -p "$port" > "$W/logs/rpctrace-server.log" 2>&1 &
-    sleep 2
-    # the server's own pid: `arm` runs in a subshell that may or may not exec it, and the
-    # server writes its trace only when it gets the signal itself
+    # ready once it accepts a connection (30 s at most); then the server's own pid: `arm` runs
+    # in a subshell that may or may not exec it, and the server writes its trace only when it
+    # gets the signal itself
+    for i in $(seq 1 300); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+      sleep 0.1
+    done
     spid=$(pgrep -n -f "ggml-rpc-server -H 127.0.0.1 -p $port") \
       || { log "rpctrace: the server did not start: $(tail -2 "$W/logs/rpctrace-server.log")"; return 1; }
     out=$W/logs/rpctrace-$set$tag.log
@@ -803,11 +809,15 @@ stage_rpctrace() {
             -dev "RPC0/${RPCTRACE_DEV:-CUDA0}" -ts 1/1 -ngl 99 -p 0 -n 128 -r 3 -o csv "$@" \
             > "$W/logs/rpctrace-bench.csv" 2>> "$W/logs/rpctrace-client.log"
         )
-        echo "round $r client $label tg128 $(tail -1 "$W/logs/rpctrace-bench.csv" | awk -F, '{print $(NF-1)}' | tr -d '"')" >> "$out"
+        rc=$?
+        [ "$rc" = 0 ] || { fails=$((fails + 1)); log "rpctrace: client $label exited $rc (logs/rpctrace-client.log)"; }
+        echo "round $r client $label tg128 $(tail -1 "$W/logs/rpctrace-bench.csv" | awk -F, '{print $(NF-1)}' | tr -d '"') exit $rc" >> "$out"
       done
     done
+    # SIGTERM: the tracer's thread writes the server's trace; 10 s at most, then SIGKILL
     kill "$spid" 2>/dev/null
-    while kill -0 "$spid" 2>/dev/null; do sleep 0.2; done
+    for i in $(seq 1 50); do kill -0 "$spid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$spid" 2>/dev/null
     for spec in $arms; do
       label=$(echo "$spec" | tr ':=,' '---')
       [ "$label" = stock ] && continue
@@ -817,6 +827,7 @@ stage_rpctrace() {
     done
     log "rpctrace $set$tag: $(grep -E '^ +(decode|cycle)' "$out" | tr -s ' ')"
   done
+  [ "$fails" = 0 ]
 }
 
 # ppdiag: where pp512's deficit at full offload lies (issue 16). llama-bench -p P -n 0 -ngl 99

@@ -891,6 +891,7 @@ fn read_outs(outs: &[*mut ggml_tensor]) -> Vec<Vec<u32>> {
 fn alloc_case(
     seed: u64,
     layout: &str,
+    delay: Option<&str>,
     be: ggml_backend_t,
 ) -> (Vec<Vec<u32>>, Vec<Vec<u32>>, usize) {
     // SAFETY: exported API with valid arguments throughout.
@@ -908,6 +909,9 @@ fn alloc_case(
         sys::ggml_free(rctx);
 
         std::env::set_var("GGML_ALLOC_LAYOUT", layout);
+        if let Some(d) = delay {
+            std::env::set_var("GGML_ALLOC_REUSE_DELAY", d);
+        }
         let ctx = sys::ggml_init(sys::ggml_init_params {
             mem_size: mem,
             mem_buffer: null_mut(),
@@ -916,6 +920,7 @@ fn alloc_case(
         let (g, ins, outs) = random_graph(ctx, seed);
         let galloc = ggml_base::alloc::exports::ggml_gallocr_new(ggml_backend_cpu_buffer_type());
         std::env::remove_var("GGML_ALLOC_LAYOUT");
+        std::env::remove_var("GGML_ALLOC_REUSE_DELAY");
         assert!(ggml_base::alloc::exports::ggml_gallocr_alloc_graph(
             galloc, g
         ));
@@ -937,32 +942,39 @@ fn gallocr_random_graphs_packed_and_stock() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3000);
-    let (mut smaller, mut bad) = (0, Vec::new());
+    // The default reuse delay, and none (where the packing shrinks more graphs, so the
+    // outputs are checked over more packed layouts).
+    let (mut smaller, mut smaller_no_delay, mut bad) = (0, 0, Vec::new());
     for seed in 0..n {
-        let (want, got_s, size_s) = alloc_case(seed, "stock", be);
-        let (want2, got_p, size_p) = alloc_case(seed, "packed", be);
-        assert_eq!(want, want2);
+        let (want, got_s, size_s) = alloc_case(seed, "stock", None, be);
+        for (delay, count) in [(None, &mut smaller), (Some("0"), &mut smaller_no_delay)] {
+            let (want2, got_p, size_p) = alloc_case(seed, "packed", delay, be);
+            assert_eq!(want, want2);
+            if got_p != want {
+                bad.push((seed, "packed", delay));
+            }
+            assert!(
+                size_p <= size_s,
+                "seed {seed}: packed {size_p} > stock {size_s} (delay {delay:?})"
+            );
+            *count += usize::from(size_p < size_s);
+        }
         if got_s != want {
-            bad.push((seed, "stock"));
+            bad.push((seed, "stock", None));
         }
-        if got_p != want {
-            bad.push((seed, "packed"));
-        }
-        assert!(
-            size_p <= size_s,
-            "seed {seed}: packed {size_p} > stock {size_s}"
-        );
-        smaller += usize::from(size_p < size_s);
     }
     // SAFETY: made above.
     unsafe { backend_free(be) };
-    eprintln!("alloc: {n} graphs, packed smaller in {smaller}, wrong outputs: {bad:?}");
+    eprintln!(
+        "alloc: {n} graphs, packed smaller in {smaller} (no reuse delay: {smaller_no_delay}), \
+         wrong outputs: {bad:?}"
+    );
     assert!(bad.is_empty(), "wrong outputs: {bad:?}");
-    // The packed layout must actually be used somewhere: 3 of the first 3,000 graphs with the
-    // default reuse delay (4 nodes), 50 with none (GGML_ALLOC_REUSE_DELAY=0).
+    // The packed layout must actually be used: 3 of the first 3,000 graphs with the default
+    // reuse delay (4 nodes), 50 with none.
     assert!(
-        n < 500 || smaller > 0,
-        "the packing never made a buffer smaller"
+        n < 500 || (smaller > 0 && smaller_no_delay > smaller),
+        "the packing made too few buffers smaller: {smaller}, {smaller_no_delay} with no delay"
     );
 }
 

@@ -34,8 +34,10 @@
 #include "llama.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -422,18 +424,31 @@ static int by_start(const void * a, const void * b) {
 
 static void write_trace(void);
 
-// A server is stopped with SIGTERM, which skips the destructors: write the trace first. (Not
-// async-signal-safe; a diagnostic's server is idle in accept or recv when it is stopped.)
-static void on_term(int sig) {
-    (void) sig;
-    write_trace();
-    _exit(0);
+// A server is stopped with SIGTERM, which skips the destructors. A signal handler may not
+// write files (it could interrupt a malloc), so SIGTERM is blocked in every thread (threads
+// inherit the mask of the one that made them, and this runs before the program's code) and
+// one thread of ours waits for it with sigwait, writes the trace and ends the process.
+static void * wait_for_term(void * arg) {
+    sigset_t * set = arg;
+    int sig = 0;
+    if (sigwait(set, &sig) == 0) {
+        write_trace();
+        _exit(128 + sig);
+    }
+    return NULL;
 }
 
 __attribute__((constructor)) static void catch_term(void) {
     const char * path = getenv("BACKEND_TRACE_OUT");
-    if (path != NULL && *path != '\0') {
-        signal(SIGTERM, on_term);
+    if (path == NULL || *path == '\0') {
+        return;
+    }
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    pthread_t t;
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) == 0 && pthread_create(&t, NULL, wait_for_term, &set) == 0) {
+        pthread_detach(t);
     }
 }
 
@@ -562,23 +577,51 @@ static void dump_graph(FILE * f, const struct ggml_cgraph * g) {
     }
 }
 
-// Writes `g` to BACKEND_TRACE_GRAPHS when it is not the graph written last (node count and
-// first node), once per distinct graph in a steady loop.
+// A graph's identity for the dump: its node count and a hash of every node's address, data
+// address and sources (a server rebuilds each graph in the same memory, so the first node's
+// address alone would not tell a changed graph).
+static unsigned long long graph_hash(const struct ggml_cgraph * g) {
+    unsigned long long h = 1469598103934665603ULL ^ (unsigned long long) g->n_nodes;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const struct ggml_tensor * t = g->nodes[i];
+        unsigned long long v[2 + GGML_MAX_SRC] = { (unsigned long long) (uintptr_t) t, (unsigned long long) (uintptr_t) t->data };
+        for (int j = 0; j < GGML_MAX_SRC; j++) {
+            v[2 + j] = (unsigned long long) (uintptr_t) t->src[j];
+        }
+        for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++) {
+            h = (h ^ v[k]) * 1099511628211ULL;
+        }
+    }
+    return h;
+}
+
+// Writes `g` to BACKEND_TRACE_GRAPHS unless a graph with the same hash was written (the
+// first 4096 distinct graphs are remembered): once per distinct graph in a steady loop.
 static void maybe_dump_graph(const struct ggml_cgraph * g) {
-    static int last_n = -1;
-    static const void * last_first;
+    static unsigned long long seen[4096];
+    static int n_seen;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     const char * path = getenv("BACKEND_TRACE_GRAPHS");
-    if (path == NULL || *path == '\0' || g->n_nodes == 0 ||
-        (g->n_nodes == last_n && (const void *) g->nodes[0] == last_first)) {
+    if (path == NULL || *path == '\0' || g->n_nodes == 0) {
         return;
     }
-    FILE * f = fopen(path, "a");
-    if (f != NULL) {
-        dump_graph(f, g);
-        fclose(f);
+    unsigned long long h = graph_hash(g);
+    pthread_mutex_lock(&lock);
+    int known = 0;
+    for (int i = 0; i < n_seen && !known; i++) {
+        known = seen[i] == h;
     }
-    last_n = g->n_nodes;
-    last_first = g->nodes[0];
+    if (!known) {
+        if (n_seen < 4096) {
+            seen[n_seen++] = h;
+        }
+        FILE * f = fopen(path, "a");
+        if (f != NULL) {
+            dump_graph(f, g);
+            fclose(f);
+        }
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph) {

@@ -74,6 +74,8 @@ pub struct Gallocr {
     placed: Vec<Placed>,
     leafs: Vec<Placed>,
     layout: Layout,
+    /// Nodes the packed layout waits before it reuses freed bytes (`GGML_ALLOC_REUSE_DELAY`).
+    reuse_delay: u32,
     /// The layout's working memory, kept from plan to plan.
     scratch: pack::Scratch,
     /// What the last [`Gallocr::alloc_graph_in`] of each slot did to the graph's tensors, in
@@ -103,7 +105,7 @@ pub struct AllocFailed;
 
 impl Gallocr {
     /// A graph allocator for `bufts`, one buffer id each (stock `ggml_gallocr_new_n`), laying
-    /// plans out as `layout` says.
+    /// plans out as `layout` says, with the reuse delay `GGML_ALLOC_REUSE_DELAY` names now.
     ///
     /// # Safety
     /// Every buffer type must be live for the allocator's lifetime.
@@ -117,6 +119,7 @@ impl Gallocr {
             placed: Vec::new(),
             leafs: Vec::new(),
             layout,
+            reuse_delay: pack::reuse_delay_from_env(),
             scratch: pack::Scratch::default(),
             actions: Vec::new(),
         }
@@ -145,7 +148,12 @@ impl Gallocr {
         self.drop_actions();
         // SAFETY: forwarded.
         unsafe { self.planner.walk(graph, node_ids, leaf_ids) };
-        pack::lay_out(&mut self.planner, self.layout, &mut self.scratch);
+        pack::lay_out(
+            &mut self.planner,
+            self.layout,
+            self.reuse_delay,
+            &mut self.scratch,
+        );
         // SAFETY: forwarded.
         unsafe { self.record_plan(graph) };
         self.grow_buffers(no_alloc)

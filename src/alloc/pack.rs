@@ -12,31 +12,32 @@
 //! `GGML_ALLOC_LAYOUT=stock` selects stock's offsets byte for byte (for the differential
 //! test); any other value but `packed` is named in a warning and reads `packed`.
 //!
-//! The packing hands a block's bytes to another block only [`reuse_delay`] nodes after the
-//! block's last use (`GGML_ALLOC_REUSE_DELAY`). A backend that fuses a run of nodes into one
-//! kernel reads the run's inputs while it writes the run's output, and ggml-cuda refuses a
-//! fusion whose output overlaps an input from outside the run: memory freed at one node and
-//! reused at the next is sound node by node, but costs that fusion.
+//! The packing hands a block's bytes to another block only some nodes after the block's last
+//! use (`GGML_ALLOC_REUSE_DELAY`, [`reuse_delay_from_env`]; default 4). A backend that fuses a
+//! run of nodes into one kernel reads the run's inputs while it writes the run's output, and
+//! ggml-cuda refuses a fusion whose output overlaps an input from outside the run: memory
+//! freed at one node and reused at the next is sound node by node, but costs that fusion.
+//! Chunks the packing does not shrink keep the greedy offsets, and with them stock's reuse.
 
 use super::walk::{Planner, Slot};
-use std::sync::OnceLock;
 
 /// Nodes after a block's last use before the packed layout lets another block take its
 /// bytes, unless `GGML_ALLOC_REUSE_DELAY` names another count (0 to 1024).
 pub const DEFAULT_REUSE_DELAY: u32 = 4;
 
-/// The reuse delay in nodes (`GGML_ALLOC_REUSE_DELAY`, default [`DEFAULT_REUSE_DELAY`]), read
-/// once: a value not understood is named in a warning and the default kept.
-pub fn reuse_delay() -> u32 {
-    static DELAY: OnceLock<u32> = OnceLock::new();
-    *DELAY.get_or_init(|| {
-        crate::env::read(
-            "GGML_ALLOC_REUSE_DELAY",
-            DEFAULT_REUSE_DELAY,
-            &DEFAULT_REUSE_DELAY.to_string(),
-            |t| envvar::count(t, 0..=1024).map(|n| n as u32),
-        )
-    })
+/// The most nodes [`lay_out`] delays reuse by: a larger delay is this one.
+pub const MAX_REUSE_DELAY: u32 = 1024;
+
+/// The reuse delay in nodes that `GGML_ALLOC_REUSE_DELAY` names (default
+/// [`DEFAULT_REUSE_DELAY`], 0 to [`MAX_REUSE_DELAY`]), read when an allocator is made, as
+/// `GGML_ALLOC_LAYOUT` is: a value not understood is named in a warning and the default kept.
+pub fn reuse_delay_from_env() -> u32 {
+    crate::env::read(
+        "GGML_ALLOC_REUSE_DELAY",
+        DEFAULT_REUSE_DELAY,
+        &DEFAULT_REUSE_DELAY.to_string(),
+        |t| envvar::count(t, 0..=MAX_REUSE_DELAY as usize).map(|n| n as u32),
+    )
 }
 
 /// How a plan is laid out.
@@ -86,15 +87,14 @@ pub struct Scratch {
 
 /// Applies `layout` to the planner's last walk: moves the blocks (and the tensors in them)
 /// and sets each chunk's size to what the layout needs.
-pub fn lay_out(p: &mut Planner, layout: Layout, scratch: &mut Scratch) {
-    lay_out_with_delay(p, layout, reuse_delay(), scratch)
-}
-
-/// [`lay_out`] with the reuse delay given (nodes).
-pub fn lay_out_with_delay(p: &mut Planner, layout: Layout, delay: u32, scratch: &mut Scratch) {
+/// A freed block's bytes go to another block only `delay` nodes (at most
+/// [`MAX_REUSE_DELAY`]) after its last use, where the packing is kept; a chunk left with the
+/// greedy offsets keeps stock's reuse.
+pub fn lay_out(p: &mut Planner, layout: Layout, delay: u32, scratch: &mut Scratch) {
     if layout == Layout::Stock || p.slots.is_empty() {
         return;
     }
+    let delay = delay.min(MAX_REUSE_DELAY);
     scratch.moved.clear();
     scratch.moved.resize(p.slots.len(), false);
     let mut any = false;

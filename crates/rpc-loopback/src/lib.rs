@@ -46,14 +46,19 @@ pub fn parse_devices(list: &str, min: usize) -> Result<Vec<String>, String> {
 /// Waits until something accepts connections on 127.0.0.1:`port`, checking every 100 ms for
 /// at most `timeout`. The check's own connection is opened and closed at once, and the
 /// server logs it like any client's ([`clients_served`] leaves it out). Errors: `child`
-/// exited first (with its status), or nothing listened in time (the caller kills it).
+/// exited first (with its status), its state could not be read, or nothing listened in time
+/// (the caller kills it).
 pub fn wait_listening(child: &mut Child, port: u16, timeout: Duration) -> Result<(), String> {
     let started = Instant::now();
     loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!(
-                "ggml-rpc-server exited before it listened ({status})"
-            ));
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return Err(format!(
+                    "ggml-rpc-server exited before it listened ({status})"
+                ))
+            }
+            Ok(None) => {}
+            Err(e) => return Err(format!("ggml-rpc-server: cannot tell whether it runs: {e}")),
         }
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return Ok(());
