@@ -310,6 +310,37 @@ arm() {
     GGML_AB_PROBE_OUT=$W/logs/probe-${probe_tag:-}$a.jsonl "$@"
 }
 
+# rpc_server_start ARM PORT LOG: starts the build's ggml-rpc-server in ARM on 127.0.0.1:PORT
+# (output to LOG; ARM_PRELOAD and probe_tag as for `arm`), waits until it accepts a connection
+# (30 s at most) and prints the server's own pid (on stdout: call it as `pid=$(...)`; its
+# complaints go to stderr). `arm` runs in a background subshell that does
+# not exec the program, so killing `$!` would leave the server listening, and the next server
+# of the stage could not bind the port: its clients would reach the old one, of another arm.
+# Fails when something already listens on PORT.
+rpc_server_start() {
+  local a=$1 port=$2 log=$3 i pid
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    log "port $port is taken: $(pgrep -af "ggml-rpc-server.* -p $port$" | head -1)" >&2; return 1
+  fi
+  arm "$a" "$b/bin/ggml-rpc-server" -H 127.0.0.1 -p "$port" > "$log" 2>&1 &
+  for i in $(seq 1 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
+  pid=$(pgrep -n -f "ggml-rpc-server -H 127.0.0.1 -p $port$") \
+    || { log "the ggml-rpc-server on $port did not start: $(tail -2 "$log")" >&2; return 1; }
+  echo "$pid"
+}
+
+# rpc_server_stop PID: SIGTERM (a traced server writes its trace then), 10 s at most, then
+# SIGKILL
+rpc_server_stop() {
+  local i
+  kill "$1" 2>/dev/null
+  for i in $(seq 1 50); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.2; done
+  kill -9 "$1" 2>/dev/null
+}
+
 # build_logits BUILD: compiles the per-token logits check (cabi-tests/logits/logits_nmse.c)
 # against BUILD's libraries into $W/logits_nmse
 build_logits() {
@@ -730,12 +761,11 @@ stage_rpcdiag() {
   for r in $(seq 1 "${RPCDIAG_ROUNDS:-3}"); do
     for i in 0 1 2 3; do
       pair=${pairs[$(((i + r) % 4))]}; sv=${pair%%:*}; cl=${pair##*:}
-      probe_tag=rpcdiag-server- arm "$sv" "$b/bin/ggml-rpc-server" -H 127.0.0.1 -p "$port" > "$W/logs/rpcdiag-server.log" 2>&1 &
-      local spid=$!
-      sleep 2
+      local spid
+      spid=$(probe_tag=rpcdiag-server- rpc_server_start "$sv" "$port" "$W/logs/rpcdiag-server.log") || return 1
       ts=$(probe_tag=rpcdiag-client- arm "$cl" "$b/bin/llama-bench" -m "$M" -rpc "127.0.0.1:$port" -dev "RPC0/${RPCDIAG_DEV:-CUDA0}" \
         -ts 1/1 -ngl 99 -p 0 -n 128 -r 3 -o csv 2>> "$W/logs/rpcdiag-client.log" | tail -1 | awk -F, '{print $(NF-1)}' | tr -d '"')
-      kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+      rpc_server_stop "$spid"
       echo "round $r server $sv client $cl tg128 ${ts:-failed}" >> "$out"
     done
   done
@@ -766,7 +796,7 @@ PY
 # first). The server is traced too: its calls join each decode's rows as srv:KIND.
 stage_rpctrace() {
   [ -x "$B/bin/ggml-rpc-server" ] && [ -f "$M" ] || { log "rpctrace needs ggml-rpc-server and the model"; return 1; }
-  local b=$B lib=$W/ab-bundle/lib r a spid set reuse tr=$W/libbackend-trace.so out spec label envs i rc fails=0
+  local b=$B lib=$W/ab-bundle/lib r a spid set reuse tr=$W/libbackend-trace.so out spec label envs rc fails=0
   local src=$W/ab-bundle/cabi-tests/sched-bench arms=${RPCTRACE_ARMS:-stock ours} tag=${RPCTRACE_TAG:+-$RPCTRACE_TAG}
   # a port of its own per tag, so that two runs side by side never find each other's server
   local port=$((50756 + $(printf '%s' "${RPCTRACE_TAG:-}" | cksum | cut -d' ' -f1) % 200))
@@ -783,17 +813,8 @@ stage_rpctrace() {
     esac
     # the server traced too (absolute times), one server per setting
     rm -f "$W/logs/rpctrace-$set$tag"-*.trace
-    ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/rpctrace-$set$tag-server.trace probe_tag=rpctrace-server- \
-      arm stock "$b/bin/ggml-rpc-server" -H 127.0.0.1 -p "$port" > "$W/logs/rpctrace-server.log" 2>&1 &
-    # ready once it accepts a connection (30 s at most); then the server's own pid: `arm` runs
-    # in a subshell that may or may not exec it, and the server writes its trace only when it
-    # gets the signal itself
-    for i in $(seq 1 300); do
-      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-      sleep 0.1
-    done
-    spid=$(pgrep -n -f "ggml-rpc-server -H 127.0.0.1 -p $port") \
-      || { log "rpctrace: the server did not start: $(tail -2 "$W/logs/rpctrace-server.log")"; return 1; }
+    spid=$(ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/rpctrace-$set$tag-server.trace probe_tag=rpctrace-server- \
+      rpc_server_start stock "$port" "$W/logs/rpctrace-server.log") || return 1
     out=$W/logs/rpctrace-$set$tag.log
     : > "$out"
     for r in $(seq 1 "${RPCTRACE_ROUNDS:-2}"); do
@@ -814,10 +835,7 @@ stage_rpctrace() {
         echo "round $r client $label tg128 $(tail -1 "$W/logs/rpctrace-bench.csv" | awk -F, '{print $(NF-1)}' | tr -d '"') exit $rc" >> "$out"
       done
     done
-    # SIGTERM: the tracer's thread writes the server's trace; 10 s at most, then SIGKILL
-    kill "$spid" 2>/dev/null
-    for i in $(seq 1 50); do kill -0 "$spid" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "$spid" 2>/dev/null
+    rpc_server_stop "$spid"
     for spec in $arms; do
       label=$(echo "$spec" | tr ':=,' '---')
       [ "$label" = stock ] && continue
