@@ -86,6 +86,17 @@ pub struct Gallocr {
     actions: Vec<(bool, Vec<Action>)>,
 }
 
+/// Graphs placed in this process by repeating a recorded placement ([`Gallocr::alloc_again`]
+/// that found its record), every allocator together.
+static PLACED_AGAIN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many graphs this process placed by [`Gallocr::alloc_again`] so far (for tests: every
+/// replay of a scheduler without pipeline copies must find the record its snapshot's
+/// allocation left).
+pub fn placed_again_total() -> u64 {
+    PLACED_AGAIN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// One tensor placed by [`Gallocr::alloc_graph`].
 #[derive(Clone, Copy, Debug)]
 enum Action {
@@ -339,13 +350,16 @@ impl Gallocr {
     /// `graph` must be live, with live tensors, sources and view sources.
     pub unsafe fn alloc_graph(&mut self, graph: &ggml_cgraph) -> bool {
         // SAFETY: forwarded.
-        unsafe { self.alloc_graph_in(graph, 0, false) }
+        unsafe { self.alloc_graph_in(graph, 0, false, false) }
     }
 
-    /// [`Gallocr::alloc_graph`], recording what it does in slot `slot`; the other slots'
+    /// [`Gallocr::alloc_graph`], recording what it does in slot `slot` when `record` (the
+    /// caller may place this graph again by [`Gallocr::alloc_again`]); the other slots'
     /// records are kept when `keep_others` (the caller vouches that the graphs they recorded
-    /// may be placed again: see [`Gallocr::alloc_again`]), dropped otherwise. A new plan drops
-    /// them all.
+    /// may be placed again), dropped otherwise. A new plan drops them all. Without `record`
+    /// the slot's record is dropped and nothing is written: a graph placed once (most of
+    /// llama.cpp's, which reuses its own graph) costs no list of one entry per tensor, whose
+    /// fresh memory was most of the page faults of a first `alloc_graph`.
     ///
     /// # Safety
     /// As [`Gallocr::alloc_graph`].
@@ -354,6 +368,7 @@ impl Gallocr {
         graph: &ggml_cgraph,
         slot: usize,
         keep_others: bool,
+        record: bool,
     ) -> bool {
         // SAFETY: forwarded.
         if !unsafe { self.fits(graph) } {
@@ -377,11 +392,14 @@ impl Gallocr {
         actions.clear();
         // SAFETY: forwarded.
         let (leafs, nodes) = unsafe { graph_tensors(graph) };
-        // About one action per leaf and node (sources are mostly among them): sized once.
-        actions.reserve(leafs.len() + nodes.len());
+        let mut record = record.then_some(&mut actions);
+        if let Some(a) = record.as_deref_mut() {
+            // About one action per leaf and node (sources are mostly among them): sized once.
+            a.reserve(leafs.len() + nodes.len());
+        }
         for (&leaf, placed) in leafs.iter().zip(&self.leafs) {
             // SAFETY: live tensors of the graph.
-            unsafe { self.init_tensor(leaf, placed, &mut actions) };
+            unsafe { self.init_tensor(leaf, placed, record.as_deref_mut()) };
         }
         for (&node, &plan) in nodes.iter().zip(&self.nodes) {
             let (dst, srcs) = plan.places(&self.placed);
@@ -391,13 +409,14 @@ impl Gallocr {
                 if !s.is_null() {
                     let placed = srcs.get(j).unwrap_or(&Placed::NONE);
                     // SAFETY: a source of a live node.
-                    unsafe { self.init_tensor(s, placed, &mut actions) };
+                    unsafe { self.init_tensor(s, placed, record.as_deref_mut()) };
                 }
             }
             // SAFETY: live.
-            unsafe { self.init_tensor(node, dst, &mut actions) };
+            unsafe { self.init_tensor(node, dst, record.as_deref_mut()) };
         }
-        self.actions[slot] = (true, actions);
+        let recorded = record.is_some();
+        self.actions[slot] = (recorded, actions);
         true
     }
 
@@ -454,16 +473,22 @@ impl Gallocr {
                 }
             }
         }
+        PLACED_AGAIN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         true
     }
 
     /// Gives one tensor its planned memory, or inits a view over its source's (stock
-    /// `ggml_gallocr_init_tensor`), noting what it did in `actions`. Tensors with memory, and
-    /// views of tensors that ggml-backend did not allocate, are left alone.
+    /// `ggml_gallocr_init_tensor`), noting what it did in `actions` when given. Tensors with
+    /// memory, and views of tensors that ggml-backend did not allocate, are left alone.
     ///
     /// # Safety
     /// `t` and its view source must be live.
-    unsafe fn init_tensor(&self, t: *mut ggml_tensor, placed: &Placed, actions: &mut Vec<Action>) {
+    unsafe fn init_tensor(
+        &self,
+        t: *mut ggml_tensor,
+        placed: &Placed,
+        actions: Option<&mut Vec<Action>>,
+    ) {
         // SAFETY: the caller's contract; no other borrow of it is held.
         let r = unsafe { &mut *t };
         if !r.view_src.is_null() {
@@ -471,7 +496,9 @@ impl Gallocr {
             if r.buffer.is_null() && !unsafe { (*r.view_src).buffer }.is_null() {
                 // SAFETY: a view of an allocated, live source, without a buffer.
                 unsafe { tensor::view_init(r, "ggml_gallocr_alloc_graph") };
-                actions.push(Action::View(t));
+                if let Some(a) = actions {
+                    a.push(Action::View(t));
+                }
             }
             return;
         }
@@ -498,7 +525,9 @@ impl Gallocr {
         let addr = base.cast::<u8>().wrapping_add(placed.offset).cast();
         // SAFETY: a live chunk and a tensor without memory; the plan keeps it inside the chunk.
         unsafe { tensor::ggml_backend_tensor_alloc(b, t, addr) };
-        actions.push(Action::Place(t, b, addr));
+        if let Some(a) = actions {
+            a.push(Action::Place(t, b, addr));
+        }
     }
 
     /// Bytes of buffer id `id`'s compute buffer: 0 when not allocated, and for a buffer id

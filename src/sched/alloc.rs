@@ -398,12 +398,15 @@ impl Sched {
             return false;
         }
 
+        // Only a graph a replay may place again needs the allocator's record of what it did:
+        // one whose split was snapshot and committed (or is being replayed).
+        let record = self.replay.replayable();
+        // A fresh split drops the other copies' records (they placed other graphs); a replay
+        // keeps them (they placed this snapshot with other copies).
         // SAFETY: `gc` is the allocation graph `split` built, whose node and leaf arrays are
         // `graph_nodes` and `graph_leafs` (unchanged since) and whose tensors are live by this
         // function's contract.
-        // A fresh split drops the other copies' records (they placed other graphs); a replay
-        // keeps them (they placed this snapshot with other copies).
-        if changed || !unsafe { self.galloc.alloc_graph_in(&*gc, slot, replayed) } {
+        if changed || !unsafe { self.galloc.alloc_graph_in(&*gc, slot, replayed, record) } {
             if self.debug_realloc > 0 {
                 let unexpected = !changed && self.debug_prev_graph_size == self.debug_graph_size;
                 if unexpected || self.debug_realloc > 1 {
@@ -421,7 +424,7 @@ impl Sched {
                 return false;
             }
             // SAFETY: as for the first `alloc_graph_in` (the reserve dropped every record).
-            if !unsafe { self.galloc.alloc_graph_in(&*gc, slot, replayed) } {
+            if !unsafe { self.galloc.alloc_graph_in(&*gc, slot, replayed, record) } {
                 crate::ffi::log::error(
                     "ggml_backend_sched_alloc_splits: failed to allocate graph\n",
                 );

@@ -442,7 +442,7 @@ export! {
             allocated: None,
             queued: std::cell::Cell::new(false),
             plan: None,
-            key_scratch: Default::default(),
+            key_scratch: plan_key::KeyScratch::with_capacity(graph_size),
             replay: Default::default(),
             originals: Vec::new(),
             pending_clear: false,

@@ -202,6 +202,12 @@ impl Replay {
         self.first_in = first_in;
     }
 
+    /// Whether the snapshot is complete and may be replayed ([`Replay::commit`] accepted it,
+    /// and nothing invalidated it since): only then can the graph it holds be placed again.
+    pub fn replayable(&self) -> bool {
+        self.valid
+    }
+
     /// Whether the last [`Replay::take`] took a snapshot (the split notes what depends on
     /// the pipeline copy only then).
     pub fn snapshot(&self) -> bool {

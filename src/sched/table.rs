@@ -255,7 +255,7 @@ const PREFAULT_MAX_BYTES: usize = 1 << 20;
 /// pages cost a fault each (about a microsecond on a virtual machine), and a split that grew
 /// the id map into fresh memory took twice stock's time (`llama-bench`'s first
 /// `alloc_graph`); stock touches its hash set at creation too (its reset's memset).
-fn prefault<T: Copy>(v: &mut Vec<T>, fill: T) {
+pub(crate) fn prefault<T: Copy>(v: &mut Vec<T>, fill: T) {
     if std::mem::size_of::<T>() == 0 {
         return; // no memory behind it (and a capacity of usize::MAX)
     }
@@ -288,7 +288,7 @@ fn cannot_reserve(what: &str, n: usize, bytes: Option<usize>) -> ! {
 }
 
 /// An empty vector with room for `n` elements, or a named abort ([`cannot_reserve`]).
-fn room_for<T>(n: usize, what: &str) -> Vec<T> {
+pub(crate) fn room_for<T>(n: usize, what: &str) -> Vec<T> {
     let mut v = Vec::new();
     if v.try_reserve_exact(n).is_err() {
         cannot_reserve(what, n, n.checked_mul(std::mem::size_of::<T>()));
