@@ -86,17 +86,6 @@ pub struct Gallocr {
     actions: Vec<(bool, Vec<Action>)>,
 }
 
-/// Graphs placed in this process by repeating a recorded placement ([`Gallocr::alloc_again`]
-/// that found its record), every allocator together.
-static PLACED_AGAIN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many graphs this process placed by [`Gallocr::alloc_again`] so far (for tests: every
-/// replay of a scheduler without pipeline copies must find the record its snapshot's
-/// allocation left).
-pub fn placed_again_total() -> u64 {
-    PLACED_AGAIN.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// One tensor placed by [`Gallocr::alloc_graph`].
 #[derive(Clone, Copy, Debug)]
 enum Action {
@@ -343,8 +332,9 @@ impl Gallocr {
 
     /// Places `graph`'s tensors by the plan (stock `ggml_gallocr_alloc_graph`). A graph that no
     /// longer fits is planned again when there is a single buffer id; with several, returns
-    /// false (the caller must reserve with the buffer ids). What it does is recorded in slot 0
-    /// for [`Gallocr::alloc_again`]; every other slot's record is dropped.
+    /// false (the caller must reserve with the buffer ids). Nothing is recorded for
+    /// [`Gallocr::alloc_again`] (only the scheduler's replay repeats a placement), and every
+    /// slot's record is dropped.
     ///
     /// # Safety
     /// `graph` must be live, with live tensors, sources and view sources.
@@ -473,7 +463,6 @@ impl Gallocr {
                 }
             }
         }
-        PLACED_AGAIN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         true
     }
 

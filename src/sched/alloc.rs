@@ -362,6 +362,9 @@ impl Sched {
             if unsafe { self.galloc.alloc_again(slot) } {
                 return true;
             }
+            if self.n_copies == 1 {
+                super::replay::count_serial_record_miss();
+            }
         }
         let (this, changed, stale) = if replayed {
             // The allocation graph is the one the current plan was checked for, unchanged.

@@ -38,9 +38,11 @@ pub struct KeyScratch {
 
 impl KeyScratch {
     /// Room for as many ids as a [`super::table::Table::with_capacity`] of `graph_size` holds
-    /// before it grows, its first pages touched now (at most 1 MiB, as the table's). Grown on first use instead, its fresh pages
-    /// were the page faults of llama.cpp's first `alloc_graph` of a new graph (3 faults,
-    /// about 4 µs of 67 on SmolLM2), since its ids outnumber the measure graphs'.
+    /// before it grows, its first pages touched now (at most 1 MiB, as the table's). Grown on
+    /// first use instead, its fresh pages were 3 of the page faults of llama.cpp's first
+    /// `alloc_graph` of a new graph (about 4 µs of 67 on SmolLM2), whose ids outnumber the
+    /// measure graphs'. The faults move to `ggml_backend_sched_new`, where stock touches its
+    /// own tables.
     pub fn with_capacity(graph_size: usize) -> KeyScratch {
         let n = graph_size.saturating_add(1024);
         let mut pos: Vec<u32> = super::table::room_for(n, "plan-key positions");

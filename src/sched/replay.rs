@@ -74,6 +74,23 @@ pub(crate) fn count_replay(with_copies: bool) {
     }
 }
 
+/// Replays by schedulers without pipeline copies that found no record of the allocator's to
+/// repeat (and so placed the graph with every check again).
+static SERIAL_RECORD_MISSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many replays of schedulers without pipeline copies found no allocator record, in this
+/// process so far. Always 0 while the allocator records every graph whose snapshot was
+/// committed: such a scheduler's replay follows that graph's own allocation with no plan in
+/// between (tests check it; a miss costs time, not correctness).
+pub fn serial_record_misses_total() -> u64 {
+    SERIAL_RECORD_MISSES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts one replay of a scheduler without pipeline copies that found no record.
+pub(crate) fn count_serial_record_miss() {
+    SERIAL_RECORD_MISSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Bytes of a tensor header.
 const HEADER: usize = std::mem::size_of::<ggml_tensor>();
 
