@@ -512,7 +512,7 @@ __attribute__((destructor)) static void write_trace(void) {
 // ---- graphs (BACKEND_TRACE_GRAPHS=FILE): each distinct graph a backend is asked to compute
 // through ggml_backend_graph_compute (as ggml-rpc-server does for the graphs a client sends),
 // written once: per node its op, flags, use count, shape and sources (as node indexes, or
-// `x` for tensors from outside the graph), and its data offset in its buffer. Two clients'
+// `x=OP@PLACE` for tensors from outside the graph), and its data offset in its buffer. Two clients'
 // graphs, received by the same server, can then be compared line by line: what a backend may
 // fuse depends on exactly these.
 
@@ -568,7 +568,8 @@ static void dump_graph(FILE * f, const struct ggml_cgraph * g) {
                 if (k >= 0) {
                     fprintf(f, " %d", k);
                 } else {
-                    fprintf(f, " x=");
+                    // its op too: ggml-cuda's fusion check skips sources of op NONE
+                    fprintf(f, " x=%s@", ggml_op_desc(t->src[j]));
                     print_place(f, seen, &n_seen, t->src[j]);
                 }
             }

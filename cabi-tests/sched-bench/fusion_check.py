@@ -2,22 +2,38 @@
 """Which of ggml-cuda's fusable runs a graph's memory layout forbids.
 
     fusion_check.py GRAPHS.txt...
+    fusion_check.py --compare [--window K] A.txt B.txt
 
 Reads the graphs backend_trace.c writes with BACKEND_TRACE_GRAPHS=FILE (every tensor with its
-buffer, offset and size) and, for each distinct graph (by node count), finds the runs of
-nodes ggml-cuda fuses into one kernel in a decode graph of a dense model:
+buffer, offset and size). ggml-cuda runs several nodes as one kernel only when the run's output
+overlaps no source of the run that comes from outside it
+(`ggml_cuda_check_fusion_memory_ranges`: sources of op NONE, weights and inputs, are not
+checked; a source is inside the run when it is an earlier node of the run). Such a run is
+computed unfused.
+
+The first form counts, for each distinct graph (by node count), the runs ggml-cuda fuses in a
+decode graph of a dense model whose layout forbids the fusion:
 
 - MUL_MAT, MUL_MAT, GLU (the up and gate products and their GLU),
-- RMS_NORM, MUL (a norm and its weight),
+- RMS_NORM, MUL (a norm and its weight).
 
-and counts those whose output overlaps an input from outside the run (the check of
-`ggml_cuda_check_fusion_memory_ranges`: such a run is computed unfused). Only the memory
-layout is checked, not ggml-cuda's other conditions (types, shapes, use counts), which are the
-same in two arms that place the same nodes. Stock's own layout blocks some runs too (a final
-norm computed in place over its input, for one), so compare an arm's counts with stock's for
-the same graphs. Exit status 2 on a missing argument, else 0.
+Only the memory layout is checked, not ggml-cuda's other conditions (types, shapes, use
+counts), which are the same in two arms that place the same nodes. Stock's own layout blocks
+some runs too (a final norm computed in place over its input, for one), so compare an arm's
+counts with stock's for the same graphs.
+
+`--compare` checks every run of 2 to K consecutive nodes (default 12: MoE routing runs are
+the longest ggml-cuda fuses) with its last node as the output, in each of B's graphs and in
+A's graph of the same ops, and lists the runs whose fusion B's layout forbids and A's allows,
+with their ops, and the other way round. Any run counts, fusable or not: what matters is where
+B forbids more than A. A graph of B whose ops A never computed is named and counts as a
+failure (the arms did not place the same graphs).
+
+Exit status 2 on a bad argument, 1 when `--compare` finds a run B forbids and A allows or a
+graph A lacks, else 0.
 """
 
+import os
 import re
 import sys
 
@@ -33,9 +49,20 @@ def place(text):
     return (int(buf), int(off), int(off) + int(size))
 
 
+def source(token):
+    """("node", index) for a node of the graph, ("outside", op, place) for `x=OP@PLACE` (or the
+    older `x=PLACE`, op unknown: None)."""
+    if not token.startswith("x="):
+        return ("node", int(token))
+    rest = token[2:]
+    op = None
+    if "@" in rest:
+        op, rest = rest.split("@", 1)
+    return ("outside", op, place(rest))
+
+
 def read_graphs(path):
-    """Each graph: a list of nodes (op, place, sources); a source is ("node", index) or
-    ("outside", place)."""
+    """Each graph: a list of nodes (op, place, sources)."""
     graphs, nodes = [], None
     with open(path) as f:
         for line in f:
@@ -47,9 +74,7 @@ def read_graphs(path):
             if not m or nodes is None:
                 continue
             _, op, _, _, _, at, srcs = m.groups()
-            sources = [("outside", place(t[2:])) if t.startswith("x=") else ("node", int(t))
-                       for t in srcs.split()]
-            nodes.append((op, place(at), sources))
+            nodes.append((op, place(at), [source(t) for t in srcs.split()]))
     return graphs
 
 
@@ -58,18 +83,28 @@ def overlaps(a, b):
 
 
 def blocked(nodes, run):
-    """Whether the output of the run's last node overlaps an input from outside the run."""
+    """Whether the output of the run's last node overlaps a source from outside the run, as
+    ggml-cuda checks it: sources of op NONE are skipped, and a source that is an earlier node
+    of the run is inside it."""
     out = nodes[run[-1]][1]
-    for i in run:
-        for kind, what in nodes[i][2]:
-            where = what if kind == "outside" else (None if what in run else nodes[what][1])
+    for j in run:
+        for src in nodes[j][2]:
+            if src[0] == "node":
+                k = src[1]
+                if run[0] <= k < j or nodes[k][0] == "NONE":
+                    continue
+                where = nodes[k][1]
+            else:
+                _, op, where = src
+                if op == "NONE":
+                    continue
             if overlaps(out, where):
                 return True
     return False
 
 
 def runs(nodes):
-    """(name, node indexes) of every candidate run."""
+    """(name, node indexes) of every candidate run of a dense decode graph."""
     for i, (op, _, _) in enumerate(nodes):
         if "GLU" in op and i >= 2 and nodes[i - 1][0] == "MUL_MAT" and nodes[i - 2][0] == "MUL_MAT":
             yield "MUL_MAT,MUL_MAT,GLU", (i - 2, i - 1, i)
@@ -77,11 +112,8 @@ def runs(nodes):
             yield "RMS_NORM,MUL", (i - 1, i)
 
 
-def main():
-    if len(sys.argv) < 2:
-        print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
-        return 2
-    for path in sys.argv[1:]:
+def count(paths):
+    for path in paths:
         seen = set()
         for nodes in read_graphs(path):
             if len(nodes) in seen:
@@ -96,5 +128,81 @@ def main():
     return 0
 
 
+def windows(nodes, k_max):
+    """Every run of 2 to k_max consecutive nodes, as a range."""
+    for end in range(len(nodes)):
+        for k in range(2, k_max + 1):
+            if end - k + 1 < 0:
+                break
+            yield range(end - k + 1, end + 1)
+
+
+def pairs(graphs_a, graphs_b):
+    """(index in B, A's graph, B's graph) for each graph of B, paired with the graph of A that
+    has the same ops: the k-th of B's graphs with a given op sequence goes with A's k-th (or
+    A's last, when A wrote fewer: the tracer writes a graph again when its layout changes, so
+    the arms may write a graph a different number of times). B's graphs whose ops A never
+    computed get None."""
+    by_ops = {}
+    for g in graphs_a:
+        by_ops.setdefault(tuple(n[0] for n in g), []).append(g)
+    seen = {}
+    for i, g in enumerate(graphs_b):
+        key = tuple(n[0] for n in g)
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        same = by_ops.get(key)
+        yield i, (same[min(k, len(same) - 1)] if same else None), g
+
+
+def compare(path_a, path_b, k_max):
+    graphs_a, graphs_b = read_graphs(path_a), read_graphs(path_b)
+    only_b = only_a = checked = skipped = 0
+    for g, a, b in pairs(graphs_a, graphs_b):
+        if a is None:
+            skipped += 1
+            print(f"graph {g} of B ({len(b)} nodes): A computed no graph with its ops: skipped")
+            continue
+        checked += 1
+        for run in windows(a, k_max):
+            ba, bb = blocked(a, run), blocked(b, run)
+            if ba == bb:
+                continue
+            ops = ",".join(a[i][0] for i in run)
+            if bb:
+                only_b += 1
+                print(f"graph {g} ({len(a)} nodes): nodes {run[0]}-{run[-1]} ({ops}): "
+                      f"B's layout forbids the fusion, A's allows it")
+            else:
+                only_a += 1
+                print(f"graph {g} ({len(a)} nodes): nodes {run[0]}-{run[-1]} ({ops}): "
+                      f"A's layout forbids the fusion, B's allows it")
+    print(f"{checked} graphs of B checked ({skipped} without a graph of the same ops in A), "
+          f"runs of 2 to {k_max} nodes: {only_b} forbidden only in B, {only_a} only in A")
+    return 1 if only_b or skipped else 0
+
+
+def main(argv):
+    missing = [p for p in argv if not p.startswith("--") and not p.isdigit() and not os.path.isfile(p)]
+    if missing:
+        print(f"fusion_check.py: no such file: {missing[0]}", file=sys.stderr)
+        return 2
+    if argv[:1] == ["--compare"]:
+        args, k_max = argv[1:], 12
+        if args[:1] == ["--window"]:
+            if len(args) < 2 or not args[1].isdigit() or int(args[1]) < 2:
+                print("--window needs a whole number of nodes, 2 or more", file=sys.stderr)
+                return 2
+            k_max, args = int(args[1]), args[2:]
+        if len(args) != 2:
+            print("usage: fusion_check.py --compare [--window K] A.txt B.txt", file=sys.stderr)
+            return 2
+        return compare(args[0], args[1], k_max)
+    if not argv or argv[0].startswith("--"):
+        print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
+        return 2
+    return count(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
