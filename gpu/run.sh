@@ -30,6 +30,9 @@
 #   rpcdiag  which end (server or client library) benchrpc's tg deficit lies in: llama-bench
 #            tg128 split RPC0/CUDA0 for the four server/client arm pairings (RPCDIAG_ROUNDS;
 #            RPCDIAG_DEV names another device than CUDA0, to try it on a CPU build with HRX0)
+#   fusion   which of ggml-cuda's fused kernels each arm's layout forbids: the graphs CUDA0
+#            computes in llama-bench (-ngl 99, -ngl 8) and llama-batched-bench, both arms,
+#            compared by cabi-tests/sched-bench/fusion_check.py (logs/fusion-*.log)
 #   rpctrace where the client's time of rpcdiag goes: every call into the backends in each
 #            llama_decode, timed inside the process (backend_trace.c), both client arms side
 #            by side, graph reuse on and off (RPCTRACE_ROUNDS, RPCTRACE_DEV, RPCTRACE_SETTINGS,
@@ -782,6 +785,49 @@ PY
   log "rpcdiag: $(tail -4 "$out" | tr '\n' ';')"
 }
 
+# build_tracer FILE: compiles cabi-tests/sched-bench/backend_trace.c (from the bundle) into FILE.
+build_tracer() {
+  cc -O2 -fPIC -shared -pthread -I"$W/llama.cpp/ggml/include" -I"$W/llama.cpp/ggml/src" -I"$W/llama.cpp/include" \
+    -Wno-unused-function "$W/ab-bundle/cabi-tests/sched-bench/backend_trace.c" -o "$1" -ldl \
+    > "$W/logs/backend-trace-cc.log" 2>&1 \
+    || { log "the backend tracer did not compile: $(tail -3 "$W/logs/backend-trace-cc.log")"; return 1; }
+}
+
+# fusion: which of ggml-cuda's fused kernels each arm's memory layout forbids, on the card
+# (issue 16): the graphs CUDA0 computes (FUSION_DEV: another device), in ggml-cuda's own node
+# order after its graph_optimize, written by backend_trace.c (BACKEND_TRACE_GRAPHS) in
+# llama-bench -p 512 -n 4 at -ngl 99 and -ngl 8 and in llama-batched-bench -npl 1,4,8, stock
+# arm then ours; fusion_check.py --compare then lists every run of up to 12 consecutive nodes
+# whose output overlaps a source from outside it in ours and not in stock (ggml-cuda runs such
+# a run unfused). logs/fusion-RUN.log; fails when ours forbids a run of up to 5 nodes that
+# stock allows, or the arms computed different graphs.
+stage_fusion() {
+  [ -x "$B/bin/llama-bench" ] && [ -x "$B/bin/llama-batched-bench" ] && [ -f "$M" ] \
+    || { log "fusion needs llama-bench, llama-batched-bench and the model"; return 1; }
+  local b=$B lib=$W/ab-bundle/lib tr=$W/libbackend-trace.so run a fails=0 dev=${FUSION_DEV:-CUDA0}
+  local check=$W/ab-bundle/cabi-tests/sched-bench/fusion_check.py
+  build_tracer "$tr" || return 1
+  for run in ngl99 ngl8 batched; do
+    for a in stock ours; do
+      rm -f "$W/logs/fusion-$run-$a.graphs"
+      case $run in
+        ngl99|ngl8)
+          ARM_PRELOAD=$tr BACKEND_TRACE_GRAPHS=$W/logs/fusion-$run-$a.graphs probe_tag=fusion- arm "$a" \
+            "$b/bin/llama-bench" -m "$M" -dev "$dev" -ngl "${run#ngl}" -p 512 -n 4 -r 1 -o csv ;;
+        batched)
+          ARM_PRELOAD=$tr BACKEND_TRACE_GRAPHS=$W/logs/fusion-$run-$a.graphs probe_tag=fusion- arm "$a" \
+            "$b/bin/llama-batched-bench" -m "$M" -dev "$dev" -ngl 99 -c 4096 -b 2048 -ub 512 -npp 128 -ntg 4 -npl 1,4,8 ;;
+      esac > "$W/logs/fusion-$run-$a.out" 2>&1 || { log "fusion $run: $a exited $? (logs/fusion-$run-$a.out)"; fails=1; }
+    done
+    python3 "$check" --compare --backend "$dev" "$W/logs/fusion-$run-stock.graphs" "$W/logs/fusion-$run-ours.graphs" \
+      > "$W/logs/fusion-$run.log" 2>&1
+    python3 "$check" --compare --backend "$dev" --window 5 "$W/logs/fusion-$run-stock.graphs" \
+      "$W/logs/fusion-$run-ours.graphs" > "$W/logs/fusion-$run-5.log" 2>&1 || fails=1
+    log "fusion $run: up to 5 nodes: $(tail -1 "$W/logs/fusion-$run-5.log"); up to 12: $(tail -1 "$W/logs/fusion-$run.log")"
+  done
+  [ "$fails" = 0 ]
+}
+
 # rpctrace: where the client's extra time of rpcdiag goes (issue 16/18). Every call the
 # scheduler makes into the backends during each decode, timed from inside the process
 # (cabi-tests/sched-bench/backend_trace.c, preloaded), for llama-bench tg128 split RPC0/CUDA0
@@ -802,9 +848,7 @@ stage_rpctrace() {
   local port=$((50756 + $(printf '%s' "${RPCTRACE_TAG:-}" | cksum | cut -d' ' -f1) % 200))
   # shellcheck disable=SC2086 # RPCTRACE_EXTRA is a list of arguments
   set -- ${RPCTRACE_EXTRA:-}
-  cc -O2 -fPIC -shared -pthread -I"$W/llama.cpp/ggml/include" -I"$W/llama.cpp/ggml/src" -I"$W/llama.cpp/include" \
-    -Wno-unused-function "$src/backend_trace.c" -o "$tr" -ldl > "$W/logs/backend-trace-cc.log" 2>&1 \
-    || { log "the backend tracer did not compile: $(tail -3 "$W/logs/backend-trace-cc.log")"; return 1; }
+  build_tracer "$tr" || return 1
   for set in ${RPCTRACE_SETTINGS:-reuse_on reuse_off}; do
     case $set in
       reuse_on) reuse=0 ;;

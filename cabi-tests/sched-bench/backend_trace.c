@@ -185,10 +185,10 @@ static void w_synchronize(ggml_backend_t b) {
     add_record(K_SYNCHRONIZE, backend_slot(b), t0, now_ns(), 0);
 }
 
-static void maybe_dump_graph(const struct ggml_cgraph * g);
+static void maybe_dump_graph(ggml_backend_t b, const struct ggml_cgraph * g);
 
 static enum ggml_status w_graph_compute(ggml_backend_t b, struct ggml_cgraph * g) {
-    maybe_dump_graph(g);
+    maybe_dump_graph(b, g);
     long long t0 = now_ns();
     enum ggml_status s = orig_of(b)->graph_compute(b, g);
     add_record(K_GRAPH_COMPUTE, backend_slot(b), t0, now_ns(), ggml_graph_n_nodes(g));
@@ -511,10 +511,10 @@ __attribute__((destructor)) static void write_trace(void) {
 
 // ---- graphs (BACKEND_TRACE_GRAPHS=FILE): each distinct graph a backend is asked to compute
 // through ggml_backend_graph_compute (as ggml-rpc-server does for the graphs a client sends),
-// written once: per node its op, flags, use count, shape and sources (as node indexes, or
-// `x=OP@PLACE` for tensors from outside the graph), and its data offset in its buffer. Two clients'
-// graphs, received by the same server, can then be compared line by line: what a backend may
-// fuse depends on exactly these.
+// written once, after a line naming its node count and backend: per node its op, flags, use
+// count, shape and sources (as node indexes, or `x=OP@PLACE` for tensors from outside the
+// graph), and its data offset in its buffer. Two clients' graphs, received by the same
+// server, can then be compared line by line: what a backend may fuse depends on exactly these.
 
 static int node_index(const struct ggml_cgraph * g, const struct ggml_tensor * t) {
     for (int i = 0; i < g->n_nodes; i++) {
@@ -549,10 +549,10 @@ static void print_place(FILE * f, const void ** seen, int * n_seen, const struct
     fprintf(f, "%d:%lld+%zu", buffer_number(seen, n_seen, t->buffer), off, ggml_nbytes(t));
 }
 
-static void dump_graph(FILE * f, const struct ggml_cgraph * g) {
+static void dump_graph(FILE * f, ggml_backend_t b, const struct ggml_cgraph * g) {
     const void * seen[64];
     int n_seen = 0;
-    fprintf(f, "graph %d nodes\n", g->n_nodes);
+    fprintf(f, "graph %d nodes on %s\n", g->n_nodes, ggml_backend_name(b));
     for (int i = 0; i < g->n_nodes; i++) {
         const struct ggml_tensor * t = g->nodes[i];
         size_t h = ggml_hash_find(&g->visited_hash_set, t);
@@ -579,15 +579,19 @@ static void dump_graph(FILE * f, const struct ggml_cgraph * g) {
 }
 
 // A graph's identity for the dump: its node count and a hash of every node's address, data
-// address and sources (a server rebuilds each graph in the same memory, so the first node's
-// address alone would not tell a changed graph).
+// address, shape and sources (a server rebuilds each graph in the same memory, so the first
+// node's address alone would not tell a changed graph, and llama.cpp builds graphs of other
+// batch sizes there too).
 static unsigned long long graph_hash(const struct ggml_cgraph * g) {
     unsigned long long h = 1469598103934665603ULL ^ (unsigned long long) g->n_nodes;
     for (int i = 0; i < g->n_nodes; i++) {
         const struct ggml_tensor * t = g->nodes[i];
-        unsigned long long v[2 + GGML_MAX_SRC] = { (unsigned long long) (uintptr_t) t, (unsigned long long) (uintptr_t) t->data };
+        unsigned long long v[6 + GGML_MAX_SRC] = { (unsigned long long) (uintptr_t) t, (unsigned long long) (uintptr_t) t->data };
+        for (int j = 0; j < 4; j++) {
+            v[2 + j] = (unsigned long long) t->ne[j];
+        }
         for (int j = 0; j < GGML_MAX_SRC; j++) {
-            v[2 + j] = (unsigned long long) (uintptr_t) t->src[j];
+            v[6 + j] = (unsigned long long) (uintptr_t) t->src[j];
         }
         for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++) {
             h = (h ^ v[k]) * 1099511628211ULL;
@@ -598,7 +602,7 @@ static unsigned long long graph_hash(const struct ggml_cgraph * g) {
 
 // Writes `g` to BACKEND_TRACE_GRAPHS unless a graph with the same hash was written (the
 // first 4096 distinct graphs are remembered): once per distinct graph in a steady loop.
-static void maybe_dump_graph(const struct ggml_cgraph * g) {
+static void maybe_dump_graph(ggml_backend_t b, const struct ggml_cgraph * g) {
     static unsigned long long seen[4096];
     static int n_seen;
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -618,7 +622,7 @@ static void maybe_dump_graph(const struct ggml_cgraph * g) {
         }
         FILE * f = fopen(path, "a");
         if (f != NULL) {
-            dump_graph(f, g);
+            dump_graph(f, b, g);
             fclose(f);
         }
     }
@@ -630,6 +634,6 @@ enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_
     if (next == NULL) {
         next = dlsym(RTLD_NEXT, "ggml_backend_graph_compute");
     }
-    maybe_dump_graph(cgraph);
+    maybe_dump_graph(backend, cgraph);
     return next(backend, cgraph);
 }

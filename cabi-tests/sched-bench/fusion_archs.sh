@@ -3,9 +3,10 @@
 # without a GPU: every model test-llama-archs writes (random weights, 128 architectures, dense
 # and MoE) runs llama-bench (a 32-token prompt, then 2 tokens) with all layers on HRX0, in the
 # stock arm and in ours, with backend_trace.c preloaded to write each graph HRX0 computes with
-# its layout. fusion_check.py --compare then looks at every run of consecutive nodes: ggml-cuda
-# refuses to fuse a run whose output overlaps a source from outside it, so a run that ours'
-# layout forbids and stock's allows is a fused kernel lost on a CUDA build.
+# its layout. fusion_check.py --compare (HRX0's graphs: the CPU's layout fuses nothing) then
+# looks at every run of consecutive nodes: ggml-cuda refuses to fuse a run whose output
+# overlaps a source from outside it, so a run that ours' layout forbids and stock's allows is
+# a fused kernel lost on a CUDA build.
 #
 #   cabi-tests/sched-bench/fusion_archs.sh [OURS_LIB_DIR]   (default target/ours/lib, which
 #                                                            holds libggml-hrx.so too)
@@ -62,16 +63,16 @@ for model in "$out"/models/*.gguf; do
       ours-delay0) graphs ours-delay0 "$ours" "$model" GGML_ALLOC_REUSE_DELAY=0 ;;
     esac || { say "FAILED: $name: llama-bench in the $arm arm: $(tail -1 "$out/$arm/$name.log")"; fail=1; continue 2; }
   done
-  python3 "$check" --compare --window 5 "$out/stock/$name.txt" "$out/ours/$name.txt" > "$out/ours/$name.fusion" 2>&1
+  python3 "$check" --compare --backend HRX0 --window 5 "$out/stock/$name.txt" "$out/ours/$name.txt" > "$out/ours/$name.fusion" 2>&1
   rc=$?
   if [ $rc -ne 0 ]; then
     say "FAILED: $name: $(tail -1 "$out/ours/$name.fusion")"
     grep "B's layout forbids\|skipped" "$out/ours/$name.fusion" | head -5 | sed 's/^/    /'
     fail=1
   fi
-  python3 "$check" --compare --window 12 "$out/stock/$name.txt" "$out/ours/$name.txt" > "$out/ours/$name.fusion12" 2>&1 \
+  python3 "$check" --compare --backend HRX0 --window 12 "$out/stock/$name.txt" "$out/ours/$name.txt" > "$out/ours/$name.fusion12" 2>&1 \
     || long=$((long + 1))
-  python3 "$check" --compare --window 5 "$out/stock/$name.txt" "$out/ours-delay0/$name.txt" > "$out/ours-delay0/$name.fusion" 2>&1 \
+  python3 "$check" --compare --backend HRX0 --window 5 "$out/stock/$name.txt" "$out/ours-delay0/$name.txt" > "$out/ours-delay0/$name.fusion" 2>&1 \
     || control=$((control + 1))
 done
 say "$n models: ours forbids no run of up to 5 nodes that stock allows in $([ $fail -eq 0 ] && echo all of them || echo "some: see above"); runs of 6 to 12 nodes in $long models (for information: target/fusion-archs/ours/*.fusion12)"

@@ -2,7 +2,7 @@
 """Which of ggml-cuda's fusable runs a graph's memory layout forbids.
 
     fusion_check.py GRAPHS.txt...
-    fusion_check.py --compare [--window K] A.txt B.txt
+    fusion_check.py --compare [--window K] [--backend NAME] A.txt B.txt
 
 Reads the graphs backend_trace.c writes with BACKEND_TRACE_GRAPHS=FILE (every tensor with its
 buffer, offset and size). ggml-cuda runs several nodes as one kernel only when the run's output
@@ -27,10 +27,11 @@ the longest ggml-cuda fuses) with its last node as the output, in each of B's gr
 A's graph of the same ops, and lists the runs whose fusion B's layout forbids and A's allows,
 with their ops, and the other way round. Any run counts, fusable or not: what matters is where
 B forbids more than A. A graph of B whose ops A never computed is named and counts as a
-failure (the arms did not place the same graphs).
+failure (the arms did not place the same graphs). `--backend NAME` keeps only the graphs the
+tracer wrote for that backend (CUDA0: a CPU split's layout fuses nothing).
 
-Exit status 2 on a bad argument, 1 when `--compare` finds a run B forbids and A allows or a
-graph A lacks, else 0.
+Exit status 2 on a bad argument, 1 when `--compare` finds a run B forbids and A allows, a
+graph A lacks, or no graph of B at all, else 0.
 """
 
 import os
@@ -61,14 +62,17 @@ def source(token):
     return ("outside", op, place(rest))
 
 
-def read_graphs(path):
-    """Each graph: a list of nodes (op, place, sources)."""
+def read_graphs(path, backend=None):
+    """Each graph: a list of nodes (op, place, sources). With `backend`, only the graphs whose
+    header names that backend (`graph N nodes on NAME`; older files name none)."""
     graphs, nodes = [], None
     with open(path) as f:
         for line in f:
             if line.startswith("graph"):
+                name = line.split(" on ", 1)[1].strip() if " on " in line else None
                 nodes = []
-                graphs.append(nodes)
+                if backend is None or name == backend:
+                    graphs.append(nodes)
                 continue
             m = LINE.match(line.strip())
             if not m or nodes is None:
@@ -155,8 +159,8 @@ def pairs(graphs_a, graphs_b):
         yield i, (same[min(k, len(same) - 1)] if same else None), g
 
 
-def compare(path_a, path_b, k_max):
-    graphs_a, graphs_b = read_graphs(path_a), read_graphs(path_b)
+def compare(path_a, path_b, k_max, backend=None):
+    graphs_a, graphs_b = read_graphs(path_a, backend), read_graphs(path_b, backend)
     only_b = only_a = checked = skipped = 0
     for g, a, b in pairs(graphs_a, graphs_b):
         if a is None:
@@ -179,25 +183,38 @@ def compare(path_a, path_b, k_max):
                       f"A's layout forbids the fusion, B's allows it")
     print(f"{checked} graphs of B checked ({skipped} without a graph of the same ops in A), "
           f"runs of 2 to {k_max} nodes: {only_b} forbidden only in B, {only_a} only in A")
+    if not graphs_b:
+        print(f"no graphs{' on ' + backend if backend else ''} in {path_b}: nothing compared")
+        return 1
     return 1 if only_b or skipped else 0
 
 
 def main(argv):
-    missing = [p for p in argv if not p.startswith("--") and not p.isdigit() and not os.path.isfile(p)]
+    values = {i + 1 for i, a in enumerate(argv) if a in ("--window", "--backend")}
+    missing = [p for i, p in enumerate(argv)
+               if i not in values and not p.startswith("--") and not os.path.isfile(p)]
     if missing:
         print(f"fusion_check.py: no such file: {missing[0]}", file=sys.stderr)
         return 2
     if argv[:1] == ["--compare"]:
-        args, k_max = argv[1:], 12
-        if args[:1] == ["--window"]:
-            if len(args) < 2 or not args[1].isdigit() or int(args[1]) < 2:
-                print("--window needs a whole number of nodes, 2 or more", file=sys.stderr)
+        args, k_max, backend = argv[1:], 12, None
+        while args[:1] in (["--window"], ["--backend"]):
+            if len(args) < 2:
+                print(f"{args[0]} needs a value", file=sys.stderr)
                 return 2
-            k_max, args = int(args[1]), args[2:]
+            if args[0] == "--window":
+                if not args[1].isdigit() or int(args[1]) < 2:
+                    print("--window needs a whole number of nodes, 2 or more", file=sys.stderr)
+                    return 2
+                k_max = int(args[1])
+            else:
+                backend = args[1]
+            args = args[2:]
         if len(args) != 2:
-            print("usage: fusion_check.py --compare [--window K] A.txt B.txt", file=sys.stderr)
+            print("usage: fusion_check.py --compare [--window K] [--backend NAME] A.txt B.txt",
+                  file=sys.stderr)
             return 2
-        return compare(args[0], args[1], k_max)
+        return compare(args[0], args[1], k_max, backend)
     if not argv or argv[0].startswith("--"):
         print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
         return 2
