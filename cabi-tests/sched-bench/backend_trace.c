@@ -525,14 +525,15 @@ static int node_index(const struct ggml_cgraph * g, const struct ggml_tensor * t
     return -1;
 }
 
-// A small number for each buffer a graph's tensors live in, in order of first sight.
+// A small number for each buffer a graph's tensors live in, in order of first sight (-1 past
+// the 1024th, which no llama.cpp graph comes near).
 static int buffer_number(const void ** seen, int * n_seen, const void * buffer) {
     for (int i = 0; i < *n_seen; i++) {
         if (seen[i] == buffer) {
             return i;
         }
     }
-    if (*n_seen == 64) {
+    if (*n_seen == 1024) {
         return -1;
     }
     seen[*n_seen] = buffer;
@@ -546,11 +547,14 @@ static void print_place(FILE * f, const void ** seen, int * n_seen, const struct
         return;
     }
     long long off = (long long) ((const char *) t->data - (const char *) ggml_backend_buffer_get_base(t->buffer));
-    fprintf(f, "%d:%lld+%zu", buffer_number(seen, n_seen, t->buffer), off, ggml_nbytes(t));
+    // the bytes the buffer type allots it (ggml-cuda's fusion check compares these, which
+    // exceed ggml_nbytes for some quantized rows and attention with a quantized cache)
+    fprintf(f, "%d:%lld+%zu", buffer_number(seen, n_seen, t->buffer), off,
+            ggml_backend_buffer_get_alloc_size(t->buffer, t));
 }
 
 static void dump_graph(FILE * f, ggml_backend_t b, const struct ggml_cgraph * g) {
-    const void * seen[64];
+    const void * seen[1024];
     int n_seen = 0;
     fprintf(f, "graph %d nodes on %s\n", g->n_nodes, ggml_backend_name(b));
     for (int i = 0; i < g->n_nodes; i++) {

@@ -15,20 +15,21 @@ The first form counts, for each distinct graph (by node count), the runs ggml-cu
 decode graph of a dense model whose layout forbids the fusion:
 
 - MUL_MAT, MUL_MAT, GLU (the up and gate products and their GLU),
-- RMS_NORM, MUL (a norm and its weight).
+- RMS_NORM, MUL, ROPE (a norm, its weight and the rotation of Q or K).
 
-Only the memory layout is checked, not ggml-cuda's other conditions (types, shapes, use
-counts), which are the same in two arms that place the same nodes. Stock's own layout blocks
-some runs too (a final norm computed in place over its input, for one), so compare an arm's
-counts with stock's for the same graphs.
+(RMS_NORM, MUL and RMS_NORM, MUL, ADD, which it fuses more often, it fuses without that
+check.) Only the memory layout is checked, not ggml-cuda's other conditions (types, shapes,
+use counts), which are the same in two arms that place the same nodes. Stock's own layout can
+block runs too, so compare an arm's counts with stock's for the same graphs.
 
-`--compare` checks every run of 2 to K consecutive nodes (default 12: MoE routing runs are
-the longest ggml-cuda fuses) with its last node as the output, in each of B's graphs and in
-A's graph of the same ops, and lists the runs whose fusion B's layout forbids and A's allows,
-with their ops, and the other way round. Any run counts, fusable or not: what matters is where
-B forbids more than A. A graph of B whose ops A never computed is named and counts as a
-failure (the arms did not place the same graphs). `--backend NAME` keeps only the graphs the
-tracer wrote for that backend (CUDA0: a CPU split's layout fuses nothing).
+`--compare` checks every run of 2 to K consecutive nodes (default 12; ggml-cuda's longest
+runs, MoE routing with every option and the NVFP4 scaled GLU, reach 13) with its last node
+as the output, in each of B's graphs and in A's graph of the same ops and shapes, and lists
+the runs whose fusion B's layout forbids and A's allows, with their ops, and the other way
+round. Any run counts, fusable or not: what matters is where B forbids more than A. A graph
+of B that A never computed is named and counts as a failure (the arms did not place the
+same graphs). `--backend NAME` keeps only the graphs the tracer wrote for that backend
+(CUDA0: a CPU split's layout fuses nothing).
 
 Exit status 2 on a bad argument, 1 when `--compare` finds a run B forbids and A allows, a
 graph A lacks, or no graph of B at all, else 0.
@@ -38,7 +39,7 @@ import os
 import re
 import sys
 
-LINE = re.compile(r"(\d+) (\S+) flags (\d+) uses (-?\d+) ne \S+ view (-?\d+) at (\S+) src ?(.*)")
+LINE = re.compile(r"(\d+) (\S+) flags (\d+) uses (-?\d+) ne (\S+) view (-?\d+) at (\S+) src ?(.*)")
 
 
 def place(text):
@@ -63,8 +64,9 @@ def source(token):
 
 
 def read_graphs(path, backend=None):
-    """Each graph: a list of nodes (op, place, sources). With `backend`, only the graphs whose
-    header names that backend (`graph N nodes on NAME`; older files name none)."""
+    """Each graph: a list of nodes (op, place, sources, shape). With `backend`, only the
+    graphs whose header names that backend (`graph N nodes on NAME`; older files name
+    none)."""
     graphs, nodes = [], None
     with open(path) as f:
         for line in f:
@@ -77,8 +79,9 @@ def read_graphs(path, backend=None):
             m = LINE.match(line.strip())
             if not m or nodes is None:
                 continue
-            _, op, _, _, _, at, srcs = m.groups()
-            nodes.append((op, place(at), [source(t) for t in srcs.split()]))
+            _, op, _, _, ne, _, at, srcs = m.groups()
+            shape = tuple(int(x) for x in ne.split(","))
+            nodes.append((op, place(at), [source(t) for t in srcs.split()], shape))
     return graphs
 
 
@@ -86,16 +89,38 @@ def overlaps(a, b):
     return a is not None and b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
 
 
+# ggml-cuda's top-k MoE kernel reads all its logits before it writes, when the gating has at
+# most this many rows (TOPK_MOE_ROWS_PER_BLOCK): its memory check lets them alias the outputs.
+TOPK_ROWS_PER_BLOCK = 8
+GATING = ("SOFT_MAX", "SIGMOID", "SOFTPLUS")
+
+
+def topk_logits(nodes, run):
+    """The node index of the logits a top-k MoE run may overlap (the gating node's first
+    source, when the run starts with the gating and holds ARGSORT and GET_ROWS and the gating
+    has few rows), else None."""
+    first = nodes[run[0]]
+    ops = {nodes[i][0] for i in run}
+    if first[0] not in GATING or "ARGSORT" not in ops or "GET_ROWS" not in ops:
+        return None
+    shape = first[3]
+    if shape[1] * shape[2] * shape[3] > TOPK_ROWS_PER_BLOCK or not first[2]:
+        return None
+    src = first[2][0]
+    return src[1] if src[0] == "node" else None
+
+
 def blocked(nodes, run):
     """Whether the output of the run's last node overlaps a source from outside the run, as
-    ggml-cuda checks it: sources of op NONE are skipped, and a source that is an earlier node
-    of the run is inside it."""
+    ggml-cuda checks it: sources of op NONE are skipped, a source that is an earlier node of
+    the run is inside it, and a top-k MoE run's logits may overlap."""
     out = nodes[run[-1]][1]
+    logits = topk_logits(nodes, run)
     for j in run:
         for src in nodes[j][2]:
             if src[0] == "node":
                 k = src[1]
-                if run[0] <= k < j or nodes[k][0] == "NONE":
+                if run[0] <= k < j or nodes[k][0] == "NONE" or k == logits:
                     continue
                 where = nodes[k][1]
             else:
@@ -108,12 +133,15 @@ def blocked(nodes, run):
 
 
 def runs(nodes):
-    """(name, node indexes) of every candidate run of a dense decode graph."""
-    for i, (op, _, _) in enumerate(nodes):
+    """(name, node indexes) of every candidate run of a dense decode graph whose fusion
+    ggml-cuda checks for memory overlap (RMS_NORM, MUL alone and with ADD it fuses without
+    that check, so no layout blocks them)."""
+    for i, (op, _, _, _) in enumerate(nodes):
         if "GLU" in op and i >= 2 and nodes[i - 1][0] == "MUL_MAT" and nodes[i - 2][0] == "MUL_MAT":
             yield "MUL_MAT,MUL_MAT,GLU", (i - 2, i - 1, i)
-        if op == "MUL" and i >= 1 and nodes[i - 1][0] == "RMS_NORM" and ("node", i - 1) in nodes[i][2]:
-            yield "RMS_NORM,MUL", (i - 1, i)
+        if (op == "ROPE" and i >= 2 and nodes[i - 1][0] == "MUL" and nodes[i - 2][0] == "RMS_NORM"
+                and ("node", i - 2) in nodes[i - 1][2]):
+            yield "RMS_NORM,MUL,ROPE", (i - 2, i - 1, i)
 
 
 def count(paths):
@@ -128,7 +156,8 @@ def count(paths):
                 total, bad = counts.get(name, (0, 0))
                 counts[name] = (total + 1, bad + int(blocked(nodes, run)))
             for name, (total, bad) in sorted(counts.items()):
-                print(f"{path}: graph of {len(nodes)} nodes: {name}: {bad} of {total} blocked by the layout")
+                print(f"{path}: graph of {len(nodes)} nodes: {name}: "
+                      f"{bad} of {total} blocked by the layout")
     return 0
 
 
@@ -143,16 +172,19 @@ def windows(nodes, k_max):
 
 def pairs(graphs_a, graphs_b):
     """(index in B, A's graph, B's graph) for each graph of B, paired with the graph of A that
-    has the same ops: the k-th of B's graphs with a given op sequence goes with A's k-th (or
-    A's last, when A wrote fewer: the tracer writes a graph again when its layout changes, so
-    the arms may write a graph a different number of times). B's graphs whose ops A never
-    computed get None."""
+    has the same ops and shapes: the k-th of B's graphs with a given sequence goes with A's
+    k-th (or A's last, when A wrote fewer: the tracer writes a graph again when its layout
+    changes, so the arms may write a graph a different number of times). B's graphs that A
+    never computed get None."""
+    def key_of(g):
+        return tuple((n[0], n[3]) for n in g)
+
     by_ops = {}
     for g in graphs_a:
-        by_ops.setdefault(tuple(n[0] for n in g), []).append(g)
+        by_ops.setdefault(key_of(g), []).append(g)
     seen = {}
     for i, g in enumerate(graphs_b):
-        key = tuple(n[0] for n in g)
+        key = key_of(g)
         k = seen.get(key, 0)
         seen[key] = k + 1
         same = by_ops.get(key)
@@ -165,7 +197,8 @@ def compare(path_a, path_b, k_max, backend=None):
     for g, a, b in pairs(graphs_a, graphs_b):
         if a is None:
             skipped += 1
-            print(f"graph {g} of B ({len(b)} nodes): A computed no graph with its ops: skipped")
+            print(f"graph {g} of B ({len(b)} nodes): A computed no graph with its ops and "
+                  f"shapes: skipped")
             continue
         checked += 1
         for run in windows(a, k_max):
@@ -181,7 +214,8 @@ def compare(path_a, path_b, k_max, backend=None):
                 only_a += 1
                 print(f"graph {g} ({len(a)} nodes): nodes {run[0]}-{run[-1]} ({ops}): "
                       f"A's layout forbids the fusion, B's allows it")
-    print(f"{checked} graphs of B checked ({skipped} without a graph of the same ops in A), "
+    print(f"{checked} graphs of B checked ({skipped} without a graph of the same ops and "
+          f"shapes in A), "
           f"runs of 2 to {k_max} nodes: {only_b} forbidden only in B, {only_a} only in A")
     if not graphs_b:
         print(f"no graphs{' on ' + backend if backend else ''} in {path_b}: nothing compared")
