@@ -155,6 +155,8 @@ def count(paths):
             for name, run in runs(nodes):
                 total, bad = counts.get(name, (0, 0))
                 counts[name] = (total + 1, bad + int(blocked(nodes, run)))
+            if not counts:
+                print(f"{path}: graph of {len(nodes)} nodes: none of these runs")
             for name, (total, bad) in sorted(counts.items()):
                 print(f"{path}: graph of {len(nodes)} nodes: {name}: "
                       f"{bad} of {total} blocked by the layout")
