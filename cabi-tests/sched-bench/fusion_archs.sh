@@ -34,6 +34,8 @@ for f in "$ours/libggml-base.so.0" "$ours/libggml-hrx.so" "$stock/llama-bench" "
   [ -e "$f" ] || { say "missing $f (./ab build-stock, ./ab build-ours)"; exit 2; }
 done
 mkdir -p "$out/models"
+python3 "$check" --self-test | sed 's/^/[fusion-archs] /'
+[ "${PIPESTATUS[0]}" = 0 ] || { say "FAILED: fusion_check.py's own cases"; exit 1; }
 # the models are written once; a run cut short while writing them starts over
 cc -O2 -fPIC -shared -pthread -I"$up/ggml/include" -I"$up/ggml/src" -I"$up/include" -Wno-unused-function \
   "$root/cabi-tests/sched-bench/backend_trace.c" -o "$out/libbackend-trace.so" -ldl \

@@ -3,6 +3,7 @@
 
     fusion_check.py GRAPHS.txt...
     fusion_check.py --compare [--window K] [--backend NAME] A.txt B.txt
+    fusion_check.py --self-test
 
 Reads the graphs backend_trace.c writes with BACKEND_TRACE_GRAPHS=FILE (every tensor with its
 buffer, offset and size). ggml-cuda runs several nodes as one kernel only when the run's output
@@ -225,7 +226,51 @@ def compare(path_a, path_b, k_max, backend=None):
     return 1 if only_b or skipped else 0
 
 
+def self_test():
+    """Checks `blocked` and `pairs` on small graphs whose answers are known from ggml-cuda's
+    rule; exit status 1 on a wrong answer."""
+    def node(op, at, srcs, ne=(4, 1, 1, 1)):
+        return (op, at, srcs, ne)
+    w = ("outside", "NONE", (0, 0, 64))  # a weight over every byte below: op NONE, not checked
+    x = ("outside", "ADD", (0, 0, 16))                   # a node of another graph
+    cases = []
+    # a product pair and its GLU: the output over the normed input (outside the run) blocks
+    g = [node("RMS_NORM", (0, 0, 16), [x]),
+         node("MUL_MAT", (0, 16, 32), [w, ("node", 0)]),
+         node("MUL_MAT", (0, 32, 48), [w, ("node", 0)]),
+         node("SWIGLU", (0, 0, 16), [("node", 1), ("node", 2)])]
+    cases.append(("GLU over the normed input", blocked(g, range(1, 4)), True))
+    # the same output over the first product (inside the run, read before) and the weight
+    # (op NONE): allowed
+    g[3] = node("SWIGLU", (0, 16, 32), [("node", 1), ("node", 2)])
+    cases.append(("GLU over a product of the run and a weight", blocked(g, range(1, 4)), False))
+    # top-k: the weights output over the logits is allowed with few rows, not with many
+    def topk(rows):
+        return [node("MUL_MAT", (1, 0, 32), [x], (8, rows, 1, 1)),
+                node("SOFT_MAX", (1, 32, 64), [("node", 0)], (8, rows, 1, 1)),
+                node("RESHAPE", (1, 32, 64), [("node", 1)]),
+                node("ARGSORT", (1, 64, 96), [("node", 2)]),
+                node("VIEW", (1, 64, 80), [("node", 3)]),
+                node("GET_ROWS", (1, 0, 16), [("node", 2), ("node", 4)])]
+    cases.append(("top-k weights over its logits, 1 row", blocked(topk(1), range(1, 6)), False))
+    cases.append(("top-k weights over its logits, 64 rows", blocked(topk(64), range(1, 6)), True))
+    # pairing by ops and shapes: B's extra prompt graph goes with A's prompt graph
+    a_pp = [node("ADD", (0, 0, 16), [x], (4, 32, 1, 1))]
+    a_tg = [node("ADD", (0, 0, 16), [x], (4, 1, 1, 1))]
+    b_pp2 = [node("ADD", (0, 16, 32), [x], (4, 32, 1, 1))]
+    paired = [(i, a) for i, a, _ in pairs([a_pp, a_tg], [a_pp, b_pp2, a_tg])]
+    cases.append(("pairing by shape", [a is a_pp for _, a in paired[:2]] + [paired[2][1] is a_tg],
+                  [True, True, True]))
+    bad = [(name, got, want) for name, got, want in cases if got != want]
+    for name, got, want in bad:
+        print(f"self-test: {name}: got {got}, want {want}")
+    print(f"self-test: {len(cases) - len(bad)} of {len(cases)} cases right")
+    return 1 if bad else 0
+
+
 def main(argv):
+    if argv == ["--self-test"]:
+        return self_test()
     values = {i + 1 for i, a in enumerate(argv) if a in ("--window", "--backend")}
     missing = [p for i, p in enumerate(argv)
                if i not in values and not p.startswith("--") and not os.path.isfile(p)]
