@@ -270,8 +270,8 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
     };
     let mut ran: Vec<*const ggml_tensor> = Vec::with_capacity(n);
     let mut job = ExecJob {
-        nodes: Vec::new(),
         label: label(0),
+        ..Default::default()
     };
     // original node -> index in job.nodes
     let mut in_job: HashMap<usize, usize> = HashMap::new();
@@ -308,12 +308,12 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
         }
         // SAFETY: `g` is a live graph (view).
         let uses = unsafe { hash_set::use_count(g, np) };
-        let nj = match prepare(dev, node, &in_job, &mut pinned) {
+        let nj = match prepare(dev, node, &in_job, &mut pinned, &mut job) {
             Ok(nj) => nj,
             Err(PrepError::NoRoom) => {
                 // make room: run what is queued, then only this node pins its weights
                 flush(dev, &mut job, &mut in_job, &mut pinned, label(i));
-                match prepare(dev, node, &in_job, &mut pinned) {
+                match prepare(dev, node, &in_job, &mut pinned, &mut job) {
                     Ok(nj) => nj,
                     Err(PrepError::NoRoom) => {
                         dev.arena.lock().note_refusal();
@@ -355,8 +355,8 @@ fn flush(
     let done = std::mem::replace(
         job,
         ExecJob {
-            nodes: Vec::new(),
             label: next,
+            ..Default::default()
         },
     );
     in_job.clear();
@@ -369,12 +369,14 @@ fn flush(
 /// Builds the shadow copies of `node` and its sources. A source that is a node of the
 /// current job is linked to that node's shadow instead of copied (so the kernels see the
 /// producer itself, as in the original graph: what lets the CPU kernels fuse
-/// `RMS_NORM+MUL` exactly as they do in a CPU-only run).
+/// `RMS_NORM+MUL` exactly as they do in a CPU-only run). A graph input in host memory is
+/// read from `job`'s copy of it, taken now ([`ExecJob::input_copies`]).
 fn prepare(
     dev: &'static Device,
     node: &ggml_tensor,
     in_job: &HashMap<usize, usize>,
     pinned: &mut Vec<WeightKey>,
+    job_so_far: &mut ExecJob,
 ) -> Result<NodeJob, PrepError> {
     let mut job = NodeJob {
         tensors: vec![*node],
@@ -400,10 +402,29 @@ fn prepare(
         job.srcs.push((slot, job.tensors.len()));
         job.tensors.push(*s);
         // SAFETY: live tensor.
-        job.sizes.push(unsafe { crate::ggml::nbytes(s) });
-        job.locs.push(locate(dev, s, false, pinned)?);
+        let size = unsafe { crate::ggml::nbytes(s) };
+        let mut loc = locate(dev, s, false, pinned)?;
+        if let Loc::Host(p) = loc {
+            // SAFETY: a live source; its view source, if any, is live too.
+            if !dev.rt.reads_host_sources_on_execute() && unsafe { is_graph_input(s) } {
+                // SAFETY: a host tensor's bytes, `size` of them from its data.
+                loc = Loc::Host(SendPtr(unsafe { job_so_far.copy_input(p.0, size) }));
+            }
+        }
+        job.sizes.push(size);
+        job.locs.push(loc);
     }
     Ok(job)
+}
+
+/// Whether `t`, or the tensor it is a view of, is flagged as a graph input.
+///
+/// # Safety
+/// `t` is a live tensor whose `view_src` is NULL or live.
+unsafe fn is_graph_input(t: &ggml_tensor) -> bool {
+    let input = GGML_TENSOR_FLAG_INPUT as i32;
+    // SAFETY: the caller's contract.
+    t.flags & input != 0 || (!t.view_src.is_null() && unsafe { (*t.view_src).flags } & input != 0)
 }
 
 /// Where the bytes of `t` are for the device.
@@ -579,6 +600,66 @@ mod tests {
                 nodes: vec![first, second],
             }]
         );
+    }
+
+    #[test]
+    fn graph_inputs_in_host_memory_are_read_from_copies_taken_at_submission() {
+        let m = MockRuntime::new(1 << 20);
+        let d = device(&m, 1 << 20);
+        let b = alloc_buffer(d.buft(), 4096);
+        let a = base(b);
+        let host = foreign_buffer(true, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
+        let mut pos = vec![1.5f32; 64];
+        let mut act = vec![2.5f32; 64];
+        let pos_at = pos.as_mut_ptr() as usize;
+        let act_at = act.as_mut_ptr() as usize;
+        m.take_calls();
+        let mut input = leaf("inp_pos", host, pos_at);
+        input.flags |= GGML_TENSOR_FLAG_INPUT as i32;
+        let ip: *mut ggml_tensor = &mut input;
+        // a view of the input is the input's bytes: it reads the same copy
+        let mut view = named(f32_tensor(GGML_OP_VIEW, 64, host, pos_at), "pos_view");
+        view.view_src = ip;
+        view.src[0] = ip;
+        let vp: *mut ggml_tensor = &mut view;
+        // an activation in host memory (not an input) is read in place, as before
+        let mut x = leaf("x", host, act_at);
+        let xp: *mut ggml_tensor = &mut x;
+        let mut n0 = node("n0", GGML_OP_ADD, b, a, ip, xp);
+        let mut n1 = node("n1", GGML_OP_ADD, b, a + 256, vp, ip);
+        let mut nodes = [&mut n0 as *mut _, &mut n1];
+        let g = graph(&mut nodes);
+        compute(d, &g).unwrap();
+        // llama.cpp writes the next batch's input as soon as the compute returns
+        pos.fill(9.0);
+        assert_eq!(m.take_calls(), vec![Call::Exec(0)]);
+        let job = &m.jobs()[0];
+        let MockLoc::Host(copy) = job.nodes[0].locs[1] else {
+            panic!("the input is not in host memory: {:?}", job.nodes[0].locs)
+        };
+        assert_ne!(
+            copy, pos_at,
+            "the queued job reads the input the host overwrites"
+        );
+        assert_eq!(job.nodes[0].locs[2], MockLoc::Host(act_at));
+        assert_eq!(
+            job.nodes[1].locs[1..],
+            [MockLoc::Host(copy), MockLoc::Host(copy)],
+            "one copy per input and job"
+        );
+        let bytes: Vec<u8> = [1.5f32; 64].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let reads = &m.host_reads()[0];
+        assert_eq!(reads.len(), 4);
+        for (at, got) in reads {
+            if *at == copy {
+                assert_eq!(
+                    got, &bytes,
+                    "the copy holds the input as it was at submission"
+                );
+            } else {
+                assert_eq!(*at, act_at);
+            }
+        }
     }
 
     #[test]
@@ -827,8 +908,8 @@ mod tests {
         let m = MockRuntime::new(1 << 16);
         let d = device(&m, 1 << 16);
         let mut job = ExecJob {
-            nodes: Vec::new(),
             label: "first".into(),
+            ..Default::default()
         };
         let mut in_job = HashMap::from([(1usize, 0usize)]);
         let mut pinned = vec![WeightKey { ptr: 1, size: 2 }];

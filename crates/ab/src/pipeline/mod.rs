@@ -57,9 +57,19 @@ pub struct PipelineOptions {
     /// device named is an HRX one).
     #[arg(long, value_name = "FILE")]
     pub backend: Option<PathBuf>,
-    /// Chunks of 2048 tokens to evaluate (at least 1).
+    /// Chunks of `--ctx` tokens to evaluate (at least 1).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub chunks: u32,
+    /// The perplexity runs' context in tokens (`-c`, and `-b`: one batch a chunk).
+    #[arg(long, value_name = "TOKENS", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(16..))]
+    pub ctx: u32,
+    /// The perplexity runs' micro-batch in tokens (`-ub`); smaller ones put more batches in
+    /// flight at once across the pipeline.
+    #[arg(long, value_name = "TOKENS", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ubatch: u32,
+    /// Layers offloaded to the devices (`-ngl`) in every run; the rest run on the CPU.
+    #[arg(long, value_name = "N", default_value_t = 99)]
+    pub ngl: u32,
     /// Greedy tokens `llama-completion` generates on each configuration in each arm, whose
     /// texts must be equal (0: no text check, for devices that take different numeric paths).
     #[arg(long, value_name = "N", default_value_t = 32)]
@@ -67,6 +77,12 @@ pub struct PipelineOptions {
     /// The loopback port of the `ggml-rpc-server` a configuration naming `RPC0` starts.
     #[arg(long, default_value_t = 50753)]
     pub rpc_port: u16,
+    /// The split runs need not enable pipeline parallelism: llama.cpp enables it only when
+    /// every layer is offloaded, so with a partial offload (`--ngl` below the model's layer
+    /// count) this checks the split across the devices alone. Not with `--self-test`, whose
+    /// fault acts on pipeline copies.
+    #[arg(long, conflicts_with = "self_test")]
+    pub no_pipeline: bool,
     /// Then also run ours on the two devices with a planted fault
     /// (`GGML_SCHED_TEST_FAULT=wrong-pipeline-copy`: split inputs copied into the next pipeline
     /// copy) and require the check to catch it: the check's own test.
@@ -141,7 +157,25 @@ pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
             std::env::set_var("GGML_HRX_DEVICES", n.to_string());
         }
     }
-    let ab_dir = paths.ab_dir().join("pipeline");
+    if o.ubatch > o.ctx {
+        bail!(
+            "--ubatch {} is larger than --ctx {}: a micro-batch is part of a chunk",
+            o.ubatch,
+            o.ctx
+        );
+    }
+    let shape = runner::Shape {
+        chunks: o.chunks,
+        ctx: o.ctx,
+        ubatch: o.ubatch,
+        ngl: o.ngl,
+    };
+    // Runs of another shape keep their own logs (`ab test` runs two shapes in turn).
+    let ab_dir = paths.ab_dir().join(if shape.is_default() {
+        "pipeline".to_string()
+    } else {
+        format!("pipeline-c{}-ub{}-ngl{}", o.ctx, o.ubatch, o.ngl)
+    });
     let stock = paths::bin_dir(&build).join("libggml-base.so.0");
     let mut arms = [
         Arm::prepare(&ab_dir, "stock", &stock, backend.as_deref())?,
@@ -155,16 +189,19 @@ pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
         arms,
         model,
         text,
-        chunks: o.chunks,
+        shape,
         rpc_port: o.rpc_port,
     };
     say(&format!(
-        "pipeline: model {}, text {}, -c 2048 -b 2048 -ub 512, {} chunks; devices {} and {}",
+        "pipeline: model {}, text {}, -c {ctx} -b {ctx} -ub {} -ngl {}, {} chunks; devices {} and {}",
         runner.model.display(),
         runner.text.display(),
+        o.ubatch,
+        o.ngl,
         o.chunks,
         o.one,
-        o.two
+        o.two,
+        ctx = o.ctx
     ));
     let mut measures = vec![Measure::Perplexity];
     if o.greedy > 0 {
@@ -181,7 +218,7 @@ pub fn run(paths: &Paths, o: &PipelineOptions) -> Result<u8> {
                 results.push(runner.run(k, devices, measure, "")?);
             }
         }
-        pass &= judge(&results, measure, names, &o.one, &o.two);
+        pass &= judge(&results, measure, names, &o.one, &o.two, !o.no_pipeline);
     }
     if o.self_test {
         pass &= self_test(&runner, o, &measures, &results)?;

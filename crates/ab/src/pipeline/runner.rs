@@ -54,7 +54,29 @@ impl Watcher for Quiet {
     fn line(&mut self, _s: Stream, _l: &str) {}
 }
 
-/// What every run shares: the build, the arms, the model, the text and the chunks.
+/// How much of the text a perplexity run evaluates, in what batches, and how many layers it
+/// offloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Chunks of `ctx` tokens (`--chunks`).
+    pub chunks: u32,
+    /// The context, in tokens (`-c`, and `-b`: one logical batch a chunk).
+    pub ctx: u32,
+    /// Tokens of a micro-batch (`-ub`): with pipeline parallelism, the batches in flight.
+    pub ubatch: u32,
+    /// Layers offloaded to the devices (`-ngl`, perplexity and greedy runs alike); the rest
+    /// run on the CPU.
+    pub ngl: u32,
+}
+
+impl Shape {
+    /// The shape the check had before it took one: `-c 2048 -b 2048 -ub 512 -ngl 99`.
+    pub fn is_default(&self) -> bool {
+        (self.ctx, self.ubatch, self.ngl) == (2048, 512, 99)
+    }
+}
+
+/// What every run shares: the build, the arms, the model, the text and the shape.
 pub struct Runner {
     pub ab_dir: PathBuf,
     pub build: PathBuf,
@@ -62,7 +84,7 @@ pub struct Runner {
     pub arms: [Arm; 2],
     pub model: PathBuf,
     pub text: PathBuf,
-    pub chunks: u32,
+    pub shape: Shape,
     /// The port of the server a configuration naming RPC0 starts.
     pub rpc_port: u16,
 }
@@ -99,10 +121,10 @@ pub fn names_rpc(devices: &str) -> bool {
     devices.split(',').any(|d| d.trim() == "RPC0")
 }
 
-/// The arguments of one run: every layer offloaded (`-ngl 99`) to `devices` (`-dev`,
+/// The arguments of one run: `shape.ngl` layers offloaded (`-ngl`) to `devices` (`-dev`,
 /// comma-separated), log level 4 (the level at which llama_context logs "pipeline parallelism
-/// enabled"), and the measure's own: for perplexity `-f TEXT -c 2048 -b 2048 -ub 512 --chunks
-/// N`, for greedy text `-p PROMPT -n N --temp 0 -no-cnv`. With `rpc_port` (a configuration
+/// enabled"), and the measure's own: for perplexity `-f TEXT -c CTX -b CTX -ub UBATCH
+/// --chunks N`, for greedy text `-p PROMPT -n N --temp 0 -no-cnv`. With `rpc_port` (a configuration
 /// naming RPC0) also `--rpc 127.0.0.1:PORT`, and before `-dev`: llama.cpp's argument parser
 /// looks each `-dev` name up as it reads it, and RPC0 exists only once `--rpc` has registered
 /// it ("invalid device: RPC0" otherwise).
@@ -110,7 +132,7 @@ pub fn run_args(
     measure: Measure,
     model: &Path,
     text: &Path,
-    chunks: u32,
+    shape: Shape,
     devices: &str,
     rpc_port: Option<u16>,
 ) -> Vec<String> {
@@ -121,11 +143,12 @@ pub fn run_args(
     args.extend(["-m".into(), model.display().to_string()]);
     match measure {
         Measure::Perplexity => {
-            let chunks = chunks.to_string();
+            let chunks = shape.chunks.to_string();
+            let (ctx, ubatch) = (shape.ctx.to_string(), shape.ubatch.to_string());
             let text = text.display().to_string();
             args.extend(
                 [
-                    "-f", &text, "-c", "2048", "-b", "2048", "-ub", "512", "--chunks", &chunks,
+                    "-f", &text, "-c", &ctx, "-b", &ctx, "-ub", &ubatch, "--chunks", &chunks,
                 ]
                 .map(String::from),
             );
@@ -137,7 +160,8 @@ pub fn run_args(
             );
         }
     }
-    args.extend(["-ngl", "99", "-dev", devices, "-lv", "4"].map(String::from));
+    let ngl = shape.ngl.to_string();
+    args.extend(["-ngl", &ngl, "-dev", devices, "-lv", "4"].map(String::from));
     args
 }
 
@@ -159,7 +183,7 @@ impl Runner {
             measure,
             &self.model,
             &self.text,
-            self.chunks,
+            self.shape,
             devices,
             rpc_port,
         );
@@ -260,17 +284,54 @@ mod tests {
         assert_eq!(final_estimate("Final estimate: PPL = nan +/- nan"), None);
     }
 
+    fn shape(chunks: u32) -> Shape {
+        Shape {
+            chunks,
+            ctx: 2048,
+            ubatch: 512,
+            ngl: 99,
+        }
+    }
+
+    #[test]
+    fn a_shape_sets_context_batches_and_offload() {
+        let (m, t) = (Path::new("m.gguf"), Path::new("t.txt"));
+        let small = Shape {
+            chunks: 2,
+            ctx: 192,
+            ubatch: 48,
+            ngl: 15,
+        };
+        assert!(!small.is_default() && shape(1).is_default());
+        let a = run_args(Measure::Perplexity, m, t, small, "HRX0,HRX1", None);
+        let at = |s: &str| a[a.iter().position(|x| x == s).unwrap() + 1].as_str();
+        assert_eq!(
+            [at("-c"), at("-b"), at("-ub"), at("--chunks"), at("-ngl")],
+            ["192", "192", "48", "2", "15"]
+        );
+        let g = run_args(Measure::Greedy(8), m, t, small, "HRX0,HRX1", None);
+        assert_eq!(g[g.iter().position(|x| x == "-ngl").unwrap() + 1], "15");
+        assert!(!g.iter().any(|x| x == "-ub"), "{g:?}");
+    }
+
     #[test]
     fn rpc_is_registered_before_the_devices_are_named() {
         let (m, t) = (Path::new("m.gguf"), Path::new("t.txt"));
-        let a = run_args(Measure::Perplexity, m, t, 3, "RPC0,CUDA0", Some(50999));
+        let a = run_args(
+            Measure::Perplexity,
+            m,
+            t,
+            shape(3),
+            "RPC0,CUDA0",
+            Some(50999),
+        );
         let at = |s: &str| a.iter().position(|x| x == s).unwrap();
         assert_eq!(a[at("--rpc") + 1], "127.0.0.1:50999");
         assert_eq!(a[at("-dev") + 1], "RPC0,CUDA0");
         assert!(at("--rpc") < at("-dev"), "{a:?}");
         assert_eq!(a[at("--chunks") + 1], "3");
         assert_eq!(a[at("-ub") + 1], "512");
-        let b = run_args(Measure::Perplexity, m, t, 1, "CUDA0", None);
+        let b = run_args(Measure::Perplexity, m, t, shape(1), "CUDA0", None);
         assert!(!b.iter().any(|x| x == "--rpc"), "{b:?}");
         assert_eq!(b.len(), a.len() - 2);
         assert!(names_rpc("RPC0, CUDA0") && !names_rpc("CUDA0,HRX0"));
@@ -279,7 +340,14 @@ mod tests {
     #[test]
     fn greedy_runs_take_the_prompt_not_the_text() {
         let (m, t) = (Path::new("m.gguf"), Path::new("t.txt"));
-        let a = run_args(Measure::Greedy(24), m, t, 3, "RPC0,HRX0", Some(50999));
+        let a = run_args(
+            Measure::Greedy(24),
+            m,
+            t,
+            shape(3),
+            "RPC0,HRX0",
+            Some(50999),
+        );
         let at = |s: &str| a.iter().position(|x| x == s);
         assert_eq!(a[at("-n").unwrap() + 1], "24");
         assert_eq!(a[at("--temp").unwrap() + 1], "0");

@@ -152,6 +152,9 @@ struct State {
     next_sync: Option<String>,
     supports: bool,
     used: usize,
+    /// per executed job, the bytes of every host location its nodes' sources name, read when
+    /// the job ran: `(address, bytes)`
+    host_reads: Vec<Vec<(usize, Vec<u8>)>>,
 }
 
 /// The recording runtime; clones share one log (the device owns one, the test keeps one).
@@ -187,6 +190,12 @@ impl MockRuntime {
     /// The executed jobs, in order ([`Call::Exec`] holds indices into this).
     pub fn jobs(&self) -> Vec<ExecSummary> {
         self.state.lock().jobs.clone()
+    }
+
+    /// Per executed job, the host bytes its nodes' sources were read from when it ran,
+    /// `(address, bytes)` in node and source order.
+    pub fn host_reads(&self) -> Vec<Vec<(usize, Vec<u8>)>> {
+        self.state.lock().host_reads.clone()
     }
 
     /// Makes the next `synchronize` fail with `msg`.
@@ -373,6 +382,18 @@ impl Runtime for MockRuntime {
         let mut s = self.state.lock();
         let i = s.jobs.len();
         s.jobs.push(summarize(&job));
+        let mut reads = Vec::new();
+        for n in &job.nodes {
+            for &(_, k) in &n.srcs {
+                if let Loc::Host(p) = n.locs[k] {
+                    // SAFETY: a queued job's host locations span their sizes until it
+                    // completes (the submitter's promise, `SendPtr`); this is its run.
+                    let b = unsafe { std::slice::from_raw_parts(p.0 as *const u8, n.sizes[k]) };
+                    reads.push((p.0 as usize, b.to_vec()));
+                }
+            }
+        }
+        s.host_reads.push(reads);
         s.calls.push(Call::Exec(i));
     }
 

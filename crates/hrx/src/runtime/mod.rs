@@ -89,11 +89,51 @@ pub struct NodeJob {
 }
 
 /// A unit of execution: one node, or several run as one fused unit.
+#[derive(Default)]
 pub struct ExecJob {
     /// The nodes, in graph order.
     pub nodes: Vec<NodeJob>,
     /// Text naming the job for error messages.
     pub label: String,
+    /// Copies of the graph inputs in host memory that the nodes read, taken when the job was
+    /// built (`(original address, bytes, copy)`; the nodes' [`Loc::Host`] point at the copy),
+    /// for a runtime that reads host sources after `execute` returns (the simulator's worker
+    /// thread; see [`Runtime::reads_host_sources_on_execute`]). The host may write a graph
+    /// input again as soon as `graph_compute` returns: llama.cpp sets the next batch's
+    /// positions while a pipeline's later device still runs this one, and the scheduler makes
+    /// no copy of an input that a device reads from host memory directly.
+    pub input_copies: Vec<(usize, usize, Box<[Chunk]>)>,
+}
+
+/// 64 bytes aligned to 64: the unit of [`ExecJob::input_copies`], so that a copy is aligned
+/// as ggml aligns tensors in host buffers.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Chunk(pub [u8; 64]);
+
+impl ExecJob {
+    /// Where the job's copy of the `len` host bytes at `addr` (a graph input) is, copying
+    /// them now unless a node of the job already read that input.
+    ///
+    /// # Safety
+    /// `addr` spans `len` readable bytes.
+    pub unsafe fn copy_input(&mut self, addr: *const c_void, len: usize) -> *mut c_void {
+        let key = addr as usize;
+        if let Some((_, _, c)) = self
+            .input_copies
+            .iter_mut()
+            .find(|(a, n, _)| *a == key && *n == len)
+        {
+            return c.as_mut_ptr().cast();
+        }
+        let mut copy = vec![Chunk([0; 64]); len.div_ceil(64)].into_boxed_slice();
+        // SAFETY: `addr` spans `len` readable bytes (the caller's contract); the copy spans at
+        // least `len` fresh bytes, so the two do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(addr.cast::<u8>(), copy.as_mut_ptr().cast(), len) };
+        let p = copy.as_mut_ptr().cast();
+        self.input_copies.push((key, len, copy));
+        p
+    }
 }
 
 /// Weight uploads a runtime issued beside its queue ([`Runtime::upload_weight`]): counts and
@@ -152,6 +192,13 @@ pub trait Runtime: Send + Sync {
     /// Whether the runtime's kernels can run `node` (the last question a claim asks: which
     /// ops the device claims depends on what the chosen runtime can run). Not queued.
     fn supports(&self, node: &ggml_sys::ggml_tensor) -> bool;
+    /// Whether [`Runtime::execute`] has read the bytes of every host source of the job
+    /// ([`Loc::Host`]) by the time it returns (a runtime that copies them into its own
+    /// staging as it issues the job). When it has not, the layer hands it copies of the
+    /// graph inputs ([`ExecJob::input_copies`]), which the host may overwrite sooner.
+    fn reads_host_sources_on_execute(&self) -> bool {
+        false
+    }
     /// Allocates `size` bytes for the device copy of a host weight (the host-weight arena's),
     /// `None` when the device is out of memory. A runtime that uploads weights beside its
     /// queue ([`Runtime::upload_weight`]) allocates them in queue order; the default is

@@ -1073,6 +1073,7 @@ mod tests {
             |norm: crate::runtime::NodeJob, mul: crate::runtime::NodeJob| crate::runtime::ExecJob {
                 nodes: vec![norm, mul],
                 label: "test".into(),
+                ..Default::default()
             };
         let norm = || job_node(GGML_OP_RMS_NORM, Some(1), vec![]);
         let mul = |srcs| job_node(GGML_OP_MUL, Some(1), srcs);
@@ -1122,6 +1123,7 @@ mod tests {
         let job = |nodes: Vec<crate::runtime::NodeJob>| crate::runtime::ExecJob {
             nodes,
             label: "test".into(),
+            ..Default::default()
         };
         // the residual stream's sum is used again later: two uses are fine, it is written
         let add = || job_node(GGML_OP_ADD, Some(2), vec![]);
@@ -1201,6 +1203,7 @@ mod tests {
         let job = |nodes: Vec<crate::runtime::NodeJob>| crate::runtime::ExecJob {
             nodes,
             label: "test".into(),
+            ..Default::default()
         };
         let mm = |uses| job_node(GGML_OP_MUL_MAT, uses, vec![]);
         let glu = |srcs| job_node(GGML_OP_GLU, Some(1), srcs);

@@ -854,6 +854,13 @@ impl Runtime for CudaDevice {
 
     fn set_threads(&self, _n: usize) {}
 
+    /// Every host source is staged as the job is issued (`Gpu::htod` copies it into pinned
+    /// staging, or the driver stages pageable memory before the call returns), and input
+    /// slots are keyed by the host address, which a per-job copy would change every job.
+    fn reads_host_sources_on_execute(&self) -> bool {
+        true
+    }
+
     fn supports(&self, node: &ggml_sys::ggml_tensor) -> bool {
         support::supports(node) && self.kernels_built()
     }
