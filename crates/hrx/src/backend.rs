@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
+use std::sync::atomic::Ordering;
 
 use ggml_sys::*;
 
@@ -197,6 +198,7 @@ unsafe extern "C" fn be_synchronize(b: ggml_backend_t) {
     guard("ggml_backend_hrx_synchronize", || {
         // SAFETY: ggml passes one of our backends.
         let s = unsafe { stream(b) };
+        s.dev.host_writes_queued.store(false, Ordering::Relaxed);
         if let Err(e) = s.dev.rt.synchronize() {
             crate::log::error(&format!(
                 "HRX: {}: queued work failed: {e}\n",
@@ -277,6 +279,8 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
     let mut in_job: HashMap<usize, usize> = HashMap::new();
     // host weights the current job reads through the arena
     let mut pinned: Vec<WeightKey> = Vec::new();
+    // host memory the current job's nodes write, `(address, bytes)`
+    let mut host_writes: Vec<(usize, usize)> = Vec::new();
     for (i, &np) in nodes.iter().enumerate() {
         // SAFETY: graph nodes are live tensors.
         let node = unsafe { &*np };
@@ -299,7 +303,14 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
                 .collect();
             // what was queued before the bad node still runs, as ggml expects of a backend
             // that stops at a failing node
-            flush(dev, &mut job, &mut in_job, &mut pinned, label(i));
+            flush(
+                dev,
+                &mut job,
+                &mut in_job,
+                &mut pinned,
+                &mut host_writes,
+                label(i),
+            );
             return Err(format!(
                 "node {i} {desc} is not claimed by {} ({why}); sources: [{}]",
                 dev.name.to_string_lossy(),
@@ -308,12 +319,19 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
         }
         // SAFETY: `g` is a live graph (view).
         let uses = unsafe { hash_set::use_count(g, np) };
-        let nj = match prepare(dev, node, &in_job, &mut pinned, &mut job) {
+        let nj = match prepare(dev, node, &in_job, &mut pinned, &mut job, &host_writes) {
             Ok(nj) => nj,
             Err(PrepError::NoRoom) => {
                 // make room: run what is queued, then only this node pins its weights
-                flush(dev, &mut job, &mut in_job, &mut pinned, label(i));
-                match prepare(dev, node, &in_job, &mut pinned, &mut job) {
+                flush(
+                    dev,
+                    &mut job,
+                    &mut in_job,
+                    &mut pinned,
+                    &mut host_writes,
+                    label(i),
+                );
+                match prepare(dev, node, &in_job, &mut pinned, &mut job, &host_writes) {
                     Ok(nj) => nj,
                     Err(PrepError::NoRoom) => {
                         dev.arena.lock().note_refusal();
@@ -327,16 +345,33 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
                 }
             }
             Err(PrepError::Fatal(e)) => {
-                flush(dev, &mut job, &mut in_job, &mut pinned, label(i));
+                flush(
+                    dev,
+                    &mut job,
+                    &mut in_job,
+                    &mut pinned,
+                    &mut host_writes,
+                    label(i),
+                );
                 return Err(e);
             }
         };
         let mut nj = nj;
         nj.use_count = uses;
+        if let Loc::Host(p) = nj.locs[0] {
+            host_writes.push((p.0 as usize, nj.sizes[0]));
+        }
         in_job.insert(np as usize, job.nodes.len());
         job.nodes.push(nj);
     }
-    flush(dev, &mut job, &mut in_job, &mut pinned, label(n));
+    flush(
+        dev,
+        &mut job,
+        &mut in_job,
+        &mut pinned,
+        &mut host_writes,
+        label(n),
+    );
     if dev.reporter.lock().enabled() {
         let stats = dev.arena.lock().stats();
         dev.reporter.lock().on_compute(g, &ran, &stats);
@@ -344,14 +379,20 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
     Ok(())
 }
 
-/// Submits the job built so far (if any) and starts a new one labelled `next`.
+/// Submits the job built so far (if any) and starts a new one labelled `next`; notes on the
+/// device whether the job writes host memory (`host_writes`).
 fn flush(
     dev: &Device,
     job: &mut ExecJob,
     in_job: &mut HashMap<usize, usize>,
     pinned: &mut Vec<WeightKey>,
+    host_writes: &mut Vec<(usize, usize)>,
     next: String,
 ) {
+    if !host_writes.is_empty() {
+        dev.host_writes_queued.store(true, Ordering::Relaxed);
+        host_writes.clear();
+    }
     let done = std::mem::replace(
         job,
         ExecJob {
@@ -369,14 +410,18 @@ fn flush(
 /// Builds the shadow copies of `node` and its sources. A source that is a node of the
 /// current job is linked to that node's shadow instead of copied (so the kernels see the
 /// producer itself, as in the original graph: what lets the CPU kernels fuse
-/// `RMS_NORM+MUL` exactly as they do in a CPU-only run). A graph input in host memory is
-/// read from `job`'s copy of it, taken now ([`ExecJob::input_copies`]).
+/// `RMS_NORM+MUL` exactly as they do in a CPU-only run). For a runtime that reads its
+/// sources after `execute` returns, a source in host memory is read from `job_so_far`'s
+/// copy of it, taken now ([`ExecJob::host_copies`]), unless a node of the job writes those
+/// bytes first (`host_writes`: the job runs in order, so it reads them in place); a queued
+/// job that writes host memory is waited for before the copy.
 fn prepare(
     dev: &'static Device,
     node: &ggml_tensor,
     in_job: &HashMap<usize, usize>,
     pinned: &mut Vec<WeightKey>,
     job_so_far: &mut ExecJob,
+    host_writes: &[(usize, usize)],
 ) -> Result<NodeJob, PrepError> {
     let mut job = NodeJob {
         tensors: vec![*node],
@@ -405,10 +450,14 @@ fn prepare(
         let size = unsafe { crate::ggml::nbytes(s) };
         let mut loc = locate(dev, s, false, pinned)?;
         if let Loc::Host(p) = loc {
-            // SAFETY: a live source; its view source, if any, is live too.
-            if !dev.rt.reads_host_sources_on_execute() && unsafe { is_graph_input(s) } {
+            let at = p.0 as usize;
+            let written_here = host_writes
+                .iter()
+                .any(|&(w, n)| at < w + n && w < at + size);
+            if !dev.rt.reads_host_sources_on_execute() && !written_here {
+                wait_for_host_writes(dev)?;
                 // SAFETY: a host tensor's bytes, `size` of them from its data.
-                loc = Loc::Host(SendPtr(unsafe { job_so_far.copy_input(p.0, size) }));
+                loc = Loc::Host(SendPtr(unsafe { job_so_far.copy_host(p.0, size) }));
             }
         }
         job.sizes.push(size);
@@ -417,14 +466,15 @@ fn prepare(
     Ok(job)
 }
 
-/// Whether `t`, or the tensor it is a view of, is flagged as a graph input.
-///
-/// # Safety
-/// `t` is a live tensor whose `view_src` is NULL or live.
-unsafe fn is_graph_input(t: &ggml_tensor) -> bool {
-    let input = GGML_TENSOR_FLAG_INPUT as i32;
-    // SAFETY: the caller's contract.
-    t.flags & input != 0 || (!t.view_src.is_null() && unsafe { (*t.view_src).flags } & input != 0)
+/// Waits for the device's queue when a job queued on it writes host memory, so that a copy
+/// of host memory taken next sees those writes. Errors: the queued work failed.
+fn wait_for_host_writes(dev: &Device) -> Result<(), PrepError> {
+    if dev.host_writes_queued.swap(false, Ordering::Relaxed) {
+        dev.rt
+            .synchronize()
+            .map_err(|e| PrepError::Fatal(format!("queued work failed: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Where the bytes of `t` are for the device.
@@ -603,7 +653,7 @@ mod tests {
     }
 
     #[test]
-    fn graph_inputs_in_host_memory_are_read_from_copies_taken_at_submission() {
+    fn host_sources_are_read_from_copies_taken_when_the_job_is_queued() {
         let m = MockRuntime::new(1 << 20);
         let d = device(&m, 1 << 20);
         let b = alloc_buffer(d.buft(), 4096);
@@ -617,12 +667,12 @@ mod tests {
         let mut input = leaf("inp_pos", host, pos_at);
         input.flags |= GGML_TENSOR_FLAG_INPUT as i32;
         let ip: *mut ggml_tensor = &mut input;
-        // a view of the input is the input's bytes: it reads the same copy
+        // a view of the same bytes reads the same copy
         let mut view = named(f32_tensor(GGML_OP_VIEW, 64, host, pos_at), "pos_view");
         view.view_src = ip;
         view.src[0] = ip;
         let vp: *mut ggml_tensor = &mut view;
-        // an activation in host memory (not an input) is read in place, as before
+        // an activation the CPU computed into its compute buffer
         let mut x = leaf("x", host, act_at);
         let xp: *mut ggml_tensor = &mut x;
         let mut n0 = node("n0", GGML_OP_ADD, b, a, ip, xp);
@@ -630,36 +680,78 @@ mod tests {
         let mut nodes = [&mut n0 as *mut _, &mut n1];
         let g = graph(&mut nodes);
         compute(d, &g).unwrap();
-        // llama.cpp writes the next batch's input as soon as the compute returns
+        // llama.cpp writes the next micro-batch's input, and the CPU its next activations, as
+        // soon as the compute returns
         pos.fill(9.0);
-        assert_eq!(m.take_calls(), vec![Call::Exec(0)]);
+        act.fill(9.0);
+        assert_eq!(m.take_calls(), vec![Call::Exec(0)], "nothing to wait for");
         let job = &m.jobs()[0];
-        let MockLoc::Host(copy) = job.nodes[0].locs[1] else {
-            panic!("the input is not in host memory: {:?}", job.nodes[0].locs)
+        let host_at = |l: MockLoc| match l {
+            MockLoc::Host(p) => p,
+            other => panic!("not in host memory: {other:?}"),
         };
-        assert_ne!(
-            copy, pos_at,
-            "the queued job reads the input the host overwrites"
+        let (pos_copy, act_copy) = (host_at(job.nodes[0].locs[1]), host_at(job.nodes[0].locs[2]));
+        assert!(
+            ![pos_at, act_at].contains(&pos_copy) && ![pos_at, act_at].contains(&act_copy),
+            "the queued job reads memory the host overwrites"
         );
-        assert_eq!(job.nodes[0].locs[2], MockLoc::Host(act_at));
+        assert_ne!(pos_copy, act_copy);
         assert_eq!(
             job.nodes[1].locs[1..],
-            [MockLoc::Host(copy), MockLoc::Host(copy)],
-            "one copy per input and job"
+            [MockLoc::Host(pos_copy), MockLoc::Host(pos_copy)],
+            "one copy of the same bytes a job"
         );
-        let bytes: Vec<u8> = [1.5f32; 64].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let bytes = |v: f32| -> Vec<u8> { [v; 64].iter().flat_map(|v| v.to_ne_bytes()).collect() };
         let reads = &m.host_reads()[0];
         assert_eq!(reads.len(), 4);
         for (at, got) in reads {
-            if *at == copy {
-                assert_eq!(
-                    got, &bytes,
-                    "the copy holds the input as it was at submission"
-                );
-            } else {
-                assert_eq!(*at, act_at);
-            }
+            let want = if *at == pos_copy { 1.5 } else { 2.5 };
+            assert_eq!(
+                got,
+                &bytes(want),
+                "a copy holds the bytes as they were when queued"
+            );
         }
+    }
+
+    #[test]
+    fn host_bytes_a_job_writes_are_read_in_place_after_and_waited_for_by_the_next_job() {
+        let m = MockRuntime::new(1 << 20);
+        let d = device(&m, 1 << 20);
+        let b = alloc_buffer(d.buft(), 4096);
+        let a = base(b);
+        let host = foreign_buffer(true, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
+        let mut kv = vec![0.5f32; 64];
+        let kv_at = kv.as_mut_ptr() as usize;
+        m.take_calls();
+        let mut x = leaf("x", b, a);
+        let xp: *mut ggml_tensor = &mut x;
+        // n0 writes host memory (an in-place op whose storage is a host buffer); n1 reads it
+        let mut n0 = node("n0", GGML_OP_ADD, host, kv_at, xp, xp);
+        let n0p: *mut ggml_tensor = &mut n0;
+        let mut kv_view = named(f32_tensor(GGML_OP_VIEW, 64, host, kv_at), "kv_view");
+        kv_view.view_src = n0p;
+        kv_view.src[0] = n0p;
+        let vp: *mut ggml_tensor = &mut kv_view;
+        let mut n1 = node("n1", GGML_OP_ADD, b, a + 256, vp, xp);
+        let mut nodes = [n0p, vp, &mut n1 as *mut _];
+        let g = graph(&mut nodes);
+        compute(d, &g).unwrap();
+        let job = &m.jobs()[0];
+        assert_eq!(job.nodes[0].locs[0], MockLoc::Host(kv_at));
+        // a view of what n0 writes is not linked to n0: read where n0 wrote it
+        assert_eq!(job.nodes[1].locs[1], MockLoc::Host(kv_at));
+        assert_eq!(m.take_calls(), vec![Call::Exec(0)]);
+        // the next job reads those bytes: it waits for the queue before it copies them
+        let mut n2 = node("n2", GGML_OP_ADD, b, a + 512, vp, xp);
+        let mut nodes = [&mut n2 as *mut _];
+        let g = graph(&mut nodes);
+        compute(d, &g).unwrap();
+        assert_eq!(m.take_calls(), vec![Call::Synchronize, Call::Exec(1)]);
+        assert!(matches!(m.jobs()[1].nodes[0].locs[1], MockLoc::Host(p) if p != kv_at));
+        // ... and only once: nothing queued since writes host memory
+        compute(d, &g).unwrap();
+        assert_eq!(m.take_calls(), vec![Call::Exec(2)]);
     }
 
     #[test]
@@ -738,7 +830,8 @@ mod tests {
     }
 
     #[test]
-    fn host_tensors_are_used_in_place_and_host_weights_go_through_the_arena() {
+    fn host_tensors_are_read_from_a_copy_and_written_in_place_and_host_weights_go_through_the_arena(
+    ) {
         let m = MockRuntime::new(1 << 20);
         let d = device(&m, 1 << 20);
         let b = alloc_buffer(d.buft(), 1024);
@@ -783,12 +876,17 @@ mod tests {
             ]
         );
         let job = &m.jobs()[0];
+        // the activation is read from the job's copy of it (taken when the job was queued)
+        let MockLoc::Host(act_copy) = job.nodes[0].locs[2] else {
+            panic!("{:?}", job.nodes[0].locs)
+        };
+        assert_ne!(act_copy, hp);
         assert_eq!(
             job.nodes[0].locs,
             vec![
                 MockLoc::Device(a),
                 MockLoc::Device(w_addr),
-                MockLoc::Host(hp)
+                MockLoc::Host(act_copy)
             ]
         );
         // a destination in host memory stays there; the view reads the resident copy
@@ -797,13 +895,14 @@ mod tests {
             vec![
                 MockLoc::Host(hp),
                 MockLoc::Device(w_addr + 64),
-                MockLoc::Host(hp)
+                MockLoc::Host(act_copy)
             ]
         );
         assert_eq!(job.nodes[1].sizes, vec![64, 64, 256]);
-        // the second evaluation finds the copy resident
+        // the second evaluation finds the copy resident; the first wrote host memory (n1),
+        // so the activation is copied only once that job ran
         compute(d, &g).unwrap();
-        assert_eq!(m.take_calls(), vec![Call::Exec(1)]);
+        assert_eq!(m.take_calls(), vec![Call::Synchronize, Call::Exec(1)]);
         let s = d.arena.lock().stats();
         // hits: the view in the first evaluation, both uses in the second
         assert_eq!((s.hits, s.misses, s.resident_bytes), (3, 1, 256));
@@ -913,7 +1012,15 @@ mod tests {
         };
         let mut in_job = HashMap::from([(1usize, 0usize)]);
         let mut pinned = vec![WeightKey { ptr: 1, size: 2 }];
-        flush(d, &mut job, &mut in_job, &mut pinned, "second".into());
+        let mut host_writes = Vec::new();
+        flush(
+            d,
+            &mut job,
+            &mut in_job,
+            &mut pinned,
+            &mut host_writes,
+            "second".into(),
+        );
         assert!(m.calls().is_empty());
         assert_eq!(job.label, "second");
         assert!(in_job.is_empty() && pinned.is_empty());
@@ -925,7 +1032,14 @@ mod tests {
             node_srcs: vec![],
             use_count: Some(3),
         });
-        flush(d, &mut job, &mut in_job, &mut pinned, "third".into());
+        flush(
+            d,
+            &mut job,
+            &mut in_job,
+            &mut pinned,
+            &mut host_writes,
+            "third".into(),
+        );
         assert_eq!(m.take_calls(), vec![Call::Exec(0)]);
         assert_eq!(m.jobs()[0].label, "second");
         assert_eq!(m.jobs()[0].nodes[0].use_count, Some(3));

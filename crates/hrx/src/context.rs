@@ -32,6 +32,10 @@ pub struct Device {
     pub arena: Mutex<Arena>,
     /// The placement reporter.
     pub reporter: Mutex<Reporter>,
+    /// Whether a job that writes host memory was queued since the layer last waited for the
+    /// queue: a copy of host memory taken before that job ran could be stale
+    /// ([`crate::runtime::ExecJob::host_copies`]).
+    pub host_writes_queued: std::sync::atomic::AtomicBool,
     handles: OnceLock<Handles>,
 }
 
@@ -62,6 +66,7 @@ impl Device {
             rt,
             arena: Mutex::new(Arena::new(arena_limit)),
             reporter: Mutex::new(Reporter::new(index)),
+            host_writes_queued: Default::default(),
             handles: OnceLock::new(),
         }))
     }

@@ -95,32 +95,33 @@ pub struct ExecJob {
     pub nodes: Vec<NodeJob>,
     /// Text naming the job for error messages.
     pub label: String,
-    /// Copies of the graph inputs in host memory that the nodes read, taken when the job was
-    /// built (`(original address, bytes, copy)`; the nodes' [`Loc::Host`] point at the copy),
-    /// for a runtime that reads host sources after `execute` returns (the simulator's worker
-    /// thread; see [`Runtime::reads_host_sources_on_execute`]). The host may write a graph
-    /// input again as soon as `graph_compute` returns: llama.cpp sets the next batch's
-    /// positions while a pipeline's later device still runs this one, and the scheduler makes
-    /// no copy of an input that a device reads from host memory directly.
-    pub input_copies: Vec<(usize, usize, Box<[Chunk]>)>,
+    /// Copies of the host memory the nodes read (`(original address, bytes, copy)`; the
+    /// nodes' [`Loc::Host`] sources point at the copy), taken as the job was built, for a
+    /// runtime that reads its sources after `execute` returns (the simulator's worker thread;
+    /// see [`Runtime::reads_host_sources_on_execute`]). The host may write that memory again
+    /// as soon as `graph_compute` returns: llama.cpp sets the next micro-batch's graph inputs,
+    /// and with pipeline copies the CPU computes the next micro-batch into its compute buffer
+    /// while a later device still runs this one; the scheduler copies neither for a device
+    /// that reads host memory where it is.
+    pub host_copies: Vec<(usize, usize, Box<[Chunk]>)>,
 }
 
-/// 64 bytes aligned to 64: the unit of [`ExecJob::input_copies`], so that a copy is aligned
+/// 64 bytes aligned to 64: the unit of [`ExecJob::host_copies`], so that a copy is aligned
 /// as ggml aligns tensors in host buffers.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 pub struct Chunk(pub [u8; 64]);
 
 impl ExecJob {
-    /// Where the job's copy of the `len` host bytes at `addr` (a graph input) is, copying
-    /// them now unless a node of the job already read that input.
+    /// Where the job's copy of the `len` host bytes at `addr` is, copying them now unless a
+    /// node of the job already read the same bytes.
     ///
     /// # Safety
     /// `addr` spans `len` readable bytes.
-    pub unsafe fn copy_input(&mut self, addr: *const c_void, len: usize) -> *mut c_void {
+    pub unsafe fn copy_host(&mut self, addr: *const c_void, len: usize) -> *mut c_void {
         let key = addr as usize;
         if let Some((_, _, c)) = self
-            .input_copies
+            .host_copies
             .iter_mut()
             .find(|(a, n, _)| *a == key && *n == len)
         {
@@ -131,7 +132,7 @@ impl ExecJob {
         // least `len` fresh bytes, so the two do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(addr.cast::<u8>(), copy.as_mut_ptr().cast(), len) };
         let p = copy.as_mut_ptr().cast();
-        self.input_copies.push((key, len, copy));
+        self.host_copies.push((key, len, copy));
         p
     }
 }
@@ -194,8 +195,8 @@ pub trait Runtime: Send + Sync {
     fn supports(&self, node: &ggml_sys::ggml_tensor) -> bool;
     /// Whether [`Runtime::execute`] has read the bytes of every host source of the job
     /// ([`Loc::Host`]) by the time it returns (a runtime that copies them into its own
-    /// staging as it issues the job). When it has not, the layer hands it copies of the
-    /// graph inputs ([`ExecJob::input_copies`]), which the host may overwrite sooner.
+    /// staging as it issues the job). When it has not, the layer hands it copies
+    /// ([`ExecJob::host_copies`]): the host may overwrite the originals sooner.
     fn reads_host_sources_on_execute(&self) -> bool {
         false
     }
