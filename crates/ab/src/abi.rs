@@ -165,7 +165,13 @@ pub fn check_arms(build: &Path, arms: &mut [crate::swap::Arm]) -> Result<()> {
     let own = read(&build_lib, &lib_dir)?;
     crate::say(&format!("build's ggml: {own}"));
     for arm in arms.iter() {
-        let a = read(&arm.lib_copy, &lib_dir)?;
+        let a = read(&arm.lib_copy, &lib_dir).with_context(|| {
+            format!(
+                "arm {}: reading the ggml version of {}",
+                arm.name,
+                arm.source.display()
+            )
+        })?;
         check_arm(&arm.name, &a, &build_lib, &own)?;
         crate::say(&format!("arm {}: {a}, matches the build", arm.name));
     }

@@ -219,6 +219,7 @@ pub fn ensure_probe(paths: &Paths) -> Result<PathBuf> {
             anyhow::bail!("could not build the probe {}", p.display());
         }
     }
+    swap::check_search_path("LD_PRELOAD", &p)?;
     Ok(p)
 }
 
@@ -254,8 +255,9 @@ fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
     let probe = ensure_probe(paths)?;
     let lib = store::resolve(&paths.ab_dir(), &a.lib)?;
     let mut arm = swap::Arm::prepare(&paths.ab_dir(), &a.arm, &lib, a.backend.as_deref())?;
-    store::keep(&paths.ab_dir(), &arm.resolved, &arm.sha256)?;
+    // Kept only once it passed the checks: the store lists files that can be run.
     abi::check_arms(&build, std::slice::from_mut(&mut arm))?;
+    store::keep(&paths.ab_dir(), &arm.resolved, &arm.sha256)?;
     let program = paths::program(&build, &a.command[0])?;
     let name = program
         .file_name()

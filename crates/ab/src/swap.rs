@@ -44,6 +44,7 @@ impl Arm {
     /// Prepares the arm's folder under `ab_dir/arms/<name>/lib` with a verified copy of
     /// `file`. Fails when `file` is missing or the copy does not hash like the original.
     pub fn prepare(ab_dir: &Path, name: &str, file: &Path, backend: Option<&Path>) -> Result<Arm> {
+        check_arm_name(name)?;
         if !file.is_file() {
             bail!("arm {name}: {} is not a file", file.display());
         }
@@ -52,6 +53,7 @@ impl Arm {
             .with_context(|| format!("resolving {}", file.display()))?;
         let sha256 = pins::sha256_file(&resolved)?;
         let lib_dir = ab_dir.join("arms").join(name).join("lib");
+        check_search_path("LD_LIBRARY_PATH", &lib_dir)?;
         std::fs::create_dir_all(&lib_dir)
             .with_context(|| format!("creating {}", lib_dir.display()))?;
         let lib_copy = lib_dir.join("libggml-base.so.0");
@@ -95,6 +97,45 @@ impl Arm {
             preload: None,
         })
     }
+}
+
+/// An arm's name is a folder under `target/ab/arms` and a word of the report: letters,
+/// digits, `.`, `_` and `-`, not starting with `.` (so not empty, `..`, a path or anything
+/// the dynamic loader's variables would split).
+pub fn check_arm_name(name: &str) -> Result<()> {
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !plain {
+        bail!(
+            "arm name {name:?} is not a plain name (letters, digits, '.', '_' and '-', not \
+             starting with '.'): it names the arm's folder under target/ab/arms"
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a path the dynamic loader would split when it reads `var`: `LD_LIBRARY_PATH` is
+/// split at `:` and `;`, `LD_PRELOAD` at `:` and spaces. Such a path (a workspace under a
+/// folder named with a space, say) would make every run load the wrong files and fail its
+/// proof for a reason the proof cannot name.
+pub fn check_search_path(var: &str, path: &Path) -> Result<()> {
+    let seps: &[char] = if var == "LD_PRELOAD" {
+        &[':', ' ', '\t', '\n']
+    } else {
+        &[':', ';']
+    };
+    let text = path.to_string_lossy();
+    if let Some(c) = text.chars().find(|c| seps.contains(c)) {
+        bail!(
+            "{} contains {c:?}, which the dynamic loader splits {var} at: move the workspace (or \
+             the bundle) to a path without it",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// What to run in an arm.
@@ -213,4 +254,55 @@ fn prepend(dir: &Path, var: &str) -> OsString {
         v.push(old);
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arm_names_are_plain_folder_names() {
+        for ok in ["a", "b", "stock", "check-other", "v0.25.3_rc"] {
+            assert!(check_arm_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "", ".", "..", "../../x", "/tmp/x", "a/b", "a:b", "a b", ".hidden",
+        ] {
+            let e = check_arm_name(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+        let e = Arm::prepare(
+            Path::new("/nonexistent"),
+            "../x",
+            Path::new("/bin/sh"),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("not a plain name"),
+            "refused before any file is made: {e}"
+        );
+    }
+
+    #[test]
+    fn paths_the_loader_would_split_are_refused_with_their_variable() {
+        assert!(check_search_path("LD_PRELOAD", Path::new("/w/target/probe.so")).is_ok());
+        let e = check_search_path("LD_PRELOAD", Path::new("/tmp/w s/probe.so"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/tmp/w s/probe.so") && e.contains("LD_PRELOAD"),
+            "{e}"
+        );
+        assert!(check_search_path("LD_PRELOAD", Path::new("/tmp/a:b/p.so")).is_err());
+        // a space is fine in LD_LIBRARY_PATH; its separators are ':' and ';'
+        assert!(check_search_path("LD_LIBRARY_PATH", Path::new("/tmp/w s/lib")).is_ok());
+        for bad in ["/tmp/a:b/lib", "/tmp/a;b/lib"] {
+            let e = check_search_path("LD_LIBRARY_PATH", Path::new(bad))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("LD_LIBRARY_PATH") && e.contains(bad), "{e}");
+        }
+    }
 }
