@@ -135,7 +135,8 @@ struct ExecArgs {
     /// The llama.cpp build folder whose programs are run (default: target/llama-stock).
     #[arg(long, value_name = "DIR")]
     llama_build: Option<PathBuf>,
-    /// Arm name (the swap folder is target/ab/arms/<ARM>/lib).
+    /// Arm name (the swap folder is target/ab/arms/<ARM>/lib): letters, digits, '.', '_' and
+    /// '-', not starting with '.'.
     #[arg(long, default_value = "exec")]
     arm: String,
     /// Program (name in the build's bin/, or a path) and its arguments, after `--`.
