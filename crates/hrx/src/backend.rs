@@ -11,7 +11,9 @@
 //! graph, so fusions such as `RMS_NORM+MUL` happen exactly where they would on the CPU.
 //! When the arena needs room that the current job's weights pin, the job is submitted
 //! first and a new one starts (evictions are queued after it, so nothing it reads is
-//! overwritten).
+//! overwritten). A runtime that reads its sources after `execute` returns gets copies of
+//! the host memory a job reads, taken as the job is built ([`ExecJob::host_copies`]): the
+//! host may write it again as soon as `graph_compute` returns.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};

@@ -55,7 +55,8 @@ unsafe impl Sync for SendPtr {}
 pub enum Loc {
     /// Device-local memory at this device address.
     Device(DevAddr),
-    /// Host-visible memory the device reads and writes directly (a host buffer).
+    /// Host-visible memory the device reads and writes directly: a host buffer, or for a
+    /// source, the job's copy of one ([`ExecJob::host_copies`]).
     Host(SendPtr),
 }
 
