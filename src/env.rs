@@ -37,3 +37,88 @@ pub fn debug_level(name: &str) -> i32 {
         envvar::count(t, 0..=i32::MAX as usize).map(|n| n as i32)
     })
 }
+
+/// Every `GGML_SCHED_*` and `GGML_ALLOC_*` variable this library reads (stock reads the first
+/// two; `GGML_SCHED_MAX_COPIES` is a build setting in stock, read at run time here).
+pub const KNOWN: &[&str] = &[
+    "GGML_SCHED_DEBUG",
+    "GGML_SCHED_DEBUG_REALLOC",
+    "GGML_SCHED_MAX_COPIES",
+    "GGML_SCHED_INPLACE_RULE",
+    "GGML_SCHED_DUMP",
+    "GGML_SCHED_SANITIZE",
+    "GGML_SCHED_TEST_FAULT",
+    "GGML_ALLOC_LAYOUT",
+    "GGML_ALLOC_REUSE_DELAY",
+];
+
+/// The names among `names` that have one of this library's prefixes (`GGML_SCHED_`,
+/// `GGML_ALLOC_`) but are none of [`KNOWN`], each with the known name it is closest to when
+/// that is a likely typo (Jaro-Winkler similarity at least 0.9).
+pub fn unknown<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+) -> Vec<(String, Option<&'static str>)> {
+    names
+        .into_iter()
+        .filter(|n| {
+            (n.starts_with("GGML_SCHED_") || n.starts_with("GGML_ALLOC_")) && !KNOWN.contains(n)
+        })
+        .map(|n| {
+            let closest = KNOWN
+                .iter()
+                .map(|&k| (strsim::jaro_winkler(n, k), k))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .filter(|&(score, _)| score >= 0.9)
+                .map(|(_, k)| k);
+            (n.to_string(), closest)
+        })
+        .collect()
+}
+
+/// Warns once per process, through ggml's logger, of every variable of the environment that
+/// [`unknown`] finds: a misspelt switch such as `GGML_SCHED_INPLACE_RUEL=0` would otherwise do
+/// nothing, silently, while its user believes the rule off.
+pub fn warn_unknown_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let names: Vec<String> = std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .collect();
+        for (name, closest) in unknown(names.iter().map(String::as_str)) {
+            let hint = closest.map_or(String::new(), |k| format!(" (did you mean {k}?)"));
+            crate::ffi::log::warn(&format!(
+                "ggml_backend_sched: {name} is set but is not a variable this library reads{hint}; \
+                 it has no effect\n"
+            ));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misspelt_variables_are_found_with_the_name_they_are_closest_to() {
+        let found = unknown([
+            "GGML_SCHED_INPLACE_RUEL",
+            "GGML_ALLOC_LAYOUTS",
+            "GGML_SCHED_INPLACE_RULE",
+            "GGML_SCHED_SOMETHING_ELSE_ENTIRELY",
+            "GGML_CUDA_GRAPHS",
+            "PATH",
+        ]);
+        assert_eq!(
+            found,
+            vec![
+                (
+                    "GGML_SCHED_INPLACE_RUEL".into(),
+                    Some("GGML_SCHED_INPLACE_RULE")
+                ),
+                ("GGML_ALLOC_LAYOUTS".into(), Some("GGML_ALLOC_LAYOUT")),
+                ("GGML_SCHED_SOMETHING_ELSE_ENTIRELY".into(), None),
+            ]
+        );
+        assert!(unknown(KNOWN.iter().copied()).is_empty());
+    }
+}

@@ -75,6 +75,24 @@ static void case_dev_memory_null(void) {
     ggml_backend_dev_memory(ggml_backend_get_device(cpu_backend()), NULL, NULL);
 }
 
+/* A node buffer id past the allocator's buffer types: stock indexes its array with it and
+ * reads whatever lies there (here it went on and exited 0; GGML_ASSERT(buft) or a crash
+ * when that memory is NULL or unmapped); ours aborts naming the entry. */
+static void case_gallocr_reserve_n_bad_id(void) {
+    ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(cpu_backend());
+    ggml_gallocr_t galloc = ggml_gallocr_new_n(&buft, 1);
+    struct ggml_init_params gp = { ggml_tensor_overhead() * 8 + ggml_graph_overhead(), NULL, true };
+    struct ggml_context * ctx = ggml_init(gp);
+    struct ggml_tensor * a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 16);
+    ggml_set_input(a);
+    struct ggml_tensor * out = ggml_scale(ctx, a, 2.0f);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    const int node_ids[1] = { 5 };
+    const int leaf_ids[1] = { 0 };
+    (void) ggml_gallocr_reserve_n(galloc, gf, node_ids, leaf_ids);
+}
+
 static void case_sched_new_size_max(void) {
     ggml_backend_t cpu = cpu_backend();
     ggml_backend_sched_t s = ggml_backend_sched_new(&cpu, NULL, 1, SIZE_MAX, false, true);
@@ -268,6 +286,7 @@ static const struct bad_case k_cases[] = {
     { "reg_get_proc_address(reg, NULL)",        case_reg_proc_address_null,         "`name` is NULL",           false },
     { "dev_memory(dev, NULL, NULL)",            case_dev_memory_null,               "`free` is NULL",           false },
     { "sched_set_tensor_backend(s, NULL, cpu)", case_sched_set_tensor_backend_null, "`node` is NULL",           false },
+    { "gallocr_reserve_n(node buffer id 5 of 1)", case_gallocr_reserve_n_bad_id,   "node_buffer_ids[0] is 5",  false },
     { "sched_new(graph_size SIZE_MAX)",         case_sched_new_size_max,            "graph_size is too large",  false },
     { "sched_new(graph_size 1000000) memory",   case_sched_new_million,             "",                         false },
     { "alloc_graph(A), graph_compute(B)",        case_compute_other_graph,           "",                         false },

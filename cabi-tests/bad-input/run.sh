@@ -22,7 +22,8 @@ cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O1 -g -I"$root/include" -I"$up/inc
    -L"$stock" -Wl,--no-as-needed -lggml-base -lggml-cpu -Wl,--as-needed -L"$hrx" -lggml_hrx || exit 2
 
 # case | stock's outcome | ours' outcome  ("signal SIGABRT; message: yes" = a named abort;
-# "A or B": either, for a race whose outcome is not fixed: stock frees buffers a queued
+# "A or B": either, for an outcome stock does not fix: it reads past its buffer-type array
+# for a bad buffer id (whatever lies there decides), and for a race: stock frees buffers a queued
 # compute still reads, which crashes unless the queue happened to finish first)
 expected=$(cat <<'TABLE'
 graph_compute(cpu, NULL)|signal SIGSEGV; message: no|signal SIGABRT; message: yes
@@ -30,6 +31,7 @@ supports_op(cpu, NULL)|signal SIGSEGV; message: no|signal SIGABRT; message: yes
 reg_get_proc_address(reg, NULL)|signal SIGSEGV; message: no|signal SIGABRT; message: yes
 dev_memory(dev, NULL, NULL)|signal SIGSEGV; message: no|signal SIGABRT; message: yes
 sched_set_tensor_backend(s, NULL, cpu)|exit 0; message: no|signal SIGABRT; message: yes
+gallocr_reserve_n(node buffer id 5 of 1)|exit 0; message: no or signal SIGABRT; message: no or signal SIGSEGV; message: no|signal SIGABRT; message: yes
 sched_new(graph_size SIZE_MAX)|signal SIGABRT; message: no|signal SIGABRT; message: yes
 sched_new(graph_size 1000000) memory|exit 0; message: no|exit 0; message: no
 alloc_graph(A), graph_compute(B)|exit 1; message: no|exit 0; message: no

@@ -347,6 +347,7 @@ export! {
         parallel: bool,
         op_offload: bool,
     ) -> ggml_backend_sched_t {
+        crate::env::warn_unknown_once();
         crate::ggml_assert!(F, n_backends > 0);
         crate::ggml_assert!(
             F,

@@ -71,8 +71,8 @@ struct Cli {
     /// default is LIB_A).
     #[arg(long, value_name = "LIB_B")]
     b: Option<PathBuf>,
-    /// Number of seeds.
-    #[arg(long, value_name = "N", default_value_t = 500)]
+    /// Number of seeds (at least 1: a run of no seeds would pass having compared nothing).
+    #[arg(long, value_name = "N", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     seeds: u64,
     /// First seed.
     #[arg(long, value_name = "S", default_value_t = 0)]
@@ -279,12 +279,25 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// Seeds are `start..start + seeds`: refused when that passes the last `u64` (the sum would
+/// wrap, and the run would compare nothing and pass).
+fn check_range(start: u64, seeds: u64) -> Result<()> {
+    if start.checked_add(seeds).is_none() {
+        anyhow::bail!(
+            "--start {start} with --seeds {seeds} passes the last seed ({}): lower --start or --seeds",
+            u64::MAX
+        );
+    }
+    Ok(())
+}
+
 fn real_main() -> Result<bool> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
         .context("workspace root")?;
     let o = Cli::parse().options(&root);
+    check_range(o.start, o.seeds)?;
     let work = root.join("target/sched-diff");
 
     let pins = pins::Pins::load(&root)?;
@@ -504,6 +517,21 @@ mod tests {
     fn parse(args: &[&str]) -> Result<Options, clap::Error> {
         let argv = std::iter::once("sched-diff").chain(args.iter().copied());
         Cli::try_parse_from(argv).map(|c| c.options(Path::new("/ws")))
+    }
+
+    #[test]
+    fn a_range_of_no_seeds_or_past_the_last_seed_is_refused() {
+        assert_eq!(
+            parse(&["--seeds", "0"]).unwrap_err().kind(),
+            ErrorKind::ValueValidation
+        );
+        let o = parse(&["--start", &u64::MAX.to_string(), "--seeds", "10"]).unwrap();
+        let e = check_range(o.start, o.seeds).unwrap_err().to_string();
+        assert!(
+            e.contains("--start") && e.contains("passes the last seed"),
+            "{e}"
+        );
+        assert!(check_range(u64::MAX - 10, 10).is_ok());
     }
 
     #[test]

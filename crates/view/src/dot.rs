@@ -294,17 +294,19 @@ pub fn render(dot_text: &str) -> Result<String> {
     // Written from another thread: dot may fill its output pipe before it has read all.
     let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
     let out = child.wait_with_output().context("waiting for dot")?;
-    writer
+    let written = writer
         .join()
-        .map_err(|_| anyhow::anyhow!("writing to dot panicked"))?
-        .context("writing to dot")?;
+        .map_err(|_| anyhow::anyhow!("writing to dot panicked"))?;
+    // dot's own complaint first: a dot that stops reading at a syntax error makes the write
+    // fail with a broken pipe, which says nothing of why.
     if !out.status.success() {
         bail!(
             "dot failed ({}): {}",
             out.status,
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr).trim()
         );
     }
+    written.context("writing to dot")?;
     let svg = String::from_utf8(out.stdout).context("dot's SVG is not UTF-8")?;
     let at = svg.find("<svg").context("dot printed no <svg> element")?;
     Ok(svg[at..].to_string())
@@ -313,6 +315,23 @@ pub fn render(dot_text: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dots_own_message_is_reported_when_it_stops_reading() {
+        if Command::new("dot").arg("-V").output().is_err() {
+            eprintln!("no Graphviz dot here: nothing to check");
+            return;
+        }
+        // a quoted string longer than dot's 16384-byte limit, then enough text to fill the pipe
+        let text = format!(
+            "digraph g {{ a [label=\"{}\"]; {} }}",
+            "x".repeat(1 << 20),
+            "b -> c; ".repeat(1 << 16)
+        );
+        let e = format!("{:#}", render(&text).unwrap_err());
+        assert!(e.starts_with("dot failed"), "{e}");
+        assert!(!e.contains("Broken pipe"), "{e}");
+    }
 
     #[test]
     fn quoting() {

@@ -448,6 +448,10 @@ impl Report {
             s,
             "\n### End to end (llama-bench, SmolLM2-135M Q4_1, -t 2)\n"
         );
+        if self.e2e.is_empty() && self.e2e_probe.is_empty() && self.e2e_errors.is_empty() {
+            let _ = writeln!(s, "- not run (`--no-e2e`)");
+            return;
+        }
         let done: Vec<String> = self
             .e2e_probe
             .iter()
@@ -706,6 +710,15 @@ mod tests {
             md.contains("| real graphs on `HRX0` | 0 | – | – | – | – | – | – | – |"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn an_end_to_end_section_not_run_says_so() {
+        let mut r = fixture::report();
+        (r.e2e, r.e2e_probe, r.e2e_errors) = (vec![], vec![], vec![]);
+        let md = render(&r, Report::e2e_tokens);
+        assert!(md.contains("- not run (`--no-e2e`)"), "{md}");
+        assert!(!md.contains("Rounds done"), "{md}");
     }
 
     #[test]
