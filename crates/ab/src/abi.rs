@@ -12,7 +12,8 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::ffi::{c_char, CStr, CString};
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The ABI identity of one `libggml-base` file, as its own functions report it.
@@ -56,7 +57,30 @@ pub fn read_in_process(file: &Path) -> Result<LibAbi> {
         if p.is_null() {
             bail!("{} has no {name}: not a libggml-base", file.display());
         }
-        Ok(p)
+        // dlsym searches the library's dependencies too: another ggml library (libggml-cpu)
+        // finds these symbols in the libggml-base it links to. The symbol must be the file's own.
+        // SAFETY: Dl_info is plain data (pointers and integers); all zeroes is a valid value.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: `p` is an address dlsym returned; `info` is a writable Dl_info.
+        let found = unsafe { libc::dladdr(p, &mut info) } != 0 && !info.dli_fname.is_null();
+        let from = found.then(|| {
+            // SAFETY: dladdr set `dli_fname` to a NUL-terminated path of a loaded object.
+            PathBuf::from(std::ffi::OsStr::from_bytes(
+                unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes(),
+            ))
+        });
+        let same = |a: &Path| {
+            a.canonicalize().ok().is_some() && a.canonicalize().ok() == file.canonicalize().ok()
+        };
+        match from {
+            Some(f) if same(&f) => Ok(p),
+            Some(f) => bail!(
+                "{} is not a libggml-base: {name} comes from {}, a library it links to",
+                file.display(),
+                f.display()
+            ),
+            None => bail!("{}: cannot tell which file defines {name}", file.display()),
+        }
     };
     let text = |name: &str| -> Result<String> {
         // SAFETY: ggml's `const char * ggml_version(void)` and `ggml_commit(void)` take no

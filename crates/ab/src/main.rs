@@ -228,14 +228,36 @@ pub fn ensure_probe(paths: &Paths) -> Result<PathBuf> {
 /// from a bundle, which carries no pins' cache, a model must be given.
 pub(crate) fn default_model(paths: &Paths, given: Option<&Path>) -> Result<PathBuf> {
     match given {
-        Some(m) => m
-            .canonicalize()
-            .with_context(|| format!("--model {}", m.display())),
+        Some(m) => {
+            let m = m
+                .canonicalize()
+                .with_context(|| format!("--model {}", m.display()))?;
+            check_gguf(&m)?;
+            Ok(m)
+        }
         None if paths.bundle.is_some() => {
             anyhow::bail!("from a bundle, name the model: --model FILE")
         }
         None => Ok(pins::Pins::load(&paths.root)?.ensure_model(&paths.target)?),
     }
+}
+
+/// Refuses a model that is not a GGUF file (its first four bytes are `GGUF`), before any run
+/// fails on it in both arms.
+pub(crate) fn check_gguf(model: &Path) -> Result<()> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(model)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .with_context(|| format!("--model {}: cannot read it", model.display()))?;
+    if &magic != b"GGUF" {
+        anyhow::bail!(
+            "--model {} is not a GGUF file (it starts with {:?}, not \"GGUF\")",
+            model.display(),
+            String::from_utf8_lossy(&magic)
+        );
+    }
+    Ok(())
 }
 
 pub(crate) fn default_build(paths: &Paths, given: Option<PathBuf>) -> Result<PathBuf> {
@@ -405,7 +427,26 @@ fn run_tool(paths: &Paths, exe: &std::path::Path, name: &str, args: &[OsString])
     })
 }
 
+/// The name of a command that needs the source workspace (it fetches the pins, builds with
+/// cargo or runs the test suite), when `cmd` is one.
+fn workspace_only(cmd: &Cmd) -> Option<&'static str> {
+    match cmd {
+        Cmd::Fetch => Some("fetch"),
+        Cmd::BuildStock { .. } => Some("build-stock"),
+        Cmd::BuildOurs => Some("build-ours"),
+        Cmd::Test => Some("test"),
+        _ => None,
+    }
+}
+
 fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
+    if let (Some(name), Some(_)) = (workspace_only(&cmd), &paths.bundle) {
+        anyhow::bail!(
+            "`ab {name}` needs the source workspace (a clone with cargo: it fetches, builds or \
+             tests), not a bundle; from a bundle, run `ab ab`, `ab exec`, `ab rpc`, `ab pipeline`, \
+             `ab store`, `ab view` or `ab bench gpu` against a llama.cpp build (--llama-build DIR)"
+        );
+    }
     match cmd {
         Cmd::Fetch => {
             let pins = pins::Pins::load(&paths.root)?;

@@ -48,6 +48,22 @@ pub fn parse_devices(list: &str, min: usize) -> Result<Vec<String>, String> {
 /// server logs it like any client's ([`clients_served`] leaves it out). Errors: `child`
 /// exited first (with its status), its state could not be read, or nothing listened in time
 /// (the caller kills it).
+/// Refuses a port that something already listens on, before a server is started there: the
+/// new server would fail to bind ("Failed to create server socket") while
+/// [`wait_listening`] found the other process listening, and the clients would talk to it.
+/// (Binding sets `SO_REUSEADDR`, so connections of an earlier run left in TIME_WAIT do not
+/// count.)
+pub fn port_free(port: u16) -> Result<(), String> {
+    std::net::TcpListener::bind(("127.0.0.1", port))
+        .map(drop)
+        .map_err(|e| {
+            format!(
+                "127.0.0.1:{port} is taken ({e}): another process listens there (a \
+                 ggml-rpc-server left by an interrupted run?); stop it or choose another port"
+            )
+        })
+}
+
 pub fn wait_listening(child: &mut Child, port: u16, timeout: Duration) -> Result<(), String> {
     let started = Instant::now();
     loop {
@@ -82,6 +98,16 @@ pub fn clients_served(log: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_something_listens_on_is_refused() {
+        let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let e = port_free(port).unwrap_err();
+        assert!(e.contains(&format!("127.0.0.1:{port} is taken")), "{e}");
+        drop(l);
+        assert!(port_free(port).is_ok());
+    }
     use std::net::TcpListener;
     use std::process::Command;
 

@@ -118,6 +118,11 @@ pub struct Plan<'a> {
 pub fn devices(llama_build: &Path, backend: Option<&Path>) -> Result<Vec<String>> {
     let mut out = vec!["CPU".to_string()];
     let Ok(prog) = paths::program(llama_build, "llama-completion") else {
+        crate::say(&format!(
+            "warning: {} has no llama-completion, which lists the build's devices: only the \
+             CPU is tested",
+            llama_build.display()
+        ));
         return Ok(out);
     };
     let mut cmd = std::process::Command::new(&prog);
@@ -130,6 +135,17 @@ pub fn devices(llama_build: &Path, backend: Option<&Path>) -> Result<Vec<String>
         .map_err(|e| anyhow::anyhow!("running {} --list-devices: {e}", prog.display()))?;
     let text =
         String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    // A build whose device backend fails to start would otherwise look like a CPU-only build,
+    // and its device would go untested while the job passes.
+    if !o.status.success() {
+        let tail: Vec<&str> = text.lines().rev().take(5).collect();
+        bail!(
+            "{} --list-devices failed ({}), so the build's devices are unknown: {}",
+            prog.display(),
+            o.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        );
+    }
     out.extend(parse_devices(&text));
     Ok(out)
 }
@@ -155,14 +171,21 @@ pub fn works(paths: &Paths, llama_build: &Path, plan: &Plan) -> Result<Vec<Work>
             .filter(|s| !s.is_empty())
             .collect()
     });
-    let selected = |name: &str| match &wanted {
-        None => true,
-        Some(w) => w.iter().any(|x| {
-            name == x
-                || name.starts_with(&format!("{x} "))
-                || name.strip_prefix("llama-") == Some(x.as_str())
-                || name.starts_with(&format!("llama-{x} "))
-        }),
+    let matches = |name: &str, x: &str| {
+        name == x
+            || name.starts_with(&format!("{x} "))
+            || name.strip_prefix("llama-") == Some(x)
+            || name.starts_with(&format!("llama-{x} "))
+    };
+    // Every work this build offers, selected or not: an `--only` name that matches none of
+    // them is an error that lists them.
+    let offered = std::cell::RefCell::new(Vec::<String>::new());
+    let selected = |name: &str| {
+        offered.borrow_mut().push(name.to_string());
+        match &wanted {
+            None => true,
+            Some(w) => w.iter().any(|x| matches(name, x)),
+        }
     };
     let t = |d: u64| timeout_override().unwrap_or(Duration::from_secs(d));
     let mut out = Vec::new();
@@ -259,8 +282,27 @@ pub fn works(paths: &Paths, llama_build: &Path, plan: &Plan) -> Result<Vec<Work>
             });
         }
     }
-    if out.is_empty() {
-        bail!("--only {:?} selects no work", only.unwrap_or(""));
+    let offered = offered.into_inner();
+    let unknown: Vec<&String> = wanted
+        .iter()
+        .flatten()
+        .filter(|x| !offered.iter().any(|n| matches(n, x)))
+        .collect();
+    if !unknown.is_empty() || out.is_empty() {
+        bail!(
+            "--only {:?} selects no work for {}; this build's works: {}",
+            only.unwrap_or(""),
+            if unknown.is_empty() {
+                "any name".to_string()
+            } else {
+                unknown
+                    .iter()
+                    .map(|u| format!("{u:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            offered.join(", ")
+        );
     }
     Ok(out)
 }

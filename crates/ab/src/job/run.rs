@@ -235,13 +235,17 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
             arm.lib_copy.display()
         ));
     }
+    let model = match &opts.model {
+        Some(m) => Some(crate::default_model(paths, Some(m))?),
+        None => None,
+    };
     let devices = super::catalogue::devices(&build, opts.backend.as_deref())?;
     say(&format!("devices of the build: {}", devices.join(", ")));
     let plan = super::catalogue::Plan {
         full: opts.full,
         only: opts.only.as_deref(),
         devices,
-        model: opts.model.as_deref(),
+        model: model.as_deref(),
         partial_ngl: opts.partial_ngl,
     };
     let works = works(paths, &build, &plan)?;
@@ -266,6 +270,9 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
         }
     };
     let mut runs: Vec<Vec<RunReport>> = vec![Vec::new(), Vec::new()];
+    // Written before the first run too: a job interrupted during it must not leave the last
+    // job's report in place, marked complete.
+    report::write(&path, &make(&runs, false))?;
     let mut k = 0;
     for w in &works {
         for (i, arm) in arms.iter().enumerate() {

@@ -108,11 +108,15 @@ pub fn sched_copies(log: &str) -> Option<u32> {
         .and_then(|rest| rest.trim().parse().ok())
 }
 
-/// The first line of a failed run's log that says why (an error or an invalid argument).
+/// The first line of a failed run's log that says why (an error, an invalid argument, or
+/// llama-perplexity's "you need at least N tokens", after which it exits 0 with no estimate).
 fn why_failed(log: &str) -> Option<&str> {
     log.lines().map(str::trim).find(|l| {
         let l = l.to_ascii_lowercase();
-        l.contains("error") || l.contains("invalid") || l.contains("failed")
+        l.contains("error")
+            || l.contains("invalid")
+            || l.contains("failed")
+            || l.contains("you need")
     })
 }
 
@@ -273,6 +277,17 @@ impl Runner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_too_short_is_named_as_the_reason() {
+        let log = "I perplexity: tokenizing the input ..\n\
+                   E perplexity: you need at least 4096 tokens to evaluate perplexity with a context of 2048\n\
+                   E perplexity: the data file you provided tokenizes to only 812 tokens\n";
+        assert_eq!(
+            why_failed(log),
+            Some("E perplexity: you need at least 4096 tokens to evaluate perplexity with a context of 2048")
+        );
+    }
 
     #[test]
     fn reads_the_final_estimate() {

@@ -256,6 +256,18 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
         Some(run::sched_probe(&layout, opts, &build, &out)?)
     };
     let ab_probe = layout.ab_probe();
+    // The loader splits LD_PRELOAD at spaces and colons: a probe under such a path would not
+    // load, and every run would fail its proof for a reason the proof cannot name.
+    for p in sched_probe.iter().chain(&ab_probe) {
+        let text = p.to_string_lossy();
+        if let Some(c) = text.chars().find(|c| [' ', ':', '\t', '\n'].contains(c)) {
+            bail!(
+                "{} contains {c:?}, which the dynamic loader splits LD_PRELOAD at: move the \
+                 bundle (or the workspace) to a path without it",
+                p.display()
+            );
+        }
+    }
     if ab_probe.is_none() {
         progress(
             "libab_probe.so not found: the loader's log and the scheduler probe prove the arms",

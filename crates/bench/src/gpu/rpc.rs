@@ -61,6 +61,7 @@ impl Server {
         let _ = std::fs::remove_file(&ab_out);
         // Both streams into the log: the loader's lines come on stderr, the server's
         // accepted connections (rpc_loopback::ACCEPTED_LINE) on stdout.
+        rpc_loopback::port_free(ctx.rpc_port).map_err(anyhow::Error::msg)?;
         let file = std::fs::File::create(&log).with_context(|| log.display().to_string())?;
         let mut cmd = Command::new(&exe);
         cmd.args(["-H", "127.0.0.1", "-p", &ctx.rpc_port.to_string()])
