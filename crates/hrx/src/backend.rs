@@ -273,16 +273,7 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
         )
     };
     let mut ran: Vec<*const ggml_tensor> = Vec::with_capacity(n);
-    let mut job = ExecJob {
-        label: label(0),
-        ..Default::default()
-    };
-    // original node -> index in job.nodes
-    let mut in_job: HashMap<usize, usize> = HashMap::new();
-    // host weights the current job reads through the arena
-    let mut pinned: Vec<WeightKey> = Vec::new();
-    // host memory the current job's nodes write, `(address, bytes)`
-    let mut host_writes: Vec<(usize, usize)> = Vec::new();
+    let mut b = Building::new(label(0));
     for (i, &np) in nodes.iter().enumerate() {
         // SAFETY: graph nodes are live tensors.
         let node = unsafe { &*np };
@@ -305,14 +296,7 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
                 .collect();
             // what was queued before the bad node still runs, as ggml expects of a backend
             // that stops at a failing node
-            flush(
-                dev,
-                &mut job,
-                &mut in_job,
-                &mut pinned,
-                &mut host_writes,
-                label(i),
-            );
+            b.flush(dev, label(i));
             return Err(format!(
                 "node {i} {desc} is not claimed by {} ({why}); sources: [{}]",
                 dev.name.to_string_lossy(),
@@ -321,19 +305,12 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
         }
         // SAFETY: `g` is a live graph (view).
         let uses = unsafe { hash_set::use_count(g, np) };
-        let nj = match prepare(dev, node, &in_job, &mut pinned, &mut job, &host_writes) {
+        let nj = match prepare(dev, node, &mut b) {
             Ok(nj) => nj,
             Err(PrepError::NoRoom) => {
                 // make room: run what is queued, then only this node pins its weights
-                flush(
-                    dev,
-                    &mut job,
-                    &mut in_job,
-                    &mut pinned,
-                    &mut host_writes,
-                    label(i),
-                );
-                match prepare(dev, node, &in_job, &mut pinned, &mut job, &host_writes) {
+                b.flush(dev, label(i));
+                match prepare(dev, node, &mut b) {
                     Ok(nj) => nj,
                     Err(PrepError::NoRoom) => {
                         dev.arena.lock().note_refusal();
@@ -347,33 +324,19 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
                 }
             }
             Err(PrepError::Fatal(e)) => {
-                flush(
-                    dev,
-                    &mut job,
-                    &mut in_job,
-                    &mut pinned,
-                    &mut host_writes,
-                    label(i),
-                );
+                b.flush(dev, label(i));
                 return Err(e);
             }
         };
         let mut nj = nj;
         nj.use_count = uses;
         if let Loc::Host(p) = nj.locs[0] {
-            host_writes.push((p.0 as usize, nj.sizes[0]));
+            b.host_writes.push((p.0 as usize, nj.sizes[0]));
         }
-        in_job.insert(np as usize, job.nodes.len());
-        job.nodes.push(nj);
+        b.in_job.insert(np as usize, b.job.nodes.len());
+        b.job.nodes.push(nj);
     }
-    flush(
-        dev,
-        &mut job,
-        &mut in_job,
-        &mut pinned,
-        &mut host_writes,
-        label(n),
-    );
+    b.flush(dev, label(n));
     if dev.reporter.lock().enabled() {
         let stats = dev.arena.lock().stats();
         dev.reporter.lock().on_compute(g, &ran, &stats);
@@ -381,31 +344,40 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
     Ok(())
 }
 
-/// Submits the job built so far (if any) and starts a new one labelled `next`; notes on the
-/// device whether the job writes host memory (`host_writes`).
-fn flush(
-    dev: &Device,
-    job: &mut ExecJob,
-    in_job: &mut HashMap<usize, usize>,
-    pinned: &mut Vec<WeightKey>,
-    host_writes: &mut Vec<(usize, usize)>,
-    next: String,
-) {
-    if !host_writes.is_empty() {
-        dev.host_writes_queued.store(true, Ordering::Relaxed);
-        host_writes.clear();
-    }
-    let done = std::mem::replace(
-        job,
-        ExecJob {
-            label: next,
+/// The job being built, and what the layer tracks about it until it is submitted.
+#[derive(Default)]
+struct Building {
+    job: ExecJob,
+    /// Original node -> index in `job.nodes`.
+    in_job: HashMap<usize, usize>,
+    /// Host weights the job reads through the arena.
+    pinned: Vec<WeightKey>,
+    /// Host memory the job's nodes write, `(address, bytes)`.
+    host_writes: Vec<(usize, usize)>,
+}
+
+impl Building {
+    /// An empty job labelled `label`.
+    fn new(label: String) -> Building {
+        Building {
+            job: ExecJob {
+                label,
+                ..Default::default()
+            },
             ..Default::default()
-        },
-    );
-    in_job.clear();
-    pinned.clear();
-    if !done.nodes.is_empty() {
-        dev.rt.execute(done);
+        }
+    }
+
+    /// Submits the job built so far (if any) and starts a new one labelled `next`; notes on
+    /// the device whether the job writes host memory.
+    fn flush(&mut self, dev: &Device, next: String) {
+        if !self.host_writes.is_empty() {
+            dev.host_writes_queued.store(true, Ordering::Relaxed);
+        }
+        let done = std::mem::replace(self, Building::new(next)).job;
+        if !done.nodes.is_empty() {
+            dev.rt.execute(done);
+        }
     }
 }
 
@@ -413,17 +385,14 @@ fn flush(
 /// current job is linked to that node's shadow instead of copied (so the kernels see the
 /// producer itself, as in the original graph: what lets the CPU kernels fuse
 /// `RMS_NORM+MUL` exactly as they do in a CPU-only run). For a runtime that reads its
-/// sources after `execute` returns, a source in host memory is read from `job_so_far`'s
-/// copy of it, taken now ([`ExecJob::host_copies`]), unless a node of the job writes those
-/// bytes first (`host_writes`: the job runs in order, so it reads them in place); a queued
+/// sources after `execute` returns, a source in host memory is read from the job's copy of
+/// it (`b.job`), taken now ([`ExecJob::host_copies`]), unless a node of the job writes those
+/// bytes first (`b.host_writes`: the job runs in order, so it reads them in place); a queued
 /// job that writes host memory is waited for before the copy.
 fn prepare(
     dev: &'static Device,
     node: &ggml_tensor,
-    in_job: &HashMap<usize, usize>,
-    pinned: &mut Vec<WeightKey>,
-    job_so_far: &mut ExecJob,
-    host_writes: &[(usize, usize)],
+    b: &mut Building,
 ) -> Result<NodeJob, PrepError> {
     let mut job = NodeJob {
         tensors: vec![*node],
@@ -435,12 +404,12 @@ fn prepare(
     };
     // SAFETY: live tensor.
     job.sizes.push(unsafe { crate::ggml::nbytes(node) });
-    job.locs.push(locate(dev, node, true, pinned)?);
+    job.locs.push(locate(dev, node, true, &mut b.pinned)?);
     for (slot, &sp) in node.src.iter().enumerate() {
         if sp.is_null() {
             continue;
         }
-        if let Some(&j) = in_job.get(&(sp as usize)) {
+        if let Some(&j) = b.in_job.get(&(sp as usize)) {
             job.node_srcs.push((slot, j));
             continue;
         }
@@ -450,16 +419,17 @@ fn prepare(
         job.tensors.push(*s);
         // SAFETY: live tensor.
         let size = unsafe { crate::ggml::nbytes(s) };
-        let mut loc = locate(dev, s, false, pinned)?;
+        let mut loc = locate(dev, s, false, &mut b.pinned)?;
         if let Loc::Host(p) = loc {
             let at = p.0 as usize;
-            let written_here = host_writes
+            let written_here = b
+                .host_writes
                 .iter()
                 .any(|&(w, n)| at < w + n && w < at + size);
             if !dev.rt.reads_host_sources_on_execute() && !written_here {
                 wait_for_host_writes(dev)?;
                 // SAFETY: a host tensor's bytes, `size` of them from its data.
-                loc = Loc::Host(SendPtr(unsafe { job_so_far.copy_host(p.0, size) }));
+                loc = Loc::Host(SendPtr(unsafe { b.job.copy_host(p.0, size) }));
             }
         }
         job.sizes.push(size);
@@ -1008,25 +978,14 @@ mod tests {
     fn flush_submits_only_a_non_empty_job_and_starts_the_next() {
         let m = MockRuntime::new(1 << 16);
         let d = device(&m, 1 << 16);
-        let mut job = ExecJob {
-            label: "first".into(),
-            ..Default::default()
-        };
-        let mut in_job = HashMap::from([(1usize, 0usize)]);
-        let mut pinned = vec![WeightKey { ptr: 1, size: 2 }];
-        let mut host_writes = Vec::new();
-        flush(
-            d,
-            &mut job,
-            &mut in_job,
-            &mut pinned,
-            &mut host_writes,
-            "second".into(),
-        );
+        let mut b = Building::new("first".into());
+        b.in_job = HashMap::from([(1usize, 0usize)]);
+        b.pinned = vec![WeightKey { ptr: 1, size: 2 }];
+        b.flush(d, "second".into());
         assert!(m.calls().is_empty());
-        assert_eq!(job.label, "second");
-        assert!(in_job.is_empty() && pinned.is_empty());
-        job.nodes.push(NodeJob {
+        assert_eq!(b.job.label, "second");
+        assert!(b.in_job.is_empty() && b.pinned.is_empty());
+        b.job.nodes.push(NodeJob {
             tensors: vec![ggml_tensor::default()],
             locs: vec![Loc::Device(7)],
             sizes: vec![4],
@@ -1034,18 +993,14 @@ mod tests {
             node_srcs: vec![],
             use_count: Some(3),
         });
-        flush(
-            d,
-            &mut job,
-            &mut in_job,
-            &mut pinned,
-            &mut host_writes,
-            "third".into(),
-        );
+        // a job that writes host memory is noted on the device
+        b.host_writes.push((0x1000, 4));
+        b.flush(d, "third".into());
         assert_eq!(m.take_calls(), vec![Call::Exec(0)]);
         assert_eq!(m.jobs()[0].label, "second");
         assert_eq!(m.jobs()[0].nodes[0].use_count, Some(3));
-        assert!(job.nodes.is_empty() && job.label == "third");
+        assert!(b.job.nodes.is_empty() && b.job.label == "third" && b.host_writes.is_empty());
+        assert!(d.host_writes_queued.load(Ordering::Relaxed));
     }
 
     #[test]
