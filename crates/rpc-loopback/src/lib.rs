@@ -105,8 +105,10 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         let e = port_free(port).unwrap_err();
         assert!(e.contains(&format!("127.0.0.1:{port} is taken")), "{e}");
+        // (Not checked here that the port is free again once `l` is dropped: the other tests
+        // of this binary bind ephemeral ports in parallel and may take it. The harness's RPC
+        // steps check the free case on every run.)
         drop(l);
-        assert!(port_free(port).is_ok());
     }
     use std::net::TcpListener;
     use std::process::Command;
