@@ -162,6 +162,35 @@ pub fn parse_devices(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// How many tests `ctest -N` lists with these arguments (the test folder and filters).
+///
+/// Errors: `ctest` cannot be started (not on `PATH`), or its listing has no
+/// `Total Tests: N` line.
+fn ctest_count(filter: &[OsString]) -> Result<u64> {
+    let o = std::process::Command::new("ctest")
+        .arg("-N")
+        .args(filter)
+        .output()
+        .map_err(|e| {
+            anyhow::anyhow!("ctest could not be started ({e}): it comes with cmake; install cmake, or leave ctest out with --only")
+        })?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    parse_ctest_total(&text).ok_or_else(|| {
+        anyhow::anyhow!(
+            "`ctest -N` listed no total ({}): {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        )
+    })
+}
+
+/// The `N` of ctest's `Total Tests: N` line.
+pub fn parse_ctest_total(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("Total Tests:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// Builds the work list for a llama.cpp build folder.
 pub fn works(paths: &Paths, llama_build: &Path, plan: &Plan) -> Result<Vec<Work>> {
     let (full, only) = (plan.full, plan.only);
@@ -227,24 +256,40 @@ pub fn works(paths: &Paths, llama_build: &Path, plan: &Plan) -> Result<Vec<Work>
     if selected("ctest") {
         let exclude = format!("^({})$", NETWORK_TESTS.join("|"));
         let jobs = env_count("AB_CTEST_JOBS").unwrap_or(1).to_string();
-        out.push(Work {
-            name: "ctest".into(),
-            kind: Kind::Ctest,
-            program: PathBuf::from("ctest"),
-            args: vec![
-                "--test-dir".into(),
-                llama_build.as_os_str().to_owned(),
-                "-LE".into(),
-                "model".into(),
-                "-E".into(),
-                exclude.into(),
-                "--timeout".into(),
-                "900".into(),
-                "-j".into(),
-                jobs.into(),
-            ],
-            timeout: t(3 * 3600),
-        });
+        let filter: Vec<OsString> = vec![
+            "--test-dir".into(),
+            llama_build.as_os_str().to_owned(),
+            "-LE".into(),
+            "model".into(),
+            "-E".into(),
+            exclude.into(),
+        ];
+        // A build configured without its tests has none to run: both arms would "pass" an
+        // empty suite, and no process would map a library to prove.
+        let count = ctest_count(&filter)?;
+        let named = wanted.iter().flatten().any(|x| matches("ctest", x));
+        if count == 0 && named {
+            bail!(
+                "--only names ctest, but {} has no tests to run (configure llama.cpp with \
+                 -DLLAMA_BUILD_TESTS=ON and build every target)",
+                llama_build.display()
+            );
+        } else if count == 0 {
+            crate::say(&format!(
+                "ctest left out: {} has no tests (configured without LLAMA_BUILD_TESTS?)",
+                llama_build.display()
+            ));
+        } else {
+            let mut args = filter;
+            args.extend(["--timeout".into(), "900".into(), "-j".into(), jobs.into()]);
+            out.push(Work {
+                name: "ctest".into(),
+                kind: Kind::Ctest,
+                program: PathBuf::from("ctest"),
+                args,
+                timeout: t(3 * 3600),
+            });
+        }
     }
     let ops: Vec<Option<&str>> = if full {
         vec![None]
@@ -323,5 +368,16 @@ mod tests {
         assert_eq!(parse_devices(cuda), vec!["CUDA0", "HRX0"]);
         assert!(parse_devices("Available devices:\n  (none)\n").is_empty());
         assert!(parse_devices("").is_empty());
+    }
+
+    #[test]
+    fn the_ctest_total_is_read_off_its_listing() {
+        let listed = "Test project /b\n  Test  #1: test-tokenizer-0-bert-bge\n\nTotal Tests: 47\n";
+        assert_eq!(parse_ctest_total(listed), Some(47));
+        // A build folder without tests (ctest 3.28's words).
+        let empty =
+            "Internal ctest changing into directory: /b\nTest project /b\n\nTotal Tests: 0\n";
+        assert_eq!(parse_ctest_total(empty), Some(0));
+        assert_eq!(parse_ctest_total("Test project /b\n"), None);
     }
 }

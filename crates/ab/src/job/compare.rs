@@ -15,6 +15,9 @@ pub fn compare(a: &ArmReport, b: &ArmReport) -> Comparison {
         // A generation that did not end well in both arms compared nothing: empty texts are
         // equal, and that must not read as a pass.
         let generated = |r: &super::report::RunReport| r.exit_code == Some(0) && !r.timed_out;
+        // Likewise a suite in which an arm ran no test (a filter that matched nothing, a build
+        // without tests): zero counts are equal and compare nothing.
+        let ran = |r: &super::report::RunReport| tests_counted(r) > 0;
         let (outputs_equal, counts_equal) = match ra.kind {
             Kind::Generation => (
                 Some(ra.output_text == rb.output_text && generated(ra) && generated(rb)),
@@ -23,7 +26,9 @@ pub fn compare(a: &ArmReport, b: &ArmReport) -> Comparison {
             _ => (
                 None,
                 Some(
-                    ra.passed == rb.passed
+                    ran(ra)
+                        && ran(rb)
+                        && ra.passed == rb.passed
                         && ra.failed == rb.failed
                         && ra.not_supported == rb.not_supported
                         && ra.failed_tests == rb.failed_tests,
@@ -48,6 +53,12 @@ pub fn compare(a: &ArmReport, b: &ArmReport) -> Comparison {
         all_counts_equal,
         runs,
     }
+}
+
+/// The tests or cases a suite run counted: passed, failed and (test-backend-ops) not
+/// supported; 0 when its output held no counts.
+pub fn tests_counted(r: &super::report::RunReport) -> u64 {
+    r.passed.unwrap_or(0) + r.failed.unwrap_or(0) + r.not_supported.unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -133,13 +144,37 @@ mod tests {
         let mut a = arm("a", "x", STOCK_SHA, vec![]);
         let mut b = arm("b", "x", STOCK_SHA, vec![]);
         a.runs = vec![
-            run("ctest", Kind::Ctest, 0, 1.0, proof_ok(vec![])),
+            suite("ctest", Kind::Ctest, 49, 0, 1.0),
             generation("Paris", 1.0),
         ];
-        b.runs = vec![run("ctest", Kind::Ctest, 0, 1.0, proof_ok(vec![]))];
+        b.runs = vec![suite("ctest", Kind::Ctest, 49, 0, 1.0)];
         let c = compare(&a, &b);
         assert_eq!(c.runs.len(), 1);
         assert_eq!(c.runs[0].name, "ctest");
         assert!(c.all_equal);
+    }
+
+    #[test]
+    fn a_suite_that_ran_no_test_is_not_equal() {
+        let mut a = arm("a", "x", STOCK_SHA, vec![]);
+        let mut b = arm("b", "x", STOCK_SHA, vec![]);
+        // Counts of zero in both arms (a filter that matched nothing) and no counts at all
+        // (the output held no summary): the same end, and nothing compared.
+        a.runs = vec![
+            suite("backend-ops NOPE", Kind::BackendOps, 0, 0, 0.1),
+            run("ctest", Kind::Ctest, 0, 0.1, proof_ok(vec![])),
+        ];
+        b.runs = a.runs.clone();
+        let c = compare(&a, &b);
+        assert!(c.runs.iter().all(|r| r.same_end));
+        assert_eq!(c.runs[0].counts_equal, Some(false));
+        assert_eq!(c.runs[1].counts_equal, Some(false));
+        assert!(!c.all_equal && !c.all_counts_equal);
+        // One case that is not supported is a test that ran: both arms agree on it.
+        let mut ns = suite("backend-ops X", Kind::BackendOps, 0, 0, 0.1);
+        ns.not_supported = Some(1);
+        a.runs = vec![ns.clone()];
+        b.runs = vec![ns];
+        assert!(compare(&a, &b).all_equal);
     }
 }

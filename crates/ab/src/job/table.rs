@@ -107,6 +107,16 @@ fn failed_in_both(a: &ArmReport, b: &ArmReport, name: &str) -> bool {
     failed(a) && failed(b)
 }
 
+/// Whether the suite `name` counted no test in one arm or both (see [`super::compare`]).
+fn no_test_ran(a: &ArmReport, b: &ArmReport, name: &str) -> bool {
+    [a, b].iter().any(|arm| {
+        arm.runs
+            .iter()
+            .find(|r| r.name == name)
+            .is_some_and(|r| super::compare::tests_counted(r) == 0)
+    })
+}
+
 /// An arm as the table names it: its name and the first 8 digits of its file's sha256.
 fn label(a: &ArmReport) -> String {
     format!(
@@ -197,6 +207,8 @@ fn write_runs(out: &mut String, r: &Report) -> std::fmt::Result {
             "NO: failed in both arms"
         } else if c.outputs_equal == Some(false) {
             "NO: output differs"
+        } else if c.counts_equal == Some(false) && no_test_ran(a, b, &c.name) {
+            "NO: no test ran"
         } else if c.counts_equal == Some(false) {
             "NO: counts differ"
         } else {
