@@ -21,6 +21,7 @@ impl Paths {
     /// `pins.toml` and `Cargo.toml`, else the folder this binary was compiled from.
     pub fn discover() -> Result<Paths> {
         if let Some(root) = bundle::root() {
+            bundle::verify(&root).map_err(anyhow::Error::msg)?;
             return Ok(Paths {
                 target: root.join("target"),
                 bundle: Some(root.clone()),

@@ -202,6 +202,7 @@ mod tests {
             lib_copy: dir.join("libggml-base.so.0"),
             backend: None,
             preload: None,
+            _lock: None,
         }
     }
 

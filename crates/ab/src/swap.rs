@@ -38,6 +38,9 @@ pub struct Arm {
     /// A library preloaded after the probe: the C++ runtime the build's programs expect
     /// from their own libggml-base, when it carries one ([`crate::cxxrt`]).
     pub preload: Option<PathBuf>,
+    /// The lock of `ab_dir/arms/<name>` ([`bundle::lock_dir`]), held while the arm lives:
+    /// another harness process cannot replace its copy under a running program.
+    pub _lock: Option<std::sync::Arc<std::fs::File>>,
 }
 
 impl Arm {
@@ -54,6 +57,8 @@ impl Arm {
         let sha256 = pins::sha256_file(&resolved)?;
         let lib_dir = ab_dir.join("arms").join(name).join("lib");
         check_search_path("LD_LIBRARY_PATH", &lib_dir)?;
+        let lock = bundle::lock_dir(&ab_dir.join("arms").join(name))
+            .map_err(|e| anyhow::anyhow!("arm {name}: {e}"))?;
         std::fs::create_dir_all(&lib_dir)
             .with_context(|| format!("creating {}", lib_dir.display()))?;
         let lib_copy = lib_dir.join("libggml-base.so.0");
@@ -95,6 +100,7 @@ impl Arm {
             lib_copy,
             backend,
             preload: None,
+            _lock: Some(std::sync::Arc::new(lock)),
         })
     }
 }
@@ -117,25 +123,10 @@ pub fn check_arm_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a path the dynamic loader would split when it reads `var`: `LD_LIBRARY_PATH` is
-/// split at `:` and `;`, `LD_PRELOAD` at `:` and spaces. Such a path (a workspace under a
-/// folder named with a space, say) would make every run load the wrong files and fail its
-/// proof for a reason the proof cannot name.
+/// Refuses a path the dynamic loader would split when it reads `var`
+/// ([`bundle::check_loader_path`]).
 pub fn check_search_path(var: &str, path: &Path) -> Result<()> {
-    let seps: &[char] = if var == "LD_PRELOAD" {
-        &[':', ' ', '\t', '\n']
-    } else {
-        &[':', ';']
-    };
-    let text = path.to_string_lossy();
-    if let Some(c) = text.chars().find(|c| seps.contains(c)) {
-        bail!(
-            "{} contains {c:?}, which the dynamic loader splits {var} at: move the workspace (or \
-             the bundle) to a path without it",
-            path.display()
-        );
-    }
-    Ok(())
+    bundle::check_loader_path(var, path).map_err(anyhow::Error::msg)
 }
 
 /// What to run in an arm.
@@ -286,23 +277,21 @@ mod tests {
     }
 
     #[test]
-    fn paths_the_loader_would_split_are_refused_with_their_variable() {
-        assert!(check_search_path("LD_PRELOAD", Path::new("/w/target/probe.so")).is_ok());
-        let e = check_search_path("LD_PRELOAD", Path::new("/tmp/w s/probe.so"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("/tmp/w s/probe.so") && e.contains("LD_PRELOAD"),
-            "{e}"
+    fn an_arm_in_use_is_not_prepared_again() {
+        let d = std::env::temp_dir().join(format!("swap-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let lib = d.join("lib.so");
+        std::fs::write(&lib, b"not a library, only bytes to copy").unwrap();
+        let held = Arm::prepare(&d, "a", &lib, None).unwrap();
+        let e = Arm::prepare(&d, "a", &lib, None).unwrap_err().to_string();
+        assert!(e.starts_with("arm a: ") && e.contains("in use"), "{e}");
+        // Another arm of the same folder is free, and the arm is free once dropped.
+        drop(Arm::prepare(&d, "b", &lib, None).unwrap());
+        drop(held);
+        assert_eq!(
+            Arm::prepare(&d, "a", &lib, None).unwrap().lib_copy,
+            d.join("arms/a/lib/libggml-base.so.0")
         );
-        assert!(check_search_path("LD_PRELOAD", Path::new("/tmp/a:b/p.so")).is_err());
-        // a space is fine in LD_LIBRARY_PATH; its separators are ':' and ';'
-        assert!(check_search_path("LD_LIBRARY_PATH", Path::new("/tmp/w s/lib")).is_ok());
-        for bad in ["/tmp/a:b/lib", "/tmp/a;b/lib"] {
-            let e = check_search_path("LD_LIBRARY_PATH", Path::new(bad))
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains("LD_LIBRARY_PATH") && e.contains(bad), "{e}");
-        }
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -36,6 +36,140 @@ pub fn lib_dir(root: &Path) -> PathBuf {
     root.join("lib")
 }
 
+/// Checks the bundle at `root` against its manifest: every file [`MARKER`] lists must be
+/// there with its size (bytes) and sha256. Files the manifest does not list (what the tools
+/// wrote under `target/`) are not looked at. About 40 MiB are hashed, a tenth of a second.
+///
+/// Errors: the manifest cannot be read or parsed, or files are missing or changed; the
+/// message names the first few and says how to get a whole bundle again. A bundle copied in
+/// part, or a library replaced in it, would otherwise run under the name of the commit the
+/// manifest gives.
+pub fn verify(root: &Path) -> Result<(), String> {
+    let manifest = root.join(MARKER);
+    let text = std::fs::read_to_string(&manifest)
+        .map_err(|e| format!("reading {}: {e}", manifest.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", manifest.display()))?;
+    let files = json["files"]
+        .as_array()
+        .ok_or_else(|| format!("{} has no `files` list", manifest.display()))?;
+    let mut bad = Vec::new();
+    for f in files {
+        let (Some(path), Some(bytes), Some(sha)) = (
+            f["path"].as_str(),
+            f["bytes"].as_u64(),
+            f["sha256"].as_str(),
+        ) else {
+            return Err(format!(
+                "{}: an entry without path, bytes and sha256: {f}",
+                manifest.display()
+            ));
+        };
+        let file = root.join(path);
+        let found = match std::fs::metadata(&file) {
+            Err(_) => Some("missing".to_string()),
+            Ok(m) if m.len() != bytes => {
+                Some(format!("{} bytes, the manifest says {bytes}", m.len()))
+            }
+            Ok(_) => match filehash::sha256_file(&file) {
+                Err(e) => Some(format!("unreadable: {e}")),
+                Ok(h) if h != sha => Some(format!("sha256 {h}, the manifest says {sha}")),
+                Ok(_) => None,
+            },
+        };
+        if let Some(why) = found {
+            bad.push(format!("{path}: {why}"));
+        }
+    }
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let more = bad.len().saturating_sub(3);
+    bad.truncate(3);
+    Err(format!(
+        "the bundle at {} does not match its manifest {MARKER}: {}{}; unpack it again from its \
+         .tar.gz, or make a new one with `ab bundle` in a workspace",
+        root.display(),
+        bad.join("; "),
+        if more > 0 {
+            format!(" (and {more} more)")
+        } else {
+            String::new()
+        }
+    ))
+}
+
+/// Takes the lock of the folder `dir` (creating both): an exclusive `flock` on `dir/.lock`,
+/// held until the returned file is dropped or the process ends (it is not inherited by
+/// child processes). The file holds the holder's pid and command line, for the message a
+/// second process gets.
+///
+/// Two harness processes writing one folder (two jobs from one bundle, or an `ab exec` of an
+/// arm a running `ab ab` uses) would replace each other's library copies and reports while
+/// their programs run.
+///
+/// Errors: the lock is held by another process (the message names it and `dir`), or the
+/// file cannot be made.
+pub fn lock_dir(dir: &Path) -> Result<std::fs::File, String> {
+    use std::io::{Read, Seek, Write};
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let path = dir.join(".lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(format!(
+                "{} is in use by another harness process ({}): wait for it to end, or run this \
+                 one from another copy of the bundle or workspace",
+                dir.display(),
+                holder.trim()
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(format!("locking {}: {e}", path.display()))
+        }
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let me = format!("pid {}: {}", std::process::id(), args.join(" "));
+    // The holder's name is a courtesy to the next process: failing to write it loses nothing.
+    let _ = file
+        .set_len(0)
+        .and_then(|_| file.rewind())
+        .and_then(|_| file.write_all(me.as_bytes()));
+    Ok(file)
+}
+
+/// Refuses a path the dynamic loader would split when it reads `var`: `LD_LIBRARY_PATH` is
+/// split at `:` and `;`, `LD_PRELOAD` at `:` and white space. Such a path (a bundle under a
+/// folder named with a space, say) would make every run load the wrong files and fail its
+/// proof for a reason the proof cannot name.
+///
+/// Errors: the message names the path, the character and the variable.
+pub fn check_loader_path(var: &str, path: &Path) -> Result<(), String> {
+    let seps: &[char] = if var == "LD_PRELOAD" {
+        &[':', ' ', '\t', '\n']
+    } else {
+        &[':', ';']
+    };
+    let text = path.to_string_lossy();
+    match text.chars().find(|c| seps.contains(c)) {
+        Some(c) => Err(format!(
+            "{} contains {c:?}, which the dynamic loader splits {var} at: move the workspace (or \
+             the bundle) to a path without it",
+            path.display()
+        )),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +185,72 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
         // the test binary itself lives in target/, not in a bundle
         assert_eq!(root(), None);
+    }
+
+    #[test]
+    fn paths_the_loader_would_split_are_refused_with_their_variable() {
+        assert!(check_loader_path("LD_PRELOAD", Path::new("/w/target/probe.so")).is_ok());
+        let e = check_loader_path("LD_PRELOAD", Path::new("/tmp/w s/probe.so")).unwrap_err();
+        assert!(
+            e.contains("/tmp/w s/probe.so") && e.contains("LD_PRELOAD"),
+            "{e}"
+        );
+        assert!(check_loader_path("LD_PRELOAD", Path::new("/tmp/a:b/p.so")).is_err());
+        // a space is fine in LD_LIBRARY_PATH; its separators are ':' and ';'
+        assert!(check_loader_path("LD_LIBRARY_PATH", Path::new("/tmp/w s/lib")).is_ok());
+        for bad in ["/tmp/a:b/lib", "/tmp/a;b/lib"] {
+            let e = check_loader_path("LD_LIBRARY_PATH", Path::new(bad)).unwrap_err();
+            assert!(e.contains("LD_LIBRARY_PATH") && e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_bundle_is_checked_against_its_manifest() {
+        let d = std::env::temp_dir().join(format!("bundle-verify-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("lib")).unwrap();
+        std::fs::write(d.join("lib/libggml-base.so.0"), b"base").unwrap();
+        std::fs::write(d.join("ab"), b"ab").unwrap();
+        let entry = |p: &str, bytes: &[u8]| serde_json::json!({"path": p, "bytes": bytes.len(), "sha256": filehash::sha256_hex(bytes)});
+        let manifest = serde_json::json!({"commit": "x", "files": [
+            entry("ab", b"ab"), entry("lib/libggml-base.so.0", b"base")]});
+        std::fs::write(d.join(MARKER), manifest.to_string()).unwrap();
+        assert_eq!(verify(&d), Ok(()));
+        // Files the manifest does not list (the tools' output) are not looked at.
+        std::fs::create_dir_all(d.join("target")).unwrap();
+        std::fs::write(d.join("target/report.json"), b"{}").unwrap();
+        assert_eq!(verify(&d), Ok(()));
+        // A library replaced with one of the same size.
+        std::fs::write(d.join("lib/libggml-base.so.0"), b"BASE").unwrap();
+        let e = verify(&d).unwrap_err();
+        assert!(
+            e.contains("lib/libggml-base.so.0: sha256 ") && e.contains("the manifest says"),
+            "{e}"
+        );
+        // A missing file, and one of another size: both named.
+        std::fs::remove_file(d.join("ab")).unwrap();
+        std::fs::write(d.join("lib/libggml-base.so.0"), b"based").unwrap();
+        let e = verify(&d).unwrap_err();
+        assert!(e.contains("ab: missing"), "{e}");
+        assert!(
+            e.contains("lib/libggml-base.so.0: 5 bytes, the manifest says 4"),
+            "{e}"
+        );
+        std::fs::write(d.join(MARKER), "not json").unwrap();
+        assert!(verify(&d).unwrap_err().contains("parsing"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_folder_has_one_holder_at_a_time() {
+        let d = std::env::temp_dir().join(format!("bundle-lock-{}", std::process::id()));
+        let held = lock_dir(&d).unwrap();
+        // flock conflicts between two opens of the file, in one process as in two.
+        let e = lock_dir(&d).unwrap_err();
+        assert!(e.contains("in use by another harness process"), "{e}");
+        assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
+        drop(held);
+        let again = lock_dir(&d).unwrap();
+        drop(again);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -124,7 +124,10 @@ enum Layout {
 impl Layout {
     fn find() -> Result<Layout> {
         Ok(match bundle::root() {
-            Some(r) => Layout::Bundle(r),
+            Some(r) => {
+                bundle::verify(&r).map_err(anyhow::Error::msg)?;
+                Layout::Bundle(r)
+            }
             None => Layout::Workspace(crate::workspace_root()?),
         })
     }
@@ -214,6 +217,9 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
         .unwrap_or_else(|| root.join("target/bench-gpu"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let out = out.canonicalize()?;
+    // Held to the end of the run: a second bench writing here would replace the arms' copies
+    // and the report under this one.
+    let _out_lock = bundle::lock_dir(&out).map_err(anyhow::Error::msg)?;
 
     // Arms.
     let a_src = opts
@@ -256,17 +262,8 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
         Some(run::sched_probe(&layout, opts, &build, &out)?)
     };
     let ab_probe = layout.ab_probe();
-    // The loader splits LD_PRELOAD at spaces and colons: a probe under such a path would not
-    // load, and every run would fail its proof for a reason the proof cannot name.
     for p in sched_probe.iter().chain(&ab_probe) {
-        let text = p.to_string_lossy();
-        if let Some(c) = text.chars().find(|c| [' ', ':', '\t', '\n'].contains(c)) {
-            bail!(
-                "{} contains {c:?}, which the dynamic loader splits LD_PRELOAD at: move the \
-                 bundle (or the workspace) to a path without it",
-                p.display()
-            );
-        }
+        bundle::check_loader_path("LD_PRELOAD", p).map_err(anyhow::Error::msg)?;
     }
     if ab_probe.is_none() {
         progress(
