@@ -18,6 +18,10 @@ pub fn compare(a: &ArmReport, b: &ArmReport) -> Comparison {
         // Likewise a suite in which an arm ran no test (a filter that matched nothing, a build
         // without tests): zero counts are equal and compare nothing.
         let ran = |r: &super::report::RunReport| tests_counted(r) > 0;
+        // And a suite cut off by its time limit or a signal counted part of its tests: equal
+        // counts of two cut-off runs (test-backend-ops buffers its piped output, so both arms
+        // stop at the same count) say nothing about the rest.
+        let finished = |r: &super::report::RunReport| !r.timed_out && r.signal.is_none();
         let (outputs_equal, counts_equal) = match ra.kind {
             Kind::Generation => (
                 Some(ra.output_text == rb.output_text && generated(ra) && generated(rb)),
@@ -28,6 +32,8 @@ pub fn compare(a: &ArmReport, b: &ArmReport) -> Comparison {
                 Some(
                     ran(ra)
                         && ran(rb)
+                        && finished(ra)
+                        && finished(rb)
                         && ra.passed == rb.passed
                         && ra.failed == rb.failed
                         && ra.not_supported == rb.not_supported
@@ -115,9 +121,10 @@ mod tests {
         // Another text, same end.
         assert_eq!(c.runs[0].outputs_equal, Some(false));
         assert!(c.runs[0].same_end);
-        // A crash after the same counts, and a time-out with fewer: both end differently.
+        // A crash after the same counts, and a time-out with fewer: both end differently,
+        // and neither's counts compare (a run cut off counted part of its suite).
         assert!(!c.runs[1].same_end && !c.runs[2].same_end);
-        assert_eq!(c.runs[1].counts_equal, Some(true));
+        assert_eq!(c.runs[1].counts_equal, Some(false));
         assert_eq!(c.runs[2].counts_equal, Some(false));
         assert!(!c.runs[1].equal && !c.runs[2].equal);
         // Same counts and names, same end: equal, although its proof failed; the proof
@@ -176,5 +183,23 @@ mod tests {
         a.runs = vec![ns.clone()];
         b.runs = vec![ns];
         assert!(compare(&a, &b).all_equal);
+    }
+
+    #[test]
+    fn a_suite_cut_off_in_both_arms_is_not_equal() {
+        let mut a = arm("a", "x", STOCK_SHA, vec![]);
+        let mut b = arm("b", "x", STOCK_SHA, vec![]);
+        // Both arms stopped by the time limit at the same count, then both by one signal.
+        let mut timed = suite("backend-ops ADD", Kind::BackendOps, 106, 0, 2.0);
+        timed.timed_out = true;
+        let mut killed = suite("backend-ops MUL", Kind::BackendOps, 50, 0, 2.0);
+        killed.signal = Some("SIGSEGV".into());
+        killed.exit_code = None;
+        a.runs = vec![timed, killed];
+        b.runs = a.runs.clone();
+        let c = compare(&a, &b);
+        assert!(c.runs.iter().all(|r| r.same_end));
+        assert!(c.runs.iter().all(|r| r.counts_equal == Some(false) && !r.equal));
+        assert!(!c.all_equal);
     }
 }

@@ -107,6 +107,14 @@ fn failed_in_both(a: &ArmReport, b: &ArmReport, name: &str) -> bool {
     failed(a) && failed(b)
 }
 
+/// Whether the work `name` of `arm` was stopped by its time limit or a signal.
+fn cut_off(arm: &ArmReport, name: &str) -> bool {
+    arm.runs
+        .iter()
+        .find(|r| r.name == name)
+        .is_some_and(|r| r.timed_out || r.signal.is_some())
+}
+
 /// Whether the suite `name` counted no test in one arm or both (see [`super::compare`]).
 fn no_test_ran(a: &ArmReport, b: &ArmReport, name: &str) -> bool {
     [a, b].iter().any(|arm| {
@@ -207,12 +215,14 @@ fn write_runs(out: &mut String, r: &Report) -> std::fmt::Result {
             "NO: failed in both arms"
         } else if c.outputs_equal == Some(false) {
             "NO: output differs"
+        } else if !c.same_end {
+            "NO: ended differently"
+        } else if cut_off(a, &c.name) {
+            "NO: cut off in both arms"
         } else if c.counts_equal == Some(false) && no_test_ran(a, b, &c.name) {
             "NO: no test ran"
-        } else if c.counts_equal == Some(false) {
-            "NO: counts differ"
         } else {
-            "NO: ended differently"
+            "NO: counts differ"
         };
         writeln!(out, "{:<w0$}  {ca:<w1$}  {cb:<w2$}  {verdict}", c.name)?;
     }
@@ -303,7 +313,7 @@ work                 stock 89957c70                              ours 34e2d760  
 -------------------------------------------------------------------------------------------------------------------------------
 llama-simple         32 bytes, exit 0, 2.4 s                     31 bytes, exit 0, 1.2 s                                 NO: output differs
 backend-ops ADD      154 passed, 0 failed, exit 0, 41.3 s        154 passed, 0 failed, SIGSEGV, 40.8 s                   NO: ended differently
-backend-ops MUL_MAT  1203 passed, 0 failed, exit 0, 26 min 44 s  911 passed, 0 failed, TIMEOUT, 30 min 00 s              NO: counts differ
+backend-ops MUL_MAT  1203 passed, 0 failed, exit 0, 26 min 44 s  911 passed, 0 failed, TIMEOUT, 30 min 00 s              NO: ended differently
 ctest                48 passed, 1 failed, exit 1, 9 min 59 s     48 passed, 1 failed, exit 1, 10 min 01 s, PROOF FAILED  yes
 
 same file: no; proofs: FAILED; outputs equal: NO; counts equal: NO
