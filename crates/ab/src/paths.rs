@@ -20,7 +20,7 @@ impl Paths {
     /// else the workspace root, the nearest folder above the current directory holding both
     /// `pins.toml` and `Cargo.toml`, else the folder this binary was compiled from.
     pub fn discover() -> Result<Paths> {
-        if let Some(root) = bundle::root() {
+        if let Some(root) = bundle::root().map_err(anyhow::Error::msg)? {
             bundle::verify(&root).map_err(anyhow::Error::msg)?;
             return Ok(Paths {
                 target: root.join("target"),

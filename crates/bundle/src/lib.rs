@@ -19,10 +19,37 @@ pub const MARKER: &str = "ab-bundle.json";
 
 /// The bundle root this process runs from: the folder of the running binary when it holds
 /// [`MARKER`], else None (a workspace, or a binary copied elsewhere).
-pub fn root() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?.canonicalize().ok()?;
-    let dir = exe.parent()?;
-    is_bundle(dir).then(|| dir.to_path_buf())
+///
+/// Errors: the folder has a bundle's shape (`lib/libggml-base.so.0` and `cabi-tests/`
+/// beside the binary) but no manifest that is a file. Such a bundle was copied in part; were
+/// it taken for a binary copied elsewhere, the tools would look for a workspace and run its
+/// libraries instead of the bundle's.
+pub fn root() -> Result<Option<PathBuf>, String> {
+    let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.canonicalize().ok())
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    else {
+        return Ok(None);
+    };
+    if is_bundle(&dir) {
+        return Ok(Some(dir));
+    }
+    if has_bundle_shape(&dir) {
+        return Err(format!(
+            "{} holds a bundle's files but no manifest {MARKER} (missing, or not a file): the \
+             bundle was copied in part; unpack it again from its .tar.gz, or make a new one \
+             with `ab bundle` in a workspace",
+            dir.display()
+        ));
+    }
+    Ok(None)
+}
+
+/// Whether `dir` holds what a bundle holds besides its manifest: our library under `lib/`
+/// and the C sources under `cabi-tests/` (a workspace's `target/release/` holds neither).
+fn has_bundle_shape(dir: &Path) -> bool {
+    lib_dir(dir).join("libggml-base.so.0").exists() && dir.join("cabi-tests").is_dir()
 }
 
 /// Whether `dir` is a bundle root (holds [`MARKER`]).
@@ -35,6 +62,9 @@ pub fn is_bundle(dir: &Path) -> bool {
 pub fn lib_dir(root: &Path) -> PathBuf {
     root.join("lib")
 }
+
+/// The files every bundle holds, as its manifest names them.
+pub const CORE_FILES: &[&str] = &["ab", "bench", "lib/libggml-base.so.0", "lib/libab_probe.so"];
 
 /// Checks the bundle at `root` against its manifest: every file [`MARKER`] lists must be
 /// there with its size (bytes) and sha256. Files the manifest does not list (what the tools
@@ -53,6 +83,15 @@ pub fn verify(root: &Path) -> Result<(), String> {
     let files = json["files"]
         .as_array()
         .ok_or_else(|| format!("{} has no `files` list", manifest.display()))?;
+    // What every bundle holds: a manifest without these is not one `ab bundle` wrote.
+    for core in CORE_FILES {
+        if !files.iter().any(|f| f["path"].as_str() == Some(core)) {
+            return Err(format!(
+                "{} does not list {core}, which every bundle holds",
+                manifest.display()
+            ));
+        }
+    }
     let mut bad = Vec::new();
     for f in files {
         let (Some(path), Some(bytes), Some(sha)) = (
@@ -65,9 +104,19 @@ pub fn verify(root: &Path) -> Result<(), String> {
                 manifest.display()
             ));
         };
+        let inside = Path::new(path)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside {
+            return Err(format!(
+                "{}: the entry {path:?} is not a path inside the bundle",
+                manifest.display()
+            ));
+        }
         let file = root.join(path);
         let found = match std::fs::metadata(&file) {
             Err(_) => Some("missing".to_string()),
+            Ok(m) if !m.is_file() => Some("not a regular file".to_string()),
             Ok(m) if m.len() != bytes => {
                 Some(format!("{} bytes, the manifest says {bytes}", m.len()))
             }
@@ -99,28 +148,42 @@ pub fn verify(root: &Path) -> Result<(), String> {
     ))
 }
 
-/// Takes the lock of the folder `dir` (creating both): an exclusive `flock` on `dir/.lock`,
-/// held until the returned file is dropped or the process ends (it is not inherited by
-/// child processes). The file holds the holder's pid and command line, for the message a
-/// second process gets.
+/// Takes the lock of the folder `dir` (creating it): [`lock_file`] of `dir/.lock`.
 ///
 /// Two harness processes writing one folder (two jobs from one bundle, or an `ab exec` of an
 /// arm a running `ab ab` uses) would replace each other's library copies and reports while
 /// their programs run.
-///
-/// Errors: the lock is held by another process (the message names it and `dir`), or the
-/// file cannot be made.
 pub fn lock_dir(dir: &Path) -> Result<std::fs::File, String> {
-    use std::io::{Read, Seek, Write};
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let path = dir.join(".lock");
+    lock_file(&dir.join(".lock"), dir)
+}
+
+/// Takes an exclusive `flock` on the file `path` (created if missing; a symbolic link or
+/// anything but a regular file is refused, so no other file is written), held until the
+/// returned file is dropped or the process ends (child processes do not inherit it). The
+/// file then holds the holder's pid and command line, for the message a second process gets.
+/// `what` is the folder or file the lock guards, as the message names it.
+///
+/// Errors: the lock is held by another process (the message names it and `what`), or the
+/// file cannot be opened.
+pub fn lock_file(path: &Path, what: &Path) -> Result<std::fs::File, String> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("opening the lock {}: {e}", path.display()))?;
+    let regular = file.metadata().map(|m| m.is_file()).unwrap_or(false);
+    if !regular {
+        return Err(format!(
+            "the lock {} is not a regular file: remove it",
+            path.display()
+        ));
+    }
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -129,7 +192,7 @@ pub fn lock_dir(dir: &Path) -> Result<std::fs::File, String> {
             return Err(format!(
                 "{} is in use by another harness process ({}): wait for it to end, or run this \
                  one from another copy of the bundle or workspace",
-                dir.display(),
+                what.display(),
                 holder.trim()
             ));
         }
@@ -184,7 +247,7 @@ mod tests {
         assert_eq!(lib_dir(&d), d.join("lib"));
         std::fs::remove_dir_all(&d).unwrap();
         // the test binary itself lives in target/, not in a bundle
-        assert_eq!(root(), None);
+        assert_eq!(root(), Ok(None));
     }
 
     #[test]
@@ -210,10 +273,36 @@ mod tests {
         std::fs::create_dir_all(d.join("lib")).unwrap();
         std::fs::write(d.join("lib/libggml-base.so.0"), b"base").unwrap();
         std::fs::write(d.join("ab"), b"ab").unwrap();
+        std::fs::write(d.join("bench"), b"bench").unwrap();
+        std::fs::write(d.join("lib/libab_probe.so"), b"probe").unwrap();
         let entry = |p: &str, bytes: &[u8]| serde_json::json!({"path": p, "bytes": bytes.len(), "sha256": filehash::sha256_hex(bytes)});
-        let manifest = serde_json::json!({"commit": "x", "files": [
-            entry("ab", b"ab"), entry("lib/libggml-base.so.0", b"base")]});
-        std::fs::write(d.join(MARKER), manifest.to_string()).unwrap();
+        let core = [
+            entry("ab", b"ab"),
+            entry("bench", b"bench"),
+            entry("lib/libggml-base.so.0", b"base"),
+            entry("lib/libab_probe.so", b"probe"),
+        ];
+        let with = |extra: &[serde_json::Value]| {
+            let mut files = core.to_vec();
+            files.extend_from_slice(extra);
+            let m = serde_json::json!({"commit": "x", "files": files});
+            std::fs::write(d.join(MARKER), m.to_string()).unwrap();
+        };
+        with(&[]);
+        assert_eq!(verify(&d), Ok(()));
+        // A manifest that leaves out a core file, names a path outside the bundle, or lists
+        // something that is not a regular file (a device would be read for ever).
+        std::fs::write(d.join(MARKER), r#"{"files": []}"#).unwrap();
+        assert!(verify(&d).unwrap_err().contains("does not list ab"));
+        for outside in ["/etc/hostname", "../x", "lib/../../x"] {
+            with(&[serde_json::json!({"path": outside, "bytes": 0, "sha256": "0"})]);
+            let e = verify(&d).unwrap_err();
+            assert!(e.contains("not a path inside the bundle"), "{e}");
+        }
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        with(&[serde_json::json!({"path": "sub", "bytes": 4096, "sha256": "0"})]);
+        assert!(verify(&d).unwrap_err().contains("sub: not a regular file"));
+        with(&[]);
         assert_eq!(verify(&d), Ok(()));
         // Files the manifest does not list (the tools' output) are not looked at.
         std::fs::create_dir_all(d.join("target")).unwrap();
@@ -237,6 +326,11 @@ mod tests {
         );
         std::fs::write(d.join(MARKER), "not json").unwrap();
         assert!(verify(&d).unwrap_err().contains("parsing"));
+        // Without its manifest the folder still has a bundle's shape.
+        std::fs::create_dir_all(d.join("cabi-tests")).unwrap();
+        assert!(has_bundle_shape(&d));
+        std::fs::remove_dir_all(d.join("cabi-tests")).unwrap();
+        assert!(!has_bundle_shape(&d));
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -251,6 +345,14 @@ mod tests {
         drop(held);
         let again = lock_dir(&d).unwrap();
         drop(again);
+        // A lock that is a link to another file is refused, and that file left as it was.
+        let other = d.join("precious");
+        std::fs::write(&other, "kept").unwrap();
+        std::fs::remove_file(d.join(".lock")).unwrap();
+        std::os::unix::fs::symlink(&other, d.join(".lock")).unwrap();
+        let e = lock_dir(&d).unwrap_err();
+        assert!(e.contains("opening the lock"), "{e}");
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), "kept");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -199,7 +199,10 @@ mod tests {
         b.runs = a.runs.clone();
         let c = compare(&a, &b);
         assert!(c.runs.iter().all(|r| r.same_end));
-        assert!(c.runs.iter().all(|r| r.counts_equal == Some(false) && !r.equal));
+        assert!(c
+            .runs
+            .iter()
+            .all(|r| r.counts_equal == Some(false) && !r.equal));
         assert!(!c.all_equal);
     }
 }

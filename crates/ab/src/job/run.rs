@@ -218,6 +218,10 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     crate::ensure_probe(paths)?;
     let files = arm_files(paths, opts, &build)?;
     let ab_dir = paths.ab_dir();
+    // One job at a time writes report.json and the pages, whatever its arms are named.
+    std::fs::create_dir_all(&ab_dir).with_context(|| format!("creating {}", ab_dir.display()))?;
+    let _job_lock = bundle::lock_file(&ab_dir.join("job.lock"), &ab_dir.join("report.json"))
+        .map_err(anyhow::Error::msg)?;
     let mut arms: Vec<Arm> = files
         .iter()
         .map(|(name, f)| Arm::prepare(&ab_dir, name, f, opts.backend.as_deref()))

@@ -123,7 +123,7 @@ enum Layout {
 
 impl Layout {
     fn find() -> Result<Layout> {
-        Ok(match bundle::root() {
+        Ok(match bundle::root().map_err(anyhow::Error::msg)? {
             Some(r) => {
                 bundle::verify(&r).map_err(anyhow::Error::msg)?;
                 Layout::Bundle(r)
