@@ -24,23 +24,43 @@ pub struct Arm {
 }
 
 impl Arm {
-    /// Copies `source` to `<root>/<key>/libggml-base.so.0` (replacing an older copy) and
-    /// hashes it. Errors when `source` does not exist or cannot be copied.
+    /// Copies `source` to `<root>/<key>/libggml-base.so.0` (replacing an older copy) through
+    /// a temporary file and a rename, and checks the copy hashes like the source. Errors when
+    /// `source` does not exist, is an arm copy of `root` itself (the copy would replace the
+    /// file it reads, or another arm's), cannot be copied, or the copy differs.
     pub fn prepare(key: &'static str, label: String, source: &Path, root: &Path) -> Result<Arm> {
         if !source.is_file() {
             bail!("{} library {} does not exist", key, source.display());
         }
+        let resolved = source.canonicalize()?;
+        fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+        if resolved.starts_with(root.canonicalize()?) {
+            bail!(
+                "{} library {} lies in the arms' folder {}, whose files this run replaces: \
+                 copy it elsewhere first",
+                key,
+                source.display(),
+                root.display()
+            );
+        }
+        let sha256 = pins::sha256_file(&resolved).map_err(|e| anyhow::anyhow!("{e}"))?;
         let dir = root.join(key.to_lowercase());
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let file = dir.join("libggml-base.so.0");
-        if file.exists() {
-            fs::remove_file(&file).with_context(|| format!("removing {}", file.display()))?;
-        }
-        fs::copy(source, &file)
-            .with_context(|| format!("copying {} to {}", source.display(), file.display()))?;
+        let part = dir.join(".libggml-base.so.0.part");
+        fs::copy(&resolved, &part)
+            .with_context(|| format!("copying {} to {}", source.display(), part.display()))?;
+        fs::rename(&part, &file).with_context(|| format!("installing {}", file.display()))?;
         let file = file.canonicalize()?;
         let dir = dir.canonicalize()?;
-        let sha256 = pins::sha256_file(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let copied = pins::sha256_file(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if copied != sha256 {
+            bail!(
+                "{key}: the copy {} hashes {copied}, the source {} hashes {sha256}",
+                file.display(),
+                resolved.display()
+            );
+        }
         Ok(Arm {
             key,
             label,
@@ -131,4 +151,34 @@ pub fn loadavg() -> f64 {
         .ok()
         .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
         .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_arm_is_a_checked_copy_and_never_one_of_the_arms_folder() {
+        let d = std::env::temp_dir().join(format!("bench-arms-{}", std::process::id()));
+        let root = d.join("arms");
+        fs::create_dir_all(&d).unwrap();
+        let lib = d.join("lib.so");
+        fs::write(&lib, b"library bytes").unwrap();
+        let a = Arm::prepare("A", "stock".into(), &lib, &root).unwrap();
+        assert_eq!(
+            a.file,
+            root.join("a/libggml-base.so.0").canonicalize().unwrap()
+        );
+        assert_eq!(a.sha256, pins::sha256_file(&lib).unwrap());
+        assert_eq!(fs::read(&a.file).unwrap(), b"library bytes");
+        // The last run's copy named as an arm: refused, and left where it was.
+        for key in ["A", "B"] {
+            let e = Arm::prepare(key, "x".into(), &a.file, &root)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("lies in the arms' folder"), "{e}");
+        }
+        assert_eq!(fs::read(&a.file).unwrap(), b"library bytes");
+        fs::remove_dir_all(&d).unwrap();
+    }
 }

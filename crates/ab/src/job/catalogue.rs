@@ -191,8 +191,14 @@ pub fn parse_ctest_total(text: &str) -> Option<u64> {
         .and_then(|n| n.trim().parse().ok())
 }
 
-/// Builds the work list for a llama.cpp build folder.
-pub fn works(paths: &Paths, llama_build: &Path, plan: &Plan) -> Result<Vec<Work>> {
+/// Builds the work list for a llama.cpp build folder. A work the job would run that this
+/// build cannot offer is pushed to `left_out` with the reason (`ctest: ...`), for the report.
+pub fn works(
+    paths: &Paths,
+    llama_build: &Path,
+    plan: &Plan,
+    left_out: &mut Vec<String>,
+) -> Result<Vec<Work>> {
     let (full, only) = (plan.full, plan.only);
     let wanted: Option<Vec<String>> = only.map(|o| {
         o.split(',')
@@ -275,10 +281,12 @@ pub fn works(paths: &Paths, llama_build: &Path, plan: &Plan) -> Result<Vec<Work>
                 llama_build.display()
             );
         } else if count == 0 {
-            crate::say(&format!(
-                "ctest left out: {} has no tests (configured without LLAMA_BUILD_TESTS?)",
+            let why = format!(
+                "ctest: {} has no tests (configured without LLAMA_BUILD_TESTS?)",
                 llama_build.display()
-            ));
+            );
+            crate::say(&format!("left out: {why}"));
+            left_out.push(why);
         } else {
             let mut args = filter;
             args.extend(["--timeout".into(), "900".into(), "-j".into(), jobs.into()]);

@@ -108,6 +108,7 @@ pub fn report(a: ArmReport, b: ArmReport) -> Report {
         seconds: 1163.0,
         arms: vec![a, b],
         comparison,
+        left_out: vec![],
     }
 }
 

@@ -139,6 +139,9 @@ pub struct Report {
     pub arms: Vec<ArmReport>,
     /// How the two arms compare.
     pub comparison: Comparison,
+    /// Works the job would run that this build does not offer, each with its reason
+    /// (`ctest: DIR has no tests ...`); empty when none.
+    pub left_out: Vec<String>,
 }
 
 /// Writes `r` to `path` through a `.json.part` file and a rename, so that a reader never
@@ -172,6 +175,7 @@ mod tests {
                 "arms",
                 "comparison",
                 "complete",
+                "left_out",
                 "llama_build",
                 "probe",
                 "seconds",

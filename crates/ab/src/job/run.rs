@@ -252,7 +252,8 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
         model: model.as_deref(),
         partial_ngl: opts.partial_ngl,
     };
-    let works = works(paths, &build, &plan)?;
+    let mut left_out = Vec::new();
+    let works = works(paths, &build, &plan, &mut left_out)?;
     let total = works.len() * arms.len();
     let path = ab_dir.join("report.json");
     let make = |runs: &[Vec<RunReport>], complete: bool| {
@@ -271,6 +272,7 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
             seconds: started.elapsed().as_secs_f64(),
             arms: arm_reports,
             comparison,
+            left_out: left_out.clone(),
         }
     };
     let mut runs: Vec<Vec<RunReport>> = vec![Vec::new(), Vec::new()];

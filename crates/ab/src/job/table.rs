@@ -236,6 +236,9 @@ fn write_runs(out: &mut String, r: &Report) -> std::fmt::Result {
         if c.all_outputs_equal { "yes" } else { "NO" },
         if c.all_counts_equal { "yes" } else { "NO" },
     )?;
+    for why in &r.left_out {
+        writeln!(out, "left out: {why}")?;
+    }
     for arm in [a, b] {
         if let Some(g) = arm.runs.iter().find(|r| r.kind == Kind::Generation) {
             if let Some(t) = &g.output_text {
@@ -329,6 +332,18 @@ ours generated: "The capital of France is Lyon."
     }
 
     /// The README quotes the table: the quote must stay what the code prints.
+    #[test]
+    fn a_work_left_out_is_named_under_the_summary() {
+        let mut r = readme_report();
+        r.left_out = vec!["ctest: /b has no tests (configured without LLAMA_BUILD_TESTS?)".into()];
+        let t = render_table(&r);
+        let summary = t.find("same file: no;").unwrap();
+        let note = t
+            .find("\nleft out: ctest: /b has no tests (configured without LLAMA_BUILD_TESTS?)\n")
+            .unwrap();
+        assert!(note > summary, "{t}");
+    }
+
     #[test]
     fn the_readme_quotes_this_table() {
         let readme = std::fs::read_to_string(
