@@ -128,8 +128,27 @@ pub fn install_interrupt_handler() {
     }
 }
 
+/// Makes the process `cmd` starts get SIGTERM when the thread that starts it ends: the
+/// harness's children go when it goes, even killed by a signal no cleanup of ours sees
+/// (SIGKILL). Such a child would go on using an arm's folder whose lock has passed to the
+/// next job, or keep a port. Start the child from a thread that outlives it.
+pub fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only calls prctl, which is
+    // async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Runs `cmd` to the end (or its time limit) with stdout and stderr captured. The child gets
-/// its own process group, so a time-out kills it with all its children.
+/// its own process group, so a time-out kills it with all its children, and it ends with
+/// the harness ([`die_with_parent`]; this call waits for it, so its thread outlives it).
 ///
 /// Errors only when the child cannot be started; every way it can end is in [`Finished`].
 pub fn run(cmd: &mut Command, opts: &RunOpts, watcher: &mut dyn Watcher) -> Result<Finished> {
@@ -138,6 +157,7 @@ pub fn run(cmd: &mut Command, opts: &RunOpts, watcher: &mut dyn Watcher) -> Resu
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    die_with_parent(cmd);
     let started = Instant::now();
     let mut child = cmd
         .spawn()

@@ -12,7 +12,6 @@ use crate::proof;
 use crate::swap::{self, Arm, Job};
 use crate::{fmt_secs, say};
 use anyhow::{Context, Result};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -244,19 +243,9 @@ impl Server {
             .stdout(file.try_clone()?)
             .stderr(file)
             .stdin(Stdio::null());
-        // SAFETY: between fork and exec the closure only calls prctl, which is
-        // async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                // The server goes when the harness goes, even killed by a signal that no
-                // cleanup of ours sees (SIGKILL, or SIGINT outside a handler): a server left
-                // listening would answer the next run's clients on that port.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // A server left listening after the harness died would answer the next run's
+        // clients on that port.
+        crate::proc::die_with_parent(&mut cmd);
         let child = cmd.spawn().context("starting ggml-rpc-server")?;
         let mut server = Server {
             child,
