@@ -475,6 +475,7 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
             // runs only when the two-arm work uses the default arms too.
             let default_arms = a.a.is_none() && a.b.is_none() && a.llama_build.is_none();
             let with_repro = default_arms && !a.no_repro;
+            let _job_lock = job::lock(paths)?;
             let r = job::run(
                 paths,
                 &job::AbOptions {

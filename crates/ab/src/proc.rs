@@ -128,22 +128,9 @@ pub fn install_interrupt_handler() {
     }
 }
 
-/// Makes the process `cmd` starts get SIGTERM when the thread that starts it ends: the
-/// harness's children go when it goes, even killed by a signal no cleanup of ours sees
-/// (SIGKILL). Such a child would go on using an arm's folder whose lock has passed to the
-/// next job, or keep a port. Start the child from a thread that outlives it.
+/// [`bundle::die_with_parent`], as the harness's binaries share it.
 pub fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: between fork and exec the closure only calls prctl, which is
-    // async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    bundle::die_with_parent(cmd);
 }
 
 /// Runs `cmd` to the end (or its time limit) with stdout and stderr captured. The child gets

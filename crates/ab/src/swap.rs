@@ -54,6 +54,7 @@ impl Arm {
         let resolved = file
             .canonicalize()
             .with_context(|| format!("resolving {}", file.display()))?;
+        check_not_an_arm_copy(ab_dir, name, &resolved)?;
         let sha256 = pins::sha256_file(&resolved)?;
         let lib_dir = ab_dir.join("arms").join(name).join("lib");
         check_search_path("LD_LIBRARY_PATH", &lib_dir)?;
@@ -103,6 +104,26 @@ impl Arm {
             _lock: Some(std::sync::Arc::new(lock)),
         })
     }
+}
+
+/// Refuses `file` (resolved) when it lies under `ab_dir/arms`: the copy of an arm, which
+/// preparing this arm or another would replace while it is read, so that the arm would run
+/// another library than the one named. Call it for every arm of a job before preparing any.
+pub fn check_not_an_arm_copy(ab_dir: &Path, name: &str, file: &Path) -> Result<()> {
+    let arms = ab_dir.join("arms");
+    let inside = arms
+        .canonicalize()
+        .map(|a| file.starts_with(a))
+        .unwrap_or(false);
+    if inside {
+        bail!(
+            "arm {name}: {} lies in {}, the arms' copies, which a job replaces: name the \
+             original file, or its sha256 (`ab store`)",
+            file.display(),
+            arms.display()
+        );
+    }
+    Ok(())
 }
 
 /// An arm's name is a folder under `target/ab/arms` and a word of the report: letters,
@@ -285,6 +306,14 @@ mod tests {
         let held = Arm::prepare(&d, "a", &lib, None).unwrap();
         let e = Arm::prepare(&d, "a", &lib, None).unwrap_err().to_string();
         assert!(e.starts_with("arm a: ") && e.contains("in use"), "{e}");
+        // An arm's copy named as an arm's source, its own or another's, is refused.
+        for name in ["a", "b"] {
+            let e = check_not_an_arm_copy(&d, name, &held.lib_copy.canonicalize().unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("the arms' copies"), "{e}");
+        }
+        assert!(check_not_an_arm_copy(&d, "a", &lib.canonicalize().unwrap()).is_ok());
         // Another arm of the same folder is free, and the arm is free once dropped.
         drop(Arm::prepare(&d, "b", &lib, None).unwrap());
         drop(held);

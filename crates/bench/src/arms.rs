@@ -23,6 +23,30 @@ pub struct Arm {
     pub sha256: String,
 }
 
+/// Refuses any source (arm key, file) that lies in the arms' folder `root` (created if
+/// missing), whose files a run replaces: preparing arm A would overwrite a file arm B names
+/// there. Call it with both arms before preparing either.
+pub fn check_sources(root: &Path, sources: &[(&str, &Path)]) -> Result<()> {
+    fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let root_resolved = root.canonicalize()?;
+    for (key, source) in sources {
+        let inside = source
+            .canonicalize()
+            .map(|s| s.starts_with(&root_resolved))
+            .unwrap_or(false);
+        if inside {
+            bail!(
+                "{} library {} lies in the arms' folder {}, whose files this run replaces: \
+                 copy it elsewhere first",
+                key,
+                source.display(),
+                root.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 impl Arm {
     /// Copies `source` to `<root>/<key>/libggml-base.so.0` (replacing an older copy) through
     /// a temporary file and a rename, and checks the copy hashes like the source. Errors when
@@ -33,16 +57,7 @@ impl Arm {
             bail!("{} library {} does not exist", key, source.display());
         }
         let resolved = source.canonicalize()?;
-        fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
-        if resolved.starts_with(root.canonicalize()?) {
-            bail!(
-                "{} library {} lies in the arms' folder {}, whose files this run replaces: \
-                 copy it elsewhere first",
-                key,
-                source.display(),
-                root.display()
-            );
-        }
+        check_sources(root, &[(key, source)])?;
         let sha256 = pins::sha256_file(&resolved).map_err(|e| anyhow::anyhow!("{e}"))?;
         let dir = root.join(key.to_lowercase());
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -179,6 +194,13 @@ mod tests {
             assert!(e.contains("lies in the arms' folder"), "{e}");
         }
         assert_eq!(fs::read(&a.file).unwrap(), b"library bytes");
+        // Both sources are checked before either arm is installed: B naming A's copy is
+        // refused although A's own source is fine.
+        let e = check_sources(&root, &[("A", &lib), ("B", &a.file)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("B library"), "{e}");
+        assert!(check_sources(&root, &[("A", &lib), ("B", &lib)]).is_ok());
         fs::remove_dir_all(&d).unwrap();
     }
 }

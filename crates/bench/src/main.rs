@@ -251,6 +251,7 @@ fn real_main(args: &[String], opts: Options) -> Result<()> {
         }
     };
     let arm_root = out.join("arms");
+    arms::check_sources(&arm_root, &[("A", &a_src), ("B", &b_src)])?;
     let arm_a = Arm::prepare("A", a_label.to_string(), &a_src, &arm_root)?;
     let mut arm_b = Arm::prepare("B", b_label, &b_src, &arm_root)?;
     if arm_b.sha256 == arm_a.sha256 {

@@ -10,6 +10,10 @@
 //!
 //! A binary is in a bundle when the folder it was started from holds the marker; nothing else
 //! is needed to find the rest.
+//!
+//! Beside where the files are, what every binary of the harness needs the same way: the
+//! bundle's check against its manifest, the locks of the folders they write, paths the
+//! dynamic loader can take, and children that end with the harness.
 
 use std::path::{Path, PathBuf};
 
@@ -20,8 +24,8 @@ pub const MARKER: &str = "ab-bundle.json";
 /// The bundle root this process runs from: the folder of the running binary when it holds
 /// [`MARKER`], else None (a workspace, or a binary copied elsewhere).
 ///
-/// Errors: the folder has a bundle's shape (`lib/libggml-base.so.0` and `cabi-tests/`
-/// beside the binary) but no manifest that is a file. Such a bundle was copied in part; were
+/// Errors: the folder holds part of a bundle (`lib/libggml-base.so.0`, `lib/libab_probe.so`
+/// or `cabi-tests/` beside the binary) but no manifest that is a file. Such a bundle was copied in part; were
 /// it taken for a binary copied elsewhere, the tools would look for a workspace and run its
 /// libraries instead of the bundle's.
 pub fn root() -> Result<Option<PathBuf>, String> {
@@ -46,10 +50,14 @@ pub fn root() -> Result<Option<PathBuf>, String> {
     Ok(None)
 }
 
-/// Whether `dir` holds what a bundle holds besides its manifest: our library under `lib/`
-/// and the C sources under `cabi-tests/` (a workspace's `target/release/` holds neither).
+/// Whether `dir` holds a part of what a bundle holds besides its manifest: our library or
+/// the probe under `lib/`, or the C sources under `cabi-tests/` (a workspace's
+/// `target/release/`, where the binaries are built, holds none of them).
 fn has_bundle_shape(dir: &Path) -> bool {
-    lib_dir(dir).join("libggml-base.so.0").exists() && dir.join("cabi-tests").is_dir()
+    let lib = lib_dir(dir);
+    lib.join("libggml-base.so.0").exists()
+        || lib.join("libab_probe.so").exists()
+        || dir.join("cabi-tests").is_dir()
 }
 
 /// Whether `dir` is a bundle root (holds [`MARKER`]).
@@ -176,11 +184,26 @@ pub fn lock_file(path: &Path, what: &Path) -> Result<std::fs::File, String> {
         .truncate(false)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-        .map_err(|e| format!("opening the lock {}: {e}", path.display()))?;
-    let regular = file.metadata().map(|m| m.is_file()).unwrap_or(false);
-    if !regular {
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => format!(
+                "the lock {} is a symbolic link, which it must not be: remove it",
+                path.display()
+            ),
+            _ => format!("opening the lock {}: {e}", path.display()),
+        })?;
+    // A regular file of its own: the holder's line is written into it, and must not land in
+    // a file it shares its data with (a hard link).
+    let own = file
+        .metadata()
+        .map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.is_file() && m.nlink() == 1
+        })
+        .unwrap_or(false);
+    if !own {
         return Err(format!(
-            "the lock {} is not a regular file: remove it",
+            "the lock {} is not a regular file of its own (a folder, a device or a hard \
+             link): remove it",
             path.display()
         ));
     }
@@ -208,6 +231,25 @@ pub fn lock_file(path: &Path, what: &Path) -> Result<std::fs::File, String> {
         .and_then(|_| file.rewind())
         .and_then(|_| file.write_all(me.as_bytes()));
     Ok(file)
+}
+
+/// Makes the process `cmd` starts get SIGTERM when the thread that starts it ends: the
+/// harness's children go when it goes, even killed by a signal no cleanup of ours sees
+/// (SIGKILL). Such a child would go on using an arm's folder whose lock has passed to the
+/// next job, or keep a port. Start the child from a thread that outlives it (one that waits
+/// for it). Only the child itself is covered, not what it starts in turn.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only calls prctl, which is
+    // async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Refuses a path the dynamic loader would split when it reads `var`: `LD_LIBRARY_PATH` is
@@ -330,6 +372,8 @@ mod tests {
         std::fs::create_dir_all(d.join("cabi-tests")).unwrap();
         assert!(has_bundle_shape(&d));
         std::fs::remove_dir_all(d.join("cabi-tests")).unwrap();
+        assert!(has_bundle_shape(&d), "lib/ alone is a part of a bundle");
+        std::fs::remove_dir_all(d.join("lib")).unwrap();
         assert!(!has_bundle_shape(&d));
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -351,7 +395,12 @@ mod tests {
         std::fs::remove_file(d.join(".lock")).unwrap();
         std::os::unix::fs::symlink(&other, d.join(".lock")).unwrap();
         let e = lock_dir(&d).unwrap_err();
-        assert!(e.contains("opening the lock"), "{e}");
+        assert!(e.contains("is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), "kept");
+        std::fs::remove_file(d.join(".lock")).unwrap();
+        std::fs::hard_link(&other, d.join(".lock")).unwrap();
+        let e = lock_dir(&d).unwrap_err();
+        assert!(e.contains("hard link"), "{e}");
         assert_eq!(std::fs::read_to_string(&other).unwrap(), "kept");
         std::fs::remove_dir_all(&d).unwrap();
     }

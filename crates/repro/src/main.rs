@@ -541,6 +541,8 @@ fn real_main(o: Opts) -> Result<bool> {
     let out_dir = target.join("repro");
     let logs = out_dir.join("logs");
     fs::create_dir_all(&logs)?;
+    // Held to the end: two reproducers in one workspace would write one report.json.
+    let _lock = bundle::lock_dir(&out_dir).map_err(anyhow::Error::msg)?;
 
     let pins = pins::Pins::load(&o.root)?;
     let upstream = pins.ensure_upstream(&target)?;

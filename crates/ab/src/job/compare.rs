@@ -30,23 +30,27 @@ pub fn compare(a: &ArmReport, b: &ArmReport) -> Comparison {
             _ => (
                 None,
                 Some(
-                    ran(ra)
-                        && ran(rb)
-                        && finished(ra)
-                        && finished(rb)
-                        && ra.passed == rb.passed
+                    ra.passed == rb.passed
                         && ra.failed == rb.failed
                         && ra.not_supported == rb.not_supported
                         && ra.failed_tests == rb.failed_tests,
                 ),
             ),
         };
+        let complete = match ra.kind {
+            Kind::Generation => true,
+            _ => ran(ra) && ran(rb) && finished(ra) && finished(rb),
+        };
         runs.push(RunComparison {
             name: ra.name.clone(),
             same_end,
             outputs_equal,
             counts_equal,
-            equal: same_end && outputs_equal.unwrap_or(true) && counts_equal.unwrap_or(true),
+            complete,
+            equal: same_end
+                && complete
+                && outputs_equal.unwrap_or(true)
+                && counts_equal.unwrap_or(true),
         });
     }
     let all_outputs_equal = runs.iter().all(|r| r.outputs_equal.unwrap_or(true));
@@ -122,9 +126,10 @@ mod tests {
         assert_eq!(c.runs[0].outputs_equal, Some(false));
         assert!(c.runs[0].same_end);
         // A crash after the same counts, and a time-out with fewer: both end differently,
-        // and neither's counts compare (a run cut off counted part of its suite).
+        // and neither is complete (a run cut off counted part of its suite).
         assert!(!c.runs[1].same_end && !c.runs[2].same_end);
-        assert_eq!(c.runs[1].counts_equal, Some(false));
+        assert!(!c.runs[1].complete && !c.runs[2].complete);
+        assert_eq!(c.runs[1].counts_equal, Some(true));
         assert_eq!(c.runs[2].counts_equal, Some(false));
         assert!(!c.runs[1].equal && !c.runs[2].equal);
         // Same counts and names, same end: equal, although its proof failed; the proof
@@ -174,9 +179,9 @@ mod tests {
         b.runs = a.runs.clone();
         let c = compare(&a, &b);
         assert!(c.runs.iter().all(|r| r.same_end));
-        assert_eq!(c.runs[0].counts_equal, Some(false));
-        assert_eq!(c.runs[1].counts_equal, Some(false));
-        assert!(!c.all_equal && !c.all_counts_equal);
+        assert!(c.runs.iter().all(|r| r.counts_equal == Some(true)));
+        assert!(c.runs.iter().all(|r| !r.complete && !r.equal));
+        assert!(!c.all_equal && c.all_counts_equal);
         // One case that is not supported is a test that ran: both arms agree on it.
         let mut ns = suite("backend-ops X", Kind::BackendOps, 0, 0, 0.1);
         ns.not_supported = Some(1);
@@ -202,7 +207,7 @@ mod tests {
         assert!(c
             .runs
             .iter()
-            .all(|r| r.counts_equal == Some(false) && !r.equal));
+            .all(|r| r.counts_equal == Some(true) && !r.complete && !r.equal));
         assert!(!c.all_equal);
     }
 }

@@ -23,4 +23,4 @@ mod run;
 mod table;
 
 pub use catalogue::{devices, PROMPT};
-pub use run::{run, AbOptions};
+pub use run::{lock, run, AbOptions};

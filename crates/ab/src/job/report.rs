@@ -94,7 +94,12 @@ pub struct RunComparison {
     pub outputs_equal: Option<bool>,
     /// Suites: pass, fail and not-supported counts and failing names equal. Generation: null.
     pub counts_equal: Option<bool>,
-    /// `same_end`, and every comparison of the two above that applies.
+    /// Suites: both arms' counts are whole, so they compare: each arm counted at least one
+    /// test, and neither was cut off by its time limit or a signal (equal counts of two
+    /// cut-off runs say nothing about the rest). Generation: true (a failed generation is
+    /// in `outputs_equal`).
+    pub complete: bool,
+    /// `same_end`, `complete`, and every comparison of the two above that applies.
     pub equal: bool,
 }
 
@@ -235,7 +240,14 @@ mod tests {
         );
         assert_eq!(
             keys(&v["comparison"]["runs"][0]),
-            ["counts_equal", "equal", "name", "outputs_equal", "same_end"]
+            [
+                "complete",
+                "counts_equal",
+                "equal",
+                "name",
+                "outputs_equal",
+                "same_end"
+            ]
         );
     }
 

@@ -196,7 +196,18 @@ fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, 
     Ok([a, b])
 }
 
-/// The main job. Returns the report (already written to `target/ab/report.json`).
+/// Takes the job lock, `target/ab/job.lock`: one job at a time writes `report.json` and the
+/// pages, whatever its arms are named. Hold it until the report is final (the reproducer's
+/// part merged in).
+pub fn lock(paths: &Paths) -> Result<std::fs::File> {
+    let ab_dir = paths.ab_dir();
+    std::fs::create_dir_all(&ab_dir).with_context(|| format!("creating {}", ab_dir.display()))?;
+    bundle::lock_file(&ab_dir.join("job.lock"), &ab_dir.join("report.json"))
+        .map_err(anyhow::Error::msg)
+}
+
+/// The main job. Returns the report (already written to `target/ab/report.json`). The
+/// caller holds [`lock`].
 pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     let started = Instant::now();
     let started_unix = std::time::SystemTime::now()
@@ -218,10 +229,14 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     crate::ensure_probe(paths)?;
     let files = arm_files(paths, opts, &build)?;
     let ab_dir = paths.ab_dir();
-    // One job at a time writes report.json and the pages, whatever its arms are named.
-    std::fs::create_dir_all(&ab_dir).with_context(|| format!("creating {}", ab_dir.display()))?;
-    let _job_lock = bundle::lock_file(&ab_dir.join("job.lock"), &ab_dir.join("report.json"))
-        .map_err(anyhow::Error::msg)?;
+    // Every source is checked before any arm is prepared: preparing arm a would replace a
+    // file arm b names in a's folder.
+    for (name, f) in &files {
+        let resolved = f
+            .canonicalize()
+            .with_context(|| format!("arm {name}: {} not found", f.display()))?;
+        swap::check_not_an_arm_copy(&ab_dir, name, &resolved)?;
+    }
     let mut arms: Vec<Arm> = files
         .iter()
         .map(|(name, f)| Arm::prepare(&ab_dir, name, f, opts.backend.as_deref()))

@@ -219,7 +219,7 @@ fn write_runs(out: &mut String, r: &Report) -> std::fmt::Result {
             "NO: ended differently"
         } else if cut_off(a, &c.name) {
             "NO: cut off in both arms"
-        } else if c.counts_equal == Some(false) && no_test_ran(a, b, &c.name) {
+        } else if !c.complete && no_test_ran(a, b, &c.name) {
             "NO: no test ran"
         } else {
             "NO: counts differ"

@@ -241,6 +241,7 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     let arm_root = out.join("arms");
     let a_label = if opts.a.is_some() { "A" } else { "stock" };
     let b_label = if opts.b.is_some() { "B" } else { "ours" };
+    crate::arms::check_sources(&arm_root, &[("A", &a_src), ("B", &b_src)])?;
     let arm_a = Arm::prepare("A", a_label.into(), &a_src, &arm_root)?;
     let mut arm_b = Arm::prepare("B", b_label.into(), &b_src, &arm_root)?;
     if arm_b.sha256 == arm_a.sha256 {

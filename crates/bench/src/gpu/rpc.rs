@@ -73,6 +73,7 @@ impl Server {
         if let Some(p) = &ctx.ab_probe {
             cmd.env("LD_PRELOAD", p).env("GGML_AB_PROBE_OUT", &ab_out);
         }
+        bundle::die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {}", exe.display()))?;

@@ -206,6 +206,8 @@ fn run_parsed<T>(
     for (k, v) in env {
         cmd.env(k, v);
     }
+    // (`timeout` passes the SIGTERM on to the tool it runs.)
+    bundle::die_with_parent(&mut cmd);
     let t0 = Instant::now();
     let output = cmd
         .output()
