@@ -501,13 +501,28 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
                 merge_repro(paths)?;
                 code
             } else {
+                if !default_arms && !a.no_repro {
+                    say("in-place reproducer: not run (its three arms are fixed: it runs with \
+                         the default arms and build; `ab repro` runs it alone)");
+                }
                 0
             };
-            if !r.comparison.proofs_ok {
+            // The reproducer's output comes after the job's table: repeat the verdict last.
+            let c = &r.comparison;
+            say(&format!(
+                "main job: {} works in arms {} and {}; proofs {}; the arms {}; report {}",
+                c.runs.len(),
+                r.arms[0].name,
+                r.arms[1].name,
+                if c.proofs_ok { "OK" } else { "FAILED" },
+                if c.all_equal { "agree" } else { "DIFFER" },
+                paths.ab_dir().join("report.json").display()
+            ));
+            if !c.proofs_ok {
                 say("FAILED: a run did not map the intended libggml-base (see PROOF FAILED above)");
                 return Ok(1);
             }
-            if !r.comparison.all_equal {
+            if !c.all_equal {
                 say("the arms differ (see the table)");
                 return Ok(3);
             }
