@@ -502,8 +502,10 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
                 code
             } else {
                 if !default_arms && !a.no_repro {
-                    say("in-place reproducer: not run (its three arms are fixed: it runs with \
-                         the default arms and build; `ab repro` runs it alone)");
+                    say(
+                        "in-place reproducer: not run (its three arms are fixed: it runs with \
+                         the default arms and build; `ab repro` runs it alone)",
+                    );
                 }
                 0
             };
