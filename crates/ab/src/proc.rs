@@ -128,14 +128,9 @@ pub fn install_interrupt_handler() {
     }
 }
 
-/// [`bundle::die_with_parent`], as the harness's binaries share it.
-pub fn die_with_parent(cmd: &mut Command) {
-    bundle::die_with_parent(cmd);
-}
-
 /// Runs `cmd` to the end (or its time limit) with stdout and stderr captured. The child gets
 /// its own process group, so a time-out kills it with all its children, and it ends with
-/// the harness ([`die_with_parent`]; this call waits for it, so its thread outlives it).
+/// the harness ([`bundle::die_with_parent`]; this call waits for it, so its thread outlives it).
 ///
 /// Errors only when the child cannot be started; every way it can end is in [`Finished`].
 pub fn run(cmd: &mut Command, opts: &RunOpts, watcher: &mut dyn Watcher) -> Result<Finished> {
@@ -144,7 +139,7 @@ pub fn run(cmd: &mut Command, opts: &RunOpts, watcher: &mut dyn Watcher) -> Resu
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    die_with_parent(cmd);
+    bundle::die_with_parent(cmd);
     let started = Instant::now();
     let mut child = cmd
         .spawn()

@@ -245,7 +245,7 @@ impl Server {
             .stdin(Stdio::null());
         // A server left listening after the harness died would answer the next run's
         // clients on that port.
-        crate::proc::die_with_parent(&mut cmd);
+        bundle::die_with_parent(&mut cmd);
         let child = cmd.spawn().context("starting ggml-rpc-server")?;
         let mut server = Server {
             child,
