@@ -41,7 +41,8 @@
 #            here, gpu/pack.sh --stock-base), as is or (PPDIAG_SETTINGS) with ggml-cuda's CUDA
 #            graphs off, its fusions off, ours in the stock layout; first repetition apart
 #            from the others; host time against the wait per steady compute (PPDIAG_ROUNDS,
-#            default 4; PPDIAG_REPS, 10; PPDIAG_P, 512); PPDIAG_QUANTS=1 adds arms with the
+#            default 4; PPDIAG_REPS, 10; PPDIAG_P, 512; PPDIAG_NGL, 99: 8 for the partial offload;
+#            setting delay0: ours without the reuse delay); PPDIAG_QUANTS=1 adds arms with the
 #            build's own ggml-quants.c object preloaded; both arms' splits (GGML_SCHED_DEBUG=2)
 #   buildcpu the stock llama.cpp without CUDA ($W/build-cpu, about a minute): enough for HRX
 #            on the CUDA runtime, which brings its own kernels
@@ -936,7 +937,7 @@ stage_ppdiag() {
       echo "the build's own ggml-quants.c.o: $(objdump -d --no-show-raw-insn "$qo" | awk '/<dequantize_row_q4_0>:/,/^$/' | wc -l) lines"
     } > "$W/logs/ppdiag-build.log" 2>&1
   fi
-  local rows=$W/logs/ppdiag.jsonl reps=${PPDIAG_REPS:-10}
+  local rows=$W/logs/ppdiag.jsonl reps=${PPDIAG_REPS:-10} ngl=${PPDIAG_NGL:-99}
   # the first repetition is set apart (the CUDA graph's capture): at least one more is needed
   [ "$reps" -ge 2 ] || { log "ppdiag: PPDIAG_REPS must be at least 2"; return 1; }
   : > "$rows"
@@ -947,12 +948,13 @@ stage_ppdiag() {
       graphs_off) env=(GGML_CUDA_DISABLE_GRAPHS=1) ;;
       fusion_off) env=(GGML_CUDA_DISABLE_FUSION=1) ;;
       layout_stock) env=(GGML_ALLOC_LAYOUT=stock) ;;
-      *) log "ppdiag: unknown setting $set (as_is, graphs_off, fusion_off, layout_stock)"; return 1 ;;
+      delay0) env=(GGML_ALLOC_REUSE_DELAY=0) ;;
+      *) log "ppdiag: unknown setting $set (as_is, graphs_off, fusion_off, layout_stock, delay0)"; return 1 ;;
     esac
     rm -f "$out"
     local pre=$shim:$probe; [ "${a%q}" != "$a" ] && pre=$shim:$W/libstock-quants.so:$probe
     env "${env[@]}" LD_LIBRARY_PATH="$W/arms/${a%q}:$B/bin" LD_PRELOAD="$pre" SCHED_PROBE_OUT="$out" \
-      "$B/bin/llama-bench" -m "$M" -ngl 99 -p "$p" -n 0 -r "$reps" -o json > "$res" 2> "$W/logs/ppdiag-bench.err" \
+      "$B/bin/llama-bench" -m "$M" -ngl "$ngl" -p "$p" -n 0 -r "$reps" -o json > "$res" 2> "$W/logs/ppdiag-bench.err" \
       || log "ppdiag: llama-bench failed ($set, arm $a): $(grep -a -i -m1 'error\|invalid\|failed' "$W/logs/ppdiag-bench.err")"
     python3 - "$out" "$res" "$r" "$set" "$p" "$a" >> "$rows" <<'PY'
 import json, sys
@@ -1013,7 +1015,7 @@ PY
   local a
   for a in a b; do
     GGML_SCHED_DEBUG=2 LD_LIBRARY_PATH="$W/arms/$a:$B/bin" LD_PRELOAD="$shim" \
-      "$B/bin/llama-bench" -m "$M" -ngl 99 -p 512 -n 0 -r 1 -v > "$W/logs/ppdiag-sched-$a.log" 2>&1
+      "$B/bin/llama-bench" -m "$M" -ngl "$ngl" -p 512 -n 0 -r 1 -v > "$W/logs/ppdiag-sched-$a.log" 2>&1
   done
   # the same graph, placement and use counts in both arms: the node lines without their markers
   local na nb
