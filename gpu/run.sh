@@ -41,8 +41,10 @@
 #            here, gpu/pack.sh --stock-base), as is or (PPDIAG_SETTINGS) with ggml-cuda's CUDA
 #            graphs off, its fusions off, ours in the stock layout; first repetition apart
 #            from the others; host time against the wait per steady compute (PPDIAG_ROUNDS,
-#            default 4; PPDIAG_REPS, 10; PPDIAG_P, 512; PPDIAG_NGL, 99: 8 for the partial offload;
-#            setting delay0: ours without the reuse delay); PPDIAG_QUANTS=1 adds arms with the
+#            default 4; PPDIAG_REPS, 10; PPDIAG_P, 512; PPDIAG_NGL, 99: 8 for the partial offload,
+#            99,8 for the bench's own process, which loads the model at each in turn: the times
+#            are then the last's, the host and wait figures both's; setting delay0: ours
+#            without the reuse delay); PPDIAG_QUANTS=1 adds arms with the
 #            build's own ggml-quants.c object preloaded; both arms' splits (GGML_SCHED_DEBUG=2)
 #   buildcpu the stock llama.cpp without CUDA ($W/build-cpu, about a minute): enough for HRX
 #            on the CUDA runtime, which brings its own kernels
@@ -961,7 +963,8 @@ import json, sys
 out, res, r, s, p, a = sys.argv[1:]
 row = {"round": int(r), "setting": s, "p": int(p), "arm": a}
 try:
-    row["samples_ns"] = json.load(open(res))[0]["samples_ns"]
+    # the last test: with PPDIAG_NGL a list (99,8), the model loaded last
+    row["samples_ns"] = json.load(open(res))[-1]["samples_ns"]
     row["probe"] = json.loads(open(out).read().strip().splitlines()[-1])
 except Exception as e:
     row["error"] = repr(e)
