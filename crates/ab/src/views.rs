@@ -117,6 +117,29 @@ fn tool(paths: &Paths) -> Result<PathBuf> {
     Ok(paths.target.join("release").join("view"))
 }
 
+/// What renders the pages: the view tool (built in a workspace, the bundle's own in a bundle),
+/// once Graphviz's `dot` is found on `PATH`. Errors: `dot` does not run (then no page can be
+/// made, and the job says so once), or the tool cannot be built or is missing.
+pub fn renderer(paths: &Paths) -> Result<PathBuf> {
+    check_dot("dot")?;
+    tool(paths)
+}
+
+/// Whether the Graphviz program `dot` (the command name, looked up on `PATH`) runs: `dot -V`.
+fn check_dot(dot: &str) -> Result<()> {
+    match Command::new(dot).arg("-V").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => bail!(
+            "Graphviz `{dot} -V` failed ({}): {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => {
+            bail!("Graphviz `{dot}` is not on PATH ({e}); the Debian package graphviz has it")
+        }
+    }
+}
+
 /// Runs the view tool with `args`; its error output when it fails.
 fn render(exe: &Path, root: &Path, args: &[String]) -> Option<String> {
     match Command::new(exe).args(args).current_dir(root).output() {
@@ -127,16 +150,16 @@ fn render(exe: &Path, root: &Path, args: &[String]) -> Option<String> {
 }
 
 /// The pages of the generation works `works`: arm `b`'s records (`placement`) and, where the
-/// rule-off run wrote records too, rule off against arm `b` (`ab`).
-pub fn write_pages(paths: &Paths, b: &str, works: &[String]) -> Vec<Page> {
+/// rule-off run wrote records too, rule off against arm `b` (`ab`), rendered by `exe` (from
+/// [`renderer`]; when that is an error, every page carries it).
+pub fn write_pages(paths: &Paths, exe: &Result<PathBuf>, b: &str, works: &[String]) -> Vec<Page> {
     let out = paths.ab_dir().join("view");
-    let exe = tool(paths);
     let mut pages = Vec::new();
     for w in works {
         let on = dump_dir(paths, b, w);
         let off = dump_dir(paths, &format!("{b}-rule0"), w);
         let mut one = |kind: &'static str, page: PathBuf, dumps: Vec<&Path>, args: Vec<String>| {
-            let error = match (&exe, dumps.iter().find(|d| records(d) == 0)) {
+            let error = match (exe, dumps.iter().find(|d| records(d) == 0)) {
                 (Err(e), _) => Some(format!("{e:#}")),
                 (_, Some(d)) => Some(format!(
                     "no records in {} (arm {b} wrote none)",
@@ -206,6 +229,19 @@ mod tests {
         assert_eq!(slug("backend-ops SET_ROWS"), "backend-ops_SET_ROWS");
         assert_eq!(slug("llama-simple"), "llama-simple");
         assert_eq!(slug("a/b"), "a_b");
+    }
+
+    #[test]
+    fn a_missing_dot_is_named() {
+        let e = format!("{:#}", check_dot("ab-test-no-such-dot").unwrap_err());
+        assert!(
+            e.starts_with("Graphviz `ab-test-no-such-dot` is not on PATH"),
+            "{e}"
+        );
+        assert!(e.contains("graphviz"), "{e}");
+        // `false` runs and fails: a `dot` that is there but broken is told apart.
+        let e = format!("{:#}", check_dot("false").unwrap_err());
+        assert!(e.starts_with("Graphviz `false -V` failed"), "{e}");
     }
 
     #[test]

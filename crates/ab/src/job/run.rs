@@ -196,6 +196,18 @@ fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, 
     Ok([a, b])
 }
 
+/// Moves the last job's `report.json` (at `path`) to `report.previous.json` beside it, so the
+/// file at `path` is always the running job's or absent. Nothing to do when there is none.
+/// Errors: the rename failed (the message names both paths).
+fn set_aside_previous(path: &Path) -> Result<()> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let previous = path.with_file_name("report.previous.json");
+    std::fs::rename(path, &previous)
+        .with_context(|| format!("moving {} to {}", path.display(), previous.display()))
+}
+
 /// Takes the job lock, `target/ab/job.lock`: one job at a time writes `report.json` and the
 /// pages, whatever its arms are named. Hold it until the report is final (the reproducer's
 /// part merged in).
@@ -210,6 +222,9 @@ pub fn lock(paths: &Paths) -> Result<std::fs::File> {
 /// caller holds [`lock`].
 pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     let started = Instant::now();
+    // A job refused before its first run (a bad flag, a build without tests) must not leave
+    // the last job's report in place, read as its own.
+    set_aside_previous(&paths.ab_dir().join("report.json"))?;
     let started_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -290,6 +305,15 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
             left_out: left_out.clone(),
         }
     };
+    // Whether pages can be made at all, asked before the runs: without Graphviz, the runs
+    // that only feed them are skipped and the reason is said once.
+    let renderer = opts.view.then(|| crate::views::renderer(paths));
+    if let Some(Err(e)) = &renderer {
+        say(&format!(
+            "placement pages: none can be made here ({e:#}); the job runs without them"
+        ));
+    }
+    let pages_wanted = matches!(renderer, Some(Ok(_)));
     let mut runs: Vec<Vec<RunReport>> = vec![Vec::new(), Vec::new()];
     // Written before the first run too: a job interrupted during it must not leave the last
     // job's report in place, marked complete.
@@ -305,7 +329,7 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
                 fmt_secs(started.elapsed().as_secs_f64())
             ));
             // Our scheduler records its placements for the pages (stock ignores it).
-            let _dump = (opts.view && w.kind == Kind::Generation)
+            let _dump = (pages_wanted && w.kind == Kind::Generation)
                 .then(|| {
                     crate::views::Env::set(
                         &crate::views::dump_dir(paths, &arm.name, &w.name),
@@ -336,7 +360,7 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
         .filter(|w| w.kind == Kind::Generation)
         .collect();
     let b = &arms[1];
-    if opts.view {
+    if pages_wanted {
         for w in &generation {
             say(&format!(
                 "{} in arm {} with GGML_SCHED_INPLACE_RULE=0, for its placement page",
@@ -353,12 +377,14 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     let report = make(&runs, true);
     report::write(&path, &report)?;
     print_table(&report);
-    if opts.view {
+    if let Some(renderer) = &renderer {
         let names: Vec<String> = generation.iter().map(|w| w.name.clone()).collect();
-        let pages = crate::views::write_pages(paths, &b.name, &names);
+        let pages = crate::views::write_pages(paths, renderer, &b.name, &names);
         for p in &pages {
             match &p.error {
                 None => say(&format!("page ({}, {}): {}", p.work, p.kind, p.page)),
+                // Said once, above, when no page could be made.
+                Some(_) if renderer.is_err() => {}
                 Some(e) => say(&format!("page ({}, {}) not written: {e}", p.work, p.kind)),
             }
         }
@@ -370,4 +396,34 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
         fmt_secs(report.seconds)
     ));
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_report_is_set_aside_not_lost() {
+        let d = std::env::temp_dir().join(format!("ab-report-aside-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let report = d.join("report.json");
+        // none yet: nothing to do, nothing made
+        set_aside_previous(&report).unwrap();
+        assert!(!d.join("report.previous.json").exists());
+        std::fs::write(&report, r#"{"complete": true}"#).unwrap();
+        set_aside_previous(&report).unwrap();
+        assert!(!report.exists());
+        assert_eq!(
+            std::fs::read_to_string(d.join("report.previous.json")).unwrap(),
+            r#"{"complete": true}"#
+        );
+        // a second job replaces the older previous report with the newer one
+        std::fs::write(&report, r#"{"complete": false}"#).unwrap();
+        set_aside_previous(&report).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.join("report.previous.json")).unwrap(),
+            r#"{"complete": false}"#
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }
