@@ -43,7 +43,8 @@
 #            from the others; host time against the wait per steady compute (PPDIAG_ROUNDS,
 #            default 4; PPDIAG_REPS, 10; PPDIAG_P, 512; PPDIAG_NGL, 99: 8 for the partial offload,
 #            99,8 for the bench's own process, which loads the model at each in turn: the times
-#            are then the last's, the host and wait figures both's; setting delay0: ours
+#            are then the last's, the host and wait figures both's; PPDIAG_N, 0: 128 adds
+#            the bench's tg128 after each prompt test; setting delay0: ours
 #            without the reuse delay); PPDIAG_QUANTS=1 adds arms with the
 #            build's own ggml-quants.c object preloaded; both arms' splits (GGML_SCHED_DEBUG=2)
 #   buildcpu the stock llama.cpp without CUDA ($W/build-cpu, about a minute): enough for HRX
@@ -956,15 +957,17 @@ stage_ppdiag() {
     rm -f "$out"
     local pre=$shim:$probe; [ "${a%q}" != "$a" ] && pre=$shim:$W/libstock-quants.so:$probe
     env "${env[@]}" LD_LIBRARY_PATH="$W/arms/${a%q}:$B/bin" LD_PRELOAD="$pre" SCHED_PROBE_OUT="$out" \
-      "$B/bin/llama-bench" -m "$M" -ngl "$ngl" -p "$p" -n 0 -r "$reps" -o json > "$res" 2> "$W/logs/ppdiag-bench.err" \
+      "$B/bin/llama-bench" -m "$M" -ngl "$ngl" -p "$p" -n "${PPDIAG_N:-0}" -r "$reps" -o json > "$res" 2> "$W/logs/ppdiag-bench.err" \
       || log "ppdiag: llama-bench failed ($set, arm $a): $(grep -a -i -m1 'error\|invalid\|failed' "$W/logs/ppdiag-bench.err")"
     python3 - "$out" "$res" "$r" "$set" "$p" "$a" >> "$rows" <<'PY'
 import json, sys
 out, res, r, s, p, a = sys.argv[1:]
 row = {"round": int(r), "setting": s, "p": int(p), "arm": a}
 try:
-    # the last test: with PPDIAG_NGL a list (99,8), the model loaded last
-    row["samples_ns"] = json.load(open(res))[-1]["samples_ns"]
+    # the prompt test of the model loaded last (PPDIAG_NGL a list such as 99,8; PPDIAG_N > 0
+    # adds a generation test after each prompt test, as the bench's first process has)
+    tests = [t for t in json.load(open(res)) if t.get("n_prompt") == int(p) and t.get("n_gen") == 0]
+    row["samples_ns"] = tests[-1]["samples_ns"]
     row["probe"] = json.loads(open(out).read().strip().splitlines()[-1])
 except Exception as e:
     row["error"] = repr(e)
