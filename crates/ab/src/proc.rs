@@ -130,7 +130,8 @@ pub fn install_interrupt_handler() {
 
 /// Runs `cmd` to the end (or its time limit) with stdout and stderr captured. The child gets
 /// its own process group, so a time-out kills it with all its children, and it ends with
-/// the harness ([`bundle::die_with_parent`]; this call waits for it, so its thread outlives it).
+/// the harness ([`bundle::die_with_parent`]; this call waits for it, so its thread outlives it),
+/// and so does every process of its group ([`bundle::GroupGuard`]).
 ///
 /// Errors only when the child cannot be started; every way it can end is in [`Finished`].
 pub fn run(cmd: &mut Command, opts: &RunOpts, watcher: &mut dyn Watcher) -> Result<Finished> {
@@ -146,6 +147,18 @@ pub fn run(cmd: &mut Command, opts: &RunOpts, watcher: &mut dyn Watcher) -> Resu
         .with_context(|| format!("starting {:?}", cmd.get_program()))?;
     let pid = child.id() as i32;
     CHILD_PGID.store(pid, Ordering::SeqCst);
+    // What the child starts (ctest's tests, a script's programs) goes with the harness too.
+    let _guard = match bundle::GroupGuard::start(pid) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            crate::say(&format!(
+                "warning: no guard for {:?}'s process group ({e}): what it starts would outlive \
+                 a killed harness",
+                cmd.get_program()
+            ));
+            None
+        }
+    };
     let (tx, rx) = mpsc::channel::<(Stream, Vec<u8>)>();
     let mut readers = Vec::new();
     for (stream, pipe) in [

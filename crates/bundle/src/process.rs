@@ -7,7 +7,7 @@ use std::path::Path;
 /// harness's children go when it goes, even killed by a signal no cleanup of ours sees
 /// (SIGKILL). Such a child would go on using an arm's folder whose lock has passed to the
 /// next job, or keep a port. Start the child from a thread that outlives it (one that waits
-/// for it). Only the child itself is covered, not what it starts in turn.
+/// for it). Only the child itself is covered; [`GroupGuard`] covers what it starts in turn.
 pub fn die_with_parent(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: between fork and exec the closure only calls prctl, which is
@@ -19,6 +19,63 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
             }
             Ok(())
         });
+    }
+}
+
+/// Takes a process group down with the harness: a process forked from the harness that
+/// polls every 100 ms, kills the group `pgid` with SIGKILL once the harness is gone (its
+/// parent changes), and ends by itself once the group is empty. [`die_with_parent`] covers a
+/// child only; this covers what the child starts in turn (ctest's tests, a script's
+/// programs), which a SIGKILL of the harness would otherwise leave running. Dropping it ends
+/// the watch and leaves the group alone.
+pub struct GroupGuard {
+    pid: libc::pid_t,
+}
+
+impl GroupGuard {
+    /// Starts the watch of the process group `pgid` (a child started with a group of its own:
+    /// `Command::process_group(0)`, so its pid). Errors: `fork` failed.
+    pub fn start(pgid: libc::pid_t) -> std::io::Result<GroupGuard> {
+        // SAFETY: getpid has no preconditions.
+        let harness = unsafe { libc::getpid() };
+        // SAFETY: fork in a threaded process: the child runs only async-signal-safe calls
+        // (close_range, getppid, kill, nanosleep, _exit) and touches no lock or allocator.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: the forked child; see above. It holds no descriptor of the harness, so no
+            // pipe of another child stays open for it.
+            unsafe {
+                libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 100_000_000,
+                };
+                loop {
+                    if libc::kill(-pgid, 0) != 0 {
+                        libc::_exit(0);
+                    }
+                    if libc::getppid() != harness {
+                        libc::kill(-pgid, libc::SIGKILL);
+                        libc::_exit(0);
+                    }
+                    libc::nanosleep(&pause, std::ptr::null_mut());
+                }
+            }
+        }
+        Ok(GroupGuard { pid })
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        // SAFETY: our own forked child, not reaped before (only this drop waits for it).
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
     }
 }
 
@@ -48,6 +105,77 @@ pub fn check_loader_path(var: &str, path: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+
+    /// A shell in a group of its own with a grandchild (`sleep 60`): the shell and the
+    /// grandchild's pid.
+    fn group_with_grandchild() -> (std::process::Child, i32) {
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sleep 60 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(sh.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        (sh, line.trim().parse().unwrap())
+    }
+
+    /// Whether `pid` still runs (a zombie no longer does).
+    fn runs(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                let state = s.rsplit(')').next().unwrap_or("").trim_start();
+                !state.starts_with('Z') && !state.starts_with('X')
+            })
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn the_group_goes_when_the_process_that_guards_it_dies() {
+        let (mut sh, grandchild) = group_with_grandchild();
+        let pgid = sh.id() as i32;
+        assert!(runs(grandchild));
+        // A stand-in for the harness: a forked process that starts the guard and dies at once
+        // (as a SIGKILLed harness would, with no cleanup).
+        // SAFETY: the forked child only forks again (GroupGuard::start, async-signal-safe
+        // calls) and _exits; the parent reaps it.
+        unsafe {
+            let stand_in = libc::fork();
+            assert!(stand_in >= 0);
+            if stand_in == 0 {
+                let g = GroupGuard::start(pgid);
+                std::mem::forget(g);
+                libc::_exit(0);
+            }
+            libc::waitpid(stand_in, std::ptr::null_mut(), 0);
+        }
+        let t0 = std::time::Instant::now();
+        while runs(grandchild) && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(
+            !runs(grandchild),
+            "the grandchild outlived the guard's harness"
+        );
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(sh.wait().unwrap().signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn a_dropped_guard_leaves_the_group_alone() {
+        let (mut sh, grandchild) = group_with_grandchild();
+        let pgid = sh.id() as i32;
+        drop(GroupGuard::start(pgid).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(runs(grandchild));
+        // SAFETY: the test's own process group.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        sh.wait().unwrap();
+    }
 
     #[test]
     fn paths_the_loader_would_split_are_refused_with_their_variable() {
