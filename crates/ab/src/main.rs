@@ -408,12 +408,16 @@ fn bundled_tool(
 /// Runs a tool binary with the harness's locations in its environment; its exit status, or
 /// 128 + the signal that killed it.
 fn run_tool(paths: &Paths, exe: &std::path::Path, name: &str, args: &[OsString]) -> Result<u8> {
-    let st = std::process::Command::new(exe)
-        .args(args)
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(args)
         .current_dir(&paths.root)
         .env("AB_WORKSPACE", &paths.root)
         .env("AB_STOCK_BUILD", paths.stock_build())
-        .env("AB_PROBE", paths.probe())
+        .env("AB_PROBE", paths.probe());
+    // A tool (the reproducer, writing its report) must not go on after the harness that
+    // holds the job lock is gone.
+    bundle::die_with_parent(&mut cmd);
+    let st = cmd
         .status()
         .with_context(|| format!("running {}", exe.display()))?;
     use std::os::unix::process::ExitStatusExt;

@@ -125,20 +125,45 @@ pub fn renderer(paths: &Paths) -> Result<PathBuf> {
     tool(paths)
 }
 
-/// Whether the Graphviz program `dot` (the command name, looked up on `PATH`) runs: `dot -V`.
+/// Whether the Graphviz program `dot` (the command name, looked up on `PATH`) runs: `dot -V`
+/// must end with status 0 within [`DOT_WAIT`] (a hung one is killed). Its output is not read,
+/// so a child it leaves behind holding a pipe cannot hang the job.
 fn check_dot(dot: &str) -> Result<()> {
-    match Command::new(dot).arg("-V").output() {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => bail!(
-            "Graphviz `{dot} -V` failed ({}): {}",
-            o.status,
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => {
-            bail!("Graphviz `{dot}` is not on PATH ({e}); the Debian package graphviz has it")
+    let mut child = match Command::new(dot)
+        .arg("-V")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("Graphviz `{dot}` is not on PATH; the Debian package graphviz has it")
         }
+        Err(e) => bail!("Graphviz `{dot}` could not be started ({e})"),
+    };
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().context("waiting for dot -V")? {
+            if st.success() {
+                return Ok(());
+            }
+            bail!("Graphviz `{dot} -V` failed ({st})");
+        }
+        if t0.elapsed() > DOT_WAIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "Graphviz `{dot} -V` did not end within {} s (killed)",
+                DOT_WAIT.as_secs()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// How long `dot -V` may take.
+const DOT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Runs the view tool with `args`; its error output when it fails.
 fn render(exe: &Path, root: &Path, args: &[String]) -> Option<String> {
@@ -159,6 +184,14 @@ pub fn write_pages(paths: &Paths, exe: &Result<PathBuf>, b: &str, works: &[Strin
         let on = dump_dir(paths, b, w);
         let off = dump_dir(paths, &format!("{b}-rule0"), w);
         let mut one = |kind: &'static str, page: PathBuf, dumps: Vec<&Path>, args: Vec<String>| {
+            if exe.is_err() {
+                // No page of this job: the last job's page and records at these paths would
+                // pass for this job's.
+                let _ = std::fs::remove_file(&page);
+                for d in &dumps {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            }
             let error = match (exe, dumps.iter().find(|d| records(d) == 0)) {
                 (Err(e), _) => Some(format!("{e:#}")),
                 (_, Some(d)) => Some(format!(
@@ -242,6 +275,9 @@ mod tests {
         // `false` runs and fails: a `dot` that is there but broken is told apart.
         let e = format!("{:#}", check_dot("false").unwrap_err());
         assert!(e.starts_with("Graphviz `false -V` failed"), "{e}");
+        // a file that is there but cannot be run is not called missing
+        let e = format!("{:#}", check_dot("/etc/hostname").unwrap_err());
+        assert!(e.contains("could not be started"), "{e}");
     }
 
     #[test]

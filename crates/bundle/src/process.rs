@@ -22,14 +22,17 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
     }
 }
 
-/// Takes a process group down with the harness: a process forked from the harness that
-/// polls every 100 ms, kills the group `pgid` with SIGKILL once the harness is gone (its
-/// parent changes), and ends by itself once the group is empty. [`die_with_parent`] covers a
-/// child only; this covers what the child starts in turn (ctest's tests, a script's
-/// programs), which a SIGKILL of the harness would otherwise leave running. Dropping it ends
-/// the watch and leaves the group alone.
+/// Takes a process group down with the harness: a process forked from the harness, in a
+/// session of its own (so a signal to the harness's group, a closed terminal's SIGHUP, does
+/// not take it down with the harness), that polls every 100 ms, kills the group `pgid` with
+/// SIGKILL once the harness is gone (its parent changes), and ends by itself once the group
+/// is empty. [`die_with_parent`] covers a child only; this covers what the child starts in
+/// turn (ctest's tests, a script's programs), which a SIGKILL of the harness would otherwise
+/// leave running. Dropping it (the run over, or the harness unwinding from a panic) kills
+/// what is left of the group and ends the watch.
 pub struct GroupGuard {
     pid: libc::pid_t,
+    pgid: libc::pid_t,
 }
 
 impl GroupGuard {
@@ -39,15 +42,22 @@ impl GroupGuard {
         // SAFETY: getpid has no preconditions.
         let harness = unsafe { libc::getpid() };
         // SAFETY: fork in a threaded process: the child runs only async-signal-safe calls
-        // (close_range, getppid, kill, nanosleep, _exit) and touches no lock or allocator.
+        // (setsid, signal, close_range, getppid, kill, nanosleep, _exit) and touches no lock
+        // or allocator.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(std::io::Error::last_os_error());
         }
         if pid == 0 {
-            // SAFETY: the forked child; see above. It holds no descriptor of the harness, so no
-            // pipe of another child stays open for it.
+            // SAFETY: the forked child; see above. The harness's handlers are not its own, and
+            // it holds no descriptor of the harness, so no pipe of another child stays open
+            // for it (where close_range is missing, before Linux 5.9, the descriptors stay
+            // open for as long as the run).
             unsafe {
+                libc::setsid();
+                for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
                 libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
                 let pause = libc::timespec {
                     tv_sec: 0,
@@ -65,14 +75,17 @@ impl GroupGuard {
                 }
             }
         }
-        Ok(GroupGuard { pid })
+        Ok(GroupGuard { pid, pgid })
     }
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        // SAFETY: our own forked child, not reaped before (only this drop waits for it).
+        // SAFETY: the group is the run's own (its leader is reaped only by the caller, and
+        // Linux does not hand out a pid still in use as a group id, so a stale `pgid` names no
+        // other group); the guard is our own forked child, reaped only here.
         unsafe {
+            libc::kill(-self.pgid, libc::SIGKILL);
             libc::kill(self.pid, libc::SIGKILL);
             libc::waitpid(self.pid, std::ptr::null_mut(), 0);
         }
@@ -166,14 +179,52 @@ mod tests {
     }
 
     #[test]
-    fn a_dropped_guard_leaves_the_group_alone() {
+    fn a_dropped_guard_ends_what_is_left_of_the_group() {
         let (mut sh, grandchild) = group_with_grandchild();
         let pgid = sh.id() as i32;
-        drop(GroupGuard::start(pgid).unwrap());
+        let guard = GroupGuard::start(pgid).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(300));
-        assert!(runs(grandchild));
-        // SAFETY: the test's own process group.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        assert!(
+            runs(grandchild),
+            "the guard killed the group while its harness lived"
+        );
+        drop(guard);
+        let t0 = std::time::Instant::now();
+        while runs(grandchild) && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(!runs(grandchild), "the grandchild outlived its run");
+        sh.wait().unwrap();
+    }
+
+    #[test]
+    fn a_signal_to_the_harness_group_leaves_the_guard_watching() {
+        // The stand-in harness is a group leader; the signal goes to its whole group, as
+        // `kill -KILL -- -PGID`, a closed terminal or `timeout -s KILL` send it.
+        let (mut sh, grandchild) = group_with_grandchild();
+        let pgid = sh.id() as i32;
+        // SAFETY: the forked child only makes itself a group leader, forks the guard
+        // (async-signal-safe calls) and waits to be killed; the parent kills and reaps it.
+        unsafe {
+            let stand_in = libc::fork();
+            assert!(stand_in >= 0);
+            if stand_in == 0 {
+                libc::setpgid(0, 0);
+                let g = GroupGuard::start(pgid);
+                std::mem::forget(g);
+                loop {
+                    libc::pause();
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            libc::kill(-stand_in, libc::SIGKILL);
+            libc::waitpid(stand_in, std::ptr::null_mut(), 0);
+        }
+        let t0 = std::time::Instant::now();
+        while runs(grandchild) && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(!runs(grandchild), "the guard died with its harness's group");
         sh.wait().unwrap();
     }
 

@@ -222,8 +222,9 @@ pub fn lock(paths: &Paths) -> Result<std::fs::File> {
 /// caller holds [`lock`].
 pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     let started = Instant::now();
-    // A job refused before its first run (a bad flag, a build without tests) must not leave
-    // the last job's report in place, read as its own.
+    // A job refused before its first run (an --only that selects nothing, a build without
+    // tests, a library of another ggml) must not leave the last job's report in place, read
+    // as its own. (Arguments the parser refuses never get here.)
     set_aside_previous(&paths.ab_dir().join("report.json"))?;
     let started_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -307,7 +308,8 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     };
     // Whether pages can be made at all, asked before the runs: without Graphviz, the runs
     // that only feed them are skipped and the reason is said once.
-    let renderer = opts.view.then(|| crate::views::renderer(paths));
+    let has_generation = works.iter().any(|w| w.kind == Kind::Generation);
+    let renderer = (opts.view && has_generation).then(|| crate::views::renderer(paths));
     if let Some(Err(e)) = &renderer {
         say(&format!(
             "placement pages: none can be made here ({e:#}); the job runs without them"
