@@ -168,6 +168,9 @@ pub struct E2eRow {
     /// Per-round B/A of each process's mean tokens/s (a ratio); `None` when no round had
     /// both arms.
     pub paired: Option<Summary>,
+    /// Two-sided p of the signed-rank test that those per-round B/A are centred on 1
+    /// ([`crate::stats::signed_rank_p`]); `None` when there is none other than 1.
+    pub paired_p: Option<f64>,
 }
 
 impl E2eRow {

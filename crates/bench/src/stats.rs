@@ -67,40 +67,135 @@ pub fn paired_ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// Two-sided p-value of the Wilcoxon signed-rank test that per-round ratios `b/a` (as from
+/// [`paired_ratios`]) are centred on 1: the chance, were the arms the same, of signed ranks
+/// of `ln(ratio)` at least this far from balanced. Ratios of exactly 1 are left out (Wilcoxon's
+/// own rule); tied magnitudes share their average rank. Exact (every sign assignment counted,
+/// by a sum over doubled ranks) up to 60 ratios, the normal approximation beyond. `None` for
+/// no ratio other than 1 or one that is not positive and finite.
+pub fn signed_rank_p(ratios: &[f64]) -> Option<f64> {
+    signed_rank_p_exact_up_to(ratios, 60)
+}
+
+/// [`signed_rank_p`], exact up to `exact_up_to` ratios other than 1.
+fn signed_rank_p_exact_up_to(ratios: &[f64], exact_up_to: usize) -> Option<f64> {
+    if ratios.iter().any(|r| !(r.is_finite() && *r > 0.0)) {
+        return None;
+    }
+    let mut d: Vec<f64> = ratios
+        .iter()
+        .map(|r| r.ln())
+        .filter(|x| *x != 0.0)
+        .collect();
+    if d.is_empty() {
+        return None;
+    }
+    d.sort_by(|x, y| x.abs().total_cmp(&y.abs()));
+    let n = d.len();
+    // Doubled ranks: an average of tied ranks is a whole or half number.
+    let mut rank2 = vec![0usize; n];
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && d[j + 1].abs() == d[i].abs() {
+            j += 1;
+        }
+        for r in &mut rank2[i..=j] {
+            *r = i + j + 2;
+        }
+        i = j + 1;
+    }
+    let w_plus: usize = (0..n).filter(|&k| d[k] > 0.0).map(|k| rank2[k]).sum();
+    let total: usize = rank2.iter().sum();
+    if n > exact_up_to {
+        let mean = total as f64 / 2.0;
+        let var: f64 = rank2.iter().map(|&r| (r * r) as f64).sum::<f64>() / 4.0;
+        let z = (w_plus as f64 - mean).abs() / var.sqrt();
+        return Some((2.0 * normal_upper_tail(z)).min(1.0));
+    }
+    // ways[s]: sign assignments whose positive doubled ranks sum to s.
+    let mut ways = vec![0f64; total + 1];
+    ways[0] = 1.0;
+    for &r in &rank2 {
+        for s in (r..=total).rev() {
+            ways[s] += ways[s - r];
+        }
+    }
+    let all: f64 = ways.iter().sum();
+    let low: f64 = ways[..=w_plus].iter().sum::<f64>() / all;
+    let high: f64 = ways[w_plus..].iter().sum::<f64>() / all;
+    Some((2.0 * low.min(high)).min(1.0))
+}
+
+/// P(Z > z) of a standard normal Z (Abramowitz and Stegun 26.2.17, error below 7.5e-8).
+fn normal_upper_tail(z: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.231_641_9 * z);
+    let poly = t
+        * (0.319_381_530
+            + t * (-0.356_563_782
+                + t * (1.781_477_937 + t * (-1.821_255_978 + t * 1.330_274_429))));
+    (-z * z / 2.0).exp() / (2.0 * std::f64::consts::PI).sqrt() * poly
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn summary_of_odd_sample() {
-        let s = Summary::of(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
-        assert_eq!(s.n, 5);
-        assert_eq!(s.median, 3.0);
-        assert_eq!(s.min, 1.0);
-        assert_eq!(s.max, 5.0);
-        assert_eq!(s.p25, 2.0);
-        assert_eq!(s.p75, 4.0);
-        assert!((s.rel_iqr() - 1.0 / 3.0).abs() < 1e-12);
+    fn signed_rank_p_exact_values() {
+        // 10 ratios, all below 1: one assignment in 1024 is as extreme on each side.
+        let all_below = [0.9, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99];
+        assert!((signed_rank_p(&all_below).unwrap() - 2.0 / 1024.0).abs() < 1e-12);
+        // the two smallest magnitudes above 1, ranks 1 and 2: W+ = 3; the subsets of 1..=10
+        // summing to at most 3 are {}, {1}, {2}, {3}, {1,2}: 5 of 1024 on each side
+        let r = [1.001, 1.002, 0.97, 0.96, 0.95, 0.94, 0.93, 0.92, 0.91, 0.9];
+        assert!((signed_rank_p(&r).unwrap() - 10.0 / 1024.0).abs() < 1e-12);
+        // balanced: p is 1
+        assert!((signed_rank_p(&[1.1, 1.0 / 1.1]).unwrap() - 1.0).abs() < 1e-12);
+        // the H200's pp512 at -ngl 8 of 2026-12-05 (paired B/A per round): W+ = 5 of 55,
+        // 10 of 1024 assignments at most that, p = 20/1024
+        let pp = [
+            0.798, 1.043, 0.877, 0.949, 0.856, 0.881, 1.023, 0.999, 0.793, 0.861,
+        ];
+        assert!((signed_rank_p(&pp).unwrap() - 20.0 / 1024.0).abs() < 1e-12);
     }
 
     #[test]
-    fn summary_of_even_sample_interpolates() {
-        let s = Summary::of(&[4.0, 1.0, 2.0, 3.0]).unwrap();
-        assert_eq!(s.median, 2.5);
-        assert_eq!(s.p25, 1.75);
-        assert_eq!(s.p75, 3.25);
+    fn signed_rank_p_ties_ones_and_bad_input() {
+        // ratios of exactly 1 are left out: the same as without them
+        let with_ones = [1.0, 0.9, 0.8, 1.0, 1.1];
+        assert_eq!(signed_rank_p(&with_ones), signed_rank_p(&[0.9, 0.8, 1.1]));
+        // tied magnitudes (1.25 and 0.8 have |ln| equal): ranks 1.5 and 1.5, W+ = 1.5 of 3;
+        // the four assignments give W+ 0, 1.5, 1.5, 3: p = 2 * 3/4 capped at 1
+        assert_eq!(signed_rank_p(&[1.25, 0.8]), Some(1.0));
+        assert_eq!(signed_rank_p(&[]), None);
+        assert_eq!(signed_rank_p(&[1.0, 1.0]), None);
+        assert_eq!(signed_rank_p(&[0.9, -1.0]), None);
+        assert_eq!(signed_rank_p(&[0.9, f64::NAN]), None);
     }
 
     #[test]
-    fn empty_sample_has_no_summary() {
-        assert!(Summary::of(&[]).is_none());
-    }
-
-    #[test]
-    fn paired_ratios_skip_zero_baselines() {
-        assert_eq!(
-            paired_ratios(&[2.0, 0.0, 4.0], &[1.0, 5.0, 6.0]),
-            vec![0.5, 1.5]
+    fn signed_rank_p_normal_approximation_is_close_to_the_exact_count() {
+        // 60 rounds, two in three below 1 (the smaller magnitudes above): exact against the
+        // approximation on the same ratios
+        let r: Vec<f64> = (1..=60)
+            .map(|k| {
+                let m = 1.0 + k as f64 / 1000.0;
+                if k % 3 == 0 {
+                    m
+                } else {
+                    1.0 / m
+                }
+            })
+            .collect();
+        let exact = signed_rank_p_exact_up_to(&r, 60).unwrap();
+        let approx = signed_rank_p_exact_up_to(&r, 0).unwrap();
+        assert!(exact > 0.001 && exact < 0.1, "{exact}");
+        assert!(
+            (approx / exact - 1.0).abs() < 0.1,
+            "exact {exact}, approximation {approx}"
         );
+        // and what the public function gives is the exact one
+        assert_eq!(signed_rank_p(&r), Some(exact));
     }
 }

@@ -10,7 +10,7 @@ use super::run::ArmRound;
 use crate::arms::{Arm, Machine};
 use crate::probe::{Counter, ProbeStats};
 use crate::report::{GOAL_OVERHEAD, GOAL_TOKENS};
-use crate::stats::{paired_ratios, Summary};
+use crate::stats::{paired_ratios, signed_rank_p, Summary};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -47,6 +47,10 @@ pub struct Row {
     pub summary: [Option<Summary>; 2],
     /// Per-round B/A; `None` for no round.
     pub paired: Option<Summary>,
+    /// Two-sided p of the signed-rank test that the per-round B/A are centred on 1 (the arms
+    /// the same): small when B is below (or above) A in round after round, not only in its
+    /// median. `None` when every round's B/A is 1 or there is none.
+    pub p_same: Option<f64>,
 }
 
 impl Row {
@@ -57,6 +61,7 @@ impl Row {
             goal,
             summary: [Summary::of(&values[0]), Summary::of(&values[1])],
             paired: Summary::of(&paired_ratios(&values[0], &values[1])),
+            p_same: signed_rank_p(&paired_ratios(&values[0], &values[1])),
             values,
         }
     }
@@ -416,8 +421,12 @@ impl GpuReport {
                 median_cell(&r.summary[1]),
                 r.ratio().map_or("–".into(), |x| format!("{x:.3}")),
                 r.paired.map_or("–".into(), |p| format!(
-                    "{:.3} [{:.3}–{:.3}] (n={})",
-                    p.median, p.p25, p.p75, p.n
+                    "{:.3} [{:.3}–{:.3}] (n={}{})",
+                    p.median,
+                    p.p25,
+                    p.p75,
+                    p.n,
+                    r.p_same.map_or(String::new(), |q| format!(", p={q:.3}"))
                 )),
                 goal
             );
@@ -670,16 +679,18 @@ mod tests {
             rounds,
         };
         let md = rep.markdown();
-        // tg128: medians 150 and 145, paired 1.10 and 0.90 -> 1.00.
+        // tg128: medians 150 and 145, paired 1.10 and 0.90 -> 1.00; one round each way, the
+        // signed-rank p is 1.
         assert!(
             md.contains(
                 "| llama-bench tg128, -ngl 99 | t/s | 150.0 | 145.0 | 0.967 | \
-                 1.000 [0.950–1.050] (n=2) | ≥ 1.00 met |"
+                 1.000 [0.950–1.050] (n=2, p=1.000) | ≥ 1.00 met |"
             ),
             "{md}"
         );
-        // alloc_graph: 50, 60 µs against 20, 40: paired 0.4 and 0.667.
-        assert!(md.contains("| µs/call | 55.00 | 30.00 | 0.545 | 0.533 [0.467–0.600] (n=2) | ≤ 0.50 **not met** |"), "{md}");
+        // alloc_graph: 50, 60 µs against 20, 40: paired 0.4 and 0.667, both below 1: of the 4
+        // sign assignments, 1 is as far on each side, p = 0.5.
+        assert!(md.contains("| µs/call | 55.00 | 30.00 | 0.545 | 0.533 [0.467–0.600] (n=2, p=0.500) | ≤ 0.50 **not met** |"), "{md}");
         assert!(md.contains("- Rounds: 2 of 3 asked"), "{md}");
         assert!(
             md.contains("- Devices: every tool split over RPC0,CUDA0 (`-dev`, equal `-ts`); RPC0"),

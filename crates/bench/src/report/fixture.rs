@@ -9,7 +9,7 @@ use crate::arms::{Arm, Machine};
 use crate::e2e;
 use crate::probe::{Counter, ProbeStats};
 use crate::sched::{Callgrind, Config, Heap, HeapWindow, Section};
-use crate::stats::{paired_ratios, Summary};
+use crate::stats::{paired_ratios, signed_rank_p, Summary};
 use std::path::{Path, PathBuf};
 
 fn arm(key: &'static str, label: &str, source: &str, sha256: &str) -> Arm {
@@ -180,6 +180,7 @@ fn e2e_row(device: &str, test: &str, a: &[f64], b: &[f64]) -> E2eRow {
         samples: [a.to_vec(), b.to_vec()],
         ts: [Summary::of(a), Summary::of(b)],
         paired: Summary::of(&paired_ratios(a, b)),
+        paired_p: signed_rank_p(&paired_ratios(a, b)),
     }
 }
 

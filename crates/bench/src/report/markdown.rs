@@ -462,7 +462,8 @@ impl Report {
             "Rounds done (of {} asked, within the time budget): {}; one process per arm per round (A B, then B A), \
              -r {} each; tokens/s median [min–max] over all repetitions. Load from other processes only \
              slows a run down, so on a shared machine read the paired ratio (A and B back to back) and the \
-             ratio of the best runs; the goal is judged on the paired median.\n",
+             ratio of the best runs; the goal is judged on the paired median. p: the signed-rank test \
+             of the per-round B/A against 1 (small when B lies on one side of A round after round).\n",
             self.e2e_rounds,
             done.join(", "),
             self.e2e_reps
@@ -484,7 +485,7 @@ impl Report {
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {}{} | {} |",
                 r.device,
                 r.test,
                 ts(&r.ts[0]),
@@ -492,6 +493,7 @@ impl Report {
                 ratio_cell(r.ratio()),
                 ratio_cell(best),
                 paired_cell(&r.paired),
+                r.paired_p.map_or(String::new(), |q| format!(", p={q:.3}")),
                 goal_cell(r.paired.map(|p| p.median >= GOAL_TOKENS))
             );
         }

@@ -7,7 +7,7 @@ use crate::arms::Arm;
 use crate::e2e;
 use crate::probe::ProbeStats;
 use crate::sched::{self, BufferSize, Config};
-use crate::stats::{paired_ratios, Summary};
+use crate::stats::{paired_ratios, signed_rank_p, Summary};
 use crate::{progress, Options};
 use anyhow::{bail, Result};
 use std::path::Path;
@@ -170,6 +170,7 @@ pub fn run_e2e(
                             samples: [vec![], vec![]],
                             ts: [None, None],
                             paired: None,
+                            paired_p: None,
                         });
                         means.push([vec![], vec![]]);
                         rows.len() - 1
@@ -187,6 +188,7 @@ pub fn run_e2e(
     for (row, m) in rows.iter_mut().zip(&means) {
         row.ts = [Summary::of(&row.samples[0]), Summary::of(&row.samples[1])];
         row.paired = Summary::of(&paired_ratios(&m[0], &m[1]));
+        row.paired_p = signed_rank_p(&paired_ratios(&m[0], &m[1]));
     }
     Ok((rows, probes))
 }
