@@ -198,4 +198,37 @@ mod tests {
         // and what the public function gives is the exact one
         assert_eq!(signed_rank_p(&r), Some(exact));
     }
+
+    #[test]
+    fn summary_of_odd_sample() {
+        let s = Summary::of(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!(s.n, 5);
+        assert_eq!(s.median, 3.0);
+        assert_eq!(s.min, 1.0);
+        assert_eq!(s.max, 5.0);
+        assert_eq!(s.p25, 2.0);
+        assert_eq!(s.p75, 4.0);
+        assert!((s.rel_iqr() - 1.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn summary_of_even_sample_interpolates() {
+        let s = Summary::of(&[4.0, 1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(s.median, 2.5);
+        assert_eq!(s.p25, 1.75);
+        assert_eq!(s.p75, 3.25);
+    }
+
+    #[test]
+    fn empty_sample_has_no_summary() {
+        assert!(Summary::of(&[]).is_none());
+    }
+
+    #[test]
+    fn paired_ratios_skip_zero_baselines() {
+        assert_eq!(
+            paired_ratios(&[2.0, 0.0, 4.0], &[1.0, 5.0, 6.0]),
+            vec![0.5, 1.5]
+        );
+    }
 }
