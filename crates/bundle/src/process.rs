@@ -137,6 +137,14 @@ mod tests {
         (sh, line.trim().parse().unwrap())
     }
 
+    /// Waits up to 5 s for `pid` to stop running.
+    fn wait_until_gone(pid: i32) {
+        let t0 = std::time::Instant::now();
+        while runs(pid) && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Whether `pid` still runs (a zombie no longer does).
     fn runs(pid: i32) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -166,10 +174,7 @@ mod tests {
             }
             libc::waitpid(stand_in, std::ptr::null_mut(), 0);
         }
-        let t0 = std::time::Instant::now();
-        while runs(grandchild) && t0.elapsed() < std::time::Duration::from_secs(5) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_until_gone(grandchild);
         assert!(
             !runs(grandchild),
             "the grandchild outlived the guard's harness"
@@ -189,10 +194,7 @@ mod tests {
             "the guard killed the group while its harness lived"
         );
         drop(guard);
-        let t0 = std::time::Instant::now();
-        while runs(grandchild) && t0.elapsed() < std::time::Duration::from_secs(5) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_until_gone(grandchild);
         assert!(!runs(grandchild), "the grandchild outlived its run");
         sh.wait().unwrap();
     }
@@ -220,10 +222,7 @@ mod tests {
             libc::kill(-stand_in, libc::SIGKILL);
             libc::waitpid(stand_in, std::ptr::null_mut(), 0);
         }
-        let t0 = std::time::Instant::now();
-        while runs(grandchild) && t0.elapsed() < std::time::Duration::from_secs(5) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_until_gone(grandchild);
         assert!(!runs(grandchild), "the guard died with its harness's group");
         sh.wait().unwrap();
     }

@@ -200,7 +200,8 @@ fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, 
 /// file at `path` is always the running job's or absent. Nothing to do when there is none.
 /// Errors: the rename failed (the message names both paths).
 fn set_aside_previous(path: &Path) -> Result<()> {
-    if !path.exists() {
+    // symlink_metadata: a dangling link is a report there too
+    if path.symlink_metadata().is_err() {
         return Ok(());
     }
     let previous = path.with_file_name("report.previous.json");
@@ -426,6 +427,16 @@ mod tests {
             std::fs::read_to_string(d.join("report.previous.json")).unwrap(),
             r#"{"complete": false}"#
         );
+        // a dangling link is set aside as well, as a link
+        std::os::unix::fs::symlink(d.join("gone.json"), &report).unwrap();
+        set_aside_previous(&report).unwrap();
+        assert!(report.symlink_metadata().is_err());
+        assert!(d
+            .join("report.previous.json")
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
