@@ -309,8 +309,11 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     };
     // Whether pages can be made at all, asked before the runs: without Graphviz, the runs
     // that only feed them are skipped and the reason is said once.
-    let has_generation = works.iter().any(|w| w.kind == Kind::Generation);
-    let renderer = (opts.view && has_generation).then(|| crate::views::renderer(paths));
+    let generation: Vec<&Work> = works
+        .iter()
+        .filter(|w| w.kind == Kind::Generation)
+        .collect();
+    let renderer = (opts.view && !generation.is_empty()).then(|| crate::views::renderer(paths));
     if let Some(Err(e)) = &renderer {
         say(&format!(
             "placement pages: none can be made here ({e:#}); the job runs without them"
@@ -358,10 +361,6 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     }
     // Stock writes no placement record: arm B's generation works once more with the rule
     // off, which places as stock does, for the pages' A side (not part of the comparison).
-    let generation: Vec<&Work> = works
-        .iter()
-        .filter(|w| w.kind == Kind::Generation)
-        .collect();
     let b = &arms[1];
     if pages_wanted {
         for w in &generation {

@@ -55,13 +55,14 @@ pub struct Row {
 
 impl Row {
     fn new(measure: String, unit: &str, goal: Option<Goal>, values: [Vec<f64>; 2]) -> Row {
+        let ratios = paired_ratios(&values[0], &values[1]);
         Row {
             measure,
             unit: unit.into(),
             goal,
             summary: [Summary::of(&values[0]), Summary::of(&values[1])],
-            paired: Summary::of(&paired_ratios(&values[0], &values[1])),
-            p_same: signed_rank_p(&paired_ratios(&values[0], &values[1])),
+            paired: Summary::of(&ratios),
+            p_same: signed_rank_p(&ratios),
             values,
         }
     }

@@ -187,8 +187,9 @@ pub fn run_e2e(
     }
     for (row, m) in rows.iter_mut().zip(&means) {
         row.ts = [Summary::of(&row.samples[0]), Summary::of(&row.samples[1])];
-        row.paired = Summary::of(&paired_ratios(&m[0], &m[1]));
-        row.paired_p = signed_rank_p(&paired_ratios(&m[0], &m[1]));
+        let ratios = paired_ratios(&m[0], &m[1]);
+        row.paired = Summary::of(&ratios);
+        row.paired_p = signed_rank_p(&ratios);
     }
     Ok((rows, probes))
 }
