@@ -67,6 +67,21 @@ pub fn paired_ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// The p-value as the tables print it: three decimals (`p=0.368`), or `p<0.001` below that
+/// (twenty rounds all on one side give about 2e-6, which three decimals would print as a
+/// misleading `p=0.000`).
+pub fn p_text(p: f64) -> String {
+    if p < 0.001 {
+        "p<0.001".to_string()
+    } else {
+        format!("p={p:.3}")
+    }
+}
+
+/// Below this p, a row's per-round B/A is taken as on one side of 1 round after round (the
+/// arms differ), not as the machine's spread around equal arms.
+pub const P_DIFFERS: f64 = 0.05;
+
 /// Two-sided p-value of the Wilcoxon signed-rank test that per-round ratios `b/a` (as from
 /// [`paired_ratios`]) are centred on 1: the chance, were the arms the same, of signed ranks
 /// of `ln(ratio)` at least this far from balanced. Ratios of exactly 1 are left out (Wilcoxon's
@@ -158,6 +173,15 @@ mod tests {
             0.798, 1.043, 0.877, 0.949, 0.856, 0.881, 1.023, 0.999, 0.793, 0.861,
         ];
         assert!((signed_rank_p(&pp).unwrap() - 20.0 / 1024.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn p_text_three_decimals_or_below_a_thousandth() {
+        assert_eq!(p_text(0.3681), "p=0.368");
+        assert_eq!(p_text(0.05), "p=0.050");
+        assert_eq!(p_text(0.001), "p=0.001");
+        // twenty rounds all on one side
+        assert_eq!(p_text(2.0 / 1_048_576.0), "p<0.001");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::run::ArmRound;
 use crate::arms::{Arm, Machine};
 use crate::probe::{Counter, ProbeStats};
 use crate::report::{GOAL_OVERHEAD, GOAL_TOKENS};
-use crate::stats::{paired_ratios, signed_rank_p, Summary};
+use crate::stats::{p_text, paired_ratios, signed_rank_p, Summary, P_DIFFERS};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -293,6 +293,64 @@ pub struct GpuReport {
     pub rounds: Vec<[ArmRound; 2]>,
 }
 
+/// The lines under the table that sort the rows below their goal. For a tokens/s row (goal:
+/// B/A at least 1.00) the signed-rank p tests the goal itself, so such a row is either below
+/// round after round (p < [`P_DIFFERS`]: ours is slower) or within the run's spread (the
+/// rounds fall on both sides of 1). A time row's goal (at most 0.50) is far from 1, which is
+/// what p tests, so those rows are listed with their ratio only. Empty when every goal is met.
+fn goals_summary(rows: &[Row]) -> String {
+    let with_goal = rows.iter().filter(|r| r.met().is_some()).count();
+    let missed: Vec<&Row> = rows.iter().filter(|r| r.met() == Some(false)).collect();
+    let mut s = String::new();
+    if missed.is_empty() {
+        return s;
+    }
+    let at_one = |r: &Row| matches!(r.goal, Some(Goal::AtLeast(g)) if g == 1.0);
+    let named = |r: &Row| {
+        format!(
+            "{} ({:.3}{})",
+            r.measure,
+            r.paired.map_or(f64::NAN, |p| p.median),
+            r.p_same
+                .map_or(String::new(), |q| format!(", {}", p_text(q)))
+        )
+    };
+    let list = |v: Vec<&Row>| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.iter().map(|r| named(r)).collect::<Vec<_>>().join("; ")
+        }
+    };
+    let (slower, spread): (Vec<&Row>, Vec<&Row>) = missed
+        .iter()
+        .copied()
+        .filter(|r| at_one(r))
+        .partition(|r| r.p_same.is_some_and(|q| q < P_DIFFERS));
+    let other: Vec<&Row> = missed.iter().filter(|r| !at_one(r)).copied().collect();
+    let _ = writeln!(
+        s,
+        "\nGoals: {} of {with_goal} met. Not met:\n",
+        with_goal - missed.len()
+    );
+    if !(slower.is_empty() && spread.is_empty()) {
+        let _ = writeln!(
+            s,
+            "- below 1.00 round after round (p < {P_DIFFERS:.2}): {}",
+            list(slower)
+        );
+        let _ = writeln!(
+            s,
+            "- below 1.00 within this run's spread (p ≥ {P_DIFFERS:.2}, rounds on both sides of 1): {}",
+            list(spread)
+        );
+    }
+    if !other.is_empty() {
+        let _ = writeln!(s, "- other goals: {}", list(other));
+    }
+    s
+}
+
 fn num(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.1}")
@@ -427,11 +485,13 @@ impl GpuReport {
                     p.p25,
                     p.p75,
                     p.n,
-                    r.p_same.map_or(String::new(), |q| format!(", p={q:.3}"))
+                    r.p_same
+                        .map_or(String::new(), |q| format!(", {}", p_text(q)))
                 )),
                 goal
             );
         }
+        s.push_str(&goals_summary(&self.rows));
         if !self.errors.is_empty() {
             let _ = writeln!(
                 s,
@@ -628,6 +688,47 @@ mod tests {
     }
 
     #[test]
+    fn goals_summary_tells_slower_rows_from_the_spread() {
+        let tok = Some(Goal::AtLeast(GOAL_TOKENS));
+        let a = vec![100.0; 10];
+        // B below A in all 10 rounds: p = 2/1024
+        let slower: Vec<f64> = (0..10).map(|i| 95.0 + f64::from(i) * 0.1).collect();
+        // rounds on both sides of 1, median below
+        let spread = vec![
+            90.0, 105.0, 97.0, 103.0, 98.0, 99.0, 102.0, 96.0, 101.0, 97.5,
+        ];
+        let rows = vec![
+            Row::new("pp".into(), "t/s", tok, [a.clone(), slower]),
+            Row::new("tg".into(), "t/s", tok, [a.clone(), spread]),
+            Row::new("met".into(), "t/s", tok, [a.clone(), vec![101.0; 10]]),
+            Row::new(
+                "alloc".into(),
+                "µs/call",
+                Some(Goal::AtMost(GOAL_OVERHEAD)),
+                [a.clone(), vec![90.0; 10]],
+            ),
+            Row::new("reset".into(), "µs/call", None, [a.clone(), a]),
+        ];
+        let s = goals_summary(&rows);
+        assert!(s.contains("Goals: 1 of 4 met. Not met:"), "{s}");
+        assert!(
+            s.contains("- below 1.00 round after round (p < 0.05): pp (0.955, p=0.002)\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "- below 1.00 within this run's spread (p ≥ 0.05, rounds on both sides of 1): \
+                 tg (0.985, p=0.432)\n"
+            ),
+            "{s}"
+        );
+        // every ratio 0.9: p is 2/1024, but the goal is 0.50, not 1: listed with no verdict on p
+        assert!(s.contains("- other goals: alloc (0.900, p=0.002)\n"), "{s}");
+        // every goal met: nothing under the table
+        assert_eq!(goals_summary(&rows[2..3]), "");
+    }
+
+    #[test]
     fn the_table_prints_medians_ratios_and_verdicts() {
         let rounds = vec![
             [
@@ -702,5 +803,8 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("GPU: NVIDIA H200"), "{md}");
+        // the summary under the table names the missed goal
+        assert!(md.contains("\nGoals: 7 of 10 met. Not met:\n\n- other goals: ggml_backend_sched_alloc_graph, tg128 -ngl 99"), "{md}");
+        assert!(!md.contains("- below 1.00"), "{md}");
     }
 }

@@ -6,7 +6,7 @@
 use super::{ir_ratio, Report, GOAL_OVERHEAD, GOAL_TOKENS};
 use crate::buffers::{Ratios, Sized, GOAL_MODEL, GOAL_TOTAL};
 use crate::sched::Callgrind;
-use crate::stats::Summary;
+use crate::stats::{p_text, Summary};
 use std::fmt::Write as _;
 
 /// Median over processes of `f`, `None` when there are none.
@@ -493,7 +493,8 @@ impl Report {
                 ratio_cell(r.ratio()),
                 ratio_cell(best),
                 paired_cell(&r.paired),
-                r.paired_p.map_or(String::new(), |q| format!(", p={q:.3}")),
+                r.paired_p
+                    .map_or(String::new(), |q| format!(", {}", p_text(q))),
                 goal_cell(r.paired.map(|p| p.median >= GOAL_TOKENS))
             );
         }
