@@ -82,6 +82,52 @@ pub fn p_text(p: f64) -> String {
 /// arms differ), not as the machine's spread around equal arms.
 pub const P_DIFFERS: f64 = 0.05;
 
+/// A tokens/s row whose paired B/A median is below 1.00, for [`below_one_lines`].
+pub struct BelowOne {
+    /// The row as its table names it.
+    pub name: String,
+    /// The paired B/A median (a ratio).
+    pub paired: f64,
+    /// Its [`signed_rank_p`]; `None` when there was none.
+    pub p: Option<f64>,
+}
+
+/// The two lines under a table that sort its tokens/s rows below 1.00: below round after round
+/// (p < [`P_DIFFERS`]: B slower than A in most rounds, not only in the median) and within the
+/// run's spread (the rounds on both sides of 1). The signed-rank p tests exactly that goal
+/// (B/A centred on 1), so the split is the test's, not a threshold of our own on the ratio.
+/// Empty when `rows` is.
+pub fn below_one_lines(rows: &[BelowOne]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let list = |slower: bool| {
+        let v: Vec<String> = rows
+            .iter()
+            .filter(|r| r.p.is_some_and(|q| q < P_DIFFERS) == slower)
+            .map(|r| {
+                format!(
+                    "{} ({:.3}{})",
+                    r.name,
+                    r.paired,
+                    r.p.map_or(String::new(), |q| format!(", {}", p_text(q)))
+                )
+            })
+            .collect();
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join("; ")
+        }
+    };
+    format!(
+        "- below 1.00 round after round (p < {P_DIFFERS:.2}): {}\n\
+         - below 1.00 within this run's spread (p ≥ {P_DIFFERS:.2}, rounds on both sides of 1): {}\n",
+        list(true),
+        list(false)
+    )
+}
+
 /// Two-sided p-value of the Wilcoxon signed-rank test that per-round ratios `b/a` (as from
 /// [`paired_ratios`]) are centred on 1: the chance, were the arms the same, of signed ranks
 /// of `ln(ratio)` at least this far from balanced. Ratios of exactly 1 are left out (Wilcoxon's

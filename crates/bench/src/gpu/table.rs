@@ -10,7 +10,7 @@ use super::run::ArmRound;
 use crate::arms::{Arm, Machine};
 use crate::probe::{Counter, ProbeStats};
 use crate::report::{GOAL_OVERHEAD, GOAL_TOKENS};
-use crate::stats::{p_text, paired_ratios, signed_rank_p, Summary, P_DIFFERS};
+use crate::stats::{below_one_lines, p_text, paired_ratios, signed_rank_p, BelowOne, Summary};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -301,52 +301,39 @@ pub struct GpuReport {
 fn goals_summary(rows: &[Row]) -> String {
     let with_goal = rows.iter().filter(|r| r.met().is_some()).count();
     let missed: Vec<&Row> = rows.iter().filter(|r| r.met() == Some(false)).collect();
-    let mut s = String::new();
     if missed.is_empty() {
-        return s;
+        return String::new();
     }
     let at_one = |r: &Row| matches!(r.goal, Some(Goal::AtLeast(g)) if g == 1.0);
-    let named = |r: &Row| {
-        format!(
-            "{} ({:.3}{})",
-            r.measure,
-            r.paired.map_or(f64::NAN, |p| p.median),
-            r.p_same
-                .map_or(String::new(), |q| format!(", {}", p_text(q)))
-        )
-    };
-    let list = |v: Vec<&Row>| {
-        if v.is_empty() {
-            "none".to_string()
-        } else {
-            v.iter().map(|r| named(r)).collect::<Vec<_>>().join("; ")
-        }
-    };
-    let (slower, spread): (Vec<&Row>, Vec<&Row>) = missed
+    let below: Vec<BelowOne> = missed
         .iter()
-        .copied()
         .filter(|r| at_one(r))
-        .partition(|r| r.p_same.is_some_and(|q| q < P_DIFFERS));
-    let other: Vec<&Row> = missed.iter().filter(|r| !at_one(r)).copied().collect();
-    let _ = writeln!(
-        s,
-        "\nGoals: {} of {with_goal} met. Not met:\n",
-        with_goal - missed.len()
+        .map(|r| BelowOne {
+            name: r.measure.clone(),
+            paired: r.paired.map_or(f64::NAN, |p| p.median),
+            p: r.p_same,
+        })
+        .collect();
+    let other: Vec<String> = missed
+        .iter()
+        .filter(|r| !at_one(r))
+        .map(|r| {
+            format!(
+                "{} ({:.3}{})",
+                r.measure,
+                r.paired.map_or(f64::NAN, |p| p.median),
+                r.p_same
+                    .map_or(String::new(), |q| format!(", {}", p_text(q)))
+            )
+        })
+        .collect();
+    let mut s = format!(
+        "\nGoals: {} of {with_goal} met. Not met:\n\n{}",
+        with_goal - missed.len(),
+        below_one_lines(&below)
     );
-    if !(slower.is_empty() && spread.is_empty()) {
-        let _ = writeln!(
-            s,
-            "- below 1.00 round after round (p < {P_DIFFERS:.2}): {}",
-            list(slower)
-        );
-        let _ = writeln!(
-            s,
-            "- below 1.00 within this run's spread (p ≥ {P_DIFFERS:.2}, rounds on both sides of 1): {}",
-            list(spread)
-        );
-    }
     if !other.is_empty() {
-        let _ = writeln!(s, "- other goals: {}", list(other));
+        let _ = writeln!(s, "- other goals: {}", other.join("; "));
     }
     s
 }

@@ -173,7 +173,7 @@ fn with_buffers(m: ModelRun, buffer_bytes: [i64; 4]) -> ModelRun {
     ModelRun { buffer_bytes, ..m }
 }
 
-fn e2e_row(device: &str, test: &str, a: &[f64], b: &[f64]) -> E2eRow {
+pub fn e2e_row(device: &str, test: &str, a: &[f64], b: &[f64]) -> E2eRow {
     E2eRow {
         device: device.into(),
         test: test.into(),

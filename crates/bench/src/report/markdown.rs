@@ -6,7 +6,7 @@
 use super::{ir_ratio, Report, GOAL_OVERHEAD, GOAL_TOKENS};
 use crate::buffers::{Ratios, Sized, GOAL_MODEL, GOAL_TOTAL};
 use crate::sched::Callgrind;
-use crate::stats::{p_text, Summary};
+use crate::stats::{below_one_lines, p_text, BelowOne, Summary};
 use std::fmt::Write as _;
 
 /// Median over processes of `f`, `None` when there are none.
@@ -498,6 +498,21 @@ impl Report {
                 goal_cell(r.paired.map(|p| p.median >= GOAL_TOKENS))
             );
         }
+        let below: Vec<BelowOne> = self
+            .e2e
+            .iter()
+            .filter_map(|r| {
+                let p = r.paired?.median;
+                (p < GOAL_TOKENS).then(|| BelowOne {
+                    name: format!("{} {}", r.device, r.test),
+                    paired: p,
+                    p: r.paired_p,
+                })
+            })
+            .collect();
+        if !below.is_empty() {
+            let _ = write!(s, "\n{}", below_one_lines(&below));
+        }
     }
 
     /// The scheduler time the probe saw inside those llama-bench processes, µs per call (nothing when no device ran).
@@ -722,6 +737,34 @@ mod tests {
         let md = render(&r, Report::e2e_tokens);
         assert!(md.contains("- not run (`--no-e2e`)"), "{md}");
         assert!(!md.contains("Rounds done"), "{md}");
+    }
+
+    #[test]
+    fn end_to_end_rows_below_one_are_sorted_by_their_p() {
+        let mut r = fixture::report();
+        // the fixture's rows all meet the goal: no lines under the table
+        assert!(!render(&r, Report::e2e_tokens).contains("- below 1.00"));
+        let a: Vec<f64> = vec![100.0; 6];
+        // B below A in all six rounds: p = 2/64
+        let slower: Vec<f64> = (0..6).map(|i| 96.0 + f64::from(i) * 0.1).collect();
+        // rounds on both sides of 1
+        let spread = vec![97.0, 102.0, 98.0, 101.0, 99.0, 98.5];
+        r.e2e = vec![
+            fixture::e2e_row("CPU", "pp512", &a, &slower),
+            fixture::e2e_row("HRX0", "tg128", &a, &spread),
+        ];
+        let md = render(&r, Report::e2e_tokens);
+        assert!(
+            md.contains("- below 1.00 round after round (p < 0.05): CPU pp512 (0.963, p=0.031)\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- below 1.00 within this run's spread (p ≥ 0.05, rounds on both sides of 1): \
+                 HRX0 tg128 (0.988, p="
+            ),
+            "{md}"
+        );
     }
 
     #[test]
