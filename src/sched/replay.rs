@@ -104,13 +104,23 @@ unsafe fn header<'a>(t: *const ggml_tensor) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(t.cast::<u8>(), HEADER) }
 }
 
+/// The sighting of a graph (its leaf and node arrays given to that many splits in a row) at
+/// which its headers are copied for a replay. The second sighting is too early: llama.cpp
+/// builds a graph's first real instance in the memory its reserve graph used, or allocates a
+/// new shape once or twice, and a graph split only twice never replays, so its copy (about
+/// 400 KiB of fresh memory for a 1,000-node graph) was the largest extra cost of those first
+/// `alloc_graph` calls. A graph rebuilt every token pays one more full split instead, once.
+const SNAPSHOT_AT: u32 = 3;
+
 /// What the last split was given, and whether it may be replayed.
 #[derive(Default)]
 pub struct Replay {
     /// Whether the snapshot below is complete and replayable.
     valid: bool,
-    /// Whether the last split took a snapshot (its graph had been split before).
+    /// Whether the last split took a snapshot (its graph had been split twice before).
     snapshot: bool,
+    /// How many splits in a row, the last one included, were given `leafs` and `nodes`.
+    sightings: u32,
     /// The leaf and node arrays of the last split's graph (kept with or without a snapshot).
     leafs: Vec<*mut ggml_tensor>,
     nodes: Vec<*mut ggml_tensor>,
@@ -167,8 +177,8 @@ impl Replay {
     /// A graph seen for the first time is not snapshot: llama.cpp allocates most graphs once
     /// (it reuses its own graph while it can, and reserves in other memory), and the copy of
     /// every header, hundreds of kilobytes of fresh memory, was the largest part of such a
-    /// first `alloc_graph`. A graph rebuilt each token is snapshot at its second split and
-    /// replayed from its third.
+    /// first `alloc_graph`. Nor is one seen twice ([`SNAPSHOT_AT`]): a graph rebuilt each
+    /// token is snapshot at its third split and replayed from its fourth.
     ///
     /// # Safety
     /// `g` must be a live graph of live tensors.
@@ -192,13 +202,16 @@ impl Replay {
         // SAFETY: `g` is live (this function's contract).
         let (leafs, nodes) = unsafe { (inspect::leafs(g), inspect::nodes(g)) };
         let seen = leafs == self.leafs.as_slice() && nodes == self.nodes.as_slice();
-        if !seen {
+        if seen {
+            self.sightings = self.sightings.saturating_add(1);
+        } else {
+            self.sightings = 1;
             self.leafs.clear();
             self.leafs.extend_from_slice(leafs);
             self.nodes.clear();
             self.nodes.extend_from_slice(nodes);
         }
-        self.snapshot = replayable && seen;
+        self.snapshot = replayable && self.sightings >= SNAPSHOT_AT;
         if !self.snapshot {
             return;
         }
