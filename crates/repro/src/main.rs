@@ -81,7 +81,7 @@ enum Sub {
 #[derive(Args, Debug)]
 struct RunArgs {
     /// A device to run on; repeat for several (HRX0, CPU).
-    #[arg(long, value_name = "DEV", default_values = ["HRX0", "CPU"])]
+    #[arg(long, value_name = "DEV", default_values = ["HRX0", "CPU"], value_parser = parse_dev)]
     dev: Vec<String>,
     /// The arms, comma-separated, in the order they run.
     #[arg(long, value_name = "ARMS", default_value = "stock,patched,ours", value_parser = parse_arms)]
@@ -129,10 +129,28 @@ fn parse_arms(s: &str) -> Result<ArmList, String> {
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .collect();
+    if arms.is_empty() {
+        return Err("no arm named (stock, patched, ours)".into());
+    }
     match arms.iter().find(|a| !ARMS.contains(&a.as_str())) {
         Some(a) => Err(format!("unknown arm {a} (stock, patched, ours)")),
         None => Ok(ArmList(arms)),
     }
+}
+
+/// `--dev`: a device name, which ggml looks up ignoring case; the CPU in any case is `CPU`,
+/// the name this tool tells the CPU by (a device gets the HRX backend, the chain, the stop
+/// variants and the rule's switch; the CPU does not).
+fn parse_dev(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty device name".into());
+    }
+    Ok(if s.eq_ignore_ascii_case("CPU") {
+        "CPU".into()
+    } else {
+        s.into()
+    })
 }
 
 /// The reproducer's resolved options.
@@ -693,7 +711,7 @@ fn real_main(o: Opts) -> Result<bool> {
                         || p.out
                             .placements
                             .iter()
-                            .any(|x| x.fill != *dev || x.set_rows != "CPU"))
+                            .any(|x| !x.fill.eq_ignore_ascii_case(dev) || x.set_rows != "CPU"))
                 {
                     failures.push(format!(
                         "stock on {dev}: FILL not on {dev} or SET_ROWS not on the CPU in every case ({} placed): the reproducer does not set up the defect",
@@ -890,6 +908,31 @@ mod tests {
         assert_eq!(
             parse_arms("ours,,stock,"),
             Ok(ArmList(vec!["ours".into(), "stock".into()]))
+        );
+    }
+
+    /// No arm at all would run nothing and report OK: a usage error instead.
+    #[test]
+    fn an_empty_arm_list_is_refused() {
+        for v in ["", ",", ",,"] {
+            let e = parse(&["--arms", v]).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::ValueValidation, "{v:?}");
+            assert!(e.to_string().contains("no arm named"), "{e}");
+            assert_eq!(e.exit_code(), 2);
+        }
+    }
+
+    /// ggml finds `cpu` as the CPU; so must this tool, or it runs the device checks (the
+    /// rule's switch among them, which then fails) on the CPU.
+    #[test]
+    fn the_cpu_in_any_case_is_the_cpu() {
+        assert_eq!(
+            run_args(&["--dev", "cpu", "--dev", "Hrx0"]).dev,
+            ["CPU", "Hrx0"]
+        );
+        assert_eq!(
+            parse(&["--dev", " "]).unwrap_err().kind(),
+            ErrorKind::ValueValidation
         );
     }
 

@@ -28,8 +28,8 @@ use std::time::Duration;
 /// The options of `repro prop`.
 #[derive(Args, Debug)]
 pub struct PropArgs {
-    /// Number of seeds.
-    #[arg(long, value_name = "N", default_value_t = 2000)]
+    /// Number of seeds (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
     seeds: u64,
     /// First seed.
     #[arg(long, value_name = "S", default_value_t = 0)]
@@ -47,7 +47,19 @@ pub struct PropArgs {
     timeout: u64,
 }
 
+/// The seeds `[start, start + seeds)`, refused when the end does not fit in a u64 (it
+/// would otherwise be cut short at u64::MAX and fewer seeds run than asked, silently).
+fn seed_end(start: u64, seeds: u64) -> Result<u64> {
+    start.checked_add(seeds).with_context(|| {
+        format!(
+            "--start {start} --seeds {seeds}: the last seed would be past {}",
+            u64::MAX
+        )
+    })
+}
+
 fn real_main(o: PropArgs) -> Result<bool> {
+    let end_seed = seed_end(o.start, o.seeds)?;
     let timeout = Duration::from_secs(o.timeout);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -97,7 +109,6 @@ fn real_main(o: PropArgs) -> Result<bool> {
     crate::build_program(&root, "inplace_prop.c", &upstream, &stock_bin, &program)?;
 
     let (mut passed, mut failed, mut crashed) = (0u64, 0u64, 0u64);
-    let end_seed = o.start.saturating_add(o.seeds);
     let mut first = o.start;
     while first < end_seed {
         let count = o.chunk.min(end_seed - first);
@@ -242,5 +253,22 @@ mod tests {
         assert!(e.to_string().contains("--chunk"), "{e}");
         let e = parse(&["--seeds", "2k"]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        // No seed at all would pass vacuously: "0 passed, 0 failed", exit 0.
+        let e = parse(&["--seeds", "0"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("--seeds"), "{e}");
+    }
+
+    /// A range past u64::MAX is refused, not cut short (3 seeds asked, 1 run, "1 passed").
+    #[test]
+    fn a_seed_range_past_the_last_seed_is_refused() {
+        assert_eq!(seed_end(7, 20).unwrap(), 27);
+        assert_eq!(seed_end(u64::MAX - 3, 3).unwrap(), u64::MAX);
+        let e = seed_end(u64::MAX - 1, 3).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--start 18446744073709551614 --seeds 3"),
+            "{e}"
+        );
     }
 }

@@ -128,7 +128,7 @@ pub fn mapped_libs(prog: &Program, arm: &Arm) -> Result<Vec<PathBuf>> {
         bail!(
             "driver failed under arm {}: {}",
             arm.label,
-            String::from_utf8_lossy(&out.stderr)
+            failure_text(out.status, &out.stderr)
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout)
@@ -288,4 +288,43 @@ pub fn run_range(
         }
     }
     Ok(runs)
+}
+
+/// How a driver process failed: its exit status or signal (a library the loader maps but
+/// cannot run, a truncated file say, dies by a signal and prints nothing), then what it
+/// printed on stderr, if anything.
+fn failure_text(status: std::process::ExitStatus, stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let text = text.trim();
+    if text.is_empty() {
+        format!("{status}, nothing on stderr")
+    } else {
+        format!("{status}: {text}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A driver killed by a signal before it printed anything is not reported as an empty
+    /// reason ("driver failed under arm B: ").
+    #[test]
+    fn a_silent_failure_names_its_status() {
+        let out = Command::new("sh")
+            .args(["-c", "kill -BUS $$"])
+            .output()
+            .unwrap();
+        let t = failure_text(out.status, &out.stderr);
+        assert!(t.contains("SIGBUS"), "{t}");
+        assert!(t.ends_with("nothing on stderr"), "{t}");
+        let out = Command::new("sh")
+            .args(["-c", "echo 'file too short' >&2; exit 127"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            failure_text(out.status, &out.stderr),
+            "exit status: 127: file too short"
+        );
+    }
 }

@@ -63,6 +63,9 @@
     if (b < 1073741824) return (b / 1048576).toFixed(1) + " MiB";
     return (b / 1073741824).toFixed(2) + " GiB";
   }
+  // The defect of issue 5: an in-place writer on a backend that cannot use the storage it
+  // writes. A writer of host memory its backend supports (`usable`) is apart but no defect.
+  function apart(n) { return !!n.inplace && !n.inplace.same_backend && n.inplace.usable !== true; }
   function shape(s) { let n = s.length; while (n > 1 && s[n - 1] === 1) n--; return s.slice(0, n).join("×"); }
   function recOf(side) {
     if (D.mode === "ab") { const p = D.pairs[st.pair]; return D[side][side === "a" ? p.a : p.b]; }
@@ -118,7 +121,18 @@
       }
       n.append(el("p", null, "Side A: " + a._file + " · side B: " + b._file +
         (p.same_structure ? " · the same graph (structure hash " + a.graph.structure_hash + ")"
-                          : " · different structure hashes: tensors matched by name")));
+                          : " · different graphs (structure hashes " + a.graph.structure_hash + " and " +
+                            b.graph.structure_hash + "): tensors matched by name, " + p.matched + " of A's " +
+                            p.a_tensors + " found in B")));
+      const u = D.unpaired || { a: [], b: [] };
+      ["a", "b"].forEach(function (side) {
+        const files = u[side] || [];
+        if (files.length) {
+          n.append(el("p", { "class": "stock" }, files.length + " of side " + side.toUpperCase() + "'s " + D[side].length +
+            " records have no record of the same structure on the other side and are not shown: " +
+            files.map(function (f) { return f.split("/").pop(); }).join(", ")));
+        }
+      });
     }
   }
 
@@ -146,11 +160,11 @@
 
   function summary(side) {
     const r = recOf(side);
-    let copies = 0, bytes = 0, moved = 0, apart = 0, writers = 0;
+    let copies = 0, bytes = 0, moved = 0, napart = 0, writers = 0;
     r.splits.forEach(function (s) { copies += s.inputs.length; bytes += s.bytes_in; });
     r.nodes.forEach(function (n) {
       if (n.move) moved++;
-      if (n.inplace) { writers++; if (!n.inplace.same_backend) apart++; }
+      if (n.inplace) { writers++; if (apart(n)) napart++; }
     });
     const legend = el("div", { "class": "legend" });
     r.backends.forEach(function (b) {
@@ -161,7 +175,7 @@
       r.graph.n_nodes + " nodes, " + r.graph.n_leafs + " leafs, " + r.splits.length + " splits, " +
       copies + " input copies (" + fmtBytes(bytes) + " per compute), " + writers + " in-place writers, ",
       el("span", { "class": moved ? "hl-move" : "" }, moved + " moved by the in-place rule"), ", ",
-      el("span", { "class": apart ? "hl-apart" : "" }, apart + " writers apart from their storage"),
+      el("span", { "class": napart ? "hl-apart" : "" }, napart + " writers apart from their storage"),
       ". In-place rule " + (r.settings.inplace_rule ? "on" : "off") + ", " + r.settings.n_copies + " pipeline cop" +
       (r.settings.n_copies === 1 ? "y" : "ies") + ".");
     return el("div", null, legend, s);
@@ -209,7 +223,12 @@
     const p = D.pairs[st.pair];
     const a = D.a[p.a];
     const box = el("div", { "class": "panel" }, el("h2", null, p.differs.length + " tensors placed differently (A → B)"));
-    if (!p.differs.length) { box.append(el("p", null, "Both sides place every node and leaf on the same backend.")); return box; }
+    if (!p.differs.length) {
+      box.append(el("p", null, p.same_structure ? "Both sides place every node and leaf on the same backend."
+        : p.matched === 0 ? "Different graphs: none of A's " + p.a_tensors + " nodes and leafs has a tensor of the same name in B, so nothing was compared."
+        : "Different graphs: the " + p.matched + " of A's " + p.a_tensors + " nodes and leafs that have a tensor of the same name in B are on the same backend on both sides; the others were not compared."));
+      return box;
+    }
     const t = el("table", { "class": "grid", id: "diff" });
     t.append(el("tr", null, el("th", null, "kind"), el("th", null, "#"), el("th", null, "name"), el("th", null, "op"),
       el("th", null, "A backend (cause)"), el("th", null, "B backend (cause)"), el("th", null, "B's in-place move")));
@@ -274,7 +293,7 @@
         case "ops": return !t.is_view;
         case "moved": return !!t.move;
         case "writers": return !!t.inplace;
-        case "apart": return !!t.inplace && !t.inplace.same_backend;
+        case "apart": return apart(t);
         case "copied": return t.srcs.some(function (s) { return s.via_copy; });
         case "split": return t.split === st.split;
         default: return true;
@@ -289,9 +308,10 @@
     rows.slice(0, st.limit).forEach(function (n) {
       let ip = "";
       if (n.move) ip = "moved " + bname(r, n.move.from) + " → " + bname(r, n.move.to);
-      else if (n.inplace) ip = n.inplace.same_backend ? "writes " + n.inplace.root.name : "⚠ apart from " + n.inplace.root.name;
+      else if (n.inplace) ip = apart(n) ? "⚠ apart from " + n.inplace.root.name
+        : (n.inplace.same_backend ? "writes " : "writes host storage of ") + n.inplace.root.name;
       t.append(el("tr", {
-        "class": "click" + (n.move ? " row-move" : "") + (n.inplace && !n.inplace.same_backend ? " row-apart" : "") +
+        "class": "click" + (n.move ? " row-move" : "") + (apart(n) ? " row-apart" : "") +
           (n.is_view ? " row-view" : ""),
         "data-i": n.index,
         onclick: function () { showNode(leafs ? "leaf" : "node", n.index); }
@@ -351,7 +371,9 @@
     if (n.view_src) row("view of", tensorLink(r, n.view_src, side));
     if (n.inplace) {
       row("in-place writer of", el("span", null, tensorLink(r, n.inplace.root, side),
-        n.inplace.same_backend ? " — on the same backend" : el("b", { "class": "hl-apart" }, " — ⚠ on another backend (" + bname(r, n.inplace.root_backend) + ")")));
+        n.inplace.same_backend ? " — on the same backend"
+          : !apart(n) ? " — on another backend (" + bname(r, n.inplace.root_backend) + "), in host memory this backend can use: no defect"
+          : el("b", { "class": "hl-apart" }, " — ⚠ on another backend (" + bname(r, n.inplace.root_backend) + ")")));
     }
     if (n.move) row("in-place rule", el("b", { "class": "hl-move" }, "moved " + bname(r, n.move.from) + " → " + bname(r, n.move.to) + " (" + n.move.call + " call)"));
     if (n.srcs && n.srcs.length) {

@@ -37,6 +37,11 @@ pub struct Pair {
     /// Whether the two node lists have the same names and ops in the same order (same
     /// structure hash); otherwise tensors are matched by name.
     pub same_structure: bool,
+    /// How many of A's nodes and leafs have a counterpart in B (all of them with the same
+    /// structure; those of a name B has otherwise).
+    pub matched: usize,
+    /// A's nodes and leafs in all.
+    pub a_tensors: usize,
     pub differs: Vec<Differs>,
 }
 
@@ -59,7 +64,8 @@ fn list_diff(
     bt: &[Tensor],
     same: bool,
     out: &mut Vec<Differs>,
-) {
+) -> usize {
+    let mut matched = 0;
     let by_name: HashMap<&str, usize> = if same {
         HashMap::new()
     } else {
@@ -76,6 +82,7 @@ fn list_diff(
             by_name.get(ta.name.as_str()).and_then(|&i| bt.get(i))
         };
         let Some(tb) = tb else { continue };
+        matched += 1;
         let (na, nb) = (a.backend_name(ta.backend), b.backend_name(tb.backend));
         if na == nb {
             continue;
@@ -91,20 +98,22 @@ fn list_diff(
             b_backend: nb.to_string(),
             b_cause: tb.cause.clone().unwrap_or_default(),
             b_move: describe_move(b, tb),
-            a_apart: ta.inplace.as_ref().is_some_and(|i| !i.same_backend),
+            a_apart: ta.inplace.as_ref().is_some_and(|i| i.apart()),
         });
     }
+    matched
 }
 
-/// The tensors `a` and `b` place on differently named backends: nodes, then leafs.
-pub fn differs(a: &Record, b: &Record) -> (bool, Vec<Differs>) {
+/// The tensors `a` and `b` place on differently named backends: nodes, then leafs; with
+/// whether the two have the same structure and how many of A's tensors have a counterpart.
+pub fn differs(a: &Record, b: &Record) -> (bool, usize, Vec<Differs>) {
     let same = a.graph.structure_hash == b.graph.structure_hash
         && a.nodes.len() == b.nodes.len()
         && a.leafs.len() == b.leafs.len();
     let mut out = Vec::new();
-    list_diff("node", a, b, &a.nodes, &b.nodes, same, &mut out);
-    list_diff("leaf", a, b, &a.leafs, &b.leafs, same, &mut out);
-    (same, out)
+    let matched = list_diff("node", a, b, &a.nodes, &b.nodes, same, &mut out)
+        + list_diff("leaf", a, b, &a.leafs, &b.leafs, same, &mut out);
+    (same, matched, out)
 }
 
 /// Pairs every record of `a` with the first unpaired record of `b` of the same structure
@@ -121,14 +130,27 @@ pub fn pair(a: &[Record], b: &[Record]) -> Vec<Pair> {
         };
         if let Some(j) = j {
             used[j] = true;
-            let (same_structure, differs) = differs(ra, &b[j]);
+            let (same_structure, matched, differs) = differs(ra, &b[j]);
             pairs.push(Pair {
                 a: i,
                 b: j,
                 same_structure,
+                matched,
+                a_tensors: ra.nodes.len() + ra.leafs.len(),
                 differs,
             });
         }
     }
     pairs
+}
+
+/// The records of each side that no pair holds (indexes into `a` and into `b`): graphs the
+/// other side has no record of the same structure for, which an A/B page does not show.
+pub fn unpaired(a: &[Record], b: &[Record], pairs: &[Pair]) -> (Vec<usize>, Vec<usize>) {
+    let left = |n: usize, used: &dyn Fn(&Pair) -> usize| -> Vec<usize> {
+        (0..n)
+            .filter(|&i| !pairs.iter().any(|p| used(p) == i))
+            .collect()
+    };
+    (left(a.len(), &|p| p.a), left(b.len(), &|p| p.b))
 }

@@ -62,7 +62,7 @@ pub fn overview(rec: &Record, pal: &Palette) -> String {
     for n in &rec.nodes {
         if let Some(s) = n.split.filter(|&s| s < rec.splits.len()) {
             moved[s] += n.moved.is_some() as usize;
-            apart[s] += n.inplace.as_ref().is_some_and(|i| !i.same_backend) as usize;
+            apart[s] += n.inplace.as_ref().is_some_and(|i| i.apart()) as usize;
         }
     }
     for s in &rec.splits {
@@ -217,7 +217,7 @@ pub fn nodes(rec: &Record, pal: &Palette) -> Option<String> {
             if n.moved.is_some() {
                 extra.push_str(", penwidth=3, color=\"#c2185b\"");
             }
-            if n.inplace.as_ref().is_some_and(|i| !i.same_backend) {
+            if n.inplace.as_ref().is_some_and(|i| i.apart()) {
                 extra.push_str(", penwidth=3, color=\"#d50000\", style=\"rounded,filled,dashed\"");
             }
             let shape = if n.is_view {

@@ -47,6 +47,36 @@ fn stem(p: &Path) -> String {
         .map_or("dump".into(), |s| s.to_string_lossy().into_owned())
 }
 
+/// What an A/B page cannot show, said on the terminal too: records of either side left
+/// unpaired (no record of the same structure on the other side), and pairs of different
+/// structure (one record a side), whose tensors are matched by name only.
+fn ab_warnings(ra: &[model::Record], rb: &[model::Record], pairs: &[diff::Pair]) -> Vec<String> {
+    let mut out = Vec::new();
+    let (ua, ub) = diff::unpaired(ra, rb, pairs);
+    for (side, u, n) in [("A", &ua, ra.len()), ("B", &ub, rb.len())] {
+        if !u.is_empty() {
+            out.push(format!(
+                "{} of side {side}'s {n} records have no record of the same structure on the \
+                 other side and are not on the page",
+                u.len()
+            ));
+        }
+    }
+    for p in pairs.iter().filter(|p| !p.same_structure) {
+        out.push(format!(
+            "{} and {} are different graphs (structure hashes {} and {}): tensors matched by \
+             name, {} of A's {} found in B",
+            ra[p.a].path.display(),
+            rb[p.b].path.display(),
+            ra[p.a].graph.structure_hash,
+            rb[p.b].graph.structure_hash,
+            p.matched,
+            p.a_tensors
+        ));
+    }
+    out
+}
+
 fn run(cli: Cli) -> Result<PathBuf> {
     let (html, name) = match (&cli.path, &cli.a, &cli.b) {
         (Some(p), None, None) => {
@@ -71,6 +101,9 @@ fn run(cli: Cli) -> Result<PathBuf> {
                     a.display(),
                     b.display()
                 );
+            }
+            for w in ab_warnings(&ra, &rb, &pairs) {
+                eprintln!("[view] note: {w}");
             }
             let title = cli
                 .title
@@ -177,6 +210,103 @@ mod tests {
         // is apart from its storage (the defect), on side B not.
         let w = |r: &model::Record| r.nodes[1].inplace.as_ref().unwrap().same_backend;
         assert!(!w(&a[0]) && w(&b[0]));
+    }
+
+    /// The data of a rendered page, parsed as the page's script parses it.
+    fn page_data(html: &str) -> serde_json::Value {
+        let start = html
+            .find("<script type=\"application/json\" id=\"data\">")
+            .unwrap();
+        let body = &html[start..];
+        let json = &body[body.find('>').unwrap() + 1..body.find("</script>").unwrap()];
+        serde_json::from_str(json).expect("the page's data is valid JSON")
+    }
+
+    /// A `<!--` or `</script>` in the command (or a title, a path, a tensor name) must not
+    /// break the page: the embedded data stays JSON that `JSON.parse` reads back unchanged.
+    #[test]
+    fn markup_in_the_command_keeps_the_data_valid() {
+        let (a, _) = repro();
+        let command = "make <!-- x --> </script> done";
+        let meta = page::Meta {
+            title: "<!-- t".into(),
+            command: command.into(),
+        };
+        let html = page::render(&meta, &a, None).unwrap();
+        let data = page_data(&html);
+        assert_eq!(data["command"], command);
+        assert_eq!(data["title"], "<!-- t");
+    }
+
+    /// Two dumps whose records do not all pair: the records left out are named (on the
+    /// page's data and in the terminal's notes), and a pair of two different graphs says how
+    /// many tensors it could match by name, not that every tensor is placed alike.
+    #[test]
+    fn unpaired_records_and_different_graphs_are_told() {
+        let (a, b) = repro();
+        // B: the reproducer's record and a record of another graph.
+        let mut other = b[0].clone();
+        other.graph.structure_hash = "0123456789abcdef".into();
+        other.path = PathBuf::from("other.json");
+        let b2 = vec![b[0].clone(), other.clone()];
+        let pairs = diff::pair(&a, &b2);
+        assert_eq!(pairs.len(), 1);
+        assert_eq!(diff::unpaired(&a, &b2, &pairs), (vec![], vec![1]));
+        let w = ab_warnings(&a, &b2, &pairs);
+        assert_eq!(
+            w,
+            [
+                "1 of side B's 2 records have no record of the same structure on the other side \
+              and are not on the page"
+            ]
+        );
+        let meta = page::Meta {
+            title: "t".into(),
+            command: String::new(),
+        };
+        let data = page_data(&page::render(&meta, &a, Some((&b2, &pairs))).unwrap());
+        assert_eq!(data["unpaired"]["b"][0], "other.json");
+        assert_eq!(data["unpaired"]["a"].as_array().unwrap().len(), 0);
+
+        // One record a side, of different graphs with no name in common: paired, but
+        // nothing matched, and said so.
+        for t in other.nodes.iter_mut().chain(other.leafs.iter_mut()) {
+            t.name = format!("x{}", t.name);
+        }
+        let pairs = diff::pair(&a, std::slice::from_ref(&other));
+        assert_eq!(pairs.len(), 1);
+        assert!(!pairs[0].same_structure);
+        assert_eq!(pairs[0].matched, 0);
+        assert_eq!(pairs[0].a_tensors, a[0].nodes.len() + a[0].leafs.len());
+        let w = ab_warnings(&a, std::slice::from_ref(&other), &pairs);
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("are different graphs"), "{}", w[0]);
+        assert!(w[0].contains("0 of A's 7 found in B"), "{}", w[0]);
+    }
+
+    /// A writer apart from its root's backend but writing host memory its backend can use
+    /// (`usable`) is no defect: no dashed red box, no "apart" count, not in the A/B list's
+    /// apart mark. Records without the field (older) are judged by `same_backend` alone.
+    #[test]
+    fn a_usable_host_writer_is_not_flagged() {
+        let (a, b) = repro();
+        let pal = style::Palette::default();
+        let mut ok = a[0].clone();
+        ok.nodes[1].inplace.as_mut().unwrap().usable = Some(true);
+        assert!(!dot::overview(&ok, &pal).contains("apart from their storage"));
+        let mut unknown = a[0].clone();
+        unknown.nodes[1].inplace.as_mut().unwrap().usable = None;
+        assert!(dot::overview(&unknown, &pal).contains("1 writer(s) apart from their storage"));
+        // The A/B list: mask_fill (placed differently) is not a writer; make the writer
+        // differ and check its mark follows `usable`.
+        let mut bb = b[0].clone();
+        bb.nodes[1].backend = Some(0);
+        let mark = |r: &model::Record| {
+            let (_, _, d) = diff::differs(r, &bb);
+            d.iter().find(|x| x.name == "mask_set").unwrap().a_apart
+        };
+        assert!(mark(&unknown));
+        assert!(!mark(&ok));
     }
 
     #[test]

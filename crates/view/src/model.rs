@@ -53,6 +53,18 @@ pub struct Move {
 #[derive(Deserialize, Debug, Clone)]
 pub struct Inplace {
     pub same_backend: bool,
+    /// Whether the writer's backend can use the storage (on the root's backend, or host
+    /// memory it supports); absent in records written before the field was added.
+    #[serde(default)]
+    pub usable: Option<bool>,
+}
+
+impl Inplace {
+    /// The defect of issue 5: the writer runs apart from its storage, on a backend that
+    /// cannot use it (a writer of host memory its backend supports is not one).
+    pub fn apart(&self) -> bool {
+        !self.same_backend && self.usable != Some(true)
+    }
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -143,8 +155,27 @@ impl Record {
     }
 }
 
-/// The records of `path`: the file itself, or every `sched-*.json` of a directory in name
-/// order (a process's records in the order it wrote them).
+/// Where a record file goes in a directory's order: `sched-PID-SEQ.json` by PID, then SEQ,
+/// as numbers (SEQ has 3 digits or more, so by name `sched-1-1000.json` would come before
+/// `sched-1-999.json`); any other name after those, by name.
+fn order_key(p: &Path) -> (u8, u64, u64, String) {
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let nums = name
+        .strip_prefix("sched-")
+        .and_then(|r| r.strip_suffix(".json"))
+        .and_then(|r| r.split_once('-'))
+        .and_then(|(pid, seq)| Some((pid.parse::<u64>().ok()?, seq.parse::<u64>().ok()?)));
+    match nums {
+        Some((pid, seq)) => (0, pid, seq, name),
+        None => (1, 0, 0, name),
+    }
+}
+
+/// The records of `path`: the file itself, or every `sched-*.json` of a directory in the
+/// order of `sched-PID-SEQ.json`'s numbers (a process's records in the order it wrote them).
 pub fn load(path: &Path) -> Result<Vec<Record>> {
     if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
@@ -156,7 +187,7 @@ pub fn load(path: &Path) -> Result<Vec<Record>> {
                     .is_some_and(|n| n.starts_with("sched-") && n.ends_with(".json"))
             })
             .collect();
-        files.sort();
+        files.sort_by_cached_key(|p| order_key(p));
         if files.is_empty() {
             bail!(
                 "{}: no sched-*.json records (was GGML_SCHED_DUMP set to it?)",
@@ -166,5 +197,38 @@ pub fn load(path: &Path) -> Result<Vec<Record>> {
         files.iter().map(|f| Record::read(f)).collect()
     } else {
         Ok(vec![Record::read(path)?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process's records in the order it wrote them, past SEQ 999 too (4 digits).
+    #[test]
+    fn a_directory_is_read_in_write_order() {
+        let d = std::env::temp_dir().join(format!("view-order-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let fixture = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/repro-rule1.json"),
+        )
+        .unwrap();
+        let names = [
+            "sched-99-000.json",
+            "sched-100-000.json",
+            "sched-100-999.json",
+            "sched-100-1000.json",
+        ];
+        for n in names {
+            std::fs::write(d.join(n), &fixture).unwrap();
+        }
+        let got: Vec<String> = load(&d)
+            .unwrap()
+            .iter()
+            .map(|r| r.path.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        std::fs::remove_dir_all(&d).unwrap();
+        assert_eq!(got, names);
     }
 }

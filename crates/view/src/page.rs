@@ -25,6 +25,14 @@ fn script_safe(s: &str) -> String {
     s.replace("</", "<\\/").replace("<!--", "<\\!--")
 }
 
+/// JSON text for inside a `<script type="application/json">` element: every `<` (which in
+/// JSON text only occurs inside strings) as the escape `\u003c`, so neither `</script>` nor
+/// `<!--` can appear, and the text stays valid JSON (`<\!--` would not be: `\!` is no JSON
+/// escape, and the page's `JSON.parse` would throw).
+fn json_script_safe(s: &str) -> String {
+    s.replace('<', "\\u003c")
+}
+
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -73,6 +81,14 @@ pub fn render(meta: &Meta, a: &[Record], b: Option<(&[Record], &[Pair])>) -> Res
         "a": side(a),
         "b": b.map(|(r, _)| side(r)).unwrap_or_default(),
         "pairs": b.map(|(_, p)| serde_json::to_value(p).unwrap_or_default()).unwrap_or_default(),
+        // Records of either side that no pair holds (not shown): their files.
+        "unpaired": b.map(|(rb, p)| {
+            let (ua, ub) = crate::diff::unpaired(a, rb, p);
+            let files = |recs: &[Record], ix: Vec<usize>| -> Vec<String> {
+                ix.into_iter().map(|i| recs[i].path.display().to_string()).collect()
+            };
+            json!({"a": files(a, ua), "b": files(rb, ub)})
+        }),
     });
     let mut svgs = String::new();
     layouts("a", a, &pal, &mut svgs)?;
@@ -91,7 +107,7 @@ pub fn render(meta: &Meta, a: &[Record], b: Option<(&[Record], &[Pair])>) -> Res
          <div id=\"layouts\" hidden>\n{svgs}</div>\n\
          <script type=\"application/json\" id=\"data\">{}</script>\n\
          <script>\n{}</script>\n</body></html>\n",
-        script_safe(&data.to_string()),
+        json_script_safe(&data.to_string()),
         script_safe(JS)
     ))
 }
@@ -104,5 +120,16 @@ mod tests {
     fn script_text_cannot_close_the_element() {
         assert_eq!(script_safe("a</script>b<!--"), "a<\\/script>b<\\!--");
         assert_eq!(esc("<a href=\"x\">&"), "&lt;a href=&quot;x&quot;&gt;&amp;");
+    }
+
+    /// A `<!--` or `</script>` in a string of the data (a command, a title, a tensor name, a
+    /// path) must neither end the element nor make the JSON invalid.
+    #[test]
+    fn data_with_markup_stays_valid_json() {
+        let v = json!({"command": "make <!-- x --> </script> <b>"});
+        let text = json_script_safe(&v.to_string());
+        assert!(!text.contains('<'), "{text}");
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, v);
     }
 }

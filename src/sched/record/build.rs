@@ -154,6 +154,10 @@ pub struct InplaceRec {
     pub root_backend: Option<usize>,
     /// Whether the writer runs on the root's backend.
     pub same_backend: bool,
+    /// Whether the writer's backend can use the storage it writes: it runs on the root's
+    /// backend, or the storage's buffer type is host memory that backend supports (which
+    /// the in-place rule leaves as it is). `false` is the defect of issue 5.
+    pub usable: bool,
 }
 
 /// A move by the in-place rule.
@@ -308,28 +312,40 @@ pub unsafe fn collect(inp: &Input) -> Record {
         // SAFETY: `owner` is `t` or its view source, live; a non-NULL buffer of a live
         // tensor is live.
         let buf = unsafe { (*owner).buffer };
-        let (storage, buffer_type) = if !buf.is_null() {
+        // The buffer type of the storage: its buffer's, else its backend's compute buffer's.
+        let storage_bt = if !buf.is_null() {
             // SAFETY: as above.
-            let bt = unsafe { (*buf).buft };
-            (
+            Some(unsafe { (*buf).buft })
+        } else {
+            table.backend(owner).map(|b| caps.buft(b))
+        };
+        let (storage, buffer_type) = match (storage_bt, !buf.is_null()) {
+            (Some(bt), true) => (
                 if view { "view-allocated" } else { "allocated" },
                 Some(buft_name(bt)),
-            )
-        } else {
-            match table.backend(owner) {
-                Some(b) => (
-                    if view { "view-compute" } else { "compute" },
-                    Some(buft_name(caps.buft(b))),
-                ),
-                None => ("none", None),
-            }
+            ),
+            (Some(bt), false) => (
+                if view { "view-compute" } else { "compute" },
+                Some(buft_name(bt)),
+            ),
+            (None, _) => ("none", None),
         };
         let inplace = is_inplace_writer(r).then(|| {
             let rb = table.backend(r.view_src);
+            let same_backend = rb.is_some() && rb == p.map(|p| p.backend);
+            let usable = same_backend
+                || match (p, storage_bt) {
+                    // SAFETY: a live buffer's type or a backend's compute buffer type.
+                    (Some(p), Some(bt)) => unsafe {
+                        caps.buft_is_host(bt) && caps.supports_buft(p.backend, bt)
+                    },
+                    _ => false,
+                };
             InplaceRec {
                 root: tref(r.view_src),
                 root_backend: rb,
-                same_backend: rb.is_some() && rb == p.map(|p| p.backend),
+                same_backend,
+                usable,
             }
         });
         let moved = if is_node {
@@ -564,7 +580,12 @@ mod tests {
             before: &[],
             want: &[],
         };
-        let mut b = build(&case);
+        with_case(&case, rule, f)
+    }
+
+    /// Runs `case`'s graph through every pass and gives `f` the record's input.
+    fn with_case<R>(case: &Case, rule: bool, f: impl FnOnce(&Input) -> R) -> R {
+        let mut b = build(case);
         let g = b.graph();
         let caps = &b.caps;
         let mut t = Table::default();
@@ -686,7 +707,8 @@ mod tests {
         assert_eq!(
             w["inplace"],
             serde_json::json!({
-                "root": {"kind": "node", "index": 1, "name": "fill"}, "root_backend": 1, "same_backend": true
+                "root": {"kind": "node", "index": 1, "name": "fill"}, "root_backend": 1, "same_backend": true,
+                "usable": true
             })
         );
         let x = find(&on, "leafs", "x");
@@ -758,6 +780,42 @@ mod tests {
         assert_eq!(w["buffer_type"], "buft0x100");
         assert_eq!(w["inplace"]["root_backend"], 0);
         assert_eq!(w["inplace"]["same_backend"], false);
+        assert_eq!(w["inplace"]["usable"], false);
+    }
+
+    /// A writer on the device writing storage the CPU produced in its host compute buffer,
+    /// which the device can use: apart from the root's backend, but no defect (the rule
+    /// leaves it so), and the record says so with `usable`, for the page not to flag it.
+    #[test]
+    fn a_writer_of_usable_host_storage_is_usable() {
+        fn no_tweak(_: &mut Mock) {}
+        let case = Case {
+            name: "host storage the device can use",
+            ops: &[&[GGML_OP_SET_ROWS], &[GGML_OP_FILL, GGML_OP_SET_ROWS]],
+            tweak: no_tweak,
+            graph: &[
+                GraphInput("x"),
+                GraphInput("idx"),
+                Leaf("w", Some((0x100, GGML_BACKEND_BUFFER_USAGE_WEIGHTS))),
+                Node("fill", GGML_OP_FILL, &["x"]),
+                View("set_rows", GGML_OP_SET_ROWS, "fill", &["fill", "w", "idx"]),
+            ],
+            before: &[],
+            want: &[],
+        };
+        for rule in [false, true] {
+            // SAFETY: `with_case` gives the input of a graph just split, all live.
+            let rec =
+                serde_json::to_value(with_case(&case, rule, |i| unsafe { collect(i) })).unwrap();
+            let fill = find(&rec, "nodes", "fill");
+            let w = find(&rec, "nodes", "set_rows");
+            assert_eq!(
+                (fill["backend"].clone(), w["backend"].clone()),
+                (1.into(), 0.into())
+            );
+            assert_eq!(w["inplace"]["same_backend"], false, "rule {rule}");
+            assert_eq!(w["inplace"]["usable"], true, "rule {rule}");
+        }
     }
 
     /// A record goes to `sched-PID-SEQ.json` once per distinct (structure, placement).
