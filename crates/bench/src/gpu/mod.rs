@@ -70,8 +70,8 @@ pub struct GpuOptions {
     /// Rounds; each runs every process once per arm, A B then B A (10 or more recommended).
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
-    /// The partial offload's -ngl.
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    /// The partial offload's -ngl (below 99, the full offload's).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..99))]
     partial_ngl: u32,
     /// llama-bench repetitions per test inside one process (its -r; 5 is llama-bench's own
     /// default).
@@ -79,7 +79,7 @@ pub struct GpuOptions {
     reps: u32,
     /// llama-batched-bench's parallel sequence counts (its -npl).
     #[arg(long, value_name = "LIST", value_delimiter = ',', action = clap::ArgAction::Set,
-          default_value = "1,4,8")]
+          default_value = "1,4,8", value_parser = clap::value_parser!(u32).range(1..))]
     npl: Vec<u32>,
     /// CPU threads for the tools (-t; default: theirs).
     #[arg(long, value_name = "N")]
@@ -96,7 +96,8 @@ pub struct GpuOptions {
     #[arg(long)]
     no_sched_probe: bool,
     /// Seconds one tool process may run before it is killed (and the round counted failed).
-    #[arg(long = "timeout", value_name = "SECONDS", default_value_t = 900)]
+    #[arg(long = "timeout", value_name = "SECONDS", default_value_t = 900,
+          value_parser = clap::value_parser!(u64).range(1..))]
     timeout_s: u64,
     /// Output folder (default: target/bench-gpu, under the bundle in a bundle).
     #[arg(long, value_name = "DIR")]
@@ -108,7 +109,8 @@ pub struct GpuOptions {
     #[arg(long, value_name = "LIST")]
     devices: Option<String>,
     /// The loopback port of that server.
-    #[arg(long, value_name = "PORT", default_value_t = 50754)]
+    #[arg(long, value_name = "PORT", default_value_t = 50754,
+          value_parser = clap::value_parser!(u16).range(1..))]
     rpc_port: u16,
 }
 
@@ -208,7 +210,23 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
         .map(rpc::parse_devices)
         .transpose()?;
     if !opts.model.is_file() {
-        bail!("model {} does not exist", opts.model.display());
+        bail!(
+            "model {} {}",
+            opts.model.display(),
+            if opts.model.exists() {
+                "is not a file"
+            } else {
+                "does not exist"
+            }
+        );
+    }
+    if let Some(pl) = opts
+        .npl
+        .iter()
+        .enumerate()
+        .find_map(|(i, pl)| opts.npl[..i].contains(pl).then_some(pl))
+    {
+        bail!("--npl names {pl} twice");
     }
     let model = opts.model.canonicalize()?;
     let out = opts
@@ -217,9 +235,31 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
         .unwrap_or_else(|| root.join("target/bench-gpu"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let out = out.canonicalize()?;
+    // The arms' folders under it and the build's bin/ go on LD_LIBRARY_PATH: say which option
+    // to change, before anything is copied (a split path would load the build's own
+    // libggml-base and fail the first process's proof).
+    for (what, dir) in [("--out", &out), ("--llama-build", &bin)] {
+        if let Some(c) = dir
+            .to_string_lossy()
+            .chars()
+            .find(|c| [':', ';'].contains(c))
+        {
+            bail!(
+                "{what} {} contains {c:?}, which the dynamic loader splits LD_LIBRARY_PATH at: \
+                 name a folder without it",
+                dir.display()
+            );
+        }
+    }
     // Held to the end of the run: a second bench writing here would replace the arms' copies
     // and the report under this one.
-    let _out_lock = bundle::lock_dir(&out).map_err(anyhow::Error::msg)?;
+    let _out_lock = bundle::lock_dir(&out).map_err(|e| {
+        if e.contains("in use by another") {
+            anyhow::anyhow!("{e}, or give this one another --out DIR")
+        } else {
+            anyhow::Error::msg(e)
+        }
+    })?;
 
     // Arms.
     let a_src = opts
@@ -264,7 +304,18 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     };
     let ab_probe = layout.ab_probe();
     for p in sched_probe.iter().chain(&ab_probe) {
-        bundle::check_loader_path("LD_PRELOAD", p).map_err(anyhow::Error::msg)?;
+        if let Err(e) = bundle::check_loader_path("LD_PRELOAD", p) {
+            if p.starts_with(&out) {
+                // The probe compiled into --out: that folder is what to move.
+                bail!(
+                    "{} (compiled into --out {}): name an --out without it, or pass \
+                     --sched-probe LIB or --no-sched-probe",
+                    e.split(": move").next().unwrap_or(&e),
+                    out.display()
+                );
+            }
+            bail!("{e}");
+        }
     }
     if ab_probe.is_none() {
         progress(
@@ -332,6 +383,10 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     };
     let mut rounds = Vec::new();
     let mut errors = Vec::new();
+    // Replaces a report of an earlier run in this folder at once: a run cut off in its first
+    // round must not leave another run's figures beside its own arms.
+    let rep = report(&rounds, &errors);
+    crate::write_report_files(&out, &rep.markdown(), &rep)?;
     for round in 0..opts.rounds {
         progress(&format!("round {}/{}", round + 1, opts.rounds));
         let mut got: [Option<run::ArmRound>; 2] = [None, None];
@@ -352,7 +407,16 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
         }
     }
     let rep = report(&rounds, &errors);
-    crate::write_report(&out, &rep.markdown(), &rep)
+    crate::write_report(&out, &rep.markdown(), &rep)?;
+    if !table::any_paired(&rep.rows) {
+        bail!(
+            "no measure has a value in both arms in any of the {} rounds: every round had a \
+             failed process (listed under the table in {})",
+            opts.rounds,
+            out.join("report.md").display()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -372,6 +436,113 @@ mod tests {
         assert_eq!(o.timeout_s, 900);
         assert_eq!((o.a, o.b, o.llama_build, o.out), (None, None, None, None));
         assert!(!o.no_sched_probe && o.threads.is_none());
+    }
+
+    #[test]
+    fn options_that_would_run_wrongly_are_refused() {
+        for bad in [
+            &["--npl", "0"][..],
+            &["--npl", "1,0"],
+            &["--partial-ngl", "99"],
+            &["--timeout", "0"],
+            &["--rpc-port", "0"],
+        ] {
+            let mut args = vec!["--model", "m"];
+            args.extend(bad);
+            assert!(parse(&args).is_err(), "{bad:?}");
+        }
+        assert!(parse(&["--model", "m", "--partial-ngl", "0"]).is_ok());
+    }
+
+    /// A llama.cpp build whose tools are shell scripts that fail, the first of them after
+    /// copying the report present in `out` to `out/seen.md` (or writing "none" there); its libraries are any
+    /// file (the arms are copies, not loaded by a shell).
+    fn fake_build(dir: &Path) -> PathBuf {
+        let bin = dir.join("build/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        for tool in ["llama-bench", "llama-batched-bench"] {
+            let p = bin.join(tool);
+            std::fs::write(
+                &p,
+                format!(
+                    "#!/bin/sh\n[ -e {o}/seen.md ] || cp {o}/report.md {o}/seen.md 2>/dev/null || \
+                     echo none > {o}/seen.md\n\
+                     echo fake tool fails >&2\nexit 1\n",
+                    o = dir.join("out").display()
+                ),
+            )
+            .unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(bin.join("libggml-base.so.0"), b"stock").unwrap();
+        std::fs::write(dir.join("b.so"), b"ours").unwrap();
+        std::fs::write(dir.join("m.gguf"), b"GGUF").unwrap();
+        dir.join("build")
+    }
+
+    fn run_fake(dir: &Path, extra: &[&str]) -> Result<()> {
+        let build = fake_build(dir);
+        let mut args: Vec<String> = [
+            "--llama-build",
+            &build.display().to_string(),
+            "--model",
+            &dir.join("m.gguf").display().to_string(),
+            "--b",
+            &dir.join("b.so").display().to_string(),
+            "--rounds",
+            "2",
+            "--no-sched-probe",
+            "--timeout",
+            "20",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if !extra.contains(&"--out") {
+            args.extend(["--out".into(), dir.join("out").display().to_string()]);
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let opts = parse_args(&args).unwrap();
+        real_main(&args, &opts)
+    }
+
+    #[test]
+    fn a_run_replaces_an_earlier_report_first_and_fails_when_nothing_was_measured() {
+        let dir = std::env::temp_dir().join(format!("bench-gpu-fake-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("out")).unwrap();
+        std::fs::write(dir.join("out/report.md"), "an earlier run's report\n").unwrap();
+        let e = run_fake(&dir, &[]).unwrap_err().to_string();
+        // Every process failed: an error, not a report of nothing with exit status 0.
+        assert!(e.contains("no measure has a value in both arms"), "{e}");
+        // The first process already saw this run's report (0 rounds), not the earlier one, as
+        // a run cut off in its first round leaves it.
+        let seen = std::fs::read_to_string(dir.join("out/seen.md")).unwrap();
+        assert!(seen.contains("- Rounds: 0 of 2 asked"), "{seen}");
+        let md = std::fs::read_to_string(dir.join("out/report.md")).unwrap();
+        assert!(md.contains("- Rounds: 2 of 2 asked"), "{md}");
+        assert!(md.contains("fake tool fails"), "{md}");
+        // Refused before anything runs: a repeated -npl, an --out the loader would split.
+        let e = run_fake(&dir, &["--npl", "1,4,1"]).unwrap_err().to_string();
+        assert!(e.contains("--npl names 1 twice"), "{e}");
+        let colon = dir.join("o:ut").display().to_string();
+        let e = run_fake(&dir, &["--out", &colon]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--out ") && e.contains("LD_LIBRARY_PATH"),
+            "{e}"
+        );
+        let e = run_fake(&dir, &["--model", &dir.display().to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with("is not a file"), "{e}");
+        // A folder another bench holds: the message says that another --out is enough.
+        let held = bundle::lock_dir(&dir.join("out")).unwrap();
+        let e = run_fake(&dir, &[]).unwrap_err().to_string();
+        assert!(e.contains("in use by another harness process"), "{e}");
+        assert!(e.ends_with("or give this one another --out DIR"), "{e}");
+        drop(held);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

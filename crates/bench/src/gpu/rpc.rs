@@ -70,9 +70,11 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file);
-        if let Some(p) = &ctx.ab_probe {
-            cmd.env("LD_PRELOAD", p).env("GGML_AB_PROBE_OUT", &ab_out);
-        }
+        // Only the probe is preloaded, whatever the caller's environment holds.
+        match &ctx.ab_probe {
+            Some(p) => cmd.env("LD_PRELOAD", p).env("GGML_AB_PROBE_OUT", &ab_out),
+            None => cmd.env_remove("LD_PRELOAD"),
+        };
         bundle::die_with_parent(&mut cmd);
         let child = cmd
             .spawn()

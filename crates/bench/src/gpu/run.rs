@@ -182,32 +182,7 @@ fn run_parsed<T>(
     let ab_out = ctx.out.join("ab-probe.jsonl");
     let _ = std::fs::remove_file(&sched_out);
     let _ = std::fs::remove_file(&ab_out);
-    // Bounded: a hung process (a deadlock in the arm under test) must not hang the bench.
-    let mut cmd = Command::new("timeout");
-    cmd.args(["--kill-after=10", &ctx.timeout_s.to_string()])
-        .arg(exe)
-        .args(args)
-        .env("LD_LIBRARY_PATH", arm.ld_library_path(&ctx.bin))
-        .env("LD_DEBUG", "libs");
-    let preload: Vec<String> = [&ctx.sched_probe, &ctx.ab_probe]
-        .into_iter()
-        .flatten()
-        .map(|p| p.display().to_string())
-        .collect();
-    if !preload.is_empty() {
-        cmd.env("LD_PRELOAD", preload.join(":"));
-    }
-    if ctx.sched_probe.is_some() {
-        cmd.env("SCHED_PROBE_OUT", &sched_out);
-    }
-    if ctx.ab_probe.is_some() {
-        cmd.env("GGML_AB_PROBE_OUT", &ab_out);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    // (`timeout` passes the SIGTERM on to the tool it runs.)
-    bundle::die_with_parent(&mut cmd);
+    let mut cmd = tool_command(ctx, arm, exe, args, env, &sched_out, &ab_out);
     let t0 = Instant::now();
     let output = cmd
         .output()
@@ -245,6 +220,52 @@ fn run_parsed<T>(
         }),
         Err(e) => Err(format!("{name}: {e:#}")),
     })
+}
+
+/// The command of one tool process: under `timeout`, the arm's library first on
+/// `LD_LIBRARY_PATH`, the loader's log on, the probes preloaded, `env` set. What the caller's
+/// environment holds of the variables the rows are labelled by is removed:
+/// `LLAMA_GRAPH_REUSE_DISABLE` (set only where `env` sets it: the processes labelled "graph
+/// reuse on" must have it on) and `LD_PRELOAD` (only the probes).
+fn tool_command(
+    ctx: &Ctx,
+    arm: &Arm,
+    exe: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    sched_out: &Path,
+    ab_out: &Path,
+) -> Command {
+    // Bounded: a hung process (a deadlock in the arm under test) must not hang the bench.
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=10", &ctx.timeout_s.to_string()])
+        .arg(exe)
+        .args(args)
+        .env("LD_LIBRARY_PATH", arm.ld_library_path(&ctx.bin))
+        .env("LD_DEBUG", "libs");
+    let preload: Vec<String> = [&ctx.sched_probe, &ctx.ab_probe]
+        .into_iter()
+        .flatten()
+        .map(|p| p.display().to_string())
+        .collect();
+    cmd.env_remove("LLAMA_GRAPH_REUSE_DISABLE");
+    if preload.is_empty() {
+        cmd.env_remove("LD_PRELOAD");
+    } else {
+        cmd.env("LD_PRELOAD", preload.join(":"));
+    }
+    if ctx.sched_probe.is_some() {
+        cmd.env("SCHED_PROBE_OUT", sched_out);
+    }
+    if ctx.ab_probe.is_some() {
+        cmd.env("GGML_AB_PROBE_OUT", ab_out);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // (`timeout` passes the SIGTERM on to the tool it runs.)
+    bundle::die_with_parent(&mut cmd);
+    cmd
 }
 
 /// The proof that a finished process ran the arm's file: every `libggml-base` the loader
@@ -328,6 +349,15 @@ pub fn sched_probe(
         }
         (None, Layout::Bundle(_)) => cmake_ggml_include(build),
     };
+    if let Some(d) = &opts.ggml_include {
+        if !d.join("ggml-backend.h").is_file() {
+            bail!(
+                "--ggml-include {} holds no ggml-backend.h: name ggml's include directory \
+                 (ggml/include in llama.cpp's sources)",
+                d.display()
+            );
+        }
+    }
     let Some(include) = include.filter(|d| d.join("ggml-backend.h").is_file()) else {
         bail!(
             "no scheduler probe: put a prebuilt lib/libsched-probe.so in the bundle, or name one \
@@ -378,6 +408,60 @@ pub fn gpu_info() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_gets_graph_reuse_off_and_preloads_only_where_the_bench_sets_them() {
+        let ctx = Ctx {
+            bin: "/b/bin".into(),
+            model: "/m.gguf".into(),
+            sched_probe: None,
+            ab_probe: None,
+            out: "/o".into(),
+            timeout_s: 5,
+            threads: None,
+            reps: 1,
+            partial_ngl: 8,
+            npl: vec![1],
+            devices: None,
+            rpc_port: 1,
+        };
+        let arm = Arm {
+            key: "A",
+            label: "stock".into(),
+            source: "/s.so".into(),
+            dir: "/o/arms/a".into(),
+            file: "/o/arms/a/libggml-base.so.0".into(),
+            sha256: String::new(),
+        };
+        let env_of = |cmd: &Command, key: &str| {
+            cmd.get_envs()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.map(|v| v.to_string_lossy().into_owned()))
+        };
+        let (s, a) = (Path::new("/o/s.jsonl"), Path::new("/o/a.jsonl"));
+        // Whatever the caller's environment holds, a "graph reuse on" process has it removed
+        // (Some(None): removed), and LD_PRELOAD too when there is no probe.
+        let cmd = tool_command(&ctx, &arm, Path::new("/b/bin/llama-bench"), &[], &[], s, a);
+        assert_eq!(env_of(&cmd, "LLAMA_GRAPH_REUSE_DISABLE"), Some(None));
+        assert_eq!(env_of(&cmd, "LD_PRELOAD"), Some(None));
+        assert_eq!(
+            env_of(&cmd, "LD_LIBRARY_PATH"),
+            Some(Some("/o/arms/a:/b/bin".into()))
+        );
+        let cmd = tool_command(
+            &ctx,
+            &arm,
+            Path::new("/b/bin/llama-bench"),
+            &[],
+            &[("LLAMA_GRAPH_REUSE_DISABLE", "1")],
+            s,
+            a,
+        );
+        assert_eq!(
+            env_of(&cmd, "LLAMA_GRAPH_REUSE_DISABLE"),
+            Some(Some("1".into()))
+        );
+    }
 
     #[test]
     fn the_cmake_cache_names_ggml_sources() {

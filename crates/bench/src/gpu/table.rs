@@ -238,6 +238,12 @@ pub fn rows(rounds: &[[ArmRound; 2]], partial: u32, npl: &[u32]) -> Vec<Row> {
     out
 }
 
+/// Whether any row has a value from both arms in at least one round: `false` when every
+/// round of every measure had a failed process (a run that measured nothing).
+pub fn any_paired(rows: &[Row]) -> bool {
+    rows.iter().any(|r| r.paired.is_some())
+}
+
 /// The whole `bench gpu` report, as written to `report.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuReport {
