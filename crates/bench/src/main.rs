@@ -50,6 +50,7 @@ mod stats;
 use anyhow::{bail, Context, Result};
 use arms::{loadavg, Arm, Machine};
 use clap::Parser;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -146,7 +147,15 @@ fn workspace_root() -> Result<PathBuf> {
 /// Writes `<out>/report.md` (`md`, also printed) and `<out>/report.json` (`rep`).
 pub(crate) fn write_report<T: serde::Serialize>(out: &Path, md: &str, rep: &T) -> Result<()> {
     write_report_files(out, md, rep)?;
-    println!("{md}");
+    // The table on stdout is a copy of report.md, written above: a reader that closed the
+    // pipe (`bench ... | head`) loses only the copy, and the run is not failed for it
+    // (`println!` would panic on the broken pipe).
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{md}").and_then(|()| stdout.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e.into());
+        }
+    }
     progress(&format!(
         "wrote {} and {}",
         out.join("report.md").display(),
