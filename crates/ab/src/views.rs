@@ -200,6 +200,10 @@ pub fn write_pages(paths: &Paths, exe: &Result<PathBuf>, b: &str, works: &[Strin
                 )),
                 (Ok(exe), None) => render(exe, &paths.root, &args),
             };
+            if error.is_some() {
+                // Not made by this job: an earlier job's page at this path would pass for it.
+                let _ = std::fs::remove_file(&page);
+            }
             pages.push(Page {
                 work: w.clone(),
                 kind,
@@ -278,6 +282,44 @@ mod tests {
         // a file that is there but cannot be run is not called missing
         let e = format!("{:#}", check_dot("/etc/hostname").unwrap_err());
         assert!(e.contains("could not be started"), "{e}");
+    }
+
+    /// A page this job could not make (the tool failed, or a side wrote no records) leaves no
+    /// earlier job's page at its path, and says why.
+    #[test]
+    fn a_page_not_made_leaves_no_older_page() {
+        let d = std::env::temp_dir().join(format!("ab-views-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let paths = Paths {
+            root: d.clone(),
+            target: d.join("target"),
+            bundle: None,
+        };
+        let w = "llama-simple".to_string();
+        // arm ours wrote a record; its rule-off run wrote none
+        let on = dump_dir(&paths, "ours", &w);
+        std::fs::create_dir_all(&on).unwrap();
+        std::fs::write(on.join("sched-1-000.json"), "{}").unwrap();
+        let view = paths.ab_dir().join("view");
+        std::fs::create_dir_all(&view).unwrap();
+        let placement = view.join("ours-llama-simple.html");
+        let ab = view.join("llama-simple-rule0-vs-ours.html");
+        for p in [&placement, &ab] {
+            std::fs::write(p, "an earlier job's page").unwrap();
+        }
+        // `false` stands for a view tool that fails
+        let pages = write_pages(&paths, &Ok(PathBuf::from("false")), "ours", &[w]);
+        assert_eq!(pages.len(), 2);
+        assert!(pages.iter().all(|p| p.error.is_some()), "{pages:?}");
+        assert!(pages[1]
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("no records in "));
+        assert!(!placement.exists() && !ab.exists());
+        // this job's records stay
+        assert!(on.join("sched-1-000.json").is_file());
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
