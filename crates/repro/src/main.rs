@@ -100,8 +100,9 @@ struct RunArgs {
     /// Skip the two stop variants.
     #[arg(long)]
     no_stop: bool,
-    /// Limit per child process, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    /// Limit per child process, in seconds (at least 1: 0 would time every run out).
+    #[arg(long, value_name = "SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
     timeout: u64,
 }
 
@@ -909,6 +910,16 @@ mod tests {
             parse_arms("ours,,stock,"),
             Ok(ArmList(vec!["ours".into(), "stock".into()]))
         );
+    }
+
+    /// A zero limit would time every child out: refused, in both subcommands.
+    #[test]
+    fn a_zero_timeout_is_refused() {
+        let e = parse(&["--timeout", "0"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        let e = Cli::try_parse_from(["repro", "prop", "--timeout", "0"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(parse(&["--timeout", "1"]).is_ok());
     }
 
     /// No arm at all would run nothing and report OK: a usage error instead.

@@ -42,8 +42,9 @@ pub struct PropArgs {
     chunk: u64,
     #[command(flatten)]
     libs: crate::LibDirs,
-    /// Limit per child process, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    /// Limit per child process, in seconds (at least 1: 0 would time every run out).
+    #[arg(long, value_name = "SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
     timeout: u64,
 }
 
