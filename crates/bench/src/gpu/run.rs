@@ -83,7 +83,16 @@ pub fn arm_round(ctx: &Ctx, arm: &Arm) -> Result<ArmRound> {
     // Stopped (and proven) whatever the tools did; the tools' own error comes first.
     let stopped = server.map(|s| s.stop(ctx, arm)).transpose();
     let round = round?;
-    stopped?;
+    if let Err(e) = stopped {
+        // The server's failure ends the run; what its clients said goes with it.
+        if round.errors.is_empty() {
+            return Err(e);
+        }
+        return Err(e.context(format!(
+            "the arm's tools failed first: {}",
+            round.errors.join("; ")
+        )));
+    }
     Ok(round)
 }
 
