@@ -423,13 +423,19 @@ fn rule_spellings(
                 }
             ));
         }
+        // The result, then what was expected of it and whether it held: a row must not read
+        // as "rule on" when the run ended before the rule could show.
         lines.push(format!(
-            "{:<8} {dev:<5} GGML_SCHED_INPLACE_RULE={:<9} {:<24} {}{}",
+            "{:<8} {dev:<5} GGML_SCHED_INPLACE_RULE={:<9} {:<40} expected rule {}: {}",
             arm.name,
             format!("'{value}'"),
-            repro_result(&r),
-            if rule_on { "rule on" } else { "rule off" },
-            if warned { ", warned by name" } else { "" }
+            format!(
+                "{}{}",
+                repro_result(&r),
+                if warned { ", warned by name" } else { "" }
+            ),
+            if rule_on { "on" } else { "off" },
+            if ok { "as expected" } else { "NOT as expected" }
         ));
         runs.push(json!({
             "value": value,
