@@ -54,7 +54,16 @@ impl Arm {
     /// file it reads, or another arm's), cannot be copied, or the copy differs.
     pub fn prepare(key: &'static str, label: String, source: &Path, root: &Path) -> Result<Arm> {
         if !source.is_file() {
-            bail!("{} library {} does not exist", key, source.display());
+            bail!(
+                "{} library {} {}",
+                key,
+                source.display(),
+                if source.exists() {
+                    "is not a file"
+                } else {
+                    "does not exist"
+                }
+            );
         }
         let resolved = source.canonicalize()?;
         check_sources(root, &[(key, source)])?;
@@ -79,7 +88,9 @@ impl Arm {
         Ok(Arm {
             key,
             label,
-            source: source.to_path_buf(),
+            // Absolute, so the report names the file wherever it is read from; links are kept
+            // as named (the sha256 is of the file they lead to).
+            source: std::path::absolute(source)?,
             dir,
             file,
             sha256,
