@@ -264,7 +264,7 @@ fn real_main(args: &[String], opts: Options) -> Result<()> {
     let arm_a = Arm::prepare("A", a_label.to_string(), &a_src, &arm_root)?;
     let mut arm_b = Arm::prepare("B", b_label, &b_src, &arm_root)?;
     if arm_b.sha256 == arm_a.sha256 {
-        arm_b.label = format!("{} (same file as A)", arm_a.label);
+        arm_b.label = format!("{} (the same file as arm A)", arm_b.label);
     }
     progress(&format!(
         "arm A = {} ({})",

@@ -285,7 +285,7 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     let arm_a = Arm::prepare("A", a_label.into(), &a_src, &arm_root)?;
     let mut arm_b = Arm::prepare("B", b_label.into(), &b_src, &arm_root)?;
     if arm_b.sha256 == arm_a.sha256 {
-        arm_b.label = format!("{} (same file as A)", arm_a.label);
+        arm_b.label = format!("{} (the same file as arm A)", arm_b.label);
     }
     for arm in [&arm_a, &arm_b] {
         progress(&format!(
@@ -505,6 +505,40 @@ mod tests {
         args.extend(extra.iter().map(|s| s.to_string()));
         let opts = parse_args(&args).unwrap();
         real_main(&args, &opts)
+    }
+
+    /// Arm B given the build's own library: labelled as B, the same file as arm A.
+    #[test]
+    fn an_arm_b_that_is_arm_a_says_so() {
+        let dir = std::env::temp_dir().join(format!("bench-gpu-same-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let build = fake_build(&dir);
+        let args: Vec<String> = [
+            "--llama-build".to_string(),
+            build.display().to_string(),
+            "--model".into(),
+            dir.join("m.gguf").display().to_string(),
+            "--b".into(),
+            build.join("bin/libggml-base.so.0").display().to_string(),
+            "--rounds".into(),
+            "1".into(),
+            "--no-sched-probe".into(),
+            "--timeout".into(),
+            "20".into(),
+            "--out".into(),
+            dir.join("out").display().to_string(),
+        ]
+        .into();
+        let opts = parse_args(&args).unwrap();
+        // the fake tools fail: nothing measured, but the report names the arms
+        assert!(real_main(&args, &opts).is_err());
+        let rep: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("out/report.json")).unwrap())
+                .unwrap();
+        assert_eq!(rep["arms"][0]["label"], "stock");
+        assert_eq!(rep["arms"][1]["label"], "B (the same file as arm A)");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
