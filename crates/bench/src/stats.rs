@@ -78,6 +78,17 @@ pub fn p_text(p: f64) -> String {
     }
 }
 
+/// `, p=0.368` (see [`p_text`]) after a figure, or nothing without a p.
+pub fn p_suffix(p: Option<f64>) -> String {
+    p.map_or(String::new(), |q| format!(", {}", p_text(q)))
+}
+
+/// A row as the lines under a table name it: `name (0.971, p=0.475)`, its paired B/A median
+/// with its p.
+pub fn ratio_text(name: &str, paired: f64, p: Option<f64>) -> String {
+    format!("{name} ({paired:.3}{})", p_suffix(p))
+}
+
 /// Below this p, a row's per-round B/A is taken as on one side of 1 round after round (the
 /// arms differ), not as the machine's spread around equal arms.
 pub const P_DIFFERS: f64 = 0.05;
@@ -105,14 +116,7 @@ pub fn below_one_lines(rows: &[BelowOne]) -> String {
         let v: Vec<String> = rows
             .iter()
             .filter(|r| r.p.is_some_and(|q| q < P_DIFFERS) == slower)
-            .map(|r| {
-                format!(
-                    "{} ({:.3}{})",
-                    r.name,
-                    r.paired,
-                    r.p.map_or(String::new(), |q| format!(", {}", p_text(q)))
-                )
-            })
+            .map(|r| ratio_text(&r.name, r.paired, r.p))
             .collect();
         if v.is_empty() {
             "none".to_string()

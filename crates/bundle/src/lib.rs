@@ -21,7 +21,7 @@ mod process;
 
 pub use lock::{lock_dir, lock_file};
 pub use manifest::{verify, CORE_FILES};
-pub use process::{check_loader_path, die_with_parent, GroupGuard};
+pub use process::{check_loader_path, die_with_parent, loader_split_char, GroupGuard};
 
 use std::path::{Path, PathBuf};
 

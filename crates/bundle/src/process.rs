@@ -92,6 +92,18 @@ impl Drop for GroupGuard {
     }
 }
 
+/// The first character of `path` at which the dynamic loader splits the variable `var`
+/// (`LD_PRELOAD`: colons and white space; `LD_LIBRARY_PATH` and the others: colons and
+/// semicolons); `None` when the path can stand in it whole.
+pub fn loader_split_char(var: &str, path: &Path) -> Option<char> {
+    let seps: &[char] = if var == "LD_PRELOAD" {
+        &[':', ' ', '\t', '\n']
+    } else {
+        &[':', ';']
+    };
+    path.to_string_lossy().chars().find(|c| seps.contains(c))
+}
+
 /// Refuses a path the dynamic loader would split when it reads `var`: `LD_LIBRARY_PATH` is
 /// split at `:` and `;`, `LD_PRELOAD` at `:` and white space. Such a path (a bundle under a
 /// folder named with a space, say) would make every run load the wrong files and fail its
@@ -99,13 +111,7 @@ impl Drop for GroupGuard {
 ///
 /// Errors: the message names the path, the character and the variable.
 pub fn check_loader_path(var: &str, path: &Path) -> Result<(), String> {
-    let seps: &[char] = if var == "LD_PRELOAD" {
-        &[':', ' ', '\t', '\n']
-    } else {
-        &[':', ';']
-    };
-    let text = path.to_string_lossy();
-    match text.chars().find(|c| seps.contains(c)) {
+    match loader_split_char(var, path) {
         Some(c) => Err(format!(
             "{} contains {c:?}, which the dynamic loader splits {var} at: move the workspace (or \
              the bundle) to a path without it",

@@ -239,11 +239,7 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     // to change, before anything is copied (a split path would load the build's own
     // libggml-base and fail the first process's proof).
     for (what, dir) in [("--out", &out), ("--llama-build", &bin)] {
-        if let Some(c) = dir
-            .to_string_lossy()
-            .chars()
-            .find(|c| [':', ';'].contains(c))
-        {
+        if let Some(c) = bundle::loader_split_char("LD_LIBRARY_PATH", dir) {
             bail!(
                 "{what} {} contains {c:?}, which the dynamic loader splits LD_LIBRARY_PATH at: \
                  name a folder without it",
@@ -304,17 +300,17 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     };
     let ab_probe = layout.ab_probe();
     for p in sched_probe.iter().chain(&ab_probe) {
-        if let Err(e) = bundle::check_loader_path("LD_PRELOAD", p) {
-            if p.starts_with(&out) {
-                // The probe compiled into --out: that folder is what to move.
-                bail!(
-                    "{} (compiled into --out {}): name an --out without it, or pass \
-                     --sched-probe LIB or --no-sched-probe",
-                    e.split(": move").next().unwrap_or(&e),
-                    out.display()
-                );
-            }
-            bail!("{e}");
+        match bundle::loader_split_char("LD_PRELOAD", p) {
+            // The probe compiled into --out: that folder is what to move.
+            Some(c) if p.starts_with(&out) => bail!(
+                "{} contains {c:?}, which the dynamic loader splits LD_PRELOAD at (compiled into \
+                 --out {}): name an --out without it, or pass --sched-probe LIB or \
+                 --no-sched-probe",
+                p.display(),
+                out.display()
+            ),
+            Some(_) => bundle::check_loader_path("LD_PRELOAD", p).map_err(anyhow::Error::msg)?,
+            None => {}
         }
     }
     if ab_probe.is_none() {

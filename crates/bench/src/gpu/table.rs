@@ -10,7 +10,9 @@ use super::run::ArmRound;
 use crate::arms::{Arm, Machine};
 use crate::probe::{Counter, ProbeStats};
 use crate::report::{GOAL_OVERHEAD, GOAL_TOKENS};
-use crate::stats::{below_one_lines, p_text, paired_ratios, signed_rank_p, BelowOne, Summary};
+use crate::stats::{
+    below_one_lines, p_suffix, paired_ratios, ratio_text, signed_rank_p, BelowOne, Summary,
+};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -301,7 +303,7 @@ pub struct GpuReport {
 
 /// The lines under the table that sort the rows below their goal. For a tokens/s row (goal:
 /// B/A at least 1.00) the signed-rank p tests the goal itself, so such a row is either below
-/// round after round (p < [`P_DIFFERS`]: ours is slower) or within the run's spread (the
+/// round after round (p < [`crate::stats::P_DIFFERS`]: ours is slower) or within the run's spread (the
 /// rounds fall on both sides of 1). A time row's goal (at most 0.50) is far from 1, which is
 /// what p tests, so those rows are listed with their ratio only. Empty when every goal is met.
 fn goals_summary(rows: &[Row]) -> String {
@@ -324,12 +326,10 @@ fn goals_summary(rows: &[Row]) -> String {
         .iter()
         .filter(|r| !at_one(r))
         .map(|r| {
-            format!(
-                "{} ({:.3}{})",
-                r.measure,
+            ratio_text(
+                &r.measure,
                 r.paired.map_or(f64::NAN, |p| p.median),
-                r.p_same
-                    .map_or(String::new(), |q| format!(", {}", p_text(q)))
+                r.p_same,
             )
         })
         .collect();
@@ -478,8 +478,7 @@ impl GpuReport {
                     p.p25,
                     p.p75,
                     p.n,
-                    r.p_same
-                        .map_or(String::new(), |q| format!(", {}", p_text(q)))
+                    p_suffix(r.p_same)
                 )),
                 goal
             );

@@ -6,7 +6,7 @@
 use super::{ir_ratio, Report, GOAL_OVERHEAD, GOAL_TOKENS};
 use crate::buffers::{Ratios, Sized, GOAL_MODEL, GOAL_TOTAL};
 use crate::sched::Callgrind;
-use crate::stats::{below_one_lines, p_text, BelowOne, Summary};
+use crate::stats::{below_one_lines, p_suffix, BelowOne, Summary};
 use std::fmt::Write as _;
 
 /// Median over processes of `f`, `None` when there are none.
@@ -493,8 +493,7 @@ impl Report {
                 ratio_cell(r.ratio()),
                 ratio_cell(best),
                 paired_cell(&r.paired),
-                r.paired_p
-                    .map_or(String::new(), |q| format!(", {}", p_text(q))),
+                p_suffix(r.paired_p),
                 goal_cell(r.paired.map(|p| p.median >= GOAL_TOKENS))
             );
         }
