@@ -10,13 +10,19 @@ use anyhow::{Context, Result};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Sums `test result: ok. N passed; M failed; ...` lines of cargo test.
+/// What a step's output says beyond its exit status: the sums of cargo test's
+/// `test result: ok. N passed; M failed; ...` lines, and whether anything it ran wrote on a
+/// full disk.
 #[derive(Default)]
-struct CargoCounts {
+struct StepWatch {
     passed: u64,
     failed: u64,
     suites: u64,
+    disk_full: bool,
 }
+
+/// The text of `ENOSPC` (`strerror`, as Rust, Python, C tools and the shell print it).
+const DISK_FULL: &str = "No space left on device";
 
 /// Parses one `test result:` line into (passed, failed).
 pub fn cargo_result(line: &str) -> Option<(u64, u64)> {
@@ -35,13 +41,14 @@ pub fn cargo_result(line: &str) -> Option<(u64, u64)> {
     Some((passed?, failed?))
 }
 
-impl Watcher for CargoCounts {
+impl Watcher for StepWatch {
     fn line(&mut self, _s: Stream, line: &str) {
         if let Some((p, f)) = cargo_result(line) {
             self.passed += p;
             self.failed += f;
             self.suites += 1;
         }
+        self.disk_full |= line.contains(DISK_FULL);
     }
 }
 
@@ -69,7 +76,7 @@ pub fn run(paths: &Paths) -> Result<u8> {
             fmt_secs(started.elapsed().as_secs_f64())
         ));
         say(&format!("    {}", step.compares.describe()));
-        let mut counts = CargoCounts::default();
+        let mut counts = StepWatch::default();
         let mut cmd = match step.run {
             Run::Ab(args) => {
                 let mut c = Command::new(&me);
@@ -120,6 +127,10 @@ pub fn run(paths: &Paths) -> Result<u8> {
                 }
                 if stderr.contains("unknown subcommand") {
                     detail.push_str("; subcommand not implemented yet");
+                }
+                // A full disk fails whatever wrote at that moment, far from the cause.
+                if !f.success() && counts.disk_full {
+                    detail.push_str("; the disk was full (\"No space left on device\")");
                 }
                 (f.success(), detail, f.seconds)
             }
@@ -192,6 +203,26 @@ mod tests {
             Some((3, 2))
         );
         assert_eq!(cargo_result("running 3 tests"), None);
+    }
+
+    #[test]
+    fn a_full_disk_is_seen_in_any_line_of_a_step() {
+        let mut watch = StepWatch::default();
+        watch.line(
+            Stream::Stdout,
+            "test result: ok. 2 passed; 0 failed; 0 ignored",
+        );
+        assert!(!watch.disk_full);
+        watch.line(
+            Stream::Stderr,
+            "error: failed to write to `target/x.rmeta`: No space left on device (os error 28)",
+        );
+        watch.line(
+            Stream::Stdout,
+            "test result: ok. 1 passed; 1 failed; 0 ignored",
+        );
+        assert!(watch.disk_full);
+        assert_eq!((watch.passed, watch.failed, watch.suites), (3, 1, 2));
     }
 
     #[test]
