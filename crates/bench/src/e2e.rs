@@ -36,6 +36,26 @@ pub struct Device {
     pub backend_path: Option<PathBuf>,
 }
 
+/// Which llama-bench process a round runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// `-p 512 -n 128` with llama.cpp's defaults: it reuses a token's graph, so the
+    /// scheduler plans a graph once per shape and the tokens measure the backends.
+    Default,
+    /// `-p 0 -n 128` with `LLAMA_GRAPH_REUSE_DISABLE=1`: every token's graph is built anew
+    /// and goes through `ggml_backend_sched_reset` and `_alloc_graph`, as it does where
+    /// llama.cpp cannot reuse a graph; its test is reported as [`REUSE_OFF_TEST`].
+    ReuseOff,
+}
+
+/// The test name of [`Workload::ReuseOff`]'s tg128.
+pub const REUSE_OFF_TEST: &str = "tg128, graph reuse off";
+
+impl Workload {
+    /// Both, in the order a round runs them.
+    pub const ALL: [Workload; 2] = [Workload::Default, Workload::ReuseOff];
+}
+
 /// One llama-bench test result: `pp512` or `tg128`, with each repetition's tokens/s.
 #[derive(Debug, Clone, Serialize)]
 pub struct TestResult {
@@ -50,26 +70,18 @@ pub struct BenchRun {
     pub probe: ProbeStats,
 }
 
-/// Runs llama-bench once for `arm` on `dev` (pp512 + tg128) and checks from the dynamic
-/// loader's own log (`LD_DEBUG=libs`, "calling init:" lines) that the arm's file, and the HRX
-/// library when one is used, were the ones mapped (and, from the probe, that the scheduler
-/// calls went to the arm's file).
-pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<BenchRun> {
+/// Runs llama-bench once for `arm` on `dev` (`workload`: pp512 + tg128, or tg128 with graph
+/// reuse off) and checks from the dynamic loader's own log (`LD_DEBUG=libs`, "calling init:"
+/// lines) that the arm's file, and the HRX library when one is used, were the ones mapped
+/// (and, from the probe, that the scheduler calls went to the arm's file).
+pub fn run(setup: &Setup, arm: &Arm, dev: &Device, workload: Workload) -> Result<BenchRun> {
     let _ = std::fs::remove_file(&setup.probe_out);
-    // Bounded: a hung process (a deadlock in the arm under test) must not hang the bench.
-    let mut cmd = Command::new("timeout");
-    cmd.args(["--kill-after=10", "900"]).arg(&setup.llama_bench);
-    cmd.env("LD_LIBRARY_PATH", arm.ld_library_path(&setup.stock_lib_dir))
-        .env("LD_DEBUG", "libs")
-        .env("LD_PRELOAD", &setup.probe)
-        .env("SCHED_PROBE_OUT", &setup.probe_out)
-        .arg("-m")
-        .arg(&setup.model)
-        .args(["-p", "512", "-n", "128", "-t", &setup.threads.to_string()])
-        .args(["-r", &setup.reps.to_string(), "-o", "json"]);
-    if let Some(p) = &dev.backend_path {
-        cmd.env("GGML_BACKEND_PATH", p).args(["-dev", &dev.name]);
-    }
+    let mut cmd = command(
+        setup,
+        &arm.ld_library_path(&setup.stock_lib_dir),
+        dev,
+        workload,
+    );
     let output = cmd
         .output()
         .with_context(|| format!("starting {}", setup.llama_bench.display()))?;
@@ -117,11 +129,46 @@ pub fn run(setup: &Setup, arm: &Arm, dev: &Device) -> Result<BenchRun> {
     let tests = parsed
         .into_iter()
         .map(|r| TestResult {
-            test: r.test,
+            test: match workload {
+                Workload::Default => r.test,
+                Workload::ReuseOff => REUSE_OFF_TEST.to_string(),
+            },
             samples_ts: r.samples_ts,
         })
         .collect();
     Ok(BenchRun { tests, probe })
+}
+
+/// The llama-bench process of one arm (`ld_library_path`: the arm's folder first) on `dev`
+/// for `workload`, under `timeout`, with the loader's log and the probe on.
+fn command(setup: &Setup, ld_library_path: &str, dev: &Device, workload: Workload) -> Command {
+    // Bounded: a hung process (a deadlock in the arm under test) must not hang the bench.
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=10", "900"]).arg(&setup.llama_bench);
+    cmd.env("LD_LIBRARY_PATH", ld_library_path)
+        .env("LD_DEBUG", "libs")
+        .env("LD_PRELOAD", &setup.probe)
+        .env("SCHED_PROBE_OUT", &setup.probe_out)
+        .arg("-m")
+        .arg(&setup.model);
+    // The caller's own setting would turn graph reuse off in the default workload too.
+    cmd.env_remove("LLAMA_GRAPH_REUSE_DISABLE");
+    match workload {
+        Workload::Default => cmd.args(["-p", "512", "-n", "128"]),
+        Workload::ReuseOff => cmd
+            .env("LLAMA_GRAPH_REUSE_DISABLE", "1")
+            .args(["-p", "0", "-n", "128"]),
+    };
+    cmd.args(["-t", &setup.threads.to_string()]).args([
+        "-r",
+        &setup.reps.to_string(),
+        "-o",
+        "json",
+    ]);
+    if let Some(p) = &dev.backend_path {
+        cmd.env("GGML_BACKEND_PATH", p).args(["-dev", &dev.name]);
+    }
+    cmd
 }
 
 /// A process's stderr without the loader's `LD_DEBUG` lines: what it said itself.
@@ -155,6 +202,70 @@ pub(crate) fn mapped_libs(stderr: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn setup() -> Setup {
+        Setup {
+            llama_bench: "/b/llama-bench".into(),
+            stock_lib_dir: "/b".into(),
+            model: "/m.gguf".into(),
+            threads: 2,
+            reps: 3,
+            probe: "/p.so".into(),
+            probe_out: "/p.jsonl".into(),
+        }
+    }
+
+    fn env_of(cmd: &Command, key: &str) -> Option<Option<String>> {
+        cmd.get_envs()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    fn args_of(cmd: &Command) -> Vec<String> {
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_default_workload_keeps_graph_reuse_on_whatever_the_caller_set() {
+        let cpu = Device {
+            name: "CPU".into(),
+            backend_path: None,
+        };
+        let cmd = command(&setup(), "/arm:/b", &cpu, Workload::Default);
+        // Removed, not inherited: a caller's LLAMA_GRAPH_REUSE_DISABLE=1 does not reach it.
+        assert_eq!(env_of(&cmd, "LLAMA_GRAPH_REUSE_DISABLE"), Some(None));
+        assert_eq!(
+            env_of(&cmd, "LD_LIBRARY_PATH"),
+            Some(Some("/arm:/b".into()))
+        );
+        assert_eq!(
+            args_of(&cmd).join(" "),
+            "--kill-after=10 900 /b/llama-bench -m /m.gguf -p 512 -n 128 -t 2 -r 3 -o json"
+        );
+    }
+
+    #[test]
+    fn the_reuse_off_workload_is_tg128_alone_with_reuse_disabled() {
+        let hrx = Device {
+            name: "HRX0".into(),
+            backend_path: Some("/l/libggml-hrx.so".into()),
+        };
+        let cmd = command(&setup(), "/arm:/b", &hrx, Workload::ReuseOff);
+        assert_eq!(
+            env_of(&cmd, "LLAMA_GRAPH_REUSE_DISABLE"),
+            Some(Some("1".into()))
+        );
+        assert_eq!(
+            env_of(&cmd, "GGML_BACKEND_PATH"),
+            Some(Some("/l/libggml-hrx.so".into()))
+        );
+        assert_eq!(
+            args_of(&cmd).join(" "),
+            "--kill-after=10 900 /b/llama-bench -m /m.gguf -p 0 -n 128 -t 2 -r 3 -o json -dev HRX0"
+        );
+    }
 
     #[test]
     fn loader_log_lines_are_recognized() {

@@ -26,7 +26,9 @@
 //!    run by `cabi-tests/sched-bench/archs_cycle.c` on HRX0 and on HRX0/HRX1 with graph reuse
 //!    off, one process per arm per round, A B then B A (needs the HRX library).
 //! 6. End to end: `llama-bench -p 512 -n 128 -t 2` on SmolLM2, arms alternating, on the CPU
-//!    and on HRX0 when the HRX library exists and loads (the probe preloaded there too).
+//!    and on HRX0 when the HRX library exists and loads (the probe preloaded there too); each
+//!    round also `-p 0 -n 128` with `LLAMA_GRAPH_REUSE_DISABLE=1`, where every token's graph
+//!    goes through the scheduler.
 //!
 //! The table is printed and written to `<out>/report.md` and `<out>/report.json`
 //! (`<out>` defaults to `target/bench`).
@@ -427,10 +429,13 @@ fn real_main(args: &[String], opts: Options) -> Result<()> {
             match report::run_e2e(&setup, [&arm_a, &arm_b], dev, opts.e2e_rounds, deadline) {
                 Ok((mut rows, probes)) => {
                     e2e_rows.append(&mut rows);
-                    e2e_probe.push(report::E2eProbe {
-                        device: dev.name.clone(),
-                        runs: probes,
-                    });
+                    for (workload, runs) in e2e::Workload::ALL.into_iter().zip(probes) {
+                        e2e_probe.push(report::E2eProbe {
+                            device: dev.name.clone(),
+                            reuse_off: workload == e2e::Workload::ReuseOff,
+                            runs,
+                        });
+                    }
                 }
                 Err(e) => {
                     progress(&format!("end to end on {}: {e:#}", dev.name));

@@ -185,6 +185,9 @@ impl E2eRow {
 pub struct E2eProbe {
     /// The llama-bench device.
     pub device: String,
+    /// True for the processes of [`crate::e2e::Workload::ReuseOff`] (a graph built and
+    /// allocated every token), false for the default workload's.
+    pub reuse_off: bool,
     /// One entry per llama-bench process, in round order (times in ns, see [`ProbeStats`]).
     pub runs: [Vec<ProbeStats>; 2],
 }
@@ -264,7 +267,10 @@ mod tests {
         assert_eq!(r.sched[0].ratio(), Some(15_321.0 / 41_234.0));
         assert_eq!(r.sched[1].ir_ratio(), None, "B's callgrind failed");
         assert_eq!(r.sched[2].ratio(), None, "the failed configuration");
-        assert_eq!(r.e2e[2].ratio(), None, "B never ran on HRX0");
+        assert_eq!(r.e2e[3].ratio(), None, "B never ran on HRX0");
+        // tg128 with graph reuse off: medians 76.2 (A) and 79.7 (B) t/s.
+        let reuse_off = r.e2e[2].ratio().unwrap();
+        assert!((reuse_off - 79.7 / 76.2).abs() < 1e-12, "{reuse_off}");
         let tg = r.e2e[1].ratio().unwrap();
         assert!((tg - 82.1 / 80.25).abs() < 1e-12, "{tg}");
     }

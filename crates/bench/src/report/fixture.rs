@@ -328,11 +328,18 @@ pub fn report() -> Report {
                 &[80.1, 79.5, 81.0, 80.4],
                 &[82.3, 81.9, 80.8, 82.6],
             ),
+            e2e_row(
+                "CPU",
+                crate::e2e::REUSE_OFF_TEST,
+                &[76.0, 75.2, 77.1, 76.4],
+                &[79.9, 79.0, 80.2, 79.5],
+            ),
             e2e_row("HRX0", "tg128", &[55.5, 56.1], &[]),
         ],
         e2e_probe: vec![
             E2eProbe {
                 device: "CPU".into(),
+                reuse_off: false,
                 runs: [
                     vec![
                         probe(645, 41_280_000, 2_700_000),
@@ -345,7 +352,22 @@ pub fn report() -> Report {
                 ],
             },
             E2eProbe {
+                device: "CPU".into(),
+                reuse_off: true,
+                runs: [
+                    vec![
+                        probe(258, 20_640_000, 2_700_000),
+                        probe(258, 21_930_000, 2_610_000),
+                    ],
+                    vec![
+                        probe(258, 3_096_000, 1_230_000),
+                        probe(258, 3_225_000, 1_290_000),
+                    ],
+                ],
+            },
+            E2eProbe {
                 device: "HRX0".into(),
+                reuse_off: false,
                 runs: [vec![probe(645, 51_600_000, 3_300_000)], vec![]],
             },
         ],

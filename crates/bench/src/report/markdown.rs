@@ -455,18 +455,22 @@ impl Report {
         let done: Vec<String> = self
             .e2e_probe
             .iter()
+            .filter(|p| !p.reuse_off)
             .map(|p| format!("{} {}", p.device, p.runs[0].len()))
             .collect();
         let _ = writeln!(
             s,
             "Rounds done (of {} asked, within the time budget): {}; one process per arm per round (A B, then B A), \
-             -r {} each; tokens/s median [min–max] over all repetitions. Load from other processes only \
+             -r {} each, then one more per arm for `{}` (`LLAMA_GRAPH_REUSE_DISABLE=1`, `-p 0 -n 128`: every \
+             token's graph is built anew and goes through the scheduler's reset and alloc_graph, as where \
+             llama.cpp cannot reuse a graph); tokens/s median [min–max] over all repetitions. Load from other processes only \
              slows a run down, so on a shared machine read the paired ratio (A and B back to back) and the \
              ratio of the best runs; the goal is judged on the paired median. p: the signed-rank test \
              of the per-round B/A against 1 (small when B lies on one side of A round after round).\n",
             self.e2e_rounds,
             done.join(", "),
-            self.e2e_reps
+            self.e2e_reps,
+            crate::e2e::REUSE_OFF_TEST
         );
         let _ = writeln!(
             s,
@@ -524,6 +528,11 @@ impl Report {
             let _ = writeln!(s, "| device | arm | alloc_graph calls | alloc_graph µs/call | reserve calls | reserve µs/call |");
             let _ = writeln!(s, "|---|---|---|---|---|---|");
             for p in &self.e2e_probe {
+                let device = if p.reuse_off {
+                    format!("{}, graph reuse off", p.device)
+                } else {
+                    p.device.clone()
+                };
                 let mut cells: Vec<[Option<Summary>; 2]> = Vec::new();
                 for (k, arm) in self.arms.iter().enumerate() {
                     let runs = &p.runs[k];
@@ -532,7 +541,7 @@ impl Report {
                     let _ = writeln!(
                         s,
                         "| {} | {} | {} | {} | {} | {} |",
-                        p.device,
+                        device,
                         arm.key,
                         runs.first().map_or(0, |r| r.alloc_graph.calls),
                         spread_us(&alloc),
@@ -544,7 +553,7 @@ impl Report {
                 let _ = writeln!(
                     s,
                     "| {} | B/A | | {} | | {} |",
-                    p.device,
+                    device,
                     ratio_cell(ratio_of(&cells[0][0], &cells[1][0])),
                     ratio_cell(ratio_of(&cells[0][1], &cells[1][1]))
                 );

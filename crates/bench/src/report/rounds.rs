@@ -4,7 +4,7 @@
 
 use super::{BufferRow, E2eRow, SchedRow};
 use crate::arms::Arm;
-use crate::e2e;
+use crate::e2e::{self, Workload};
 use crate::probe::ProbeStats;
 use crate::sched::{self, BufferSize, Config};
 use crate::stats::{paired_ratios, signed_rank_p, Summary};
@@ -128,18 +128,21 @@ fn merge_buffers(a: &[BufferSize], b: &[BufferSize]) -> Vec<BufferRow> {
         .collect()
 }
 
-/// Runs llama-bench up to `rounds` times per arm on `dev`, A then B each round; no round
-/// starts after `deadline` (the first always runs). Returns the rows per test and the probe's
-/// figures per process, `[A, B]` (their length is the number of rounds done).
+/// Runs llama-bench up to `rounds` times per arm on `dev`, each of [`Workload::ALL`] in
+/// turn, A then B in even rounds and B then A in odd ones; no round starts after `deadline`
+/// (the first always runs). Returns the rows per test and, per workload in the order of
+/// [`Workload::ALL`], the probe's figures per process, `[A, B]` (their length is the number
+/// of rounds done).
 pub fn run_e2e(
     setup: &e2e::Setup,
     arms: [&Arm; 2],
     dev: &e2e::Device,
     rounds: u32,
     deadline: std::time::Instant,
-) -> Result<(Vec<E2eRow>, [Vec<ProbeStats>; 2])> {
+) -> Result<(Vec<E2eRow>, Vec<[Vec<ProbeStats>; 2]>)> {
     let mut rows: Vec<E2eRow> = Vec::new();
-    let mut probes: [Vec<ProbeStats>; 2] = [vec![], vec![]];
+    let mut probes: Vec<[Vec<ProbeStats>; 2]> =
+        Workload::ALL.iter().map(|_| [vec![], vec![]]).collect();
     // Per test: per arm, the mean tokens/s of each process (for paired ratios).
     let mut means: Vec<[Vec<f64>; 2]> = Vec::new();
     for round in 0..rounds {
@@ -156,32 +159,34 @@ pub fn run_e2e(
             round + 1,
             rounds
         ));
-        for k in round_order(round) {
-            let arm = arms[k];
-            let run = e2e::run(setup, arm, dev)?;
-            probes[k].push(run.probe);
-            for t in run.tests {
-                let i = match rows.iter().position(|r| r.test == t.test) {
-                    Some(i) => i,
-                    None => {
-                        rows.push(E2eRow {
-                            device: dev.name.clone(),
-                            test: t.test.clone(),
-                            samples: [vec![], vec![]],
-                            ts: [None, None],
-                            paired: None,
-                            paired_p: None,
-                        });
-                        means.push([vec![], vec![]]);
-                        rows.len() - 1
+        for (w, &workload) in Workload::ALL.iter().enumerate() {
+            for k in round_order(round) {
+                let arm = arms[k];
+                let run = e2e::run(setup, arm, dev, workload)?;
+                probes[w][k].push(run.probe);
+                for t in run.tests {
+                    let i = match rows.iter().position(|r| r.test == t.test) {
+                        Some(i) => i,
+                        None => {
+                            rows.push(E2eRow {
+                                device: dev.name.clone(),
+                                test: t.test.clone(),
+                                samples: [vec![], vec![]],
+                                ts: [None, None],
+                                paired: None,
+                                paired_p: None,
+                            });
+                            means.push([vec![], vec![]]);
+                            rows.len() - 1
+                        }
+                    };
+                    if t.samples_ts.is_empty() {
+                        bail!("llama-bench reported no samples for {}", t.test);
                     }
-                };
-                if t.samples_ts.is_empty() {
-                    bail!("llama-bench reported no samples for {}", t.test);
+                    let mean = t.samples_ts.iter().sum::<f64>() / t.samples_ts.len() as f64;
+                    means[i][k].push(mean);
+                    rows[i].samples[k].extend(t.samples_ts);
                 }
-                let mean = t.samples_ts.iter().sum::<f64>() / t.samples_ts.len() as f64;
-                means[i][k].push(mean);
-                rows[i].samples[k].extend(t.samples_ts);
             }
         }
     }
