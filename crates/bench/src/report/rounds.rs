@@ -128,6 +128,9 @@ fn merge_buffers(a: &[BufferSize], b: &[BufferSize]) -> Vec<BufferRow> {
         .collect()
 }
 
+/// The probe's figures of one workload's processes, `[A, B]`, in round order.
+pub type ArmProbes = [Vec<ProbeStats>; 2];
+
 /// Runs llama-bench up to `rounds` times per arm on `dev`, each of [`Workload::ALL`] in
 /// turn, A then B in even rounds and B then A in odd ones; no round starts after `deadline`
 /// (the first always runs). Returns the rows per test and, per workload in the order of
@@ -139,10 +142,9 @@ pub fn run_e2e(
     dev: &e2e::Device,
     rounds: u32,
     deadline: std::time::Instant,
-) -> Result<(Vec<E2eRow>, Vec<[Vec<ProbeStats>; 2]>)> {
+) -> Result<(Vec<E2eRow>, Vec<ArmProbes>)> {
     let mut rows: Vec<E2eRow> = Vec::new();
-    let mut probes: Vec<[Vec<ProbeStats>; 2]> =
-        Workload::ALL.iter().map(|_| [vec![], vec![]]).collect();
+    let mut probes: Vec<ArmProbes> = Workload::ALL.iter().map(|_| [vec![], vec![]]).collect();
     // Per test: per arm, the mean tokens/s of each process (for paired ratios).
     let mut means: Vec<[Vec<f64>; 2]> = Vec::new();
     for round in 0..rounds {
