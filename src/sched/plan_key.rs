@@ -82,29 +82,36 @@ pub unsafe fn plan_key(
     h.write_usize(leafs.len());
     h.write_usize(nodes.len());
     h.write_usize(n_copies);
-    for &t in leafs.iter().chain(nodes) {
-        // SAFETY: a leaf or node of the live graph, so a live tensor; only read.
-        let t: &ggml_tensor = unsafe { &*t };
-        h.write_u64(
-            u64::from(t.op)
-                | u64::from(t.type_) << 16
-                | u64::from(t.flags as u32) << 32
-                | u64::from(t.data.is_null()) << 63,
-        );
+    // Separate loops, not chained iterators: this runs on every new graph's first call, and
+    // a chain checks which half it is in at every step.
+    for tensors in [leafs, nodes] {
+        for &t in tensors {
+            // SAFETY: a leaf or node of the live graph, so a live tensor; only read.
+            let t: &ggml_tensor = unsafe { &*t };
+            h.write_u64(
+                u64::from(t.op)
+                    | u64::from(t.type_) << 16
+                    | u64::from(t.flags as u32) << 32
+                    | u64::from(t.data.is_null()) << 63,
+            );
+        }
     }
-    for &b in node_ids[..nodes.len()]
-        .iter()
-        .chain(&leaf_ids[..leafs.len()])
-    {
-        h.write_i32(b);
+    for ids in [&node_ids[..nodes.len()], &leaf_ids[..leafs.len()]] {
+        for &b in ids {
+            h.write_i32(b);
+        }
     }
 
     let pos = &mut scratch.pos;
     if pos.len() < n_ids {
         pos.resize(n_ids, 0);
     }
-    for (i, &id) in ix.leafs.iter().chain(&ix.nodes).enumerate() {
+    let n_leafs = ix.leafs.len();
+    for (i, &id) in ix.leafs.iter().enumerate() {
         pos[id] = i as u32 + 1;
+    }
+    for (i, &id) in ix.nodes.iter().enumerate() {
+        pos[id] = (n_leafs + i) as u32 + 1;
     }
     let at = |id: u32| if id == NO_ID { 0 } else { pos[id as usize] };
     for (i, srcs) in ix.srcs.iter().enumerate() {
@@ -124,8 +131,10 @@ pub unsafe fn plan_key(
         h.write_usize(s.input_ids.len());
     }
     // Leave no position behind for the next graph, whose tensors may take other ids.
-    for &id in ix.leafs.iter().chain(&ix.nodes) {
-        pos[id] = 0;
+    for ids in [&ix.leafs, &ix.nodes] {
+        for &id in ids {
+            pos[id] = 0;
+        }
     }
     h.finish()
 }
