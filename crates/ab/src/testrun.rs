@@ -21,8 +21,9 @@ struct StepWatch {
     disk_full: bool,
 }
 
-/// The text of `ENOSPC` (`strerror`, as Rust, Python, C tools and the shell print it).
-const DISK_FULL: &str = "No space left on device";
+/// The texts of `ENOSPC` and `EDQUOT` (`strerror`, as Rust, Python, C tools and the shell
+/// print them).
+const DISK_FULL: [&str; 2] = ["No space left on device", "Disk quota exceeded"];
 
 /// Parses one `test result:` line into (passed, failed).
 pub fn cargo_result(line: &str) -> Option<(u64, u64)> {
@@ -48,7 +49,7 @@ impl Watcher for StepWatch {
             self.failed += f;
             self.suites += 1;
         }
-        self.disk_full |= line.contains(DISK_FULL);
+        self.disk_full |= DISK_FULL.iter().any(|text| line.contains(text));
     }
 }
 
@@ -130,7 +131,7 @@ pub fn run(paths: &Paths) -> Result<u8> {
                 }
                 // A full disk fails whatever wrote at that moment, far from the cause.
                 if !f.success() && counts.disk_full {
-                    detail.push_str("; the disk was full (\"No space left on device\")");
+                    detail.push_str("; the disk was full (it said \"No space left on device\" or \"Disk quota exceeded\")");
                 }
                 (f.success(), detail, f.seconds)
             }
@@ -223,6 +224,9 @@ mod tests {
         );
         assert!(watch.disk_full);
         assert_eq!((watch.passed, watch.failed, watch.suites), (3, 1, 2));
+        let mut quota = StepWatch::default();
+        quota.line(Stream::Stdout, "cp: error writing 'x': Disk quota exceeded");
+        assert!(quota.disk_full);
     }
 
     #[test]

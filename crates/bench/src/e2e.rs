@@ -124,6 +124,16 @@ pub fn run(setup: &Setup, arm: &Arm, dev: &Device, workload: Workload) -> Result
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let parsed = crate::llama_bench::llama_bench_json(&stdout)?;
+    // The reuse-off process asks for tg128 alone, and its result is renamed: a second test
+    // would land in the same row and unpair the rounds.
+    if workload == Workload::ReuseOff && parsed.len() != 1 {
+        bail!(
+            "llama-bench ({}, arm {}, graph reuse off) reported {} tests; -p 0 -n 128 asks for one",
+            dev.name,
+            arm.key,
+            parsed.len()
+        );
+    }
     let probe = probe::take(&setup.probe_out)?;
     arm.check_mapped(&probe.lib, "llama-bench scheduler calls")?;
     let tests = parsed
