@@ -313,23 +313,21 @@ pub unsafe fn collect(inp: &Input) -> Record {
         // tensor is live.
         let buf = unsafe { (*owner).buffer };
         // The buffer type of the storage: its buffer's, else its backend's compute buffer's.
-        let storage_bt = if !buf.is_null() {
+        let allocated = !buf.is_null();
+        let storage_bt = if allocated {
             // SAFETY: as above.
             Some(unsafe { (*buf).buft })
         } else {
             table.backend(owner).map(|b| caps.buft(b))
         };
-        let (storage, buffer_type) = match (storage_bt, !buf.is_null()) {
-            (Some(bt), true) => (
-                if view { "view-allocated" } else { "allocated" },
-                Some(buft_name(bt)),
-            ),
-            (Some(bt), false) => (
-                if view { "view-compute" } else { "compute" },
-                Some(buft_name(bt)),
-            ),
-            (None, _) => ("none", None),
+        let storage = match (storage_bt, allocated, view) {
+            (None, _, _) => "none",
+            (Some(_), true, true) => "view-allocated",
+            (Some(_), true, false) => "allocated",
+            (Some(_), false, true) => "view-compute",
+            (Some(_), false, false) => "compute",
         };
+        let buffer_type = storage_bt.map(buft_name);
         let inplace = is_inplace_writer(r).then(|| {
             let rb = table.backend(r.view_src);
             let same_backend = rb.is_some() && rb == p.map(|p| p.backend);
