@@ -83,6 +83,69 @@ pub struct Scratch {
     seen: Vec<u32>,
     busy: Vec<(usize, usize)>,
     long: Vec<(usize, usize, u32, u32)>,
+    /// The last few packings, kept because llama.cpp reserves the same graphs more than once
+    /// (the prompt graph, the token graph, then the prompt graph again, for every context):
+    /// a chunk whose blocks equal a memo's in size and lifetime takes its offsets.
+    memo: Memo,
+}
+
+/// [`pack_with`]'s results for the last [`MEMO_ENTRIES`] chunks it packed, keyed by what it
+/// reads of each slot: its size, start and end (delayed), in walk order. The packing is a
+/// function of these alone, so an equal key gives the same offsets, which the tests check.
+#[derive(Default)]
+struct Memo {
+    entries: Vec<MemoEntry>,
+    /// The entry the next new packing replaces.
+    next: usize,
+    /// Packings taken from an entry (read by the tests).
+    hits: u64,
+}
+
+/// One packing: its key, offsets (one per slot) and extent in bytes.
+struct MemoEntry {
+    key: Vec<(usize, u32, u32)>,
+    offsets: Vec<usize>,
+    extent: usize,
+}
+
+/// Packings a [`Scratch`] remembers. A context reserves two or three distinct graphs, each
+/// with a chunk or two per buffer type that the packing runs on.
+const MEMO_ENTRIES: usize = 4;
+
+impl Memo {
+    /// The remembered packing of `slots`: copies its offsets into `offsets` and returns its
+    /// extent, or `None` if no entry has this key.
+    fn find(&self, slots: &[Slot], offsets: &mut Vec<usize>) -> Option<usize> {
+        let e = self.entries.iter().find(|e| {
+            e.key.len() == slots.len()
+                && e.key
+                    .iter()
+                    .zip(slots)
+                    .all(|(&k, s)| k == (s.size, s.start, s.end))
+        })?;
+        offsets.clear();
+        offsets.extend_from_slice(&e.offsets);
+        Some(e.extent)
+    }
+
+    /// Remembers the packing of `slots`, replacing the oldest entry when full.
+    fn keep(&mut self, slots: &[Slot], offsets: &[usize], extent: usize) {
+        if self.entries.len() < MEMO_ENTRIES {
+            self.entries.push(MemoEntry {
+                key: Vec::new(),
+                offsets: Vec::new(),
+                extent: 0,
+            });
+            self.next = self.entries.len() - 1;
+        }
+        let e = &mut self.entries[self.next];
+        e.key.clear();
+        e.key.extend(slots.iter().map(|s| (s.size, s.start, s.end)));
+        e.offsets.clear();
+        e.offsets.extend_from_slice(offsets);
+        e.extent = extent;
+        self.next = (self.next + 1) % MEMO_ENTRIES;
+    }
 }
 
 /// Applies `layout` to the planner's last walk: moves the blocks (and the tensors in them)
@@ -121,7 +184,7 @@ pub fn lay_out(p: &mut Planner, layout: Layout, delay: u32, scratch: &mut Scratc
                 continue;
             }
             let slots = std::mem::take(&mut scratch.slots);
-            let extent = pack_with(&slots, scratch);
+            let extent = pack_remembered(&slots, scratch);
             scratch.slots = slots;
             if extent >= blocks.max_size(c) {
                 continue;
@@ -211,6 +274,18 @@ pub fn pack(slots: &[Slot]) -> (Vec<usize>, usize) {
     let mut scratch = Scratch::default();
     let extent = pack_with(slots, &mut scratch);
     (scratch.offsets, extent)
+}
+
+/// [`pack_with`], or the offsets and extent a memo of `scratch` has for slots of the same
+/// sizes and lifetimes; the offsets are left in `scratch.offsets`.
+fn pack_remembered(slots: &[Slot], scratch: &mut Scratch) -> usize {
+    if let Some(extent) = scratch.memo.find(slots, &mut scratch.offsets) {
+        scratch.memo.hits += 1;
+        return extent;
+    }
+    let extent = pack_with(slots, scratch);
+    scratch.memo.keep(slots, &scratch.offsets, extent);
+    extent
 }
 
 /// [`pack`] with its working memory given; the offsets are left in `scratch.offsets`.
@@ -378,7 +453,51 @@ mod tests {
         assert_eq!(live_peak(&[slot(10, 0, u32::MAX), slot(5, 3, 4)]), 15);
     }
 
+    #[test]
+    fn a_chunk_packed_before_takes_the_remembered_offsets() {
+        let prompt = [slot(64, 0, 4), slot(64, 4, 8), slot(32, 2, 6)];
+        let token = [slot(16, 0, 2), slot(16, 2, 4)];
+        let mut scratch = Scratch::default();
+        // The order a context reserves in: prompt, token, prompt again.
+        assert_eq!(pack_remembered(&prompt, &mut scratch), 96);
+        assert_eq!(pack_remembered(&token, &mut scratch), 16);
+        assert_eq!(scratch.memo.hits, 0);
+        assert_eq!(pack_remembered(&prompt, &mut scratch), 96);
+        assert_eq!(scratch.offsets, vec![0, 0, 64]);
+        assert_eq!(scratch.memo.hits, 1);
+        // One lifetime longer is another chunk: packed afresh, and apart.
+        let longer = [slot(64, 0, 5), slot(64, 4, 8), slot(32, 2, 6)];
+        assert_eq!(pack_remembered(&longer, &mut scratch), 160);
+        assert_eq!(scratch.memo.hits, 1);
+        // Only the last MEMO_ENTRIES packings are kept: the first is gone after four more.
+        for n in 1..=MEMO_ENTRIES as u32 {
+            pack_remembered(&[slot(8, 0, n)], &mut scratch);
+        }
+        pack_remembered(&prompt, &mut scratch);
+        assert_eq!(scratch.memo.hits, 1);
+        assert_eq!(scratch.memo.entries.len(), MEMO_ENTRIES);
+    }
+
     proptest! {
+        /// Packing through the memo gives what a fresh packing gives, for every chunk of a
+        /// sequence that repeats some of them (as a context's reserves do).
+        #[test]
+        fn remembered_packings_equal_fresh_ones(
+            chunks in proptest::collection::vec(
+                proptest::collection::vec((1usize..40, 0u32..100, 1u32..80), 1..40), 1..6),
+            picks in proptest::collection::vec(0usize..6, 1..20),
+        ) {
+            let chunks: Vec<Vec<Slot>> = chunks.iter().map(|raw| {
+                raw.iter().map(|&(sz, st, len)| slot(sz * 16, st, st + len)).collect()
+            }).collect();
+            let mut scratch = Scratch::default();
+            for &p in &picks {
+                let slots = &chunks[p % chunks.len()];
+                let extent = pack_remembered(slots, &mut scratch);
+                prop_assert_eq!((scratch.offsets.clone(), extent), pack(slots));
+            }
+        }
+
         /// With a reuse delay of `d` nodes, no block is placed over one freed fewer than `d`
         /// nodes before it is made (nor, as ever, over one alive with it): what a backend
         /// fusing up to `d + 1` nodes needs.
