@@ -62,9 +62,10 @@ impl Layout {
     }
 }
 
-/// Working memory of [`lay_out`] and [`pack`], kept by the graph allocator from plan to plan:
-/// a reserve otherwise allocated a dozen lists afresh each time, and on a first plan the page
-/// faults of fresh memory cost more than the packing itself.
+/// Working memory of [`lay_out`] and [`pack`], kept by the graph allocator from plan to plan
+/// (a reserve otherwise allocated a dozen lists afresh each time, and on a first plan the page
+/// faults of fresh memory cost more than the packing itself), and the last packings
+/// [`lay_out`] made, which it gives again to a chunk of the same blocks.
 #[derive(Default)]
 pub struct Scratch {
     /// Per slot: whether its block moved.
@@ -128,7 +129,8 @@ impl Memo {
         Some(e.extent)
     }
 
-    /// Remembers the packing of `slots`, replacing the oldest entry when full.
+    /// Remembers the packing of `slots`, replacing the entry remembered first when full (a
+    /// hit does not make an entry newer).
     fn keep(&mut self, slots: &[Slot], offsets: &[usize], extent: usize) {
         if self.entries.len() < MEMO_ENTRIES {
             self.entries.push(MemoEntry {
@@ -469,7 +471,7 @@ mod tests {
         let longer = [slot(64, 0, 5), slot(64, 4, 8), slot(32, 2, 6)];
         assert_eq!(pack_remembered(&longer, &mut scratch), 160);
         assert_eq!(scratch.memo.hits, 1);
-        // Only the last MEMO_ENTRIES packings are kept: the first is gone after four more.
+        // Only the last MEMO_ENTRIES packings are kept: after four more, `prompt` is gone.
         for n in 1..=MEMO_ENTRIES as u32 {
             pack_remembered(&[slot(8, 0, n)], &mut scratch);
         }
