@@ -103,6 +103,7 @@ struct Memo {
 }
 
 /// One packing: its key, offsets (one per slot) and extent in bytes.
+#[derive(Default)]
 struct MemoEntry {
     key: Vec<(usize, u32, u32)>,
     offsets: Vec<usize>,
@@ -132,13 +133,9 @@ impl Memo {
     /// Remembers the packing of `slots`, replacing the entry remembered first when full (a
     /// hit does not make an entry newer).
     fn keep(&mut self, slots: &[Slot], offsets: &[usize], extent: usize) {
-        if self.entries.len() < MEMO_ENTRIES {
-            self.entries.push(MemoEntry {
-                key: Vec::new(),
-                offsets: Vec::new(),
-                extent: 0,
-            });
-            self.next = self.entries.len() - 1;
+        // `next` counts up from 0 while the list fills, so it is the list's length until full.
+        if self.next == self.entries.len() {
+            self.entries.push(MemoEntry::default());
         }
         let e = &mut self.entries[self.next];
         e.key.clear();
