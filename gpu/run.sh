@@ -37,6 +37,9 @@
 #            llama_decode, timed inside the process (backend_trace.c), both client arms side
 #            by side, graph reuse on and off (RPCTRACE_ROUNDS, RPCTRACE_DEV, RPCTRACE_SETTINGS,
 #            RPCTRACE_EXTRA), logs/rpctrace-SETTING.log
+#   trace    where a token's time goes, both arms: every call into the backends in each
+#            decode (backend_trace.c), llama-batched-bench -npl 8 and llama-bench tg128 at
+#            -ngl 99 (TRACE_RUNS, TRACE_ROUNDS, default 3), logs/trace-RUN.log
 #   ppdiag   where pp512's deficit at full offload lies: pp512 in both arms (and stock built
 #            here, gpu/pack.sh --stock-base), as is or (PPDIAG_SETTINGS) with ggml-cuda's CUDA
 #            graphs off, its fusions off, ours in the stock layout; first repetition apart
@@ -892,6 +895,47 @@ stage_rpctrace() {
         "$W/logs/rpctrace-$set$tag-stock.trace" "$W/logs/rpctrace-$set$tag-$label.trace" >> "$out" 2>&1
     done
     log "rpctrace $set$tag: $(grep -E '^ +(decode|cycle)' "$out" | tr -s ' ')"
+  done
+  [ "$fails" = 0 ]
+}
+
+# trace: where a token's time goes on the card, both arms (issue 16: the batched rows were
+# 0.99 of stock's on the H100, and the wait for the card 0.7 % longer, p < 0.001). Every call
+# the scheduler makes into the backends during each decode, timed from inside the process
+# (backend_trace.c, preloaded), for each run TRACE_RUNS names (default "batched8 tg128":
+# llama-batched-bench -npl 8 as the bench runs it, and llama-bench tg128 at -ngl 99), arms
+# alternating (TRACE_ROUNDS, default 3); backend_trace.py then sets the arms' steady decodes
+# side by side, round by round (logs/trace-RUN.log: one row per call, median start and
+# duration in each arm, and B's start minus A's).
+stage_trace() {
+  [ -x "$B/bin/llama-bench" ] && [ -x "$B/bin/llama-batched-bench" ] && [ -f "$M" ] \
+    || { log "trace needs the build (llama-bench, llama-batched-bench) and the model"; return 1; }
+  local b=$B lib=$W/ab-bundle/lib tr=$W/libbackend-trace.so src=$W/ab-bundle/cabi-tests/sched-bench
+  local run r a order out rc fails=0
+  build_tracer "$tr" || return 1
+  for run in ${TRACE_RUNS:-batched8 tg128}; do
+    out=$W/logs/trace-$run.log
+    : > "$out"
+    rm -f "$W/logs/trace-$run"-*.trace
+    for r in $(seq 1 "${TRACE_ROUNDS:-3}"); do
+      order="stock ours"; [ $((r % 2)) = 0 ] && order="ours stock"
+      for a in $order; do
+        case $run in
+          batched8) ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/trace-$run-$a-$r.trace probe_tag=trace- arm "$a" \
+            "$b/bin/llama-batched-bench" -m "$M" -ngl 99 -c 4096 -npp 128 -ntg 128 -npl 8 ;;
+          tg128) ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/trace-$run-$a-$r.trace probe_tag=trace- arm "$a" \
+            "$b/bin/llama-bench" -m "$M" -ngl 99 -p 0 -n 128 -r 3 -o csv ;;
+          *) log "trace: unknown run $run (batched8, tg128)"; fails=1; continue 3 ;;
+        esac > "$W/logs/trace-$run-$a.out" 2>&1
+        rc=$?
+        [ "$rc" = 0 ] || { fails=1; log "trace $run: $a exited $rc (logs/trace-$run-$a.out)"; }
+      done
+    done
+    for r in $(seq 1 "${TRACE_ROUNDS:-3}"); do
+      echo "== round $r: stock (A) against ours (B)" >> "$out"
+      python3 "$src/backend_trace.py" "$W/logs/trace-$run-stock-$r.trace" "$W/logs/trace-$run-ours-$r.trace" >> "$out" 2>&1
+    done
+    log "trace $run: $(grep -E '^ +(decode|cycle)' "$out" | tr -s ' ' | tr '\n' ';')"
   done
   [ "$fails" = 0 ]
 }
