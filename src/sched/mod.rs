@@ -105,6 +105,8 @@ pub struct Sched {
     /// again before it is allocated.
     pub(crate) plan: Option<plan_key::Plan>,
     pub(crate) key_scratch: plan_key::KeyScratch,
+    /// The in-place pass's maps and lists, kept from split to split for their memory.
+    pub(crate) reuse_memory: inplace::ReuseMemory,
     /// The last split's inputs, to replay its placement for an identical graph
     /// ([`replay`]).
     pub(crate) replay: replay::Replay,
@@ -444,6 +446,7 @@ export! {
             queued: std::cell::Cell::new(false),
             plan: None,
             key_scratch: plan_key::KeyScratch::with_capacity(graph_size),
+            reuse_memory: inplace::ReuseMemory::default(),
             replay: Default::default(),
             originals: Vec::new(),
             pending_clear: false,

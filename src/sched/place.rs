@@ -21,7 +21,8 @@ impl Sched {
         let t = &mut self.table;
         let mut ids = std::mem::take(&mut self.graph_ids);
         let rule = self.inplace_rule;
-        let mut reuse = inplace::Reuse::new(g, self.n_copies > 1);
+        let mut reuse =
+            inplace::Reuse::recycled(g, self.n_copies > 1, std::mem::take(&mut self.reuse_memory));
         // `GGML_SCHED_DUMP`: one cached load per split; the rule's moves are noted only when set.
         let dump_dir = record::dir();
         let mut moves = dump_dir.map(|_| record::Moves::default());
@@ -70,6 +71,7 @@ impl Sched {
                 m.note(&b, t, ix, 1);
             }
         }
+        self.reuse_memory = reuse.recycle();
         // 5: splits at backend changes, with a copy of each source a split cannot use.
         let (first, splits) = (self.first_split_backend, &mut self.splits);
         // SAFETY: `g` is live; `ix` was taken from `g` by the rebuild; pass 4 placed every node or stopped the process.
