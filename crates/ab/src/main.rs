@@ -21,7 +21,6 @@ mod proof;
 mod rpc;
 mod selftest;
 mod stock;
-mod store;
 mod swap;
 mod test_steps;
 mod testrun;
@@ -276,11 +275,11 @@ pub(crate) fn default_build(paths: &Paths, given: Option<PathBuf>) -> Result<Pat
 fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
     let build = default_build(paths, a.llama_build)?;
     let probe = ensure_probe(paths)?;
-    let lib = store::resolve(&paths.ab_dir(), &a.lib)?;
+    let lib = lib_store::resolve(&paths.ab_dir(), &a.lib)?;
     let mut arm = swap::Arm::prepare(&paths.ab_dir(), &a.arm, &lib, a.backend.as_deref())?;
     // Kept only once it passed the checks: the store lists files that can be run.
     abi::check_arms(&build, std::slice::from_mut(&mut arm))?;
-    store::keep(&paths.ab_dir(), &arm.resolved, &arm.sha256)?;
+    lib_store::keep(&paths.ab_dir(), &arm.resolved, &arm.sha256)?;
     let program = paths::program(&build, &a.command[0])?;
     let name = program
         .file_name()
@@ -558,14 +557,14 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
         ),
         Cmd::Pipeline(o) => pipeline::run(paths, &o),
         Cmd::Store => {
-            let all = store::list(&paths.ab_dir())?;
+            let all = lib_store::list(&paths.ab_dir())?;
             for e in &all {
                 println!("{}  {}", e.sha256, e.sources.join(", "));
             }
             say(&format!(
                 "{} libraries in {}",
                 all.len(),
-                store::dir(&paths.ab_dir()).display()
+                lib_store::dir(&paths.ab_dir()).display()
             ));
             Ok(0)
         }

@@ -163,7 +163,7 @@ pub fn build(paths: &Paths) -> Result<Installed> {
     }
     check_soname(&base);
     // Every build is kept by content, so an arm can still be named by its sha256 later.
-    crate::store::keep(&paths.ab_dir(), &base, &pins::sha256_file(&base)?)?;
+    lib_store::keep(&paths.ab_dir(), &base, &pins::sha256_file(&base)?)?;
     let hrx = if has_hrx {
         let src = release.join("libggml_hrx.so");
         if !src.is_file() {

@@ -23,6 +23,33 @@ pub struct Arm {
     pub sha256: String,
 }
 
+/// The file an arm option (`--a`, `--b`) names: an existing file as it is; otherwise a sha256,
+/// or a unique prefix of 6 or more hex digits, of a library in the harness's store
+/// (`<target>/ab/store`, which `ab` and the bench fill), as `ab ab --a` takes it. Errors name
+/// what the store holds when nothing or more than one library matches.
+pub fn named(target: &Path, spec: &Path) -> Result<PathBuf> {
+    lib_store::resolve(&target.join("ab"), spec)
+}
+
+/// Keeps each arm's library in the harness's store under `target` (once per content), so that
+/// a later run, of the bench or of `ab`, can name it by its sha256 after the file it came from
+/// was rebuilt. A library named from the store itself is not recorded again.
+pub fn keep(target: &Path, arms: &[&Arm]) -> Result<()> {
+    let ab_dir = target.join("ab");
+    let store = lib_store::dir(&ab_dir);
+    let store = store.canonicalize().unwrap_or(store);
+    for arm in arms {
+        let source = arm
+            .source
+            .canonicalize()
+            .unwrap_or_else(|_| arm.source.clone());
+        if !source.starts_with(&store) {
+            lib_store::keep(&ab_dir, &source, &arm.sha256)?;
+        }
+    }
+    Ok(())
+}
+
 /// Refuses any source (arm key, file) that lies in the arms' folder `root` (created if
 /// missing), whose files a run replaces: preparing arm A would overwrite a file arm B names
 /// there. Call it with both arms before preparing either.
@@ -212,6 +239,36 @@ mod tests {
             .to_string();
         assert!(e.starts_with("B library"), "{e}");
         assert!(check_sources(&root, &[("A", &lib), ("B", &lib)]).is_ok());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// An arm kept in the store can be named by a hash prefix once its file is gone; one
+    /// named from the store is not recorded as its own source.
+    #[test]
+    fn kept_arms_are_named_by_hash_after_their_file_is_gone() {
+        let d = std::env::temp_dir().join(format!("bench-arms-store-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        let target = d.join("target");
+        fs::create_dir_all(&target).unwrap();
+        let lib = d.join("libggml-base.so.0");
+        fs::write(&lib, b"a library").unwrap();
+        let a = Arm::prepare("A", "A".into(), &lib, &d.join("arms")).unwrap();
+        keep(&target, &[&a]).unwrap();
+        fs::remove_file(&lib).unwrap();
+        let named_file = named(&target, Path::new(&a.sha256[..8])).unwrap();
+        assert_eq!(filehash::sha256_file(&named_file).unwrap(), a.sha256);
+        let again = Arm::prepare("B", "B".into(), &named_file, &d.join("arms")).unwrap();
+        keep(&target, &[&again]).unwrap();
+        let stored = lib_store::list(&target.join("ab")).unwrap();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(
+            stored[0].sources,
+            vec![std::path::absolute(&lib).unwrap().display().to_string()]
+        );
+        let e = named(&target, Path::new("not-a-hash"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("neither a file nor a sha256"), "{e}");
         fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -68,11 +68,14 @@ use std::time::Instant;
     args_override_self = true
 )]
 struct Options {
-    /// libggml-base file of arm A, the baseline (default: target/llama-stock/bin/libggml-base.so.0).
+    /// libggml-base of arm A, the baseline: a file, or the sha256 (a unique prefix of 6+ hex
+    /// digits) of one in the store, target/ab/store (default:
+    /// target/llama-stock/bin/libggml-base.so.0).
     #[arg(long, value_name = "LIB")]
     a: Option<PathBuf>,
-    /// libggml-base file of arm B, the candidate (default: the newer of
-    /// target/ours/lib/libggml-base.so.0 and target/release/libggml_base.so).
+    /// libggml-base of arm B, the candidate: a file or a stored sha256 (prefix), as --a
+    /// (default: the newer of target/ours/lib/libggml-base.so.0 and
+    /// target/release/libggml_base.so).
     #[arg(long, value_name = "LIB")]
     b: Option<PathBuf>,
     /// Scheduler-overhead rounds (one process per arm per round).
@@ -238,10 +241,13 @@ fn real_main(args: &[String], opts: Options) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
 
     // Arms.
-    let a_src = opts.a.clone().unwrap_or_else(|| stock_lib.clone());
+    let a_src = match &opts.a {
+        Some(p) => arms::named(&target, p)?,
+        None => stock_lib.clone(),
+    };
     let a_label = if opts.a.is_some() { "A" } else { "stock" };
     let (b_src, b_label) = match &opts.b {
-        Some(p) => (p.clone(), "B".to_string()),
+        Some(p) => (arms::named(&target, p)?, "B".to_string()),
         None => {
             let ours = [
                 target.join("ours/lib/libggml-base.so.0"),
@@ -268,15 +274,18 @@ fn real_main(args: &[String], opts: Options) -> Result<()> {
     if arm_b.sha256 == arm_a.sha256 {
         arm_b.label = format!("{} (the same file as arm A)", arm_b.label);
     }
+    arms::keep(&target, &[&arm_a, &arm_b])?;
     progress(&format!(
-        "arm A = {} ({})",
+        "arm A = {} ({}, sha256 {})",
         arm_a.source.display(),
-        arm_a.label
+        arm_a.label,
+        &arm_a.sha256[..12]
     ));
     progress(&format!(
-        "arm B = {} ({})",
+        "arm B = {} ({}, sha256 {})",
         arm_b.source.display(),
-        arm_b.label
+        arm_b.label,
+        &arm_b.sha256[..12]
     ));
 
     let machine = Machine::probe();

@@ -170,7 +170,7 @@ fn arm_report(arm: &Arm, runs: Vec<RunReport>) -> ArmReport {
 /// ours (built on demand).
 fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, PathBuf); 2]> {
     let a = match &opts.a {
-        Some(f) => ("a".to_string(), crate::store::resolve(&paths.ab_dir(), f)?),
+        Some(f) => ("a".to_string(), lib_store::resolve(&paths.ab_dir(), f)?),
         None => {
             let f = paths::bin_dir(build).join("libggml-base.so.0");
             if !f.exists() {
@@ -184,7 +184,7 @@ fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, 
         }
     };
     let b = match &opts.b {
-        Some(f) => ("b".to_string(), crate::store::resolve(&paths.ab_dir(), f)?),
+        Some(f) => ("b".to_string(), lib_store::resolve(&paths.ab_dir(), f)?),
         None => match crate::ours::build(paths) {
             Ok(i) => ("ours".to_string(), i.base),
             Err(e) => bail!(
@@ -262,7 +262,7 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     // mismatched structs.
     crate::abi::check_arms(&build, &mut arms)?;
     for arm in &arms {
-        crate::store::keep(&ab_dir, &arm.resolved, &arm.sha256)?;
+        lib_store::keep(&ab_dir, &arm.resolved, &arm.sha256)?;
         say(&format!(
             "arm {}: {} (sha256 {}) -> {}",
             arm.name,

@@ -60,11 +60,13 @@ pub struct GpuOptions {
     /// libggml-base.so.0 (default in a workspace: target/llama-stock; required in a bundle).
     #[arg(long, value_name = "DIR")]
     llama_build: Option<PathBuf>,
-    /// Arm A, the baseline (default: the build's own bin/libggml-base.so.0).
+    /// Arm A, the baseline: a libggml-base file, or the sha256 (a unique prefix of 6+ hex
+    /// digits) of one in the store, target/ab/store (default: the build's own
+    /// bin/libggml-base.so.0).
     #[arg(long, value_name = "LIB")]
     a: Option<PathBuf>,
-    /// Arm B, the candidate (default: ours, the bundle's lib/libggml-base.so.0, in a workspace
-    /// target/ours/lib/libggml-base.so.0).
+    /// Arm B, the candidate: a file or a stored sha256 (prefix), as --a (default: ours, the
+    /// bundle's lib/libggml-base.so.0, in a workspace target/ours/lib/libggml-base.so.0).
     #[arg(long, value_name = "LIB")]
     b: Option<PathBuf>,
     /// Rounds; each runs every process once per arm, A B then B A (10 or more recommended).
@@ -258,11 +260,15 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     })?;
 
     // Arms.
-    let a_src = opts
-        .a
-        .clone()
-        .unwrap_or_else(|| bin.join("libggml-base.so.0"));
-    let b_src = opts.b.clone().unwrap_or_else(|| layout.ours());
+    let target = layout.root().join("target");
+    let a_src = match &opts.a {
+        Some(p) => crate::arms::named(&target, p)?,
+        None => bin.join("libggml-base.so.0"),
+    };
+    let b_src = match &opts.b {
+        Some(p) => crate::arms::named(&target, p)?,
+        None => layout.ours(),
+    };
     if !b_src.is_file() {
         bail!(
             "arm B {} does not exist{}",
@@ -283,6 +289,7 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     if arm_b.sha256 == arm_a.sha256 {
         arm_b.label = format!("{} (the same file as arm A)", arm_b.label);
     }
+    crate::arms::keep(&target, &[&arm_a, &arm_b])?;
     for arm in [&arm_a, &arm_b] {
         progress(&format!(
             "arm {} = {} ({}, sha256 {})",

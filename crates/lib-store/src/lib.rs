@@ -22,7 +22,9 @@ pub fn keep(ab_dir: &Path, file: &Path, sha256: &str) -> Result<PathBuf> {
         let tmp = d.join(".part");
         std::fs::copy(file, &tmp)
             .with_context(|| format!("copying {} into the store", file.display()))?;
-        if pins::sha256_file(&tmp)? != sha256 {
+        let copied = filehash::sha256_file(&tmp)
+            .with_context(|| format!("hashing {} in the store", tmp.display()))?;
+        if copied != sha256 {
             let _ = std::fs::remove_file(&tmp);
             bail!(
                 "{} changed while it was copied into the store",
@@ -131,8 +133,8 @@ mod tests {
         std::fs::write(&f1, b"one").unwrap();
         std::fs::write(&f2, b"two").unwrap();
         let (h1, h2) = (
-            pins::sha256_file(&f1).unwrap(),
-            pins::sha256_file(&f2).unwrap(),
+            filehash::sha256_file(&f1).unwrap(),
+            filehash::sha256_file(&f2).unwrap(),
         );
         let s1 = keep(&ab, &f1, &h1).unwrap();
         keep(&ab, &f2, &h2).unwrap();
