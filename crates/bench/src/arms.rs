@@ -33,7 +33,8 @@ pub fn named(target: &Path, spec: &Path) -> Result<PathBuf> {
 
 /// Keeps each arm's library in the harness's store under `target` (once per content), so that
 /// a later run, of the bench or of `ab`, can name it by its sha256 after the file it came from
-/// was rebuilt. A library named from the store itself is not recorded again.
+/// was rebuilt. A library named from the store itself is not recorded again. The caller
+/// warns on an error and goes on: the run itself does not need the store.
 pub fn keep(target: &Path, arms: &[&Arm]) -> Result<()> {
     let ab_dir = target.join("ab");
     let store = lib_store::dir(&ab_dir);
@@ -44,7 +45,8 @@ pub fn keep(target: &Path, arms: &[&Arm]) -> Result<()> {
             .canonicalize()
             .unwrap_or_else(|_| arm.source.clone());
         if !source.starts_with(&store) {
-            lib_store::keep(&ab_dir, &source, &arm.sha256)?;
+            // The arm's checked copy, not the source, which a build may have replaced since.
+            lib_store::keep_seen_at(&ab_dir, &arm.file, &arm.sha256, &source)?;
         }
     }
     Ok(())
@@ -254,6 +256,7 @@ mod tests {
         fs::write(&lib, b"a library").unwrap();
         let a = Arm::prepare("A", "A".into(), &lib, &d.join("arms")).unwrap();
         keep(&target, &[&a]).unwrap();
+        let lib_seen_at = lib.canonicalize().unwrap();
         fs::remove_file(&lib).unwrap();
         let named_file = named(&target, Path::new(&a.sha256[..8])).unwrap();
         assert_eq!(filehash::sha256_file(&named_file).unwrap(), a.sha256);
@@ -261,10 +264,7 @@ mod tests {
         keep(&target, &[&again]).unwrap();
         let stored = lib_store::list(&target.join("ab")).unwrap();
         assert_eq!(stored.len(), 1);
-        assert_eq!(
-            stored[0].sources,
-            vec![std::path::absolute(&lib).unwrap().display().to_string()]
-        );
+        assert_eq!(stored[0].sources, vec![lib_seen_at.display().to_string()]);
         let e = named(&target, Path::new("not-a-hash"))
             .unwrap_err()
             .to_string();

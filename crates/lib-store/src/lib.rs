@@ -15,29 +15,56 @@ pub fn dir(ab_dir: &Path) -> PathBuf {
 /// Keeps `file` (whose sha256 is `sha256`) in the store, once; records `file`'s path.
 /// Returns the stored copy.
 pub fn keep(ab_dir: &Path, file: &Path, sha256: &str) -> Result<PathBuf> {
+    keep_seen_at(ab_dir, file, sha256, file)
+}
+
+/// [`keep`] for a checked copy `file` of a library first seen at `seen_at` (the path recorded):
+/// the bench copies each arm before it runs, and stores that copy, which cannot have been
+/// rebuilt since it was hashed. Safe against another process storing the same library at
+/// the same time: each call writes a temporary file of its own, and whichever rename lands first
+/// stays (the contents are the same).
+pub fn keep_seen_at(ab_dir: &Path, file: &Path, sha256: &str, seen_at: &Path) -> Result<PathBuf> {
     let d = dir(ab_dir).join(sha256);
     let stored = d.join("libggml-base.so.0");
     if !stored.is_file() {
         std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-        let tmp = d.join(".part");
-        std::fs::copy(file, &tmp)
-            .with_context(|| format!("copying {} into the store", file.display()))?;
-        let copied = filehash::sha256_file(&tmp)
-            .with_context(|| format!("hashing {} in the store", tmp.display()))?;
-        if copied != sha256 {
-            let _ = std::fs::remove_file(&tmp);
-            bail!(
-                "{} changed while it was copied into the store",
-                file.display()
-            );
+        // Unique to this call: process id and a per-process count.
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = d.join(format!(".part.{}.{n}", std::process::id()));
+        let copy = || -> Result<()> {
+            std::fs::copy(file, &tmp)
+                .with_context(|| format!("copying {} into the store", file.display()))?;
+            let copied = filehash::sha256_file(&tmp)
+                .with_context(|| format!("hashing {} in the store", tmp.display()))?;
+            if copied != sha256 {
+                bail!(
+                    "{} changed while it was copied into the store",
+                    file.display()
+                );
+            }
+            std::fs::rename(&tmp, &stored)
+                .with_context(|| format!("moving {} to {}", tmp.display(), stored.display()))
+        };
+        let copied = copy();
+        let _ = std::fs::remove_file(&tmp);
+        // Another process may have stored the same bytes meanwhile: that is success too.
+        if !stored.is_file() {
+            copied?;
         }
-        std::fs::rename(&tmp, &stored)?;
     }
+    let line = seen_at.display().to_string();
     let sources = d.join("source.txt");
-    let line = file.display().to_string();
     let seen = std::fs::read_to_string(&sources).unwrap_or_default();
     if !seen.lines().any(|l| l == line) {
-        std::fs::write(&sources, seen + &line + "\n")?;
+        // Appended, not rewritten: two processes recording at once keep both lines.
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&sources)
+            .with_context(|| format!("opening {}", sources.display()))?;
+        writeln!(f, "{line}").with_context(|| format!("writing {}", sources.display()))?;
     }
     Ok(stored)
 }
@@ -123,6 +150,31 @@ pub fn list(ab_dir: &Path) -> Result<Vec<Stored>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Several processes (threads here) storing the same new library at once all succeed,
+    /// and the store holds it once, intact.
+    #[test]
+    fn concurrent_keeps_of_one_library_all_succeed() {
+        let ab = std::env::temp_dir().join(format!("ab-store-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&ab);
+        std::fs::create_dir_all(&ab).unwrap();
+        let f = ab.join("lib.so");
+        std::fs::write(&f, vec![7u8; 1 << 20]).unwrap();
+        let h = filehash::sha256_file(&f).unwrap();
+        for round in 0..20 {
+            let _ = std::fs::remove_dir_all(dir(&ab));
+            let results: Vec<Result<PathBuf>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..4).map(|_| s.spawn(|| keep(&ab, &f, &h))).collect();
+                handles.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            for r in results {
+                let stored = r.unwrap_or_else(|e| panic!("round {round}: {e:#}"));
+                assert_eq!(filehash::sha256_file(&stored).unwrap(), h);
+            }
+            assert_eq!(list(&ab).unwrap().len(), 1);
+        }
+        std::fs::remove_dir_all(&ab).unwrap();
+    }
 
     #[test]
     fn kept_files_are_named_by_unique_prefixes_only() {

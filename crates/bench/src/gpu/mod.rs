@@ -289,7 +289,11 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     if arm_b.sha256 == arm_a.sha256 {
         arm_b.label = format!("{} (the same file as arm A)", arm_b.label);
     }
-    crate::arms::keep(&target, &[&arm_a, &arm_b])?;
+    if let Err(e) = crate::arms::keep(&target, &[&arm_a, &arm_b]) {
+        progress(&format!(
+            "warning: the arms were not kept in the store: {e:#}"
+        ));
+    }
     for arm in [&arm_a, &arm_b] {
         progress(&format!(
             "arm {} = {} ({}, sha256 {})",
