@@ -229,8 +229,9 @@ unsafe fn reuse_candidates(
 
 /// The memory of [`Reuse`] and of [`colocate`]'s groups, kept by the scheduler from one split
 /// to the next: emptied, never shrunk. Made afresh for every split, these maps and lists were
-/// the scheduler's heap traffic in a steady cycle (about 300 allocations a cycle on the
-/// benchmark's deepseek graph: a list per in-place group, and the memos' growth).
+/// most of a split's heap traffic (about 300 allocations a split on the benchmark's deepseek
+/// graph: a list per in-place group, and the memos' growth), paid by every cycle of a graph
+/// that is not replayed.
 #[derive(Default)]
 pub struct ReuseMemory {
     memo: HashMap<*mut ggml_tensor, Option<ggml_sys::ggml_backend_buffer_type_t>>,
