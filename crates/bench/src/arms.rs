@@ -33,8 +33,7 @@ pub fn named(target: &Path, spec: &Path) -> Result<PathBuf> {
 
 /// Keeps each arm's library in the harness's store under `target` (once per content), so that
 /// a later run, of the bench or of `ab`, can name it by its sha256 after the file it came from
-/// was rebuilt. A library named from the store itself is not recorded again. The caller
-/// warns on an error and goes on: the run itself does not need the store.
+/// was rebuilt. A library named from the store itself is not recorded again.
 pub fn keep(target: &Path, arms: &[&Arm]) -> Result<()> {
     let ab_dir = target.join("ab");
     let store = lib_store::dir(&ab_dir);
@@ -50,6 +49,16 @@ pub fn keep(target: &Path, arms: &[&Arm]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// [`keep`], with a failure only reported: a run does not need the store, so an unwritable
+/// one costs a warning, not the run.
+pub fn keep_or_warn(target: &Path, arms: &[&Arm]) {
+    if let Err(e) = keep(target, arms) {
+        crate::progress(&format!(
+            "warning: the arms were not kept in the store: {e:#}"
+        ));
+    }
 }
 
 /// Refuses any source (arm key, file) that lies in the arms' folder `root` (created if

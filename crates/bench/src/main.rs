@@ -274,11 +274,7 @@ fn real_main(args: &[String], opts: Options) -> Result<()> {
     if arm_b.sha256 == arm_a.sha256 {
         arm_b.label = format!("{} (the same file as arm A)", arm_b.label);
     }
-    if let Err(e) = arms::keep(&target, &[&arm_a, &arm_b]) {
-        progress(&format!(
-            "warning: the arms were not kept in the store: {e:#}"
-        ));
-    }
+    arms::keep_or_warn(&target, &[&arm_a, &arm_b]);
     progress(&format!(
         "arm A = {} ({}, sha256 {})",
         arm_a.source.display(),

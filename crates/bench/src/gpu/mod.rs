@@ -289,11 +289,7 @@ fn real_main(args: &[String], opts: &GpuOptions) -> Result<()> {
     if arm_b.sha256 == arm_a.sha256 {
         arm_b.label = format!("{} (the same file as arm A)", arm_b.label);
     }
-    if let Err(e) = crate::arms::keep(&target, &[&arm_a, &arm_b]) {
-        progress(&format!(
-            "warning: the arms were not kept in the store: {e:#}"
-        ));
-    }
+    crate::arms::keep_or_warn(&target, &[&arm_a, &arm_b]);
     for arm in [&arm_a, &arm_b] {
         progress(&format!(
             "arm {} = {} ({}, sha256 {})",
