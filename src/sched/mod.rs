@@ -123,6 +123,8 @@ pub struct Sched {
     /// Whether work was queued (`graph_compute_async`) and not waited for since
     /// (`synchronize`): then [`ggml_backend_sched_free`] waits for the backends first.
     pub(crate) queued: std::cell::Cell<bool>,
+    /// How often the input loop waits for a split's backend (`GGML_SCHED_INPUT_WAITS`).
+    pub(crate) input_waits: compute::InputWaits,
 }
 
 impl Sched {
@@ -440,6 +442,7 @@ export! {
             debug_graph_size: 0,
             debug_prev_graph_size: 0,
             inplace_rule: crate::env::safety_rule("GGML_SCHED_INPLACE_RULE"),
+            input_waits: compute::InputWaits::from_env(),
             is_reset: false,
             is_alloc: false,
             allocated: None,
