@@ -8,10 +8,17 @@
 // And ggml_backend_sched_graph_compute_async (the host's part of a compute: CPU splits, the
 // blocking input copies, queueing the device's work) and ggml_backend_sched_synchronize (the
 // wait for the devices), whose sum is about the whole decode: where a difference between two
-// arms lies, host or device. (Stock's ggml_backend_sched_graph_compute calls both through
-// the symbol table, and its reserve calls synchronize and reset the same way, so those inner
-// calls are counted in stock's arm and not in ours: per call, stock's figures are then
-// diluted by near-empty calls, a few per reserve.)
+// arms lies, host or device.
+//
+// Only the application's own calls are counted: a call made while one of these functions is
+// already running on the thread is forwarded untimed. Stock's libggml-base calls itself
+// through its dynamic symbol table (its reserve calls synchronize and reset, its
+// graph_compute calls graph_compute_async and synchronize, its sched_new ends in a reset,
+// which is why sched_new is wrapped too), so this probe saw those inner calls in stock's
+// arm and never in ours, whose Rust code calls itself directly. Counted, they added a
+// near-empty synchronize per reserve to stock's arm only: 3 of 392 calls in a
+// llama-batched-bench process, which made stock's mean wait per call 0.8 % shorter than
+// ours with the same device time (bench.md, 2026-12-06).
 //
 // At exit it appends one JSON line to the file named by SCHED_PROBE_OUT (nothing when unset):
 // the library the calls went to, and per function the calls, total nanoseconds and total
@@ -20,9 +27,6 @@
 // first computes (warm-up, CUDA graph capture) apart from its steady ones: a mean over all
 // calls says nothing about the steady ones when one warm-up call costs tens of milliseconds.
 //
-// Only calls that cross into libggml-base are seen: a call the library makes to itself is
-// counted when the library routes it through its dynamic symbol table (stock C++ does, for
-// exported functions) and missed when it does not (a Rust library calls itself directly).
 // llama.cpp calls alloc_graph itself before each compute, so its calls are all seen.
 //
 // sched_probe_read() hands the counters to a program that wants them mid-run (archs_cycle.c),
@@ -48,6 +52,10 @@ struct probe_counter {
 };
 
 static struct probe_counter g_alloc, g_reserve, g_reset, g_compute, g_sync;
+
+// How many of the probed functions this thread is inside: a call at depth > 0 is the
+// library calling itself, forwarded untimed and uncounted.
+static __thread int g_depth;
 
 // Each call's nanoseconds, for compute and synchronize (bounded: a long run keeps its first).
 #define PROBE_MAX_EACH 8192
@@ -136,7 +144,9 @@ static long long now_ns(void) {
 
 static bool timed(struct probe_counter * c, sched_graph_fn fn, ggml_backend_sched_t sched, struct ggml_cgraph * graph) {
     const long long t0 = now_ns();
+    g_depth++;
     const bool ok = fn(sched, graph);
+    g_depth--;
     c->ns += now_ns() - t0;
     c->calls++;
     c->nodes += ggml_graph_n_nodes(graph);
@@ -147,6 +157,9 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, struct ggml_cgra
     static sched_graph_fn fn;
     if (!fn) {
         fn = next_fn("ggml_backend_sched_alloc_graph");
+    }
+    if (g_depth > 0) {
+        return fn(sched, graph);
     }
     const bool ok        = timed(&g_alloc, fn, sched, graph);
     g_last.last_nodes    = ggml_graph_n_nodes(graph);
@@ -167,6 +180,25 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, struct ggml_cgra
 
 typedef void (*sched_reset_fn)(ggml_backend_sched_t);
 
+// Not timed: only marks its inner calls (stock's ends in a reset through the symbol table).
+typedef ggml_backend_sched_t (*sched_new_fn)(ggml_backend_t *, ggml_backend_buffer_type_t *, int, size_t, bool, bool);
+
+ggml_backend_sched_t ggml_backend_sched_new(ggml_backend_t * backends, ggml_backend_buffer_type_t * bufts,
+                                            int n_backends, size_t graph_size, bool parallel, bool op_offload) {
+    static sched_new_fn fn;
+    if (!fn) {
+        union {
+            void *       obj;
+            sched_new_fn fn;
+        } u = { next_sym("ggml_backend_sched_new") };
+        fn = u.fn;
+    }
+    g_depth++;
+    ggml_backend_sched_t sched = fn(backends, bufts, n_backends, graph_size, parallel, op_offload);
+    g_depth--;
+    return sched;
+}
+
 void ggml_backend_sched_reset(ggml_backend_sched_t sched) {
     static sched_reset_fn fn;
     if (!fn) {
@@ -176,8 +208,14 @@ void ggml_backend_sched_reset(ggml_backend_sched_t sched) {
         } u = { next_sym("ggml_backend_sched_reset") };
         fn = u.fn;
     }
+    if (g_depth > 0) {
+        fn(sched);
+        return;
+    }
     const long long t0 = now_ns();
+    g_depth++;
     fn(sched);
+    g_depth--;
     g_reset.ns += now_ns() - t0;
     g_reset.calls++;
 }
@@ -186,6 +224,9 @@ bool ggml_backend_sched_reserve(ggml_backend_sched_t sched, struct ggml_cgraph *
     static sched_graph_fn fn;
     if (!fn) {
         fn = next_fn("ggml_backend_sched_reserve");
+    }
+    if (g_depth > 0) {
+        return fn(sched, graph);
     }
     return timed(&g_reserve, fn, sched, graph);
 }
@@ -201,9 +242,14 @@ enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sch
         } u = { next_sym("ggml_backend_sched_graph_compute_async") };
         fn = u.fn;
     }
-    const long long        t0 = now_ns();
+    if (g_depth > 0) {
+        return fn(sched, graph);
+    }
+    const long long t0 = now_ns();
+    g_depth++;
     const enum ggml_status st = fn(sched, graph);
-    const long long        dt = now_ns() - t0;
+    g_depth--;
+    const long long dt = now_ns() - t0;
     keep_each(g_compute_each, g_compute.calls, dt);
     g_compute.ns += dt;
     g_compute.calls++;
@@ -220,8 +266,14 @@ void ggml_backend_sched_synchronize(ggml_backend_sched_t sched) {
         } u = { next_sym("ggml_backend_sched_synchronize") };
         fn = u.fn;
     }
+    if (g_depth > 0) {
+        fn(sched);
+        return;
+    }
     const long long t0 = now_ns();
+    g_depth++;
     fn(sched);
+    g_depth--;
     const long long dt = now_ns() - t0;
     keep_each(g_sync_each, g_sync.calls, dt);
     g_sync.ns += dt;
