@@ -28,8 +28,8 @@ const F: &str = "ggml_backend_sched_compute_splits";
 pub enum InputWaits {
     /// Once per split and kind of wait ([`SplitWaits`]): the default, `split`.
     PerSplit,
-    /// Before every input, as stock does: `input`. For measuring what the default saves, and
-    /// for a backend whose blocking `set_tensor` were to queue work on the backend after all.
+    /// Before every input, as stock does: `input`. For measuring what the default saves
+    /// within one library, and a way back to stock's exact sequence of backend calls.
     PerInput,
 }
 
@@ -58,12 +58,16 @@ impl InputWaits {
 ///
 /// Every wait in the input loop guards the same thing: the split's backend must be done
 /// with the previous contents of the input copies (the earlier graph computes that read
-/// them) before they are overwritten. Between the split's first wait and its compute, the
-/// only work the loop queues on that backend is copies into other input copies
-/// (`cpy_tensor_async`, the experts' `set_tensor_async`), which read none of them, so a
-/// second wait of the same kind orders nothing new. A buffer's blocking `set_tensor` queues
-/// nothing on the backend. The wait on the input's own backend before a blocking copy
-/// (that backend may still be producing the input) is not covered and stays per input.
+/// them) before they are overwritten. After the split's first host wait those computes have
+/// finished; after a queue wait, the backend's queue is ordered after them. From then until
+/// the split's compute, the loop queues only copies into *other* input copies of the split
+/// (`cpy_tensor_async`, on ggml-cuda queued on the source backend's stream; the experts'
+/// `set_tensor_async`) and, on the MoE path, a read of the expert ids followed by its own
+/// synchronize: none reads an input copy's previous contents, and the input copies of one
+/// split never share bytes. A blocking copy is complete when it returns. So a second wait
+/// of the same kind orders nothing new. The wait on the input's own backend before a
+/// blocking copy (that backend may still be producing the input) is not covered and stays
+/// per input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SplitWaits {
     /// Every wait is made, as stock makes them (`GGML_SCHED_INPUT_WAITS=input`).
