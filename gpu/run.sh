@@ -904,36 +904,53 @@ stage_rpctrace() {
 # the scheduler makes into the backends during each decode, timed from inside the process
 # (backend_trace.c, preloaded), for each run TRACE_RUNS names (default "batched8 tg128":
 # llama-batched-bench -npl 8 as the bench runs it, and llama-bench tg128 at -ngl 99), arms
-# alternating (TRACE_ROUNDS, default 3); backend_trace.py then sets the arms' steady decodes
-# side by side, round by round (logs/trace-RUN.log: one row per call, median start and
-# duration in each arm, and B's start minus A's).
+# alternating (TRACE_ROUNDS, default 3; the order turned every other round); backend_trace.py
+# then sets each arm's steady decodes beside stock's, round by round (logs/trace-RUN.log: one
+# row per call, median start and duration in each arm, and B's start minus A's). TRACE_ARMS
+# lists the arms (default "stock ours"); ARM:VAR=VALUE[,VAR=VALUE] runs ARM with those
+# variables set (ours:GGML_SCHED_INPUT_WAITS=input: ours with stock's waits), each compared
+# with stock.
 stage_trace() {
   [ -x "$B/bin/llama-bench" ] && [ -x "$B/bin/llama-batched-bench" ] && [ -f "$M" ] \
     || { log "trace needs the build (llama-bench, llama-batched-bench) and the model"; return 1; }
   local b=$B lib=$W/ab-bundle/lib tr=$W/libbackend-trace.so src=$W/ab-bundle/cabi-tests/sched-bench
-  local run r a order out rc fails=0
+  local run r a spec label envs order out rc fails=0 arms=${TRACE_ARMS:-stock ours}
+  case " $arms " in *" stock "*) ;; *) log "trace: TRACE_ARMS must name stock (the arm the others are set beside)"; return 1 ;; esac
   build_tracer "$tr" || return 1
   for run in ${TRACE_RUNS:-batched8 tg128}; do
+    case $run in
+      batched8|tg128) ;;
+      *) log "trace: unknown run $run (batched8, tg128)"; fails=1; continue ;;
+    esac
     out=$W/logs/trace-$run.log
     : > "$out"
     rm -f "$W/logs/trace-$run"-*.trace
     for r in $(seq 1 "${TRACE_ROUNDS:-3}"); do
-      order="stock ours"; [ $((r % 2)) = 0 ] && order="ours stock"
-      for a in $order; do
-        case $run in
-          batched8) ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/trace-$run-$a-$r.trace probe_tag=trace- arm "$a" \
-            "$b/bin/llama-batched-bench" -m "$M" -ngl 99 -c 4096 -npp 128 -ntg 128 -npl 8 ;;
-          tg128) ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/trace-$run-$a-$r.trace probe_tag=trace- arm "$a" \
-            "$b/bin/llama-bench" -m "$M" -ngl 99 -p 0 -n 128 -r 3 -o csv ;;
-          *) log "trace: unknown run $run (batched8, tg128)"; fails=1; continue 3 ;;
-        esac > "$W/logs/trace-$run-$a.out" 2>&1
+      order=$arms
+      [ $((r % 2)) = 0 ] && order=$(echo "$arms" | tr ' ' '\n' | tac | tr '\n' ' ')
+      for spec in $order; do
+        a=${spec%%:*} envs=(); [ "$spec" != "$a" ] && IFS=, read -ra envs <<< "${spec#*:}"
+        label=$(echo "$spec" | tr ':=,' '---')
+        (
+          [ ${#envs[@]} -gt 0 ] && export "${envs[@]}"
+          case $run in
+            batched8) ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/trace-$run-$label-$r.trace probe_tag=trace- arm "$a" \
+              "$b/bin/llama-batched-bench" -m "$M" -ngl 99 -c 4096 -npp 128 -ntg 128 -npl 8 ;;
+            tg128) ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/trace-$run-$label-$r.trace probe_tag=trace- arm "$a" \
+              "$b/bin/llama-bench" -m "$M" -ngl 99 -p 0 -n 128 -r 3 -o csv ;;
+          esac
+        ) > "$W/logs/trace-$run-$label.out" 2>&1
         rc=$?
-        [ "$rc" = 0 ] || { fails=1; log "trace $run: $a exited $rc (logs/trace-$run-$a.out)"; }
+        [ "$rc" = 0 ] || { fails=1; log "trace $run: $label exited $rc (logs/trace-$run-$label.out)"; }
       done
     done
-    for r in $(seq 1 "${TRACE_ROUNDS:-3}"); do
-      echo "== round $r: stock (A) against ours (B)" >> "$out"
-      python3 "$src/backend_trace.py" "$W/logs/trace-$run-stock-$r.trace" "$W/logs/trace-$run-ours-$r.trace" >> "$out" 2>&1
+    for spec in $arms; do
+      label=$(echo "$spec" | tr ':=,' '---')
+      [ "$label" = stock ] && continue
+      for r in $(seq 1 "${TRACE_ROUNDS:-3}"); do
+        echo "== round $r: stock (A) against $spec (B)" >> "$out"
+        python3 "$src/backend_trace.py" "$W/logs/trace-$run-stock-$r.trace" "$W/logs/trace-$run-$label-$r.trace" >> "$out" 2>&1
+      done
     done
     log "trace $run: $(grep -E '^ +(decode|cycle)' "$out" | tr -s ' ' | tr '\n' ';')"
   done
