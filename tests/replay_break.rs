@@ -115,9 +115,9 @@ unsafe extern "C" fn backend_optimize(
     }
 }
 fn backend(dev: *mut sys::ggml_backend_device) -> ggml_backend_t {
-    Box::into_raw(Box::new(sys::ggml_backend {
-        guid: null_mut(),
-        iface: sys::ggml_backend_i {
+    new_backend(
+        dev,
+        sys::ggml_backend_i {
             get_name: Some(backend_name),
             free: Some(backend_free),
             synchronize: Some(backend_sync),
@@ -125,9 +125,7 @@ fn backend(dev: *mut sys::ggml_backend_device) -> ggml_backend_t {
             graph_optimize: Some(backend_optimize),
             ..Default::default()
         },
-        device: dev,
-        context: null_mut(),
-    }))
+    )
 }
 
 // ---- harness -------------------------------------------------------------------------------

@@ -96,18 +96,16 @@ unsafe extern "C" fn backend_compute(b: ggml_backend_t, g: *mut ggml_cgraph) -> 
 }
 
 fn backend(dev: *mut sys::ggml_backend_device) -> ggml_backend_t {
-    Box::into_raw(Box::new(sys::ggml_backend {
-        guid: null_mut(),
-        iface: sys::ggml_backend_i {
+    new_backend(
+        dev,
+        sys::ggml_backend_i {
             get_name: Some(backend_name),
             free: Some(backend_free),
             synchronize: Some(backend_sync),
             graph_compute: Some(backend_compute),
             ..Default::default()
         },
-        device: dev,
-        context: null_mut(),
-    }))
+    )
 }
 
 // ---- random graphs ----------------------------------------------------------------------

@@ -89,9 +89,9 @@ unsafe extern "C" fn add_compute(_: ggml_backend_t, g: *mut ggml_cgraph) -> sys:
 }
 
 fn backend(dev: *mut sys::ggml_backend_device) -> ggml_backend_t {
-    Box::into_raw(Box::new(sys::ggml_backend {
-        guid: null_mut(),
-        iface: sys::ggml_backend_i {
+    new_backend(
+        dev,
+        sys::ggml_backend_i {
             get_name: Some(backend_name),
             free: Some(backend_free),
             synchronize: Some(counting_sync),
@@ -100,9 +100,7 @@ fn backend(dev: *mut sys::ggml_backend_device) -> ggml_backend_t {
             event_wait: Some(event_wait),
             ..Default::default()
         },
-        device: dev,
-        context: null_mut(),
-    }))
+    )
 }
 
 /// The waits one `graph_compute_async` made (between the counters' reads).

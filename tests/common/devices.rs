@@ -40,6 +40,20 @@ pub unsafe extern "C" fn backend_name(b: sys::ggml_backend_t) -> *const c_char {
 /// The backend interface's `synchronize`: the test backends compute synchronously.
 pub unsafe extern "C" fn backend_sync(_: sys::ggml_backend_t) {}
 
+/// A backend of `dev` with the test's own interface (`get_name`, `free` and the others it
+/// sets; [`backend_name`] and [`backend_free`] fit any test); freed by `iface.free`.
+pub fn new_backend(
+    dev: *mut sys::ggml_backend_device,
+    iface: sys::ggml_backend_i,
+) -> sys::ggml_backend_t {
+    Box::into_raw(Box::new(sys::ggml_backend {
+        guid: null_mut(),
+        iface,
+        device: dev,
+        context: null_mut(),
+    }))
+}
+
 /// The backend interface's `free`.
 pub unsafe extern "C" fn backend_free(b: sys::ggml_backend_t) {
     // SAFETY: made by Box in a test's `backend()`.
