@@ -454,3 +454,31 @@ impl Sched {
         ggml_sys::GGML_STATUS_SUCCESS
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_wait_covers_both_kinds_and_a_queue_wait_only_queued_copies() {
+        let mut w = SplitWaits::new(InputWaits::PerSplit);
+        assert!(w.host_wait_needed() && w.queue_wait_needed());
+        w.queue = true;
+        assert!(
+            w.host_wait_needed(),
+            "a blocking copy needs the host to wait"
+        );
+        assert!(!w.queue_wait_needed());
+        let mut w = SplitWaits::new(InputWaits::PerSplit);
+        w.host = true;
+        assert!(!w.host_wait_needed() && !w.queue_wait_needed());
+    }
+
+    #[test]
+    fn stocks_mode_waits_every_time() {
+        let mut w = SplitWaits::new(InputWaits::PerInput);
+        w.host = true;
+        w.queue = true;
+        assert!(w.host_wait_needed() && w.queue_wait_needed());
+    }
+}
