@@ -2,9 +2,11 @@
 //! (user inputs at once; other inputs asynchronously where the backend can, and only the
 //! used experts of host MoE weights), compute (whole split, or in runs cut at the nodes the
 //! eval callback wants), record the split's event. Matches stock's
-//! `ggml_backend_sched_compute_splits`, with one difference: stock waits for the split's
-//! backend again before every input it copies, where one wait per split is enough (see
-//! [`SplitWaits`]). On ggml-cuda a wait on an idle stream costs 1-2 µs, and a token of a 1B
+//! `ggml_backend_sched_compute_splits`, with two differences in the waits before a split's
+//! input copies ([`SplitWaits`]): stock waits for the split's backend before every input,
+//! ours once per split; and where stock, with pipeline copies, makes only the split's queue
+//! wait before a queued copy (a wait ggml-cuda's copies between devices escape), ours waits
+//! on the host. On ggml-cuda a wait on an idle stream costs 1-2 µs, and a token of a 1B
 //! model at full offload copies six inputs into its CUDA split: six of stock's seven waits
 //! there are saved (its queued copy falls back to a blocking one, and stock waits again).
 
@@ -26,7 +28,7 @@ const F: &str = "ggml_backend_sched_compute_splits";
 /// a scheduler is made (`ggml_backend_sched_new`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InputWaits {
-    /// Once per split and kind of wait ([`SplitWaits`]): the default, `split`.
+    /// Once per split, on the host ([`SplitWaits`]): the default, `split`.
     PerSplit,
     /// Before every input, as stock does: `input`. For measuring what the default saves
     /// within one library, and a way back to stock's exact sequence of backend calls.
@@ -52,33 +54,34 @@ impl InputWaits {
     }
 }
 
-/// What the split being started has already waited for on its own backend, so that each
-/// kind of wait is made once per split instead of once per input (stock makes it before
-/// every input).
+/// Whether the host has waited for the split's backend yet, so that it waits once per split
+/// instead of once per input (stock waits before every input).
 ///
 /// Every wait in the input loop guards the same thing: the split's backend must be done
 /// with the previous contents of the input copies (the earlier graph computes that read
-/// them) before they are overwritten. After the split's first host wait those computes have
-/// finished; after a queue wait, the backend's queue is ordered after them. From then until
-/// the split's compute, the loop queues only copies into *other* input copies of the split
-/// (`cpy_tensor_async`, on ggml-cuda queued on the source backend's stream; the experts'
+/// them) before they are overwritten. After the split's first host wait
+/// (`ggml_backend_synchronize`, or `ggml_backend_event_synchronize` of the split's event)
+/// those computes have finished. From then until the split's compute, the loop queues only
+/// copies into *other* input copies of the split (`cpy_tensor_async`; the experts'
 /// `set_tensor_async`) and, on the MoE path, a read of the expert ids followed by its own
 /// synchronize: none reads an input copy's previous contents, and the input copies of one
 /// split never share bytes. A blocking copy is complete when it returns. So a second wait
-/// of the same kind orders nothing new. The wait on the input's own backend before a
-/// blocking copy (that backend may still be producing the input) is not covered and stays
-/// per input.
+/// orders nothing new. The wait on the input's own backend before a blocking copy (that
+/// backend may still be producing the input) is not covered and stays per input.
+///
+/// Before a queued copy, ours waits on the host too, where stock (with pipeline copies)
+/// only makes the split's queue wait for the event (`ggml_backend_event_wait`): ggml-cuda
+/// runs a copy between two of its devices on the *source* device's stream, which that wait
+/// does not order, so the copy could overwrite a pipeline copy the split's device is still
+/// reading. In llama.cpp's splits the host waits for the same event anyway, at the first
+/// user input (the mask, the positions), so this moves the wait earlier rather than adding
+/// one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SplitWaits {
     /// Every wait is made, as stock makes them (`GGML_SCHED_INPUT_WAITS=input`).
     pub every: bool,
-    /// The host has waited: `ggml_backend_synchronize` of the split's backend, or
-    /// `ggml_backend_event_synchronize` of its event. Covers a queue wait as well: work
-    /// queued after the host saw the event complete runs after it.
+    /// The host has waited for the split's backend (or its event) in this split.
     pub host: bool,
-    /// The backend's queue waits on the split's event (`ggml_backend_event_wait`): enough
-    /// before a queued copy, not before a blocking one.
-    pub queue: bool,
 }
 
 impl SplitWaits {
@@ -87,18 +90,12 @@ impl SplitWaits {
         SplitWaits {
             every: mode == InputWaits::PerInput,
             host: false,
-            queue: false,
         }
     }
 
-    /// Whether a blocking (host) copy into an input copy needs the host to wait first.
+    /// Whether a copy into an input copy needs the host to wait first.
     pub fn host_wait_needed(self) -> bool {
         self.every || !self.host
-    }
-
-    /// Whether a queued copy into an input copy needs a wait first (of either kind).
-    pub fn queue_wait_needed(self) -> bool {
-        self.every || (!self.host && !self.queue)
     }
 }
 
@@ -328,17 +325,19 @@ impl Sched {
                     crate::sanitize::sched_copied(inp, dst, None);
                     continue;
                 }
-                // Wait until the split's backend no longer reads the previous contents.
-                if waits.queue_wait_needed() {
+                // Wait until the split's backend no longer reads the previous contents: on
+                // the host, once per split ([`SplitWaits`]); stock's mode makes stock's wait.
+                if waits.every {
                     if event.is_null() {
                         backend::synchronize(be);
-                        waits.host = true;
                     } else {
                         // SAFETY: non-NULL here, the scheduler's own event (made at creation,
                         // freed on drop).
                         unsafe { event::wait(be, event) };
-                        waits.queue = true;
                     }
+                } else {
+                    // SAFETY: the scheduler's own event for this backend and copy, or NULL.
+                    unsafe { self.wait_host_once(sb, event, &mut waits) };
                 }
                 // SAFETY: a split's graph cell is written only by `split` (under `&mut
                 // self`); here, under `&self`, it is only read.
@@ -460,25 +459,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_host_wait_covers_both_kinds_and_a_queue_wait_only_queued_copies() {
+    fn the_host_waits_once_per_split() {
         let mut w = SplitWaits::new(InputWaits::PerSplit);
-        assert!(w.host_wait_needed() && w.queue_wait_needed());
-        w.queue = true;
-        assert!(
-            w.host_wait_needed(),
-            "a blocking copy needs the host to wait"
-        );
-        assert!(!w.queue_wait_needed());
-        let mut w = SplitWaits::new(InputWaits::PerSplit);
+        assert!(w.host_wait_needed());
         w.host = true;
-        assert!(!w.host_wait_needed() && !w.queue_wait_needed());
+        assert!(!w.host_wait_needed());
     }
 
     #[test]
     fn stocks_mode_waits_every_time() {
         let mut w = SplitWaits::new(InputWaits::PerInput);
         w.host = true;
-        w.queue = true;
-        assert!(w.host_wait_needed() && w.queue_wait_needed());
+        assert!(w.host_wait_needed());
     }
 }
