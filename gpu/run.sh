@@ -320,6 +320,21 @@ arm() {
     GGML_AB_PROBE_OUT=$W/logs/probe-${probe_tag:-}$a.jsonl "$@"
 }
 
+# Arm specs, as RPCTRACE_ARMS and TRACE_ARMS list them: ARM or ARM:VAR=VALUE[,VAR=VALUE].
+# arm_spec SPEC CMD...: `arm` of the spec's arm with its variables set (in a subshell).
+arm_spec() {
+  local spec=$1 a=${1%%:*} envs=()
+  shift
+  [ "$spec" != "$a" ] && IFS=, read -ra envs <<< "${spec#*:}"
+  ( [ ${#envs[@]} -gt 0 ] && export "${envs[@]}"; arm "$a" "$@" )
+}
+# spec_label SPEC: the spec as a file-name part (ours:GGML_X=1 -> ours-GGML_X-1).
+spec_label() { echo "$1" | tr ':=,' '---'; }
+# specs_in_round R SPECS: the specs in their order for round R, turned every other round.
+specs_in_round() {
+  if [ $(($1 % 2)) = 0 ]; then echo "$2" | tr ' ' '\n' | tac | tr '\n' ' '; else echo "$2"; fi
+}
+
 # rpc_server_start ARM PORT LOG: starts the build's ggml-rpc-server in ARM on 127.0.0.1:PORT
 # (output to LOG; ARM_PRELOAD and probe_tag as for `arm`), waits until it accepts a connection
 # (30 s at most) and prints the server's own pid (on stdout: call it as `pid=$(...)`; its
@@ -849,7 +864,7 @@ stage_fusion() {
 # first). The server is traced too: its calls join each decode's rows as srv:KIND.
 stage_rpctrace() {
   [ -x "$B/bin/ggml-rpc-server" ] && [ -f "$M" ] || { log "rpctrace needs ggml-rpc-server and the model"; return 1; }
-  local b=$B lib=$W/ab-bundle/lib r a spid set reuse tr=$W/libbackend-trace.so out spec label envs rc fails=0
+  local b=$B lib=$W/ab-bundle/lib r spid set reuse tr=$W/libbackend-trace.so out spec label rc fails=0
   local src=$W/ab-bundle/cabi-tests/sched-bench arms=${RPCTRACE_ARMS:-stock ours} tag=${RPCTRACE_TAG:+-$RPCTRACE_TAG}
   # a port of its own per tag, so that two runs side by side never find each other's server
   local port=$((50756 + $(printf '%s' "${RPCTRACE_TAG:-}" | cksum | cut -d' ' -f1) % 200))
@@ -869,18 +884,12 @@ stage_rpctrace() {
     out=$W/logs/rpctrace-$set$tag.log
     : > "$out"
     for r in $(seq 1 "${RPCTRACE_ROUNDS:-2}"); do
-      local order=$arms
-      [ $((r % 2)) = 0 ] && order=$(echo "$arms" | tr ' ' '\n' | tac | tr '\n' ' ')
-      for spec in $order; do
-        a=${spec%%:*} envs=(); [ "$spec" != "$a" ] && IFS=, read -ra envs <<< "${spec#*:}"
-        label=$(echo "$spec" | tr ':=,' '---')
-        (
-          [ ${#envs[@]} -gt 0 ] && export "${envs[@]}"
-          LLAMA_GRAPH_REUSE_DISABLE=$reuse ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/rpctrace-$set$tag-$label.trace \
-            probe_tag=rpctrace-client- arm "$a" "$b/bin/llama-bench" -m "$M" -rpc "127.0.0.1:$port" \
-            -dev "RPC0/${RPCTRACE_DEV:-CUDA0}" -ts 1/1 -ngl 99 -p 0 -n 128 -r 3 -o csv "$@" \
-            > "$W/logs/rpctrace-bench.csv" 2>> "$W/logs/rpctrace-client.log"
-        )
+      for spec in $(specs_in_round "$r" "$arms"); do
+        label=$(spec_label "$spec")
+        LLAMA_GRAPH_REUSE_DISABLE=$reuse ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/rpctrace-$set$tag-$label.trace \
+          probe_tag=rpctrace-client- arm_spec "$spec" "$b/bin/llama-bench" -m "$M" -rpc "127.0.0.1:$port" \
+          -dev "RPC0/${RPCTRACE_DEV:-CUDA0}" -ts 1/1 -ngl 99 -p 0 -n 128 -r 3 -o csv "$@" \
+          > "$W/logs/rpctrace-bench.csv" 2>> "$W/logs/rpctrace-client.log"
         rc=$?
         [ "$rc" = 0 ] || { fails=$((fails + 1)); log "rpctrace: client $label exited $rc (logs/rpctrace-client.log)"; }
         echo "round $r client $label tg128 $(tail -1 "$W/logs/rpctrace-bench.csv" | awk -F, '{print $(NF-1)}' | tr -d '"') exit $rc" >> "$out"
@@ -888,7 +897,7 @@ stage_rpctrace() {
     done
     rpc_server_stop "$spid"
     for spec in $arms; do
-      label=$(echo "$spec" | tr ':=,' '---')
+      label=$(spec_label "$spec")
       [ "$label" = stock ] && continue
       echo "== stock (A) against $spec (B)" >> "$out"
       python3 "$src/backend_trace.py" --server "$W/logs/rpctrace-$set$tag-server.trace" \
@@ -914,7 +923,7 @@ stage_trace() {
   [ -x "$B/bin/llama-bench" ] && [ -x "$B/bin/llama-batched-bench" ] && [ -f "$M" ] \
     || { log "trace needs the build (llama-bench, llama-batched-bench) and the model"; return 1; }
   local b=$B lib=$W/ab-bundle/lib tr=$W/libbackend-trace.so src=$W/ab-bundle/cabi-tests/sched-bench
-  local run r a spec label envs order out rc fails=0 arms=${TRACE_ARMS:-stock ours}
+  local run r spec label out rc fails=0 arms=${TRACE_ARMS:-stock ours}
   case " $arms " in *" stock "*) ;; *) log "trace: TRACE_ARMS must name stock (the arm the others are set beside)"; return 1 ;; esac
   build_tracer "$tr" || return 1
   for run in ${TRACE_RUNS:-batched8 tg128}; do
@@ -926,26 +935,20 @@ stage_trace() {
     : > "$out"
     rm -f "$W/logs/trace-$run"-*.trace
     for r in $(seq 1 "${TRACE_ROUNDS:-3}"); do
-      order=$arms
-      [ $((r % 2)) = 0 ] && order=$(echo "$arms" | tr ' ' '\n' | tac | tr '\n' ' ')
-      for spec in $order; do
-        a=${spec%%:*} envs=(); [ "$spec" != "$a" ] && IFS=, read -ra envs <<< "${spec#*:}"
-        label=$(echo "$spec" | tr ':=,' '---')
-        (
-          [ ${#envs[@]} -gt 0 ] && export "${envs[@]}"
-          case $run in
-            batched8) ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/trace-$run-$label-$r.trace probe_tag=trace- arm "$a" \
-              "$b/bin/llama-batched-bench" -m "$M" -ngl 99 -c 4096 -npp 128 -ntg 128 -npl 8 ;;
-            tg128) ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/trace-$run-$label-$r.trace probe_tag=trace- arm "$a" \
-              "$b/bin/llama-bench" -m "$M" -ngl 99 -p 0 -n 128 -r 3 -o csv ;;
-          esac
-        ) > "$W/logs/trace-$run-$label.out" 2>&1
+      for spec in $(specs_in_round "$r" "$arms"); do
+        label=$(spec_label "$spec")
+        case $run in
+          batched8) ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/trace-$run-$label-$r.trace probe_tag=trace- arm_spec "$spec" \
+            "$b/bin/llama-batched-bench" -m "$M" -ngl 99 -c 4096 -npp 128 -ntg 128 -npl 8 ;;
+          tg128) ARM_PRELOAD=$tr BACKEND_TRACE_OUT=$W/logs/trace-$run-$label-$r.trace probe_tag=trace- arm_spec "$spec" \
+            "$b/bin/llama-bench" -m "$M" -ngl 99 -p 0 -n 128 -r 3 -o csv ;;
+        esac > "$W/logs/trace-$run-$label.out" 2>&1
         rc=$?
         [ "$rc" = 0 ] || { fails=1; log "trace $run: $label exited $rc (logs/trace-$run-$label.out)"; }
       done
     done
     for spec in $arms; do
-      label=$(echo "$spec" | tr ':=,' '---')
+      label=$(spec_label "$spec")
       [ "$label" = stock ] && continue
       for r in $(seq 1 "${TRACE_ROUNDS:-3}"); do
         echo "== round $r: stock (A) against $spec (B)" >> "$out"
