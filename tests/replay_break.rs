@@ -448,6 +448,56 @@ fn sanity_identical_graph_replays() {
     );
 }
 
+/// llama.cpp builds every graph of a context in the same memory, so graphs of different token
+/// counts have the same node and leaf arrays: each is a new graph, not a sighting of the last
+/// one. Only a shape seen twice in a row is snapshot, at its third split in a row of those
+/// arrays, and replayed from its fourth; the old count took a snapshot (a copy of every
+/// header) of every graph from the third on, and none of them replayed.
+#[test]
+fn new_shapes_in_the_same_memory_are_not_snapshot() {
+    let _l = serial();
+    let env = Env::new(true);
+    let n = std::cell::Cell::new(8i64);
+    let f = |ctx: *mut sys::ggml_context| {
+        // SAFETY: a live context.
+        unsafe {
+            let x = input(ctx, n.get());
+            let y = sys::ggml_scale(ctx, x, 2.0);
+            let z = sys::ggml_add(ctx, y, x);
+            (finish(ctx, &[z]), vec![x, y, z], vec![z])
+        }
+    };
+    let sizes = [8i64, 8, 16, 24, 32, 40, 40, 40, 40];
+    let sched = env.sched();
+    let mut arena = Vec::new();
+    let (mut snapshots, mut replayed) = (Vec::new(), Vec::new());
+    for &size in &sizes {
+        n.set(size);
+        let want = oracle(&env, &f, &[]);
+        // SAFETY: live scheduler; the previous graph is reset away before its memory is reused.
+        unsafe { ggml_backend_sched_reset(sched) };
+        let g = build(&mut arena, &f);
+        let (s0, r0) = (ggml_base::sched::replay::snapshots_total(), replays());
+        let got = run(&env, sched, &g, false).expect("allocation");
+        assert_eq!(got, want, "{size} elements");
+        snapshots.push(ggml_base::sched::replay::snapshots_total() - s0);
+        replayed.push(replays() - r0);
+        drop(g);
+    }
+    // SAFETY: made above.
+    unsafe { ggml_backend_sched_free(sched) };
+    assert_eq!(
+        snapshots,
+        vec![0, 0, 0, 0, 0, 0, 1, 0, 0],
+        "a snapshot only of the shape seen twice in a row (sizes {sizes:?})"
+    );
+    assert_eq!(
+        replayed,
+        vec![0, 0, 0, 0, 0, 0, 0, 1, 1],
+        "replays after that snapshot (sizes {sizes:?})"
+    );
+}
+
 /// The weights buffer's usage is read by pass 1 (ops on weights in host memory of the last
 /// backend are offloaded) but is not in any tensor header.
 #[test]

@@ -26,6 +26,10 @@
 // call's nanoseconds (the first PROBE_MAX_EACH calls), so that a reader can set a process's
 // first computes (warm-up, CUDA graph capture) apart from its steady ones: a mean over all
 // calls says nothing about the steady ones when one warm-up call costs tens of milliseconds.
+// For alloc_graph it lists each call's nanoseconds and minor page faults (on the calling
+// thread, counted outside the timed span): with graph reuse on, llama.cpp makes a few calls,
+// each the first of its graph, and which of them is slow, and whether fresh memory made it
+// so, is what tells two arms' first calls apart.
 //
 // llama.cpp calls alloc_graph itself before each compute, so its calls are all seen.
 //
@@ -43,6 +47,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 
 struct probe_counter {
@@ -59,7 +64,14 @@ static __thread int g_depth;
 
 // Each call's nanoseconds, for compute and synchronize (bounded: a long run keeps its first).
 #define PROBE_MAX_EACH 8192
-static long long g_compute_each[PROBE_MAX_EACH], g_sync_each[PROBE_MAX_EACH];
+static long long g_compute_each[PROBE_MAX_EACH], g_sync_each[PROBE_MAX_EACH], g_alloc_each[PROBE_MAX_EACH];
+// Each alloc_graph call's minor page faults (first touches of fresh memory), on its thread.
+static long long g_alloc_faults_each[PROBE_MAX_EACH];
+
+static long long thread_minor_faults(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_THREAD, &ru) == 0 ? (long long) ru.ru_minflt : 0;
+}
 
 static void keep_each(long long * each, long long calls_before, long long ns) {
     if (calls_before < PROBE_MAX_EACH) {
@@ -142,12 +154,18 @@ static long long now_ns(void) {
     return (long long) ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static bool timed(struct probe_counter * c, sched_graph_fn fn, ggml_backend_sched_t sched, struct ggml_cgraph * graph) {
+// `each`: where to keep this call's nanoseconds (NULL: kept only in the sum).
+static bool timed(struct probe_counter * c, long long * each, sched_graph_fn fn, ggml_backend_sched_t sched,
+                  struct ggml_cgraph * graph) {
     const long long t0 = now_ns();
     g_depth++;
     const bool ok = fn(sched, graph);
     g_depth--;
-    c->ns += now_ns() - t0;
+    const long long dt = now_ns() - t0;
+    if (each) {
+        keep_each(each, c->calls, dt);
+    }
+    c->ns += dt;
     c->calls++;
     c->nodes += ggml_graph_n_nodes(graph);
     return ok;
@@ -161,7 +179,10 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, struct ggml_cgra
     if (g_depth > 0) {
         return fn(sched, graph);
     }
-    const bool ok        = timed(&g_alloc, fn, sched, graph);
+    const long long calls_before = g_alloc.calls;
+    const long long faults0      = thread_minor_faults();
+    const bool      ok           = timed(&g_alloc, g_alloc_each, fn, sched, graph);
+    keep_each(g_alloc_faults_each, calls_before, thread_minor_faults() - faults0);
     g_last.last_nodes    = ggml_graph_n_nodes(graph);
     g_last.last_backends = ggml_backend_sched_get_n_backends(sched);
     g_last.last_splits   = ggml_backend_sched_get_n_splits(sched);
@@ -228,7 +249,7 @@ bool ggml_backend_sched_reserve(ggml_backend_sched_t sched, struct ggml_cgraph *
     if (g_depth > 0) {
         return fn(sched, graph);
     }
-    return timed(&g_reserve, fn, sched, graph);
+    return timed(&g_reserve, NULL, fn, sched, graph);
 }
 
 typedef enum ggml_status (*sched_compute_fn)(ggml_backend_sched_t, struct ggml_cgraph *);
@@ -307,6 +328,8 @@ __attribute__((destructor)) static void probe_report(void) {
             "\"synchronize\":{\"calls\":%lld,\"ns\":%lld,\"nodes\":0}",
             lib, g_alloc.calls, g_alloc.ns, g_alloc.nodes, g_reserve.calls, g_reserve.ns, g_reserve.nodes, g_reset.calls,
             g_reset.ns, g_compute.calls, g_compute.ns, g_compute.nodes, g_sync.calls, g_sync.ns);
+    print_each(f, "alloc_graph_each_ns", g_alloc_each, g_alloc.calls);
+    print_each(f, "alloc_graph_each_faults", g_alloc_faults_each, g_alloc.calls);
     print_each(f, "compute_each_ns", g_compute_each, g_compute.calls);
     print_each(f, "synchronize_each_ns", g_sync_each, g_sync.calls);
     fputs("}\n", f);

@@ -91,6 +91,15 @@ pub(crate) fn count_serial_record_miss() {
     SERIAL_RECORD_MISSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Snapshots taken in this process, by every scheduler (each a copy of every header of a
+/// graph: tests check that a graph that cannot replay is not copied).
+static SNAPSHOTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Snapshots taken in this process so far, by every scheduler ([`Replay::take`]).
+pub fn snapshots_total() -> u64 {
+    SNAPSHOTS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Bytes of a tensor header.
 const HEADER: usize = std::mem::size_of::<ggml_tensor>();
 
@@ -104,13 +113,36 @@ unsafe fn header<'a>(t: *const ggml_tensor) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(t.cast::<u8>(), HEADER) }
 }
 
-/// The sighting of a graph (its leaf and node arrays given to that many splits in a row) at
-/// which its headers are copied for a replay. The second sighting is too early: llama.cpp
-/// builds a graph's first real instance in the memory its reserve graph used, or allocates a
-/// new shape once or twice, and a graph split only twice never replays, so its copy (about
-/// 400 KiB of fresh memory for a 1,000-node graph) was the largest extra cost of those first
-/// `alloc_graph` calls. A graph rebuilt every token pays one more full split instead, once.
+/// The sighting of a graph (its leaf and node arrays given to that many splits in a row, with
+/// the same shapes from the second on) at which its headers are copied for a replay. The second
+/// sighting is too early: llama.cpp builds a graph's first real instance in the memory its
+/// reserve graph used, or allocates a new shape once or twice, and a graph split only twice
+/// never replays, so its copy (about 400 KiB of fresh memory for a 1,000-node graph) was the
+/// largest extra cost of those first `alloc_graph` calls. A graph rebuilt every token pays one
+/// more full split instead, once.
 const SNAPSHOT_AT: u32 = 3;
+
+/// The shapes of `nodes` (every `ne`), hashed: what tells two graphs built in the same memory
+/// apart when only their token counts differ. llama.cpp builds every graph of a context in the
+/// same tensor memory, so a prompt graph of 256 tokens has the node and leaf arrays of the
+/// 64-token prompt before it; counted as sightings of one graph, the third such graph was
+/// snapshot (llama-batched-bench, `-npl 1,4,8`: 103 page faults and 200-300 µs in the fourth
+/// `alloc_graph`, then a copy of every header in each later one) and never replayed. Only a
+/// gate for the snapshot: a replay still needs every header equal.
+///
+/// # Safety
+/// Every entry of `nodes` must be a live tensor.
+unsafe fn shape_key(nodes: &[*mut ggml_tensor]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = rustc_hash::FxHasher::default();
+    for &t in nodes {
+        // SAFETY: live (the caller's contract).
+        for &n in unsafe { &(*t).ne } {
+            h.write_i64(n);
+        }
+    }
+    h.finish()
+}
 
 /// What the last split was given, and whether it may be replayed.
 #[derive(Default)]
@@ -119,8 +151,12 @@ pub struct Replay {
     valid: bool,
     /// Whether the last split took a snapshot (its graph had been split twice before).
     snapshot: bool,
-    /// How many splits in a row, the last one included, were given `leafs` and `nodes`.
+    /// How many splits in a row, the last one included, were given `leafs` and `nodes`, with
+    /// the shapes `shapes` from the second of them on.
     sightings: u32,
+    /// The [`shape_key`] of the last split's nodes, when it was taken (from a graph's second
+    /// sighting on).
+    shapes: Option<u64>,
     /// The leaf and node arrays of the last split's graph (kept with or without a snapshot).
     leafs: Vec<*mut ggml_tensor>,
     nodes: Vec<*mut ggml_tensor>,
@@ -178,7 +214,8 @@ impl Replay {
     /// (it reuses its own graph while it can, and reserves in other memory), and the copy of
     /// every header, hundreds of kilobytes of fresh memory, was the largest part of such a
     /// first `alloc_graph`. Nor is one seen twice ([`SNAPSHOT_AT`]): a graph rebuilt each
-    /// token is snapshot at its third split and replayed from its fourth.
+    /// token is snapshot at its third split and replayed from its fourth. Nor is a graph whose
+    /// shapes differ from the last split's ([`shape_key`]), though its arrays are the same.
     ///
     /// # Safety
     /// `g` must be a live graph of live tensors.
@@ -203,9 +240,19 @@ impl Replay {
         let (leafs, nodes) = unsafe { (inspect::leafs(g), inspect::nodes(g)) };
         let seen = leafs == self.leafs.as_slice() && nodes == self.nodes.as_slice();
         if seen {
-            self.sightings = self.sightings.saturating_add(1);
+            // The same arrays: the same graph only if its shapes are those of the last split
+            // (a first sighting takes no key, so the second always starts the count anew).
+            // SAFETY: nodes of the live graph.
+            let shapes = unsafe { shape_key(nodes) };
+            if self.shapes == Some(shapes) {
+                self.sightings = self.sightings.saturating_add(1);
+            } else {
+                self.shapes = Some(shapes);
+                self.sightings = 2;
+            }
         } else {
             self.sightings = 1;
+            self.shapes = None;
             self.leafs.clear();
             self.leafs.extend_from_slice(leafs);
             self.nodes.clear();
@@ -215,6 +262,7 @@ impl Replay {
         if !self.snapshot {
             return;
         }
+        SNAPSHOTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.headers.reserve(HEADER * (leafs.len() + nodes.len()));
         for &t in leafs.iter().chain(nodes) {
             // SAFETY: a leaf or node of the live graph.
