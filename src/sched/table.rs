@@ -484,19 +484,31 @@ impl GraphIds {
 /// `graph_tensors` nodes and leafs: two graphs' worth (llama.cpp builds its measure graphs
 /// and its real graphs in two different buffers) and some slack.
 fn kept_ids(graph_tensors: usize) -> usize {
-    2 * graph_tensors + 4096
+    graph_tensors.saturating_mul(2).saturating_add(4096)
+}
+
+/// Entries of the per-id lists (the placements here, the plan key's positions) made at
+/// `ggml_backend_sched_new` for a `graph_size` hint: as many ids as the table keeps for graphs
+/// of that many tensors ([`kept_ids`]). llama.cpp's measure graph and its real graph, each
+/// below `graph_size`, together hold more than `graph_size + 1024` (SmolLM2: a hint of 2,176,
+/// 1,335 tensors a graph, more than 3,200 ids by the second `alloc_graph` of
+/// `llama-batched-bench`), and growing these lists there copied them into fresh pages: 8 of
+/// the 9 page faults of that call. 4 bytes an entry: 33 KiB each for that hint.
+pub(crate) fn id_list_capacity(graph_size: usize) -> usize {
+    kept_ids(graph_size)
 }
 
 impl Table {
-    /// A table with room for `graph_size + 1024` ids before anything grows, its memory
-    /// touched now (stock sizes and touches its hash set from the same `graph_size` at
-    /// `ggml_backend_sched_new`). Real graphs stay well below `graph_size` nodes, so this
-    /// usually holds a measure graph and a real one; more grows the map, once.
+    /// A table with room for [`id_list_capacity`] placements and `graph_size + 1024` ids in
+    /// its map before anything grows, its memory touched now (stock sizes and touches its hash
+    /// set from the same `graph_size` at `ggml_backend_sched_new`). The map takes two 16-byte
+    /// slots or more per id, so it is not sized for every id the table keeps: more grows the
+    /// map, once (with this hint, past 4,096 ids).
     pub fn with_capacity(graph_size: usize) -> Table {
         let Some(entries) = graph_size.checked_add(1024) else {
             cannot_reserve("placements", graph_size, None)
         };
-        let mut slots = room_for(entries, "placements");
+        let mut slots = room_for(id_list_capacity(graph_size), "placements");
         prefault(&mut slots, None);
         Table {
             ids: PtrIndex::with_capacity(entries),
