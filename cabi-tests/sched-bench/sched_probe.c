@@ -27,9 +27,10 @@
 // first computes (warm-up, CUDA graph capture) apart from its steady ones: a mean over all
 // calls says nothing about the steady ones when one warm-up call costs tens of milliseconds.
 // For alloc_graph it lists each call's nanoseconds and minor page faults (on the calling
-// thread, counted outside the timed span): with graph reuse on, llama.cpp makes a few calls,
-// each the first of its graph, and which of them is slow, and whether fresh memory made it
-// so, is what tells two arms' first calls apart.
+// thread, read just before and after the timed span, so that neither the getrusage calls'
+// time nor the probe's own first writes to its arrays count): with graph reuse on,
+// llama.cpp makes a few calls, each the first of its graph, and which of them is slow, and
+// whether fresh memory made it so, is what tells two arms' first calls apart.
 //
 // llama.cpp calls alloc_graph itself before each compute, so its calls are all seen.
 //
@@ -62,7 +63,8 @@ static struct probe_counter g_alloc, g_reserve, g_reset, g_compute, g_sync;
 // library calling itself, forwarded untimed and uncounted.
 static __thread int g_depth;
 
-// Each call's nanoseconds, for compute and synchronize (bounded: a long run keeps its first).
+// Each call's nanoseconds, for compute, synchronize and alloc_graph, and alloc_graph's page
+// faults (bounded: a long run keeps its first).
 #define PROBE_MAX_EACH 8192
 static long long g_compute_each[PROBE_MAX_EACH], g_sync_each[PROBE_MAX_EACH], g_alloc_each[PROBE_MAX_EACH];
 // Each alloc_graph call's minor page faults (first touches of fresh memory), on its thread.
@@ -154,14 +156,20 @@ static long long now_ns(void) {
     return (long long) ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-// `each`: where to keep this call's nanoseconds (NULL: kept only in the sum).
-static bool timed(struct probe_counter * c, long long * each, sched_graph_fn fn, ggml_backend_sched_t sched,
-                  struct ggml_cgraph * graph) {
-    const long long t0 = now_ns();
+// `each`: where to keep this call's nanoseconds, `faults_each` its thread's minor page faults
+// (NULL: kept only in the sum / not counted). The faults are read around the forwarded call
+// alone: the probe's own first writes to its arrays are not the library's.
+static bool timed(struct probe_counter * c, long long * each, long long * faults_each, sched_graph_fn fn,
+                  ggml_backend_sched_t sched, struct ggml_cgraph * graph) {
+    const long long faults0 = faults_each ? thread_minor_faults() : 0;
+    const long long t0      = now_ns();
     g_depth++;
     const bool ok = fn(sched, graph);
     g_depth--;
     const long long dt = now_ns() - t0;
+    if (faults_each) {
+        keep_each(faults_each, c->calls, thread_minor_faults() - faults0);
+    }
     if (each) {
         keep_each(each, c->calls, dt);
     }
@@ -179,10 +187,7 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, struct ggml_cgra
     if (g_depth > 0) {
         return fn(sched, graph);
     }
-    const long long calls_before = g_alloc.calls;
-    const long long faults0      = thread_minor_faults();
-    const bool      ok           = timed(&g_alloc, g_alloc_each, fn, sched, graph);
-    keep_each(g_alloc_faults_each, calls_before, thread_minor_faults() - faults0);
+    const bool ok        = timed(&g_alloc, g_alloc_each, g_alloc_faults_each, fn, sched, graph);
     g_last.last_nodes    = ggml_graph_n_nodes(graph);
     g_last.last_backends = ggml_backend_sched_get_n_backends(sched);
     g_last.last_splits   = ggml_backend_sched_get_n_splits(sched);
@@ -249,7 +254,7 @@ bool ggml_backend_sched_reserve(ggml_backend_sched_t sched, struct ggml_cgraph *
     if (g_depth > 0) {
         return fn(sched, graph);
     }
-    return timed(&g_reserve, NULL, fn, sched, graph);
+    return timed(&g_reserve, NULL, NULL, fn, sched, graph);
 }
 
 typedef enum ggml_status (*sched_compute_fn)(ggml_backend_sched_t, struct ggml_cgraph *);

@@ -126,7 +126,7 @@ const SNAPSHOT_AT: u32 = 3;
 /// apart when only their token counts differ. llama.cpp builds every graph of a context in the
 /// same tensor memory, so a prompt graph of 256 tokens has the node and leaf arrays of the
 /// 64-token prompt before it; counted as sightings of one graph, the third such graph was
-/// snapshot (llama-batched-bench, `-npl 1,4,8`: 103 page faults and 200-300 µs in the fourth
+/// snapshot (llama-batched-bench, `-npl 1,4,8`: 103 page faults and 310-390 µs in the fourth
 /// `alloc_graph`, then a copy of every header in each later one) and never replayed. Only a
 /// gate for the snapshot: a replay still needs every header equal.
 ///
@@ -149,7 +149,8 @@ unsafe fn shape_key(nodes: &[*mut ggml_tensor]) -> u64 {
 pub struct Replay {
     /// Whether the snapshot below is complete and replayable.
     valid: bool,
-    /// Whether the last split took a snapshot (its graph had been split twice before).
+    /// Whether the last split took a snapshot (its graph had been split twice before, the
+    /// last time with the same shapes).
     snapshot: bool,
     /// How many splits in a row, the last one included, were given `leafs` and `nodes`, with
     /// the shapes `shapes` from the second of them on.

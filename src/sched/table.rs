@@ -493,7 +493,9 @@ fn kept_ids(graph_tensors: usize) -> usize {
 /// below `graph_size`, together hold more than `graph_size + 1024` (SmolLM2: a hint of 2,176,
 /// 1,335 tensors a graph, more than 3,200 ids by the second `alloc_graph` of
 /// `llama-batched-bench`), and growing these lists there copied them into fresh pages: 8 of
-/// the 9 page faults of that call. 4 bytes an entry: 33 KiB each for that hint.
+/// the 9 page faults of that call. 4 bytes an entry: 33 KiB each for that hint. An estimate:
+/// the hint bounds a graph's nodes, not its nodes and leafs, so a graph near the hint with
+/// many leafs still grows these lists (time, not correctness).
 pub(crate) fn id_list_capacity(graph_size: usize) -> usize {
     kept_ids(graph_size)
 }
@@ -503,7 +505,7 @@ impl Table {
     /// its map before anything grows, its memory touched now (stock sizes and touches its hash
     /// set from the same `graph_size` at `ggml_backend_sched_new`). The map takes two 16-byte
     /// slots or more per id, so it is not sized for every id the table keeps: more grows the
-    /// map, once (with this hint, past 4,096 ids).
+    /// map, once (for SmolLM2's hint of 2,176: past 4,096 ids).
     pub fn with_capacity(graph_size: usize) -> Table {
         let Some(entries) = graph_size.checked_add(1024) else {
             cannot_reserve("placements", graph_size, None)
