@@ -451,8 +451,8 @@ fn sanity_identical_graph_replays() {
 /// llama.cpp builds every graph of a context in the same memory, so graphs of different token
 /// counts have the same node and leaf arrays: each is a new graph, not a sighting of the last
 /// one. A shape is snapshot at its second split in a row (the arrays' third or later) and
-/// replayed from its third; the old count took a snapshot (a copy of every
-/// header) of every graph from the third on, and none of them replayed.
+/// replayed from its third; the old count took a snapshot (a copy of every header) of every
+/// graph from the third on, and none of them replayed.
 #[test]
 fn new_shapes_in_the_same_memory_are_not_snapshot() {
     let _l = serial();

@@ -119,7 +119,7 @@ unsafe fn header<'a>(t: *const ggml_tensor) -> &'a [u8] {
 /// reserve graph used, or allocates a new shape once or twice, and a graph split only twice
 /// never replays, so its copy (about 400 KiB of fresh memory for a 1,000-node graph) was the
 /// largest extra cost of those first `alloc_graph` calls. A graph rebuilt every token pays one
-/// more full split instead, once.
+/// more full split instead, once per shape.
 const SNAPSHOT_AT: u32 = 3;
 
 /// The shapes of `nodes` (every `ne`), hashed: what tells two graphs built in the same memory
