@@ -16,8 +16,11 @@
 # set_rows; product, bias, product, bias, GLU. ggml-cuda guards its MoE routing runs itself,
 # through the scheduler's add_alloc_dep; its NVFP4 scaled-GLU runs, 7 to 13 nodes, are not
 # covered) and both arms computed the same graphs (ops and shapes); and when the control
-# fails, as it must: ours with GGML_ALLOC_REUSE_DELAY=0 (the packing before 2026-12-05)
-# forbids such runs in some models. Runs of up to 12 nodes are counted too, for information.
+# fails, as it must: ours in the packed layout with GGML_ALLOC_REUSE_DELAY=0 (the packing
+# before 2026-12-05) forbids such runs in some models. The control sets GGML_ALLOC_LAYOUT=packed
+# itself, so that it finds what it must under any layout the caller chose (`ours` runs in the
+# caller's: with GGML_ALLOC_LAYOUT=stock, the check is that stock's layout in our allocator
+# forbids nothing stock's allows). Runs of up to 12 nodes are counted too, for information.
 # HRX0's layout is ggml-cuda's but for two things: HRX0 has no graph_optimize (no reordering,
 # no add_alloc_dep) and allots each tensor its ggml_nbytes. Logs and graphs in
 # target/fusion-archs/. About a minute.
@@ -69,7 +72,7 @@ for model in "$out"/models/*.gguf; do
     case $arm in
       stock) graphs stock "$stock" "$model" ;;
       ours) graphs ours "$ours" "$model" ;;
-      ours-delay0) graphs ours-delay0 "$ours" "$model" GGML_ALLOC_REUSE_DELAY=0 ;;
+      ours-delay0) graphs ours-delay0 "$ours" "$model" GGML_ALLOC_LAYOUT=packed GGML_ALLOC_REUSE_DELAY=0 ;;
     esac || { say "FAILED: $name: llama-bench in the $arm arm: $(tail -1 "$out/$arm/$name.log")"; fail=1; continue 2; }
   done
   python3 "$check" --compare --backend HRX0 --window 5 "$out/stock/$name.txt" "$out/ours/$name.txt" > "$out/ours/$name.fusion" 2>&1
@@ -87,10 +90,10 @@ for model in "$out"/models/*.gguf; do
 done
 say "$n models: ours forbids no run of up to 5 nodes that stock allows in $([ $fail -eq 0 ] && echo all of them || echo "some: see above"); runs of 6 to 12 nodes in $long models (for information: target/fusion-archs/ours/*.fusion12)"
 if [ "$control" -eq 0 ]; then
-  say "FAILED: the control found nothing: with GGML_ALLOC_REUSE_DELAY=0 ours should forbid runs stock allows"
+  say "FAILED: the control found nothing: packed with GGML_ALLOC_REUSE_DELAY=0, ours should forbid runs stock allows"
   fail=1
 else
-  say "control: with GGML_ALLOC_REUSE_DELAY=0, ours forbids such runs in $control of $n models"
+  say "control: packed with GGML_ALLOC_REUSE_DELAY=0, ours forbids such runs in $control of $n models"
 fi
 [ $fail -eq 0 ] && say PASS || say FAIL
 exit $fail
