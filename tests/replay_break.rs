@@ -308,6 +308,10 @@ fn replays() -> u64 {
     ggml_base::sched::replay::replays_total()
 }
 
+fn snapshots() -> u64 {
+    ggml_base::sched::replay::snapshots_total()
+}
+
 /// Lock, reset global switches.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -380,6 +384,15 @@ fn finish(ctx: *mut sys::ggml_context, outs: &[*mut ggml_tensor]) -> *mut ggml_c
 /// reset, rebuild in the same arena, `user` placements, alloc + compute; compared with the
 /// oracle. Returns the replays each step made.
 fn drive(env: &Env, f: &Builder, steps: &[Step<'_>], label: &str) -> Vec<u64> {
+    drive_counting(env, f, steps, label)
+        .into_iter()
+        .map(|(replayed, _)| replayed)
+        .collect()
+}
+
+/// [`drive`], returning per step the replays and the snapshots (copies of every header for a
+/// later replay) it made.
+fn drive_counting(env: &Env, f: &Builder, steps: &[Step<'_>], label: &str) -> Vec<(u64, u64)> {
     let sched = env.sched();
     let mut arena = Vec::new();
     let mut out = Vec::new();
@@ -396,10 +409,10 @@ fn drive(env: &Env, f: &Builder, steps: &[Step<'_>], label: &str) -> Vec<u64> {
             // SAFETY: live scheduler and tensor.
             unsafe { ggml_backend_sched_set_tensor_backend(sched, g.watch[w], env.backends[b]) };
         }
-        let r0 = replays();
+        let (r0, s0) = (replays(), snapshots());
         let got = run(env, sched, &g, false).expect("allocation");
         let r = replays() - r0;
-        out.push(r);
+        out.push((r, snapshots() - s0));
         eprintln!(
             "{label} step {i}: replayed {r}, got {:?} want {:?}",
             got.placement, want.placement
@@ -467,25 +480,17 @@ fn new_shapes_in_the_same_memory_are_not_snapshot() {
             (finish(ctx, &[z]), vec![x, y, z], vec![z])
         }
     };
-    let sizes = [8i64, 8, 16, 24, 32, 40, 40, 40, 40];
-    let sched = env.sched();
-    let mut arena = Vec::new();
-    let (mut snapshots, mut replayed) = (Vec::new(), Vec::new());
-    for &size in &sizes {
-        n.set(size);
-        let want = oracle(&env, &f, &[]);
-        // SAFETY: live scheduler; the previous graph is reset away before its memory is reused.
-        unsafe { ggml_backend_sched_reset(sched) };
-        let g = build(&mut arena, &f);
-        let (s0, r0) = (ggml_base::sched::replay::snapshots_total(), replays());
-        let got = run(&env, sched, &g, false).expect("allocation");
-        assert_eq!(got, want, "{size} elements");
-        snapshots.push(ggml_base::sched::replay::snapshots_total() - s0);
-        replayed.push(replays() - r0);
-        drop(g);
-    }
-    // SAFETY: made above.
-    unsafe { ggml_backend_sched_free(sched) };
+    // `drive` runs the first step twice: sizes 8, 8, 16, 24, 32, 40, 40, 40, 40.
+    let sizes = [8i64, 16, 24, 32, 40, 40, 40, 40];
+    let n = &n;
+    let set: Vec<Box<dyn Fn() + '_>> = sizes
+        .iter()
+        .map(|&size| Box::new(move || n.set(size)) as Box<dyn Fn() + '_>)
+        .collect();
+    let steps: Vec<Step<'_>> = set.iter().map(|s| (s.as_ref(), vec![])).collect();
+    let (replayed, snapshots): (Vec<u64>, Vec<u64>) = drive_counting(&env, &f, &steps, "shapes")
+        .into_iter()
+        .unzip();
     assert_eq!(
         snapshots,
         vec![0, 0, 0, 0, 0, 0, 1, 0, 0],
