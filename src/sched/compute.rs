@@ -2,11 +2,13 @@
 //! (user inputs at once; other inputs asynchronously where the backend can, and only the
 //! used experts of host MoE weights), compute (whole split, or in runs cut at the nodes the
 //! eval callback wants), record the split's event. Matches stock's
-//! `ggml_backend_sched_compute_splits`, with two differences in the waits before a split's
+//! `ggml_backend_sched_compute_splits`, with three differences in the waits before a split's
 //! input copies ([`SplitWaits`]): stock waits for the split's backend before every input,
-//! ours once per split; and where stock, with pipeline copies, makes only the split's queue
-//! wait before a queued copy (a wait ggml-cuda's copies between devices escape), ours waits
-//! on the host. On ggml-cuda a wait on an idle stream costs 1-2 µs, and a token of a 1B
+//! ours once per split (and again after a queued copy, without events); where stock, with
+//! pipeline copies, makes only the split's queue wait before a queued copy (a wait
+//! ggml-cuda's copies between devices escape), ours waits on the host; and a queued copy
+//! from host memory is finished before the split's compute, which stock leaves open when it
+//! is the split's last input. On ggml-cuda a wait on an idle stream costs 1-2 µs, and a token of a 1B
 //! model at full offload copies six inputs into its CUDA split: six of stock's seven waits
 //! there are saved (its queued copy falls back to a blocking one, and stock waits again).
 
@@ -76,12 +78,27 @@ impl InputWaits {
 /// reading. In llama.cpp's splits the host waits for the same event anyway, at the first
 /// user input (the mask, the positions), so this moves the wait earlier rather than adding
 /// one.
+///
+/// A queued copy is the exception: the split's backend may run it later, reading its source
+/// then, and the source's own backend may overwrite it first (the next graph's CPU split
+/// writes the same compute buffer; ggml-vulkan queues a copy straight from a host buffer).
+/// Without events, stock's wait before the next input (`synchronize` of the split's backend)
+/// finishes such a copy, so ours waits there too after one ([`SplitWaits::queued`]); and a
+/// queued copy from host memory that no later wait of the split finished is finished before
+/// the split's compute is queued ([`SplitWaits::queued_from_host`]), which stock leaves open
+/// when that copy is the split's last input (`tests/sched_queued_copy.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SplitWaits {
     /// Every wait is made, as stock makes them (`GGML_SCHED_INPUT_WAITS=input`).
     pub every: bool,
     /// The host has waited for the split's backend (or its event) in this split.
     pub host: bool,
+    /// Without events: a copy was queued on the split's backend since the host last waited
+    /// for it, so the next input waits again (stock's `synchronize` there finishes the copy).
+    pub queued: bool,
+    /// A copy from a host buffer was queued on the split's backend and no `synchronize` of
+    /// that backend has finished it yet.
+    pub queued_from_host: bool,
 }
 
 impl SplitWaits {
@@ -90,12 +107,36 @@ impl SplitWaits {
         SplitWaits {
             every: mode == InputWaits::PerInput,
             host: false,
+            queued: false,
+            queued_from_host: false,
         }
     }
 
     /// Whether a copy into an input copy needs the host to wait first.
     pub fn host_wait_needed(self) -> bool {
-        self.every || !self.host
+        self.every || !self.host || self.queued
+    }
+
+    /// Notes a copy the split's backend accepted to queue (`cpy_tensor_async`), from a host
+    /// buffer when `from_host`; `serial`: the scheduler has no events, so its waits are
+    /// `synchronize` calls that finish the copy.
+    pub fn note_queued(&mut self, from_host: bool, serial: bool) {
+        self.queued |= serial;
+        self.queued_from_host |= from_host;
+    }
+
+    /// Notes a `synchronize` of the split's backend: every copy queued on it has run.
+    pub fn note_synchronized(&mut self) {
+        self.host = true;
+        self.queued = false;
+        self.queued_from_host = false;
+    }
+
+    /// Whether the split's backend must be synchronized before its compute is queued: a
+    /// queued copy from host memory may not have run yet. Not in stock's mode, which keeps
+    /// stock's exact sequence of waits.
+    pub fn finish_before_compute(self) -> bool {
+        !self.every && self.queued_from_host
     }
 }
 
@@ -114,7 +155,11 @@ impl Sched {
         if waits.host_wait_needed() {
             // SAFETY: this function's contract.
             unsafe { self.wait_host(b, event) };
-            waits.host = true;
+            if event.is_null() {
+                waits.note_synchronized();
+            } else {
+                waits.host = true;
+            }
         }
     }
 
@@ -330,6 +375,7 @@ impl Sched {
                 if waits.every {
                     if event.is_null() {
                         backend::synchronize(be);
+                        waits.note_synchronized();
                     } else {
                         // SAFETY: non-NULL here, the scheduler's own event (made at creation,
                         // freed on drop).
@@ -383,12 +429,22 @@ impl Sched {
                     // SAFETY: both live and allocated.
                     unsafe { tensor::copy(inp, dst, F) };
                     crate::sanitize::sched_copied(inp, dst, None);
-                } else if crate::sanitize::on() {
-                    // SAFETY: the copy the backend accepted is a live, allocated header;
-                    // `input_backend` is one of the scheduler's backends (live) or NULL.
-                    let (dst, ib) = unsafe { (non_null(cpy, F, "dst"), input_backend.as_ref()) };
-                    crate::sanitize::sched_copied(inp, dst, Some((ib, be)));
+                } else {
+                    // The split's backend may read the source later ([`SplitWaits`]).
+                    waits.note_queued(buffer::is_host(buf()), event.is_null());
+                    if crate::sanitize::on() {
+                        // SAFETY: the copy the backend accepted is a live, allocated header;
+                        // `input_backend` is one of the scheduler's backends (live) or NULL.
+                        let (dst, ib) =
+                            unsafe { (non_null(cpy, F, "dst"), input_backend.as_ref()) };
+                        crate::sanitize::sched_copied(inp, dst, Some((ib, be)));
+                    }
                 }
+            }
+            if waits.finish_before_compute() {
+                // A queued copy from host memory has not been seen to run: finish it before
+                // anything after this split can overwrite its source.
+                backend::synchronize(be);
             }
 
             crate::sanitize::sched_nodes_from(0);
@@ -464,6 +520,35 @@ mod tests {
         assert!(w.host_wait_needed());
         w.host = true;
         assert!(!w.host_wait_needed());
+    }
+
+    #[test]
+    fn a_queued_copy_is_finished_by_the_next_wait() {
+        // Serial: the next input waits again, and that synchronize finishes the copy.
+        let mut w = SplitWaits::new(InputWaits::PerSplit);
+        w.note_synchronized();
+        w.note_queued(true, true);
+        assert!(w.host_wait_needed());
+        assert!(w.finish_before_compute());
+        w.note_synchronized();
+        assert!(!w.host_wait_needed());
+        assert!(!w.finish_before_compute());
+        // With events the next input's host wait is on the event, which does not finish
+        // the copy: no extra wait there, but a copy from host memory is finished before the
+        // compute; one from device memory is left to the backends' ordering, as in stock.
+        let mut w = SplitWaits::new(InputWaits::PerSplit);
+        w.host = true;
+        w.note_queued(true, false);
+        assert!(!w.host_wait_needed());
+        assert!(w.finish_before_compute());
+        let mut w = SplitWaits::new(InputWaits::PerSplit);
+        w.host = true;
+        w.note_queued(false, false);
+        assert!(!w.finish_before_compute());
+        // Stock's mode keeps stock's exact waits.
+        let mut w = SplitWaits::new(InputWaits::PerInput);
+        w.note_queued(true, true);
+        assert!(!w.finish_before_compute());
     }
 
     #[test]
