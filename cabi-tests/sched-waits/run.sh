@@ -12,7 +12,10 @@
 #   stock  last    yes       16      the same
 #   ours   any     any        0      a queued copy from host memory runs before the compute
 #
-# Stock's 16 are its gap, kept as measured (stock and ours differ there on purpose).
+# Stock's 16 are its gap, kept as measured (stock and ours differ there on purpose). Then ours
+# with its sanitizer (GGML_SCHED_SANITIZE=2): no report with our waits; with stock's waits
+# (GGML_SCHED_INPUT_WAITS=input), where the values are wrong (the copy last; pipeline copies),
+# the race reported, naming the queued copy.
 #
 #   cabi-tests/sched-waits/run.sh [OURS_LIB_DIR]     (default target/ours/lib)
 set -uo pipefail
@@ -56,5 +59,40 @@ for graph in normal last; do
     check ours "$ours:$stock" "$graph" "$pipe" 0
   done
 done
+# The sanitizer (ours only) must see the race where it happens and nothing where it does not:
+# our waits, every variant, no report; stock's waits (GGML_SCHED_INPUT_WAITS=input) with the
+# copy last or with pipeline copies, one report for each token whose CPU split overwrote the
+# copy's source (2).
+# sanitize ENV... -- GRAPH PIPELINE WANT_REPORTS
+sanitize() {
+  local envs=() graph pipe want log got
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  graph=$1 pipe=$2 want=$3
+  log=$out/sanitize-$graph-pipeline$pipe-${#envs[@]}.err
+  env "${envs[@]}" GGML_SCHED_SANITIZE=2 $([ "$pipe" = 1 ] && echo PIPELINE=1) LD_LIBRARY_PATH="$ours:$stock" \
+    timeout 60 "$out/queued_copy" 3 "$graph" > "$log" 2>&1
+  got=$(sed -n 's/^ggml_backend_sched_sanitize: [0-9]* accesses checked, \([0-9]*\) reports$/\1/p' "$log")
+  if [ "$got" != "$want" ]; then
+    printf '[sched-waits] FAILED: sanitizer, %s %s pipeline %s: %s reports, expected %s (%s)\n' \
+      "${envs[*]:-ours}" "$graph" "$pipe" "${got:-no count}" "$want" "$log"
+    fail=1
+  elif [ "$want" != 0 ] && ! grep -q "earlier: read of .*(cpy_tensor_async).*expected: the queued copy run before its source is written again" \
+      <(tr '\n' ' ' < "$log"); then
+    printf '[sched-waits] FAILED: sanitizer, %s %s pipeline %s: the report does not name the queued copy (%s)\n' \
+      "${envs[*]}" "$graph" "$pipe" "$log"
+    fail=1
+  else
+    printf '[sched-waits] sanitizer, %-38s %-6s pipeline %s: %s reports, as expected\n' \
+      "${envs[*]:-ours}" "$graph" "$pipe" "$got"
+  fi
+}
+for graph in normal last; do
+  for pipe in 0 1; do
+    sanitize -- "$graph" "$pipe" 0
+  done
+done
+sanitize GGML_SCHED_INPUT_WAITS=input -- last 0 2
+sanitize GGML_SCHED_INPUT_WAITS=input -- normal 1 2
 [ "$fail" = 0 ] && echo "[sched-waits] PASS" || echo "[sched-waits] FAIL"
 exit "$fail"

@@ -14,7 +14,7 @@ use ggml_sys::{
     ggml_tensor,
 };
 
-use super::model::{Actor, Conflict, Kind, Model, HOST};
+use super::model::{Actor, Conflict, Hazard, Kind, Model, HOST};
 use crate::tensor::meta;
 
 /// The name reports carry.
@@ -57,7 +57,7 @@ struct CopyRec {
 }
 
 /// A buffer as the reports name it, and the device whose queue its blocking accesses wait
-/// for (a device's own host buffer type, see [`State::host_buffer_waits`]).
+/// for (HRX's host buffer types, see [`State::host_buffer_waits`]).
 struct BufInfo {
     base: usize,
     buft: String,
@@ -139,6 +139,17 @@ fn place(t: &ggml_tensor) -> Option<Place> {
     })
 }
 
+/// Whether blocking accesses through a buffer of the buffer type named `buft` wait for its
+/// device's queue first: HRX's host buffer types do (`HRXn_HOST`, docs/hrx.md). Others are
+/// not taken to: ggml-cuda's and ggml-vulkan's host buffers are plain memory that a queued
+/// copy may still read, and taking every device's host buffer for one that waits hid such a
+/// race (`cabi-tests/sched-waits`).
+fn host_buffer_waits_for_queue(buft: &str) -> bool {
+    buft.strip_prefix("HRX")
+        .and_then(|r| r.strip_suffix("_HOST"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+}
+
 impl State {
     fn actor(&mut self, b: &ggml_backend) -> Actor {
         let key = std::ptr::from_ref(b) as usize;
@@ -179,10 +190,10 @@ impl State {
         }
     }
 
-    /// A blocking host access through the buffer that holds `t`: when that buffer is a host
-    /// buffer type of a device other than the CPU (`HRXn_HOST`), the device's buffer waits for
-    /// its queue before the memcpy (docs/hrx.md), so the access is ordered after the queued
-    /// work of every backend of that device, as a synchronize would order it.
+    /// A blocking host access through the buffer that holds `t`: when that buffer is HRX's
+    /// host buffer type of a device other than the CPU (`HRXn_HOST`), the device's buffer
+    /// waits for its queue before the memcpy (docs/hrx.md), so the access is ordered after the
+    /// queued work of every backend of that device, as a synchronize would order it.
     fn host_buffer_waits(&mut self, t: &ggml_tensor) {
         let Some(p) = place(t) else { return };
         let Some(dev) = self.buf_info(p.buf).waits_for else {
@@ -216,6 +227,7 @@ impl State {
             };
             // SAFETY: as above; a buffer type's device is NULL or live for the process.
             let waits_for = unsafe { b.buft.as_ref() }
+                .filter(|_| host_buffer_waits_for_queue(&buft))
                 .filter(|t| t.iface.is_host.is_some_and(|f| unsafe { f(b.buft) }))
                 .map(|t| t.device)
                 .filter(|d| !d.is_null())
@@ -293,6 +305,12 @@ impl State {
             )
         } else if e.actor == HOST {
             format!("a host wait on {me} (ggml_backend_synchronize) before the host access")
+        } else if e.what.contains("(cpy_tensor_async)") && c.hazard == Hazard::WriteAfterRead {
+            format!(
+                "the queued copy run before its source is written again: \
+                 ggml_backend_synchronize({them}) after the copy was queued (the scheduler's \
+                 wait after a queued copy from host memory) and before this was queued on {me}"
+            )
         } else if ctx.split.is_some() && ctx.input.is_none() && ctx.n_inputs == 0 {
             format!(
                 "the scheduler's wait before a split without inputs: ggml_backend_event_synchronize \
@@ -681,6 +699,23 @@ mod tests {
     /// The scheduler's context and a stale copy, through the hooks (the real report text):
     /// split 0 copies `x` (host copy), split 1 writes `x` in place on DEV, split 2 reads the
     /// copy again without a new one.
+    #[test]
+    fn only_hrx_host_buffers_wait_for_their_queue() {
+        assert!(host_buffer_waits_for_queue("HRX0_HOST"));
+        assert!(host_buffer_waits_for_queue("HRX12_HOST"));
+        for name in [
+            "CUDA_Host",
+            "Vulkan_Host",
+            "HRX0",
+            "HRX_HOST",
+            "HRXa_HOST",
+            "CPU",
+            "TA",
+        ] {
+            assert!(!host_buffer_waits_for_queue(name), "{name}");
+        }
+    }
+
     #[test]
     fn a_copy_read_after_its_source_was_written_again_is_reported_stale() {
         let mut host_buf: Box<ggml_sys::ggml_backend_buffer> = zeroed();
