@@ -696,9 +696,6 @@ mod tests {
         g
     }
 
-    /// The scheduler's context and a stale copy, through the hooks (the real report text):
-    /// split 0 copies `x` (host copy), split 1 writes `x` in place on DEV, split 2 reads the
-    /// copy again without a new one.
     #[test]
     fn only_hrx_host_buffers_wait_for_their_queue() {
         assert!(host_buffer_waits_for_queue("HRX0_HOST"));
@@ -716,6 +713,9 @@ mod tests {
         }
     }
 
+    /// The scheduler's context and a stale copy, through the hooks (the real report text):
+    /// split 0 copies `x` (host copy), split 1 writes `x` in place on DEV, split 2 reads the
+    /// copy again without a new one.
     #[test]
     fn a_copy_read_after_its_source_was_written_again_is_reported_stale() {
         let mut host_buf: Box<ggml_sys::ggml_backend_buffer> = zeroed();

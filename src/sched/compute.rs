@@ -1,16 +1,16 @@
-//! Running the splits in order: wait as needed, copy each split's inputs to its backend
-//! (user inputs at once; other inputs asynchronously where the backend can, and only the
-//! used experts of host MoE weights), compute (whole split, or in runs cut at the nodes the
-//! eval callback wants), record the split's event. Matches stock's
-//! `ggml_backend_sched_compute_splits`, with three differences in the waits before a split's
-//! input copies ([`SplitWaits`]): stock waits for the split's backend before every input,
-//! ours once per split (and again after a queued copy, without events); where stock, with
-//! pipeline copies, makes only the split's queue wait before a queued copy (a wait
-//! ggml-cuda's copies between devices escape), ours waits on the host; and a queued copy
-//! from host memory is finished before the split's compute, which stock leaves open when it
-//! is the split's last input. On ggml-cuda a wait on an idle stream costs 1-2 µs, and a token of a 1B
-//! model at full offload copies six inputs into its CUDA split: six of stock's seven waits
-//! there are saved (its queued copy falls back to a blocking one, and stock waits again).
+//! Running the splits in order: wait as needed, copy each split's inputs to its backend (user
+//! inputs at once; other inputs asynchronously where the backend can, and only the used experts
+//! of host MoE weights), compute (whole split, or in runs cut at the nodes the eval callback
+//! wants), record the split's event. Matches stock's `ggml_backend_sched_compute_splits`, with
+//! three differences in the waits before a split's input copies ([`SplitWaits`]): stock waits
+//! for the split's backend before every input, ours once per split (and again after a queued
+//! copy, without events); where stock, with pipeline copies, makes only the split's queue wait
+//! before a queued copy (a wait ggml-cuda's copies between devices escape), ours waits on the
+//! host; and a queued copy from host memory is finished before the split's compute, which stock
+//! leaves open when it is the split's last input. On ggml-cuda a wait on an idle stream costs
+//! 1-2 µs, and a token of a 1B model at full offload copies six inputs into its CUDA split: six
+//! of stock's seven waits there are saved (its queued copy falls back to a blocking one, and
+//! stock waits again).
 
 use std::ptr;
 
