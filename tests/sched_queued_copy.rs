@@ -90,58 +90,31 @@ unsafe extern "C" fn a_sync(_: ggml_backend_t) {
     run_to(queue_len());
 }
 
-/// Queues the ADDs of a graph of same-shape contiguous F32 tensors on TESTA.
-unsafe fn queue_adds(g: *mut ggml_cgraph) -> sys::ggml_status {
+unsafe extern "C" fn a_compute(_: ggml_backend_t, g: *mut ggml_cgraph) -> sys::ggml_status {
     // SAFETY: a live graph of allocated, contiguous F32 host tensors (the test's own).
-    unsafe {
-        let g = &*g;
-        for i in 0..g.n_nodes as usize {
-            let n = &**g.nodes.add(i);
-            if n.op == sys::GGML_OP_NONE {
-                continue;
-            }
-            if n.op != sys::GGML_OP_ADD {
-                return sys::GGML_STATUS_FAILED;
-            }
-            let op = Op::Add {
-                dst: n.data as usize,
-                a: (*n.src[0]).data as usize,
-                b: (*n.src[1]).data as usize,
-                n: sys::ggml_nelements(n) as usize,
-            };
-            push(op);
-        }
+    let Some(adds) = (unsafe { adds(g) }) else {
+        return sys::GGML_STATUS_FAILED;
+    };
+    for add in adds {
+        push(Op::Add {
+            dst: add.dst as usize,
+            a: add.a as usize,
+            b: add.b as usize,
+            n: add.n,
+        });
     }
     sys::GGML_STATUS_SUCCESS
 }
 
-unsafe extern "C" fn a_compute(_: ggml_backend_t, g: *mut ggml_cgraph) -> sys::ggml_status {
-    // SAFETY: forwarded.
-    unsafe { queue_adds(g) }
-}
-
+/// TESTCPU computes at once, whatever TESTA still has queued.
 unsafe extern "C" fn cpu_compute(_: ggml_backend_t, g: *mut ggml_cgraph) -> sys::ggml_status {
-    // TESTCPU computes at once, whatever TESTA still has queued.
     // SAFETY: a live graph of allocated, contiguous F32 host tensors (the test's own).
-    unsafe {
-        let g = &*g;
-        for i in 0..g.n_nodes as usize {
-            let n = &**g.nodes.add(i);
-            if n.op == sys::GGML_OP_NONE {
-                continue;
-            }
-            if n.op != sys::GGML_OP_ADD {
-                return sys::GGML_STATUS_FAILED;
-            }
-            let len = sys::ggml_nelements(n) as usize;
-            let (a, b) = (
-                (*n.src[0]).data as *const f32,
-                (*n.src[1]).data as *const f32,
-            );
-            for k in 0..len {
-                *(n.data as *mut f32).add(k) = *a.add(k) + *b.add(k);
-            }
-        }
+    let Some(adds) = (unsafe { adds(g) }) else {
+        return sys::GGML_STATUS_FAILED;
+    };
+    for add in &adds {
+        // SAFETY: as above.
+        unsafe { run_add(add) };
     }
     sys::GGML_STATUS_SUCCESS
 }

@@ -65,27 +65,16 @@ unsafe extern "C" fn event_wait(_: ggml_backend_t, _: sys::ggml_backend_event_t)
 /// Computes F32 ADD of same-shape, contiguous host tensors; anything else fails.
 unsafe extern "C" fn add_compute(_: ggml_backend_t, g: *mut ggml_cgraph) -> sys::ggml_status {
     // SAFETY: a live graph of allocated, contiguous F32 host tensors (the test's own).
-    unsafe {
-        let g = &*g;
-        for i in 0..g.n_nodes as usize {
-            let n = &**g.nodes.add(i);
-            if n.op == sys::GGML_OP_NONE {
-                continue;
+    match unsafe { adds(g) } {
+        Some(adds) => {
+            for add in &adds {
+                // SAFETY: as above.
+                unsafe { run_add(add) };
             }
-            if n.op != sys::GGML_OP_ADD {
-                return sys::GGML_STATUS_FAILED;
-            }
-            let len = sys::ggml_nelements(n) as usize;
-            let (a, b) = (n.src[0], n.src[1]);
-            let a = std::slice::from_raw_parts((*a).data.cast::<f32>(), len);
-            let b = std::slice::from_raw_parts((*b).data.cast::<f32>(), len);
-            let out = std::slice::from_raw_parts_mut(n.data.cast::<f32>(), len);
-            for k in 0..len {
-                out[k] = a[k] + b[k];
-            }
+            sys::GGML_STATUS_SUCCESS
         }
+        None => sys::GGML_STATUS_FAILED,
     }
-    sys::GGML_STATUS_SUCCESS
 }
 
 fn backend(dev: *mut sys::ggml_backend_device) -> ggml_backend_t {

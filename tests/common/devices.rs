@@ -163,6 +163,57 @@ pub unsafe extern "C" fn dev_offload_op(d: sys::ggml_backend_dev_t, _: *const gg
     d == &raw mut DEV_A && OFFLOAD_A.load(Ordering::SeqCst)
 }
 
+/// One F32 ADD of a graph: destination, the two sources, elements.
+pub struct Add {
+    pub dst: *mut f32,
+    pub a: *const f32,
+    pub b: *const f32,
+    pub n: usize,
+}
+
+/// The ADD nodes of `g` in order, for test backends that compute only ADDs of same-shape,
+/// contiguous F32 host tensors; `None` when a node other than a view (op NONE) is not an ADD
+/// (such a backend's compute fails then).
+///
+/// # Safety
+/// `g` must be a live graph whose ADD nodes and sources are allocated F32 host tensors.
+pub unsafe fn adds(g: *mut sys::ggml_cgraph) -> Option<Vec<Add>> {
+    // SAFETY: the caller's contract.
+    let g = unsafe { &*g };
+    let mut out = Vec::new();
+    for i in 0..g.n_nodes.max(0) as usize {
+        // SAFETY: `i` < `n_nodes`; the nodes and their sources are live (the contract).
+        let n = unsafe { &**g.nodes.add(i) };
+        if n.op == sys::GGML_OP_NONE {
+            continue;
+        }
+        if n.op != sys::GGML_OP_ADD {
+            return None;
+        }
+        // SAFETY: as above.
+        let (a, b) = unsafe { ((*n.src[0]).data, (*n.src[1]).data) };
+        out.push(Add {
+            dst: n.data.cast(),
+            a: a.cast(),
+            b: b.cast(),
+            // SAFETY: a live tensor.
+            n: unsafe { sys::ggml_nelements(n) } as usize,
+        });
+    }
+    Some(out)
+}
+
+/// Computes `add` now.
+///
+/// # Safety
+/// `add`'s pointers must address `n` floats each, the destination writable.
+pub unsafe fn run_add(add: &Add) {
+    for k in 0..add.n {
+        // SAFETY: the caller's contract.
+        unsafe { *add.dst.add(k) = *add.a.add(k) + *add.b.add(k) };
+    }
+}
+
 pub const fn device_iface() -> sys::ggml_backend_device_i {
     sys::ggml_backend_device_i {
         get_name: Some(dev_name),
