@@ -11,6 +11,7 @@
 #   stock  normal  yes       16      event waits do not run a copy queued after the record
 #   stock  last    yes       16      the same
 #   ours   any     any        0      a queued copy from host memory runs before the compute
+#   both   any     any        0      with an eval callback (CB=1): its synchronize runs the copy
 #
 # Stock's 16 are its gap, kept as measured (stock and ours differ there on purpose). Then ours
 # with its sanitizer (GGML_SCHED_SANITIZE=2): no report with our waits; with stock's waits
@@ -32,21 +33,21 @@ cc -std=c11 -Wall -Wextra -Werror -O1 -g -I"$up/include" -I"$up/src" \
    "$root/cabi-tests/sched-waits/queued_copy.c" -o "$out/queued_copy" -L"$stock" -lggml-base || exit 2
 
 fail=0
-# check ARM LIBDIR GRAPH PIPELINE WANT: one run, its wrong-value count against WANT
+# check ARM LIBDIR GRAPH PIPELINE WANT [CB]: one run (CB=1: with an eval callback), its
+# wrong-value count against WANT
 check() {
-  local arm=$1 lib=$2 graph=$3 pipe=$4 want=$5 log got
-  log=$out/$arm-$graph-pipeline$pipe.out
-  if [ "$pipe" = 1 ]; then
-    PIPELINE=1 LD_LIBRARY_PATH="$lib" timeout 60 "$out/queued_copy" 3 "$graph" > "$log" 2>&1
-  else
-    LD_LIBRARY_PATH="$lib" timeout 60 "$out/queued_copy" 3 "$graph" > "$log" 2>&1
-  fi
+  local arm=$1 lib=$2 graph=$3 pipe=$4 want=$5 cb=${6:-0} log got envs=()
+  [ "$pipe" = 1 ] && envs+=(PIPELINE=1)
+  [ "$cb" = 1 ] && envs+=(CB=1)
+  log=$out/$arm-$graph-pipeline$pipe-cb$cb.out
+  env "${envs[@]}" LD_LIBRARY_PATH="$lib" timeout 60 "$out/queued_copy" 3 "$graph" > "$log" 2>&1
   got=$(sed -n 's/^\(OK\|FAIL\): \([0-9]*\) wrong values$/\2/p' "$log")
   if [ "$got" = "$want" ]; then
-    printf '[sched-waits] %-5s %-6s pipeline %s: %s wrong values, as expected\n' "$arm" "$graph" "$pipe" "$got"
+    printf '[sched-waits] %-5s %-6s pipeline %s callback %s: %s wrong values, as expected\n' \
+      "$arm" "$graph" "$pipe" "$cb" "$got"
   else
-    printf '[sched-waits] FAILED: %s %s pipeline %s: %s wrong values, expected %s (%s)\n' \
-      "$arm" "$graph" "$pipe" "${got:-no result}" "$want" "$log"
+    printf '[sched-waits] FAILED: %s %s pipeline %s callback %s: %s wrong values, expected %s (%s)\n' \
+      "$arm" "$graph" "$pipe" "$cb" "${got:-no result}" "$want" "$log"
     fail=1
   fi
 }
@@ -57,6 +58,9 @@ check stock "$stock" last 1 16
 for graph in normal last; do
   for pipe in 0 1; do
     check ours "$ours:$stock" "$graph" "$pipe" 0
+    # an eval callback synchronizes after the split's first run of nodes: right in both arms
+    check stock "$stock" "$graph" "$pipe" 0 1
+    check ours "$ours:$stock" "$graph" "$pipe" 0 1
   done
 done
 # The sanitizer (ours only) must see the race where it happens and nothing where it does not:
@@ -94,5 +98,6 @@ for graph in normal last; do
 done
 sanitize GGML_SCHED_INPUT_WAITS=input -- last 0 2
 sanitize GGML_SCHED_INPUT_WAITS=input -- normal 1 2
+sanitize GGML_SCHED_INPUT_WAITS=input -- last 1 2
 [ "$fail" = 0 ] && echo "[sched-waits] PASS" || echo "[sched-waits] FAIL"
 exit "$fail"

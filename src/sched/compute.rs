@@ -7,10 +7,10 @@
 //! copy, without events); where stock, with pipeline copies, makes only the split's queue wait
 //! before a queued copy (a wait ggml-cuda's copies between devices escape), ours waits on the
 //! host; and a queued copy from host memory is finished before the split's compute, which stock
-//! leaves open when it is the split's last input. On ggml-cuda a wait on an idle stream costs
-//! 1-2 µs, and a token of a 1B model at full offload copies six inputs into its CUDA split: six
-//! of stock's seven waits there are saved (its queued copy falls back to a blocking one, and
-//! stock waits again).
+//! leaves open when it is the split's last input or, with pipeline copies, wherever it is. On
+//! ggml-cuda a wait on an idle stream costs 1-2 µs, and a token of a 1B model at full offload
+//! copies six inputs into its CUDA split: six of stock's seven waits there are saved (its
+//! queued copy falls back to a blocking one, and stock waits again).
 
 use std::ptr;
 
@@ -86,7 +86,9 @@ impl InputWaits {
 /// finishes such a copy, so ours waits there too after one ([`SplitWaits::queued`]); and a
 /// queued copy from host memory that no later wait of the split finished is finished before
 /// the split's compute is queued ([`SplitWaits::queued_from_host`]), which stock leaves open
-/// when that copy is the split's last input (`tests/sched_queued_copy.rs`).
+/// when that copy is the split's last input or, with pipeline copies, wherever it is
+/// (`tests/sched_queued_copy.rs`). A copy from a weight buffer is left alone: weights are
+/// not written while graphs compute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SplitWaits {
     /// Every wait is made, as stock makes them (`GGML_SCHED_INPUT_WAITS=input`).
@@ -431,7 +433,10 @@ impl Sched {
                     crate::sanitize::sched_copied(inp, dst, None);
                 } else {
                     // The split's backend may read the source later ([`SplitWaits`]).
-                    waits.note_queued(buffer::is_host(buf()), event.is_null());
+                    // A weight is never written while graphs compute: its copy may run late.
+                    let from_host = buffer::is_host(buf())
+                        && buf().usage != ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+                    waits.note_queued(from_host, event.is_null());
                     if crate::sanitize::on() {
                         // SAFETY: the copy the backend accepted is a live, allocated header;
                         // `input_backend` is one of the scheduler's backends (live) or NULL.
@@ -441,7 +446,9 @@ impl Sched {
                     }
                 }
             }
-            if waits.finish_before_compute() {
+            // With an eval callback the split's first run of nodes ends in a synchronize,
+            // which finishes the copy before anything else is queued.
+            if waits.finish_before_compute() && self.callback_eval.is_none() {
                 // A queued copy from host memory has not been seen to run: finish it before
                 // anything after this split can overwrite its source.
                 backend::synchronize(be);
