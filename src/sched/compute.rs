@@ -180,7 +180,8 @@ impl Sched {
 
     /// Copies only the experts of the host MoE weight `input` that the ids of the split's
     /// first node (a MUL_MAT_ID reading the copy) select. `ids_cache` keeps the ids tensor
-    /// read last and its expert bitmap, as consecutive splits often share it.
+    /// read last and its expert bitmap, as consecutive splits often share it. Notes in
+    /// `waits` a `synchronize` of the split's backend it makes (to read ids it holds).
     ///
     /// # Safety
     /// The split's inputs must be live and allocated, `node` must be the split's first node
@@ -193,6 +194,7 @@ impl Sched {
         node: &ggml_tensor,
         input_backend: ggml_backend_t,
         cache: &mut (*mut ggml_tensor, Vec<i32>, Vec<bool>),
+        waits: &mut SplitWaits,
     ) {
         // SAFETY: the split's inputs are live (this function's contract); only read.
         let input = unsafe { &*split.inputs[input_idx] };
@@ -249,6 +251,10 @@ impl Sched {
                 )
             };
             backend::synchronize(ids_be);
+            if ptr::eq(ids_be, self.backend(sb)) {
+                // Every copy queued on the split's backend has run too.
+                waits.note_synchronized();
+            }
             cache.2.clear();
             cache.2.resize(n_expert.max(0) as usize, false);
             // `ids` is `ids_tensor`, already checked non-NULL.
@@ -411,7 +417,16 @@ impl Sched {
                     // SAFETY: `first` is the split's first node, a MUL_MAT_ID reading `cpy`,
                     // the allocated copy of this live input; `input_backend` is one of the
                     // scheduler's backends or NULL.
-                    unsafe { self.copy_used_experts(split, k, first, input_backend, &mut cache) };
+                    unsafe {
+                        self.copy_used_experts(
+                            split,
+                            k,
+                            first,
+                            input_backend,
+                            &mut cache,
+                            &mut waits,
+                        )
+                    };
                     continue;
                 }
                 let copied = match be.iface.cpy_tensor_async {
