@@ -139,6 +139,10 @@ fn place(t: &ggml_tensor) -> Option<Place> {
     })
 }
 
+/// The words that name a queued copy's accesses in their text ([`queued_copy`]); a report
+/// whose earlier access has them says what would have ordered the copy.
+const QUEUED_COPY: &str = "(cpy_tensor_async)";
+
 /// Whether blocking accesses through a buffer of the buffer type named `buft` wait for its
 /// device's queue first: HRX's host buffer types do (`HRXn_HOST`, docs/hrx.md). Others are
 /// not taken to: ggml-cuda's and ggml-vulkan's host buffers are plain memory that a queued
@@ -305,7 +309,7 @@ impl State {
             )
         } else if e.actor == HOST {
             format!("a host wait on {me} (ggml_backend_synchronize) before the host access")
-        } else if e.what.contains("(cpy_tensor_async)") && c.hazard == Hazard::WriteAfterRead {
+        } else if e.what.contains(QUEUED_COPY) && c.hazard == Hazard::WriteAfterRead {
             format!(
                 "the queued copy run before its source is written again: \
                  ggml_backend_synchronize({them}) after the copy was queued (the scheduler's \
@@ -485,9 +489,9 @@ pub fn queued_copy(
             s.model.queue_after(a, p);
         }
         let w = by(func);
-        let into = format!("{w} (cpy_tensor_async) into '{}'", tname(dst));
+        let into = format!("{w} {QUEUED_COPY} into '{}'", tname(dst));
         s.check(a, Kind::Read, src, None, &into, out);
-        let from = format!("{w} (cpy_tensor_async) from '{}'", tname(src));
+        let from = format!("{w} {QUEUED_COPY} from '{}'", tname(src));
         s.check(a, Kind::Write, dst, None, &from, out);
         s.queued(a);
     })

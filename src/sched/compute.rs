@@ -449,8 +449,9 @@ impl Sched {
                 } else {
                     // The split's backend may read the source later ([`SplitWaits`]).
                     // A weight is never written while graphs compute: its copy may run late.
-                    let from_host = buffer::is_host(buf())
-                        && buf().usage != ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+                    let b = buf();
+                    let from_host = buffer::is_host(b)
+                        && b.usage != ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
                     waits.note_queued(from_host, event.is_null());
                     if crate::sanitize::on() {
                         // SAFETY: the copy the backend accepted is a live, allocated header;

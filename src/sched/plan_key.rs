@@ -41,8 +41,8 @@ impl KeyScratch {
     /// placements for ([`super::table::id_list_capacity`]), its first pages touched now (at
     /// most 1 MiB, as the table's). Grown on first use instead, its fresh pages were 3 of the
     /// page faults of llama.cpp's first `alloc_graph` of a new graph (about 4 µs of 67 on
-    /// SmolLM2), whose ids outnumber the measure graphs'. The faults move to `ggml_backend_sched_new`, where stock touches its
-    /// own tables.
+    /// SmolLM2), whose ids outnumber the measure graphs'. The faults move to
+    /// `ggml_backend_sched_new`, where stock touches its own tables.
     pub fn with_capacity(graph_size: usize) -> KeyScratch {
         let n = super::table::id_list_capacity(graph_size);
         let mut pos: Vec<u32> = super::table::room_for(n, "plan-key positions");
