@@ -10,7 +10,7 @@ use ggml_sys::{ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_cgraph, g
 
 use super::pack::{self, Layout};
 use super::walk::{graph_tensors, Planner};
-use crate::tensor::meta::cstr;
+use crate::tensor::meta::{cstr, same_layout};
 use crate::{buffer, buffer_type, ffi, multi_buffer, tensor};
 
 /// Where the plan put one tensor (stock's `struct tensor_alloc`): buffer id -1 for a tensor
@@ -67,12 +67,16 @@ pub struct Gallocr {
     /// One virtual buffer per allocator (shared by the buffer ids of one buffer type, as
     /// stock's buffers array holds the same pointer twice): its chunks, or `None` when not
     /// allocated.
-    buffers: Vec<Option<Vec<ggml_backend_buffer_t>>>,
+    buffers: Vec<Option<Vec<Chunk>>>,
     /// Per node of the planned graph, where its places are in `placed`.
     nodes: Vec<NodePlan>,
     /// The places of every node and its sources, node by node (see [`NodePlan`]).
     placed: Vec<Placed>,
     leafs: Vec<Placed>,
+    /// The plan's in-place reuses by position: (node, source slot) where the node took that
+    /// source's memory. Each held because the two had one layout when planned; a graph where
+    /// one of them no longer does is planned again (see [`Gallocr::fits`]).
+    inplace: Vec<(u32, u8)>,
     layout: Layout,
     /// Nodes the packed layout waits before it reuses freed bytes (`GGML_ALLOC_REUSE_DELAY`).
     reuse_delay: u32,
@@ -84,6 +88,14 @@ pub struct Gallocr {
     /// pipeline copy: a scheduler with pipeline copies places a different allocation graph
     /// for each copy (the copies and the graph inputs rotate), all under one plan.
     actions: Vec<(bool, Vec<Action>)>,
+}
+
+/// One backend buffer of a virtual buffer, with its base address, asked once when the buffer
+/// is made (a buffer's base does not move while it lives; stock asks for it per tensor).
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    buffer: ggml_backend_buffer_t,
+    base: *mut u8,
 }
 
 /// One tensor placed by [`Gallocr::alloc_graph`].
@@ -118,6 +130,7 @@ impl Gallocr {
             nodes: Vec::new(),
             placed: Vec::new(),
             leafs: Vec::new(),
+            inplace: Vec::new(),
             layout,
             reuse_delay: pack::reuse_delay_from_env(),
             scratch: pack::Scratch::default(),
@@ -225,6 +238,19 @@ impl Gallocr {
             let placed = place(&mut self.planner, leaf);
             self.leafs.push(placed);
         }
+        self.inplace.clear();
+        if !self.planner.reuses.is_empty() {
+            let reused: rustc_hash::FxHashMap<_, _> = self.planner.reuses.iter().copied().collect();
+            for (i, &node) in nodes.iter().enumerate() {
+                if let Some(&parent) = reused.get(&node) {
+                    // SAFETY: live (forwarded contract).
+                    let src = unsafe { (*node).src };
+                    if let Some(j) = src.iter().position(|&s| s == parent) {
+                        self.inplace.push((i as u32, j as u8));
+                    }
+                }
+            }
+        }
     }
 
     /// Reallocates each virtual buffer whose chunks are too small for the plan (or that does
@@ -234,9 +260,9 @@ impl Gallocr {
             let buf = &mut self.buffers[a];
             let mut realloc = buf.is_none();
             for c in 0..blocks.n_chunks() {
-                let have = buf.as_ref().and_then(|b| b.get(c)).map_or(0, |&b| {
+                let have = buf.as_ref().and_then(|b| b.get(c)).map_or(0, |b| {
                     // SAFETY: a chunk this allocator made and has not freed.
-                    unsafe { (*b).size }
+                    unsafe { (*b.buffer).size }
                 });
                 if blocks.max_size(c) > have {
                     realloc = true;
@@ -271,20 +297,24 @@ impl Gallocr {
                     return Err(AllocFailed);
                 }
                 // SAFETY: a buffer just made, owned here and referenced from nowhere else.
-                multi_buffer::set_usage(
-                    unsafe { &mut *b },
-                    ggml_sys::GGML_BACKEND_BUFFER_USAGE_COMPUTE,
-                );
-                chunks.push(b);
+                let made = unsafe { &mut *b };
+                multi_buffer::set_usage(made, ggml_sys::GGML_BACKEND_BUFFER_USAGE_COMPUTE);
+                chunks.push(Chunk {
+                    buffer: b,
+                    base: buffer::base(made).cast(),
+                });
             }
             *buf = Some(chunks);
         }
         Ok(())
     }
 
-    /// Whether `graph` still fits the plan: the same node and leaf counts, and every node and
-    /// source the plan placed needing no more than it did (stock's `ggml_gallocr_needs_realloc`,
-    /// negated).
+    /// Whether `graph` still fits the plan (stock's `ggml_gallocr_needs_realloc`, negated, and
+    /// two checks more): the same node and leaf counts, every node, source and leaf the plan
+    /// placed needing no more than it did, and every in-place reuse of the plan between a node
+    /// and a source of one layout still. Stock checks no leaf, so a leaf no node reads that
+    /// grew (an output of op NONE) is placed past its room, and no reuse, so a node whose
+    /// source now broadcasts writes over rows it has still to read.
     ///
     /// # Safety
     /// `graph` must be live, with live tensors.
@@ -299,9 +329,9 @@ impl Gallocr {
             return false;
         }
         // SAFETY: forwarded.
-        let (_, nodes) = unsafe { graph_tensors(graph) };
+        let (leafs, nodes) = unsafe { graph_tensors(graph) };
         let ok = |p: &Planner, t: *mut ggml_tensor, placed: &Placed| {
-            // SAFETY: a node of the live graph or a source of one.
+            // SAFETY: a leaf or node of the live graph, or a source of a node.
             let r = unsafe { &*t };
             if !r.data.is_null() || !r.view_src.is_null() {
                 return true;
@@ -312,6 +342,20 @@ impl Gallocr {
             }
             placed.size_max >= p.alloc_size(placed.buffer_id, r)
         };
+        for (&leaf, placed) in leafs.iter().zip(&self.leafs) {
+            if !ok(&self.planner, leaf, placed) {
+                return false;
+            }
+        }
+        for &(i, j) in &self.inplace {
+            // SAFETY: a node of the live graph (the counts matched the plan's) and a source.
+            let r = unsafe { &*nodes[i as usize] };
+            let parent = r.src[j as usize];
+            // SAFETY: a non-NULL source of a live node.
+            if parent.is_null() || !same_layout(r, unsafe { &*parent }) {
+                return false;
+            }
+        }
         for (&plan, &node) in self.nodes.iter().zip(nodes) {
             let (dst, srcs) = plan.places(&self.placed);
             if !ok(&self.planner, node, dst) {
@@ -422,9 +466,9 @@ impl Gallocr {
     fn reset_buffers(&self) {
         for i in 0..self.n_buffers() {
             if let Some(chunks) = &self.buffers[self.planner.talloc_of[i]] {
-                for &b in chunks {
+                for c in chunks {
                     // SAFETY: a chunk this allocator made and has not freed.
-                    unsafe { buffer::ggml_backend_buffer_reset(b) };
+                    unsafe { buffer::ggml_backend_buffer_reset(c.buffer) };
                 }
             }
         }
@@ -450,11 +494,7 @@ impl Gallocr {
                     // SAFETY: the tensor is live and without memory, as it was when this
                     // action was recorded (the contract); `b` a live chunk of this allocator
                     // (actions are dropped with every new plan) with room at `addr`.
-                    unsafe {
-                        (*t).buffer = b;
-                        (*t).data = addr;
-                        buffer::init_tensor(&*b, t);
-                    }
+                    unsafe { place(b, t, addr) };
                 }
                 Action::View(t) => {
                     // SAFETY: a live view without a buffer whose source now has memory, as
@@ -508,14 +548,27 @@ impl Gallocr {
                     "the compute buffer is not allocated",
                 )
             });
-        let b = chunks[placed.chunk as usize];
-        // SAFETY: a live chunk of this allocator.
-        let base = buffer::base(unsafe { &*b });
-        let addr = base.cast::<u8>().wrapping_add(placed.offset).cast();
-        // SAFETY: a live chunk and a tensor without memory; the plan keeps it inside the chunk.
-        unsafe { tensor::ggml_backend_tensor_alloc(b, t, addr) };
+        let chunk = chunks[placed.chunk as usize];
+        let addr = chunk.base.wrapping_add(placed.offset).cast();
+        if !r.buffer.is_null() {
+            ffi::fatal(
+                "ggml_gallocr_alloc_graph",
+                "GGML_ASSERT(tensor->buffer == NULL) failed",
+            );
+        }
+        // The range check of `ggml_backend_tensor_alloc` is left out: `fits` found the tensor
+        // needing no more than `size_max`, the plan's room for it at this offset of this chunk.
+        debug_assert!(
+            // SAFETY: a live chunk of this allocator.
+            placed.offset + buffer::alloc_size(unsafe { &*chunk.buffer }, r)
+                // SAFETY: as above.
+                <= unsafe { (*chunk.buffer).size }
+        );
+        // SAFETY: a live chunk, and a live tensor without memory that no borrow here holds
+        // past this point; the plan keeps it inside the chunk.
+        unsafe { place(chunk.buffer, t, addr) };
         if let Some(a) = actions {
-            a.push(Action::Place(t, b, addr));
+            a.push(Action::Place(t, chunk.buffer, addr));
         }
     }
 
@@ -532,7 +585,7 @@ impl Gallocr {
         chunks
             .iter()
             // SAFETY: chunks this allocator made and has not freed.
-            .map(|&b| unsafe { (*b).size })
+            .map(|c| unsafe { (*c.buffer).size })
             .sum()
     }
 }
@@ -545,10 +598,25 @@ impl Drop for Gallocr {
     }
 }
 
+/// Gives `t` the memory at `addr` of `b` and lets `b`'s backend initialise it (the body of
+/// `ggml_backend_tensor_alloc` once its checks are known to hold).
+///
+/// # Safety
+/// `b` must be a live buffer with room for `t` at `addr`; `t` a live tensor without buffer,
+/// data or view source, not borrowed elsewhere.
+unsafe fn place(b: ggml_backend_buffer_t, t: *mut ggml_tensor, addr: *mut std::os::raw::c_void) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        (*t).buffer = b;
+        (*t).data = addr;
+        buffer::init_tensor(&*b, t);
+    }
+}
+
 /// Frees the chunks of a virtual buffer.
-fn free_chunks(chunks: Option<Vec<ggml_backend_buffer_t>>) {
-    for b in chunks.into_iter().flatten() {
+fn free_chunks(chunks: Option<Vec<Chunk>>) {
+    for c in chunks.into_iter().flatten() {
         // SAFETY: a chunk made by `buffer_type::alloc_buffer` for this allocator, freed once.
-        unsafe { buffer::free(b) };
+        unsafe { buffer::free(c.buffer) };
     }
 }

@@ -71,6 +71,10 @@ pub struct Planner {
     pub slots: Vec<Slot>,
     /// Scratch of the walk: the table entry of every node's non-NULL sources, in order.
     edges: Vec<u32>,
+    /// Every in-place reuse of the last walk: (tensor, the source whose memory it took). The
+    /// reuse holds only while the two keep one layout, which a later graph of the same
+    /// structure may not ([`crate::alloc::gallocr`] checks it before reusing the plan).
+    pub reuses: Vec<(*mut ggml_tensor, *mut ggml_tensor)>,
     step: u32,
 }
 
@@ -145,6 +149,7 @@ impl Planner {
             nodes: Vec::new(),
             slots: Vec::new(),
             edges: Vec::new(),
+            reuses: Vec::new(),
             step: 0,
         }
     }
@@ -349,6 +354,7 @@ impl Planner {
         self.node(parent).allocated = false;
         // SAFETY: both live with table entries (made above).
         unsafe { self.free_extra_space(t, owner) };
+        self.reuses.push((t, parent));
         true
     }
 
@@ -368,6 +374,7 @@ impl Planner {
         self.hash.clear();
         self.nodes.clear();
         self.slots.clear();
+        self.reuses.clear();
         self.step = 0;
         for b in &mut self.blocks {
             b.reset();

@@ -137,6 +137,7 @@ impl Sched {
         // backends' `graph_optimize` above only reorders nodes in place).
         let nodes = unsafe { inspect::nodes(g) };
         let mut n_dep_added = 0usize;
+        self.alloc_dep_keeps.clear();
         for s in &self.splits {
             for (&input, &id) in s.inputs.iter().zip(&s.input_ids) {
                 let copies = self.table.copies_at(id, s.backend).unwrap_or(&[]);
@@ -188,10 +189,12 @@ impl Sched {
                         // optimizing its split, so it is a live tensor of the graph (the
                         // count check below stops on any other); so is its view source.
                         let dep = unsafe { split::view_of(&mut self.pool, chunk[0]) };
+                        let at = self.graph_nodes.len() as u32;
                         for (k, &t) in chunk.iter().enumerate() {
                             // SAFETY: `dep` is a header just made in the pool's context,
                             // referenced from nowhere else; `k` < GGML_MAX_SRC (chunk size).
                             unsafe { (*dep).src[k] = t };
+                            self.alloc_dep_keeps.push((at, self.table.id(t) as u32));
                         }
                         put(
                             &mut self.node_ids,
@@ -509,6 +512,7 @@ impl Sched {
                 &self.graph_ids,
                 self.table.len(),
                 &self.splits,
+                &self.alloc_dep_keeps,
                 self.n_copies,
             )
         }

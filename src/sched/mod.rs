@@ -105,6 +105,10 @@ pub struct Sched {
     /// again before it is allocated.
     pub(crate) plan: Option<plan_key::Plan>,
     pub(crate) key_scratch: plan_key::KeyScratch,
+    /// The backends' allocation dependencies in the last split's allocation graph: (position
+    /// of the dependency node, table id of a tensor it keeps alive), in order. Part of the
+    /// plan key: two graphs that keep other tensors alive need other plans.
+    pub(crate) alloc_dep_keeps: Vec<(u32, u32)>,
     /// The in-place pass's maps and lists, kept from split to split for their memory.
     pub(crate) reuse_memory: inplace::ReuseMemory,
     /// The last split's inputs, to replay its placement for an identical graph
@@ -449,6 +453,7 @@ export! {
             queued: std::cell::Cell::new(false),
             plan: None,
             key_scratch: plan_key::KeyScratch::with_capacity(graph_size),
+            alloc_dep_keeps: Vec::new(),
             reuse_memory: inplace::ReuseMemory::default(),
             replay: Default::default(),
             originals: Vec::new(),

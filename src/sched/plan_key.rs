@@ -57,7 +57,9 @@ impl KeyScratch {
 /// node its op, flags, type and whether it has storage already (`data`), with the backend of
 /// every position (`node_ids`, `leaf_ids`); of the user's graph, whose ids `ix` holds (table
 /// ids below `n_ids`), who reads whom: each node's source and view-source positions; of the
-/// splits, their backends, bounds and input positions; and the number of pipeline copies.
+/// splits, their backends, bounds and input positions; the backends' allocation dependencies
+/// (`dep_keeps`: each dependency node's position in `alloc` and the table id of a tensor it
+/// keeps alive); and the number of pipeline copies.
 /// That fixes which tensor reads which in `alloc`, and so which memory gallocr lets them
 /// share. Sizes are left out (gallocr checks them itself), and so are layouts, as in stock:
 /// a plan made without an in-place reuse stays right for a graph whose layouts would allow one.
@@ -74,6 +76,7 @@ pub unsafe fn plan_key(
     ix: &GraphIds,
     n_ids: usize,
     splits: &[Split],
+    dep_keeps: &[(u32, u32)],
     n_copies: usize,
 ) -> u64 {
     let mut h = FxHasher::default();
@@ -130,6 +133,11 @@ pub unsafe fn plan_key(
         }
         h.write_usize(s.input_ids.len());
     }
+    for &(node, id) in dep_keeps {
+        h.write_u32(node);
+        h.write_u32(at(id));
+    }
+    h.write_usize(dep_keeps.len());
     // Leave no position behind for the next graph, whose tensors may take other ids.
     for ids in [&ix.leafs, &ix.nodes] {
         for &id in ids {
@@ -162,6 +170,7 @@ mod tests {
                 &ids,
                 &ix,
                 t.len(),
+                &[],
                 &[],
                 1,
             )
