@@ -62,7 +62,9 @@ impl KeyScratch {
 /// keeps alive); and the number of pipeline copies.
 /// That fixes which tensor reads which in `alloc`, and so which memory gallocr lets them
 /// share. Sizes are left out (gallocr checks them itself), and so are layouts, as in stock:
-/// a plan made without an in-place reuse stays right for a graph whose layouts would allow one.
+/// a plan made without an in-place reuse stays right for a graph whose layouts would allow
+/// one, and a plan made with one is checked by gallocr for the one layout that reuse needs
+/// (`Gallocr::fits`).
 ///
 /// # Safety
 /// `alloc` must be a live graph of live tensors; `node_ids` and `leaf_ids` hold at least its
