@@ -168,6 +168,39 @@ fn get(t: *mut ggml_tensor) -> Vec<f32> {
     }
 }
 
+/// The check every case makes: the second graph on a fresh scheduler (the oracle), then the
+/// first and the second graph on one scheduler over `backend`, whose second allocation meets
+/// the first graph's plan. `run(sched, arg)` builds, allocates and computes one graph and
+/// returns each output's values beside the expected ones; `what` names the three runs in
+/// failure messages. Frees `backend`.
+fn second_after_first<A: Copy>(
+    backend: ggml_backend_t,
+    run: impl Fn(sys::ggml_backend_sched_t, A) -> Vec<(Vec<f32>, Vec<f32>)>,
+    first: A,
+    second: A,
+    what: [&str; 3],
+) {
+    let mut be = [backend];
+    // SAFETY: one live CPU-type backend, freed once at the end.
+    unsafe {
+        let fresh = ggml_backend_sched_new(be.as_mut_ptr(), null_mut(), 1, 64, false, false);
+        for (got, want) in run(fresh, second) {
+            assert_eq!(got, want, "{}", what[0]);
+        }
+        ggml_backend_sched_free(fresh);
+
+        let sched = ggml_backend_sched_new(be.as_mut_ptr(), null_mut(), 1, 64, false, false);
+        for (got, want) in run(sched, first) {
+            assert_eq!(got, want, "{}", what[1]);
+        }
+        for (got, want) in run(sched, second) {
+            assert_eq!(got, want, "{}", what[2]);
+        }
+        ggml_backend_sched_free(sched);
+        backend_free(be[0]);
+    }
+}
+
 // ---- 1. the plan key leaves strides out ------------------------------------------------------
 
 /// `x = a + b` (4x4), `p = permute(x, axes)`, `out = p + c`. With the identity permutation `p`
@@ -256,25 +289,17 @@ fn run_perm(sched: sys::ggml_backend_sched_t, transposed: bool) -> (Vec<f32>, Ve
 #[test]
 fn plan_with_inplace_reuse_not_applied_to_transposed_view() {
     let _l = serial();
-    let mut be = [cpu_backend()];
-    // SAFETY: one live CPU-type backend.
-    unsafe {
-        let fresh = ggml_backend_sched_new(be.as_mut_ptr(), null_mut(), 1, 64, false, false);
-        let (got, want) = run_perm(fresh, true);
-        assert_eq!(got, want, "a fresh scheduler, transposed graph");
-        ggml_backend_sched_free(fresh);
-
-        let sched = ggml_backend_sched_new(be.as_mut_ptr(), null_mut(), 1, 64, false, false);
-        let (got, want) = run_perm(sched, false);
-        assert_eq!(got, want, "identity permutation");
-        let (got, want) = run_perm(sched, true);
-        assert_eq!(
-            got, want,
-            "transposed graph after the identity graph's plan (same plan key)"
-        );
-        ggml_backend_sched_free(sched);
-        backend_free(be[0]);
-    }
+    second_after_first(
+        cpu_backend(),
+        |sched, transposed| vec![run_perm(sched, transposed)],
+        false,
+        true,
+        [
+            "a fresh scheduler, transposed graph",
+            "identity permutation",
+            "transposed graph after the identity graph's plan (same plan key)",
+        ],
+    );
 }
 
 /// `b = scale(in_b, 1)`, `out = a + b`, `y = 3 a` (so `a` has two readers and only `b` can give
@@ -351,28 +376,17 @@ fn run_bcast(sched: sys::ggml_backend_sched_t, rows_b: i64) -> [(Vec<f32>, Vec<f
 #[test]
 fn plan_with_inplace_reuse_not_applied_to_broadcast_source() {
     let _l = serial();
-    let mut be = [cpu_backend()];
-    // SAFETY: one live CPU-type backend.
-    unsafe {
-        let fresh = ggml_backend_sched_new(be.as_mut_ptr(), null_mut(), 1, 64, false, false);
-        for (got, want) in run_bcast(fresh, 1) {
-            assert_eq!(got, want, "a fresh scheduler, broadcast graph");
-        }
-        ggml_backend_sched_free(fresh);
-
-        let sched = ggml_backend_sched_new(be.as_mut_ptr(), null_mut(), 1, 64, false, false);
-        for (got, want) in run_bcast(sched, 4) {
-            assert_eq!(got, want, "b of out's shape (out in place over b)");
-        }
-        for (got, want) in run_bcast(sched, 1) {
-            assert_eq!(
-                got, want,
-                "broadcast b after the plan of the same-shape graph (same plan key)"
-            );
-        }
-        ggml_backend_sched_free(sched);
-        backend_free(be[0]);
-    }
+    second_after_first(
+        cpu_backend(),
+        |sched, rows_b| run_bcast(sched, rows_b).to_vec(),
+        4,
+        1,
+        [
+            "a fresh scheduler, broadcast graph",
+            "b of out's shape (out in place over b)",
+            "broadcast b after the plan of the same-shape graph (same plan key)",
+        ],
+    );
 }
 
 // ---- 2. the plan key leaves out which tensor a backend's allocation dependency keeps ---------
@@ -476,25 +490,17 @@ fn run_dep(sched: sys::ggml_backend_sched_t, k: i32) -> (Vec<f32>, Vec<f32>) {
 #[test]
 fn plan_not_reused_when_alloc_dep_keeps_another_tensor() {
     let _l = serial();
-    let mut be = [dep_backend()];
-    // SAFETY: one live CPU-type backend.
-    unsafe {
-        let fresh = ggml_backend_sched_new(be.as_mut_ptr(), null_mut(), 1, 64, false, false);
-        let (got, want) = run_dep(fresh, 1);
-        assert_eq!(got, want, "a fresh scheduler keeps t1 for N");
-        ggml_backend_sched_free(fresh);
-
-        let sched = ggml_backend_sched_new(be.as_mut_ptr(), null_mut(), 1, 64, false, false);
-        let (got, want) = run_dep(sched, 2);
-        assert_eq!(got, want, "N also reads m");
-        let (got, want) = run_dep(sched, 1);
-        assert_eq!(
-            got, want,
-            "N also reads t1, after the plan of the graph where it read m (same plan key)"
-        );
-        ggml_backend_sched_free(sched);
-        backend_free(be[0]);
-    }
+    second_after_first(
+        dep_backend(),
+        |sched, k| vec![run_dep(sched, k)],
+        2,
+        1,
+        [
+            "a fresh scheduler keeps t1 for N",
+            "N also reads m",
+            "N also reads t1, after the plan of the graph where it read m (same plan key)",
+        ],
+    );
 }
 
 // ---- 3. a leaf no node reads is not checked against the plan ----------------------------------
@@ -551,26 +557,15 @@ fn run_leaf(sched: sys::ggml_backend_sched_t, ny: i64) -> [(Vec<f32>, Vec<f32>);
 #[test]
 fn plan_not_reused_when_an_unread_leaf_grows() {
     let _l = serial();
-    let mut be = [cpu_backend()];
-    // SAFETY: one live CPU-type backend.
-    unsafe {
-        let fresh = ggml_backend_sched_new(be.as_mut_ptr(), null_mut(), 1, 64, false, false);
-        for (got, want) in run_leaf(fresh, 16) {
-            assert_eq!(got, want, "a fresh scheduler");
-        }
-        ggml_backend_sched_free(fresh);
-
-        let sched = ggml_backend_sched_new(be.as_mut_ptr(), null_mut(), 1, 64, false, false);
-        for (got, want) in run_leaf(sched, 4) {
-            assert_eq!(got, want, "y of 4");
-        }
-        for (got, want) in run_leaf(sched, 16) {
-            assert_eq!(
-                got, want,
-                "y of 16 after the plan for y of 4 (same plan key)"
-            );
-        }
-        ggml_backend_sched_free(sched);
-        backend_free(be[0]);
-    }
+    second_after_first(
+        cpu_backend(),
+        |sched, ny| run_leaf(sched, ny).to_vec(),
+        4,
+        16,
+        [
+            "a fresh scheduler",
+            "y of 4",
+            "y of 16 after the plan for y of 4 (same plan key)",
+        ],
+    );
 }
