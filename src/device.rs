@@ -361,13 +361,16 @@ export! {
         reg: ggml_backend_reg_t,
         name: *const c_char,
     ) -> *mut c_void {
-        // Registrations compare the name with strcmp (stock: SIGSEGV on NULL).
-        crate::ffi::require_non_null(name, F, "name");
         // SAFETY: forwards the contract of `ggml_backend_reg_get_proc_address`: `reg` is NULL or
         // live (`reg_ref` aborts on NULL).
         match unsafe { reg_ref(reg, F) }.iface.get_proc_address {
-            // SAFETY: the registration's callback with itself.
-            Some(f) => unsafe { f(reg, name) },
+            Some(f) => {
+                // Registrations compare the name with strcmp (stock: SIGSEGV on NULL). Without
+                // a lookup the name is never read, and NULL is the answer, as in stock.
+                crate::ffi::require_non_null(name, F, "name");
+                // SAFETY: the registration's callback with itself and a non-NULL name.
+                unsafe { f(reg, name) }
+            }
             None => std::ptr::null_mut(),
         }
     }

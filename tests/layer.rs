@@ -6,9 +6,10 @@
 //! this binary with `LAYER_ABORT_CASE` set and checks that the child died of SIGABRT after
 //! logging the expected message.
 
+#[path = "common/abort.rs"]
+mod abort;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_void};
-use std::process::Command;
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -638,29 +639,7 @@ fn async_accessors_fall_back_to_synchronize_and_blocking_calls() {
 
 /// Runs `case` in a child process and returns its stderr, asserting it died of SIGABRT.
 fn run_abort_case(case: &str) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "abort_case_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("LAYER_ABORT_CASE", case)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.signal(),
-        Some(libc_sigabrt()),
-        "{case}: {:?}\n{stderr}",
-        out.status
-    );
-    stderr
-}
-
-fn libc_sigabrt() -> i32 {
-    6
+    abort::expect_sigabrt("abort_case_child", "LAYER_ABORT_CASE", case)
 }
 
 /// Not a test of its own: the child side of [`run_abort_case`].
