@@ -573,8 +573,8 @@ fn graph_copy_keeps_flags_params_leaf_data_and_post_alloc_views() {
         let g2 = &*copy.graph;
         assert_eq!(g2.n_nodes as usize, n);
         assert_eq!(g2.n_leafs, 0, "stock's copy lists nodes only");
-        for i in 0..n {
-            let (o, c2) = (&*orig[i], &**g2.nodes.add(i));
+        for (i, &o) in orig.iter().enumerate() {
+            let (o, c2) = (&*o, &**g2.nodes.add(i));
             assert_eq!(
                 (o.op, o.flags, o.op_params, o.ne, o.nb),
                 (c2.op, c2.flags, c2.op_params, c2.ne, c2.nb)
