@@ -6,12 +6,16 @@
 //! this binary with `LAYER_ABORT_CASE` set and checks that the child died of SIGABRT after
 //! logging the expected message.
 
-#[path = "common/abort.rs"]
-mod abort;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[path = "common/tensors.rs"]
+mod tensors;
+use tensors::*;
+#[path = "common/abort.rs"]
+mod abort;
 
 use ggml_base::backend::*;
 use ggml_base::buffer::*;
@@ -24,39 +28,9 @@ use ggml_base::tensor::*;
 use ggml_sys as sys;
 use ggml_sys::{ggml_backend_t, ggml_cgraph, ggml_tensor};
 
-fn cstr(p: *const c_char) -> String {
-    assert!(!p.is_null());
-    // SAFETY: the layer returns NUL-terminated strings owned by buffer types / backends.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
-
 /// A ggml context for tensor metadata only (no_alloc).
 fn meta_ctx() -> *mut sys::ggml_context {
-    // SAFETY: plain context creation.
-    let ctx = unsafe {
-        sys::ggml_init(sys::ggml_init_params {
-            mem_size: 64 * sys::ggml_tensor_overhead() + sys::ggml_graph_overhead(),
-            mem_buffer: null_mut(),
-            no_alloc: true,
-        })
-    };
-    assert!(!ctx.is_null());
-    ctx
-}
-
-fn f32s(t: *const ggml_tensor) -> Vec<f32> {
-    // SAFETY: live, allocated tensor.
-    unsafe {
-        let n = sys::ggml_nbytes(t);
-        let mut v = vec![0f32; n / 4];
-        ggml_backend_tensor_get(t, v.as_mut_ptr().cast(), 0, n);
-        v
-    }
-}
-
-fn set_f32s(t: *mut ggml_tensor, v: &[f32]) {
-    // SAFETY: live, allocated tensor of at least v.len() floats.
-    unsafe { ggml_backend_tensor_set(t, v.as_ptr().cast(), 0, std::mem::size_of_val(v)) }
+    ctx_of(64)
 }
 
 #[test]

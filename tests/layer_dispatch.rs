@@ -10,12 +10,15 @@
 //! memory and records every data callback, so the layer's dispatch can be observed. Abort paths
 //! run in a child process (the test binary re-executed with `LAYER_ABORT_CASE`).
 
-#[path = "common/abort.rs"]
-mod abort;
 use std::cell::RefCell;
-use std::ffi::CStr;
 use std::os::raw::{c_char, c_void};
 use std::ptr::{null, null_mut};
+
+#[path = "common/tensors.rs"]
+mod tensors;
+use tensors::*;
+#[path = "common/abort.rs"]
+mod abort;
 
 use ggml_base::backend::*;
 use ggml_base::buffer::*;
@@ -28,40 +31,6 @@ use ggml_base::multi_buffer::*;
 use ggml_base::tensor::*;
 use ggml_sys as sys;
 use ggml_sys::{ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_tensor};
-
-fn cstr(p: *const c_char) -> String {
-    assert!(!p.is_null());
-    // SAFETY: NUL-terminated strings owned by the library or ggml.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
-
-fn ctx_of(n: usize) -> *mut sys::ggml_context {
-    // SAFETY: plain context creation.
-    let ctx = unsafe {
-        sys::ggml_init(sys::ggml_init_params {
-            mem_size: n * sys::ggml_tensor_overhead() + sys::ggml_graph_overhead(),
-            mem_buffer: null_mut(),
-            no_alloc: true,
-        })
-    };
-    assert!(!ctx.is_null());
-    ctx
-}
-
-fn f32s(t: *const ggml_tensor) -> Vec<f32> {
-    // SAFETY: live, allocated tensor.
-    unsafe {
-        let n = sys::ggml_nbytes(t);
-        let mut v = vec![0f32; n / 4];
-        ggml_backend_tensor_get(t, v.as_mut_ptr().cast(), 0, n);
-        v
-    }
-}
-
-fn set_f32s(t: *mut ggml_tensor, v: &[f32]) {
-    // SAFETY: live, allocated tensor of at least v.len() floats.
-    unsafe { ggml_backend_tensor_set(t, v.as_ptr().cast(), 0, std::mem::size_of_val(v)) }
-}
 
 // ---- a recording, non-host "device" buffer type -----------------------------------------
 
@@ -502,24 +471,27 @@ unsafe extern "C" fn dev_get_buft(_: sys::ggml_backend_dev_t) -> ggml_backend_bu
     dev_buft()
 }
 
+/// The test device's interface: a name and the recording buffer type, nothing else.
+const DEVICE_IFACE: sys::ggml_backend_device_i = sys::ggml_backend_device_i {
+    get_name: Some(dev_name),
+    get_description: Some(dev_name),
+    get_memory: None,
+    get_type: None,
+    get_props: None,
+    init_backend: None,
+    get_buffer_type: Some(dev_get_buft),
+    get_host_buffer_type: None,
+    buffer_from_host_ptr: None,
+    supports_op: None,
+    supports_buft: None,
+    offload_op: None,
+    event_new: None,
+    event_free: None,
+    event_synchronize: None,
+};
+
 static mut DEVICE: sys::ggml_backend_device = sys::ggml_backend_device {
-    iface: sys::ggml_backend_device_i {
-        get_name: Some(dev_name),
-        get_description: Some(dev_name),
-        get_memory: None,
-        get_type: None,
-        get_props: None,
-        init_backend: None,
-        get_buffer_type: Some(dev_get_buft),
-        get_host_buffer_type: None,
-        buffer_from_host_ptr: None,
-        supports_op: None,
-        supports_buft: None,
-        offload_op: None,
-        event_new: None,
-        event_free: None,
-        event_synchronize: None,
-    },
+    iface: DEVICE_IFACE,
     reg: null_mut(),
     context: null_mut(),
 };
@@ -848,21 +820,10 @@ unsafe extern "C" fn ev_sync(_: sys::ggml_backend_dev_t, _: sys::ggml_backend_ev
 
 static mut EV_DEVICE: sys::ggml_backend_device = sys::ggml_backend_device {
     iface: sys::ggml_backend_device_i {
-        get_name: Some(dev_name),
-        get_description: Some(dev_name),
-        get_memory: None,
-        get_type: None,
-        get_props: None,
-        init_backend: None,
-        get_buffer_type: Some(dev_get_buft),
-        get_host_buffer_type: None,
-        buffer_from_host_ptr: None,
-        supports_op: None,
-        supports_buft: None,
-        offload_op: None,
         event_new: Some(ev_new),
         event_free: Some(ev_free),
         event_synchronize: Some(ev_sync),
+        ..DEVICE_IFACE
     },
     reg: null_mut(),
     context: null_mut(),
