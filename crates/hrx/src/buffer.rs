@@ -327,7 +327,8 @@ unsafe extern "C" fn dev_get_tensor(
 
 /// Copies `src` into `dst` (in a device buffer of `dev`) when the device can read `src`:
 /// same device, or host memory. `queue_only` leaves the copy queued (async form); host
-/// bytes are then copied at once so the caller may reuse them.
+/// bytes are then copied at once so the caller may reuse them, and a host source is declined
+/// (false) while a job that writes host memory is queued on the device.
 ///
 /// # Safety
 /// Both tensors are live and allocated.
@@ -357,6 +358,16 @@ pub unsafe fn copy_into_device(
         dev.rt.copy(dst.data as usize, src.data as usize, n);
     // SAFETY: sb is a live buffer with a live type.
     } else if unsafe { buft_is_host((*sb).buft) } {
+        // A queued copy snapshots the host bytes now, but a job queued earlier may still
+        // write them (a node whose output is in a host buffer): decline, and the caller's
+        // fallback (synchronize, then a blocking copy) orders the two.
+        if queue_only
+            && dev
+                .host_writes_queued
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return false;
+        }
         let hs = if queue_only {
             // SAFETY: src is n readable host bytes.
             HostSrc::Owned(unsafe { std::slice::from_raw_parts(src.data as *const u8, n) }.to_vec())
@@ -728,6 +739,22 @@ mod tests {
                 owned: true
             }]
         );
+        // ... but not while a queued job may still write host memory: declined, nothing
+        // queued, and the flag kept for the caller's synchronize
+        d.host_writes_queued
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: as above.
+        assert!(!unsafe { copy_into_device(d, &hsrc, &dst, true) });
+        assert!(m.take_calls().is_empty());
+        assert!(d
+            .host_writes_queued
+            .load(std::sync::atomic::Ordering::Relaxed));
+        // the blocking form orders itself (it waits for the queue after its upload)
+        // SAFETY: as above.
+        assert!(unsafe { copy_into_device(d, &hsrc, &dst, false) });
+        d.host_writes_queued
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        m.take_calls();
         // refused, with nothing queued: a source the device cannot read, a size mismatch,
         // a destination outside the device's allocations
         let fb = foreign_buffer(false, GGML_BACKEND_BUFFER_USAGE_ANY);

@@ -63,6 +63,8 @@ struct Shared {
     done: Condvar,
     errors: Mutex<Vec<String>>,
     threads: AtomicUsize,
+    /// Frees submitted and not yet run: `alloc` waits for them before it gives up.
+    frees_queued: AtomicUsize,
 }
 
 impl Shared {
@@ -122,6 +124,7 @@ impl SimDevice {
             progress: Mutex::new((0, 0)),
             done: Condvar::new(),
             errors: Mutex::new(Vec::new()),
+            frees_queued: AtomicUsize::new(0),
             threads: AtomicUsize::new(
                 std::thread::available_parallelism()
                     .map(|n| n.get())
@@ -182,6 +185,18 @@ impl SimDevice {
     }
 }
 
+impl SimDevice {
+    /// Waits until every job submitted so far has run; errors stay for `synchronize` to
+    /// report.
+    fn wait_queue(&self) {
+        let mut pr = self.shared.progress.lock();
+        let target = pr.0;
+        while pr.1 < target {
+            self.shared.done.wait(&mut pr);
+        }
+    }
+}
+
 impl Drop for SimDevice {
     fn drop(&mut self) {
         self.submit(Job::Quit);
@@ -229,10 +244,9 @@ fn run_job(s: &Shared, exec: &mut exec::Executor, job: Job) -> Result<(), String
         }
         Job::Free(addr) => {
             let off = addr - s.reservation.base();
-            s.alloc
-                .lock()
-                .free(off)
-                .ok_or_else(|| format!("free of unknown device address {addr:#x}"))?;
+            let freed = s.alloc.lock().free(off);
+            s.frees_queued.fetch_sub(1, Ordering::Relaxed);
+            freed.ok_or_else(|| format!("free of unknown device address {addr:#x}"))?;
         }
         Job::Signal(ev, seq) => ev.signal(seq),
         Job::Wait(ev, seq) => ev.wait_for(seq),
@@ -263,11 +277,26 @@ impl Runtime for SimDevice {
     }
 
     fn alloc(&self, size: usize) -> Option<DevAddr> {
-        let off = self.shared.alloc.lock().alloc(size)?;
+        // Bound first, so that the allocator's lock is not held while waiting below.
+        let now = self.shared.alloc.lock().alloc(size);
+        let off = match now {
+            Some(off) => off,
+            // A free runs in queue order, after the work that may still use the memory, so
+            // one submitted before this call may not have run yet: wait for the queue to
+            // reach it rather than fail (the arena frees a weight and allocates at once;
+            // ggml-alloc frees a compute buffer and allocates a larger one). A device that is
+            // full with no free pending fails at once, as before.
+            None if self.shared.frees_queued.load(Ordering::Relaxed) > 0 => {
+                self.wait_queue();
+                self.shared.alloc.lock().alloc(size)?
+            }
+            None => return None,
+        };
         Some(self.shared.reservation.base() + off)
     }
 
     fn free(&self, addr: DevAddr) {
+        self.shared.frees_queued.fetch_add(1, Ordering::Relaxed);
         self.submit(Job::Free(addr));
     }
 
@@ -309,12 +338,7 @@ impl Runtime for SimDevice {
     }
 
     fn synchronize(&self) -> Result<(), String> {
-        let mut pr = self.shared.progress.lock();
-        let target = pr.0;
-        while pr.1 < target {
-            self.shared.done.wait(&mut pr);
-        }
-        drop(pr);
+        self.wait_queue();
         let errs = std::mem::take(&mut *self.shared.errors.lock());
         if errs.is_empty() {
             Ok(())
@@ -361,6 +385,31 @@ mod tests {
         d.free(a);
         d.synchronize().unwrap();
         assert_eq!(d.used(), 1024);
+    }
+
+    /// An allocation right after a free that the queue has not reached yet (the worker is
+    /// held by an event wait) gets the freed memory once the queue gets there, instead of
+    /// failing; with no free pending, a full device fails at once.
+    #[test]
+    fn alloc_waits_for_a_queued_free() {
+        let d = SimDevice::new(0, 1 << 16, None, quiet).unwrap();
+        let a = d.alloc(1 << 16).unwrap();
+        assert_eq!(d.alloc(16), None, "full, nothing freed");
+        let ev = Event::new();
+        let seq = ev.begin_record();
+        d.wait(ev.clone(), seq);
+        d.free(a);
+        let signaller = {
+            let ev = ev.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                ev.signal(seq);
+            })
+        };
+        assert_eq!(d.alloc(1 << 16), Some(a), "the queued free made room");
+        signaller.join().unwrap();
+        d.synchronize().unwrap();
+        assert_eq!(d.used(), 1 << 16);
     }
 
     #[test]
