@@ -154,7 +154,7 @@ int main(int argc, char ** argv) {
     if (!cpu) { fprintf(stderr, "no CPU backend\n"); return 2; }
     ggml_backend_cpu_set_n_threads(cpu, 1);
     int (*run)(ggml_backend_sched_t, int) = bcast ? run_bcast : run_leaf;
-    int first = bcast ? 4 : 4, second = bcast ? 1 : 16;
+    int first = 4, second = bcast ? 1 : 16; // y of 4 then 16; in_b of 4 rows then 1
 
     ggml_backend_sched_t fresh = new_sched();
     int oracle = run(fresh, second);
