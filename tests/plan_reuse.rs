@@ -23,6 +23,9 @@ use ggml_base::tensor::*;
 use ggml_sys as sys;
 use ggml_sys::{ggml_backend_t, ggml_cgraph, ggml_tensor};
 
+#[path = "common/tensors.rs"]
+mod tensors;
+use tensors::ctx_of;
 #[path = "common/devices.rs"]
 mod devices;
 use devices::*;
@@ -115,19 +118,6 @@ fn cpu_backend() -> ggml_backend_t {
     )
 }
 
-fn new_ctx(n_tensors: usize) -> *mut sys::ggml_context {
-    // SAFETY: exported API with valid arguments.
-    unsafe {
-        let ctx = sys::ggml_init(sys::ggml_init_params {
-            mem_size: n_tensors * sys::ggml_tensor_overhead() + sys::ggml_graph_overhead(),
-            mem_buffer: null_mut(),
-            no_alloc: true,
-        });
-        assert!(!ctx.is_null());
-        ctx
-    }
-}
-
 fn input_2d(ctx: *mut sys::ggml_context, n0: i64, n1: i64) -> *mut ggml_tensor {
     // SAFETY: a live no_alloc context.
     unsafe {
@@ -217,7 +207,7 @@ struct PermGraph {
 }
 impl PermGraph {
     fn new(transposed: bool) -> PermGraph {
-        let ctx = new_ctx(16);
+        let ctx = ctx_of(16);
         // SAFETY: a live context.
         unsafe {
             let a = input_2d(ctx, 4, 4);
@@ -318,7 +308,7 @@ struct BcastGraph {
 }
 impl BcastGraph {
     fn new(rows_b: i64) -> BcastGraph {
-        let ctx = new_ctx(16);
+        let ctx = ctx_of(16);
         // SAFETY: a live context.
         unsafe {
             let a = input_2d(ctx, 4, 4);
@@ -450,7 +440,7 @@ fn dep_backend() -> ggml_backend_t {
 /// after `m`, unless `t1` is kept), `N = q + m (+ hidden)`. `hidden` is node `k` of the split:
 /// 2 (`m`, alive anyway) or 1 (`t1`, which the dependency keeps alive).
 fn run_dep(sched: sys::ggml_backend_sched_t, k: i32) -> (Vec<f32>, Vec<f32>) {
-    let ctx = new_ctx(16);
+    let ctx = ctx_of(16);
     // SAFETY: a live context and scheduler.
     unsafe {
         let a = input_2d(ctx, 16, 1);
@@ -509,7 +499,7 @@ fn plan_not_reused_when_alloc_dep_keeps_another_tensor() {
 /// of a tensor without op): no node reads `y`, so gallocr's fit check (nodes and their
 /// sources) never looks at it. The second graph's `y` is 4 times the first's, same plan key.
 fn run_leaf(sched: sys::ggml_backend_sched_t, ny: i64) -> [(Vec<f32>, Vec<f32>); 2] {
-    let ctx = new_ctx(16);
+    let ctx = ctx_of(16);
     // SAFETY: a live context and scheduler.
     unsafe {
         let x = input_2d(ctx, 4, 1);

@@ -1,5 +1,7 @@
 //! Small helpers over ggml tensors and contexts for the layer's tests (`tests/layer.rs`,
-//! `tests/layer_dispatch.rs`, each includes this file).
+//! `tests/layer_dispatch.rs`, `tests/plan_reuse.rs`, each includes this file; not every one
+//! uses every helper).
+#![allow(dead_code)]
 
 use std::ffi::CStr;
 use std::os::raw::c_char;
