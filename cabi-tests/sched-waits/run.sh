@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# A queued input copy must run before its source is overwritten (src/sched/compute.rs,
-# SplitWaits; docs/sched.md, "One wait per split"). Builds queued_copy.c and runs it in the
-# stock arm and in ours: serial and with pipeline copies, with the queued copy first among the
-# split's inputs (user inputs after it) or last, 3 tokens, 8 values each. Each run's count of
-# wrong values must be the table's:
+# The scheduler's waits, in the stock arm and in ours, on test devices whose work waits in a
+# queue until synchronize (queue_device.h). Two programs:
+#
+# queued_copy.c: a queued input copy must run before its source is overwritten
+# (src/sched/compute.rs, SplitWaits; docs/sched.md, "One wait per split"). Serial and with
+# pipeline copies, with the queued copy first among the split's inputs (user inputs after it)
+# or last, 3 tokens, 8 values each. Each run's count of wrong values must be the table's:
 #
 #   arm    graph   pipeline  wrong   why
 #   stock  normal  no         0      its synchronize before the next input runs the copy
@@ -13,10 +15,18 @@
 #   ours   any     any        0      a queued copy from host memory runs before the compute
 #   both   any     any        0      with an eval callback (CB=1): its synchronize runs the copy
 #
-# Stock's 16 are its gap, kept as measured (stock and ours differ there on purpose). Then ours
-# with its sanitizer (GGML_SCHED_SANITIZE=2): no report with our waits; with stock's waits
-# (GGML_SCHED_INPUT_WAITS=input), where the values are wrong (the copy last; pipeline copies),
-# the race reported, naming the queued copy.
+# direct_write.c: a split that reads, without a copy, host storage another backend's queued
+# split writes must come after that write (src/sched/direct.rs; docs/sched.md, "Writes
+# another backend reads without a copy"). Serial and with pipeline copies, 3 tokens of 8:
+#
+#   arm    pipeline  wrong   why
+#   stock  any       24      nothing waits for the writer: every read comes first
+#   ours   any        0      the host waits for the writer before the reading split
+#
+# Stock's wrong values are its gaps, kept as measured (stock and ours differ there on
+# purpose). Then ours with its sanitizer (GGML_SCHED_SANITIZE=2): no report with our waits;
+# with stock's waits (GGML_SCHED_INPUT_WAITS=input), where the values are wrong, the race
+# reported, naming the queued copy or the unordered write.
 #
 #   cabi-tests/sched-waits/run.sh [OURS_LIB_DIR]     (default target/ours/lib)
 set -uo pipefail
@@ -29,18 +39,29 @@ out=$root/target/sched-waits
 mkdir -p "$out"
 [ -f "$ours/libggml-base.so.0" ] || { echo "install ours first: $ours/libggml-base.so.0" >&2; exit 2; }
 [ -f "$stock/libggml-base.so.0" ] || { echo "build stock first: $stock/libggml-base.so.0" >&2; exit 2; }
-cc -std=c11 -Wall -Wextra -Werror -O1 -g -I"$up/include" -I"$up/src" \
-   "$root/cabi-tests/sched-waits/queued_copy.c" -o "$out/queued_copy" -L"$stock" -lggml-base || exit 2
+for prog in queued_copy direct_write; do
+  cc -std=c11 -Wall -Wextra -Werror -O1 -g -I"$up/include" -I"$up/src" \
+     "$root/cabi-tests/sched-waits/$prog.c" -o "$out/$prog" -L"$stock" -lggml-base || exit 2
+done
 
 fail=0
+# cmd_of GRAPH: sets cmd to the program and arguments of a graph (normal, last: queued_copy;
+# direct: direct_write), 3 tokens
+cmd_of() {
+  case $1 in
+    direct) cmd=("$out/direct_write" 3) ;;
+    *) cmd=("$out/queued_copy" 3 "$1") ;;
+  esac
+}
 # check ARM LIBDIR GRAPH PIPELINE WANT [CB]: one run (CB=1: with an eval callback), its
 # wrong-value count against WANT
 check() {
-  local arm=$1 lib=$2 graph=$3 pipe=$4 want=$5 cb=${6:-0} log got envs=()
+  local arm=$1 lib=$2 graph=$3 pipe=$4 want=$5 cb=${6:-0} log got envs=() cmd
   [ "$pipe" = 1 ] && envs+=(PIPELINE=1)
   [ "$cb" = 1 ] && envs+=(CB=1)
   log=$out/$arm-$graph-pipeline$pipe-cb$cb.out
-  env "${envs[@]}" LD_LIBRARY_PATH="$lib" timeout 60 "$out/queued_copy" 3 "$graph" > "$log" 2>&1
+  cmd_of "$graph"
+  env "${envs[@]}" LD_LIBRARY_PATH="$lib" timeout 60 "${cmd[@]}" > "$log" 2>&1
   got=$(sed -n 's/^\(OK\|FAIL\): \([0-9]*\) wrong values$/\2/p' "$log")
   if [ "$got" = "$want" ]; then
     printf '[sched-waits] %-5s %-6s pipeline %s callback %s: %s wrong values, as expected\n' \
@@ -63,27 +84,36 @@ for graph in normal last; do
     check ours "$ours:$stock" "$graph" "$pipe" 0 1
   done
 done
+for pipe in 0 1; do
+  check stock "$stock" direct "$pipe" 24
+  check ours "$ours:$stock" direct "$pipe" 0
+done
 # The sanitizer (ours only) must see the race where it happens and nothing where it does not:
 # our waits, every variant, no report; stock's waits (GGML_SCHED_INPUT_WAITS=input) with the
 # copy last or with pipeline copies, one report for each token whose CPU split overwrote the
-# copy's source (2).
+# copy's source (2); and for direct_write, one for each token whose CPU split read the cache
+# before TA's queued write (3).
 # sanitize ENV... -- GRAPH PIPELINE WANT_REPORTS
 sanitize() {
-  local envs=() graph pipe want log got
+  local envs=() graph pipe want log got cmd
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
   graph=$1 pipe=$2 want=$3
   log=$out/sanitize-$graph-pipeline$pipe-${#envs[@]}.err
+  cmd_of "$graph"
   env "${envs[@]}" GGML_SCHED_SANITIZE=2 $([ "$pipe" = 1 ] && echo PIPELINE=1) LD_LIBRARY_PATH="$ours:$stock" \
-    timeout 60 "$out/queued_copy" 3 "$graph" > "$log" 2>&1
+    timeout 60 "${cmd[@]}" > "$log" 2>&1
+  # what a report must name: the queued copy, or TA's write the CPU split read too early
+  local named="earlier: read of .*(cpy_tensor_async).*expected: the queued copy run before its source is written again"
+  [ "$graph" = direct ] &&
+    named="read after unordered write.*split 1 on TCPU.*earlier: write of .* on TA.*a host wait on TA"
   got=$(sed -n 's/^ggml_backend_sched_sanitize: [0-9]* accesses checked, \([0-9]*\) reports$/\1/p' "$log")
   if [ "$got" != "$want" ]; then
     printf '[sched-waits] FAILED: sanitizer, %s %s pipeline %s: %s reports, expected %s (%s)\n' \
       "${envs[*]:-ours}" "$graph" "$pipe" "${got:-no count}" "$want" "$log"
     fail=1
-  elif [ "$want" != 0 ] && ! grep -q "earlier: read of .*(cpy_tensor_async).*expected: the queued copy run before its source is written again" \
-      <(tr '\n' ' ' < "$log"); then
-    printf '[sched-waits] FAILED: sanitizer, %s %s pipeline %s: the report does not name the queued copy (%s)\n' \
+  elif [ "$want" != 0 ] && ! grep -q "$named" <(tr '\n' ' ' < "$log"); then
+    printf '[sched-waits] FAILED: sanitizer, %s %s pipeline %s: the report does not name the race (%s)\n' \
       "${envs[*]}" "$graph" "$pipe" "$log"
     fail=1
   else
@@ -91,7 +121,7 @@ sanitize() {
       "${envs[*]:-ours}" "$graph" "$pipe" "$got"
   fi
 }
-for graph in normal last; do
+for graph in normal last direct; do
   for pipe in 0 1; do
     sanitize -- "$graph" "$pipe" 0
   done
@@ -99,5 +129,7 @@ done
 sanitize GGML_SCHED_INPUT_WAITS=input -- last 0 2
 sanitize GGML_SCHED_INPUT_WAITS=input -- normal 1 2
 sanitize GGML_SCHED_INPUT_WAITS=input -- last 1 2
+sanitize GGML_SCHED_INPUT_WAITS=input -- direct 0 3
+sanitize GGML_SCHED_INPUT_WAITS=input -- direct 1 3
 [ "$fail" = 0 ] && echo "[sched-waits] PASS" || echo "[sched-waits] FAIL"
 exit "$fail"

@@ -64,6 +64,7 @@ impl Sched {
         // of every header): graphs split for a reserve or by `split_graph` alone are rarely
         // allocated next.
         let reset = self.materialize_reset();
+        self.direct.invalidate();
         // With pipeline copies, what depends on the current copy is noted as well, so that a
         // replay with another one lays it out again.
         let replayable = snapshot && reset && self.debug == 0 && super::record::dir().is_none();
@@ -516,5 +517,28 @@ impl Sched {
                 self.n_copies,
             )
         }
+    }
+
+    /// Works out, for each split, the roots it writes where another backend reads without a
+    /// copy ([`super::direct`]).
+    ///
+    /// # Safety
+    /// The graph split last must be allocated and live.
+    pub(crate) unsafe fn note_direct_writes(&mut self) {
+        // SAFETY: the scheduler's own lists (see `Sched::backend`).
+        let live = unsafe { super::caps::Live::new(&self.backends, &self.bufts) };
+        let backends = &self.backends;
+        // A backend without `synchronize` (ggml-cpu) has finished a split when its compute
+        // returns.
+        // SAFETY: the scheduler's backends are live for its lifetime (`Sched::backend`).
+        let is_async = |b: usize| unsafe { (*backends[b]).iface.synchronize.is_some() };
+        // SAFETY: a split's graph cell is written only by `split` and `replay_split`, not
+        // while this runs; the graph is allocated and live (this function's contract).
+        let splits = self
+            .splits
+            .iter()
+            .map(|s| (s.backend, unsafe { &*s.graph.get() }));
+        // SAFETY: as above.
+        unsafe { self.direct.work_out(&live, &is_async, splits) };
     }
 }

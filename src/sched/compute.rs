@@ -172,6 +172,7 @@ impl Sched {
     unsafe fn wait_host(&self, b: usize, event: ggml_sys::ggml_backend_event_t) {
         if event.is_null() {
             backend::synchronize(self.backend(b));
+            self.direct.synchronized(b);
         } else {
             // SAFETY: non-NULL here, and live (this function's contract).
             event::synchronize(unsafe { &*event });
@@ -439,6 +440,9 @@ impl Sched {
                 if !copied {
                     // SAFETY: one of the scheduler's backends, or NULL (aborts).
                     backend::synchronize(unsafe { backend_ref(input_backend, F) });
+                    if let Some(ib) = self.table.backend_at(id) {
+                        self.direct.synchronized(ib);
+                    }
                     // SAFETY: the scheduler's own event, or NULL.
                     unsafe { self.wait_host_once(sb, event, &mut waits) };
                     // SAFETY: as for the user input copy above.
@@ -470,6 +474,32 @@ impl Sched {
                 backend::synchronize(be);
             }
 
+            // Another backend's queued split may still write what this one reads or writes
+            // without a copy ([`super::direct`]); not in stock's mode, which keeps stock's
+            // exact sequence of waits.
+            if !waits.every {
+                // SAFETY: the split's graph cell is only read here (see below); its nodes
+                // are live and allocated (this function's contract).
+                let waited = unsafe {
+                    self.direct
+                        .wait_for_writers(sb, &*split.graph.get(), &mut |a| {
+                            backend::synchronize(self.backend(a))
+                        })
+                };
+                for (a, root) in waited {
+                    // SAFETY: a live root of the split's tensors (as above).
+                    let name = unsafe { meta::name(&*root) };
+                    crate::ffi::log::debug(&format!(
+                        "{F}: split {si} on {} waited for {}, whose queued work writes '{name}', \
+                         which the split uses without a copy\n",
+                        // SAFETY: a backend's name lives as long as the backend.
+                        unsafe { meta::cstr(backend::name(be)) },
+                        // SAFETY: as above.
+                        unsafe { meta::cstr(backend::name(self.backend(a))) },
+                    ));
+                }
+            }
+
             crate::sanitize::sched_nodes_from(0);
             match self.callback_eval {
                 None => {
@@ -478,6 +508,10 @@ impl Sched {
                     let ec = unsafe { backend::graph_compute_async(be, split.graph.get()) };
                     if ec != ggml_sys::GGML_STATUS_SUCCESS {
                         return ec;
+                    }
+                    if !waits.every {
+                        self.direct
+                            .queued(si, sb, &mut |b| backend::synchronize(self.backend(b)));
                     }
                 }
                 Some(cb) => {
@@ -513,6 +547,7 @@ impl Sched {
                             return ec;
                         }
                         backend::synchronize(be);
+                        self.direct.synchronized(sb);
                         // SAFETY: as the first call; `t` has now been computed.
                         if need && !unsafe { cb(t, false, ud) } {
                             break;

@@ -21,6 +21,7 @@ pub mod assign;
 pub mod caps;
 pub mod compute;
 pub mod ctx;
+pub mod direct;
 pub mod dump;
 pub mod expand;
 pub mod fill;
@@ -129,6 +130,9 @@ pub struct Sched {
     pub(crate) queued: std::cell::Cell<bool>,
     /// How often the input loop waits for a split's backend (`GGML_SCHED_INPUT_WAITS`).
     pub(crate) input_waits: compute::InputWaits,
+    /// Writes of asynchronous backends into memory another backend uses without a copy, and
+    /// which of them may still be queued ([`direct`]).
+    pub(crate) direct: direct::DirectWrites,
 }
 
 impl Sched {
@@ -228,6 +232,7 @@ impl Sched {
         for b in 0..self.backends.len() {
             crate::backend::synchronize(self.backend(b));
         }
+        self.direct.synchronized_all();
         self.queued.set(false);
         if !self.is_alloc {
             self.next_copy = 0;
@@ -263,6 +268,12 @@ impl Sched {
         // SAFETY: the graph just split (or replayed) is that live graph.
         if !unsafe { self.alloc_splits(replayed) } {
             return false;
+        }
+        // A replay keeps the splits, and with them what they write where another backend
+        // reads without a copy.
+        if !replayed || !self.direct.known() {
+            // SAFETY: the graph just split and allocated is live (this function's contract).
+            unsafe { self.note_direct_writes() };
         }
         self.is_alloc = true;
         // SAFETY: `graph` is live (this function's contract).
@@ -447,6 +458,7 @@ export! {
             debug_prev_graph_size: 0,
             inplace_rule: crate::env::safety_rule("GGML_SCHED_INPLACE_RULE"),
             input_waits: compute::InputWaits::from_env(),
+            direct: Default::default(),
             is_reset: false,
             is_alloc: false,
             allocated: None,

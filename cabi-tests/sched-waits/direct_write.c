@@ -1,0 +1,91 @@
+// direct_write.c: does the scheduler order a split after another backend's queued split that
+// writes storage the first reads without a copy? (src/sched/direct.rs; docs/sched.md,
+// "Writes another backend reads without a copy"; tests/sched_direct_writes.rs is the same
+// check inside the Rust test suite; this program runs against any libggml-base: run.sh.)
+//
+// The devices are queue_device.h's, with TA accepting the CPU buffer type too (as HRX accepts
+// host buffer types): TA computes into host memory directly and writes when its queue runs.
+//
+// Graph, as llama.cpp's with its KV cache in host memory (-nkvo) on such a device: `cache` is
+// a pre-allocated tensor in a CPU buffer, x a user input on TA, w = cache += x (in place) on
+// TA, then r = cache + x on TCPU, which reads `cache` directly and x through a copy (a user
+// input, whose copy waits for TCPU only). Written first, r = 2x; read first, r = x.
+//
+// Per token: set cache to 0 and x, graph_compute_async, synchronize (as llama.cpp does before
+// it reads logits), read r. PIPELINE=1: a scheduler with pipeline copies, TA with events.
+//
+// Usage: direct_write [TOKENS]; prints the TA synchronize calls of each token's compute and
+// "OK: 0 wrong values" or "FAIL: N wrong values" (exit 0 or 1).
+
+#include "queue_device.h"
+
+#define N 8
+
+static bool a_supports_host(ggml_backend_dev_t d, ggml_backend_buffer_type_t b) {
+    return b == dev_buft(d) || b == ggml_backend_cpu_buffer_type();
+}
+
+int main(int argc, char ** argv) {
+    int n_tokens = argc > 1 ? atoi(argv[1]) : 3;
+    dev_a.iface = dev_iface;
+    dev_a.iface.supports_buft = a_supports_host;
+    dev_cpu.iface = dev_iface;
+    int parallel = getenv("PIPELINE") != NULL;
+    if (parallel) {
+        dev_a.iface.event_new = ev_new;
+        dev_a.iface.event_free = ev_free;
+        dev_a.iface.event_synchronize = ev_sync;
+    }
+    ggml_backend_t backends[2] = { new_backend(&dev_a), new_backend(&dev_cpu) };
+    ggml_backend_sched_t sched = ggml_backend_sched_new(backends, NULL, 2, 64, parallel, false);
+
+    struct ggml_init_params cp = { ggml_tensor_overhead(), NULL, true };
+    struct ggml_context * cache_ctx = ggml_init(cp);
+    struct ggml_tensor * cache = ggml_new_tensor_1d(cache_ctx, GGML_TYPE_F32, N);
+    ggml_backend_buffer_t cache_buf = ggml_backend_alloc_ctx_tensors_from_buft(cache_ctx, ggml_backend_cpu_buffer_type());
+    if (!cache_buf) { fprintf(stderr, "cache allocation failed\n"); return 2; }
+
+    struct ggml_init_params ip = { 16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true };
+    struct ggml_context * ctx = ggml_init(ip);
+    struct ggml_tensor * x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, N); ggml_set_input(x);
+    struct ggml_tensor * w = ggml_add_inplace(ctx, cache, x);
+    struct ggml_tensor * r = ggml_add(ctx, cache, x);
+    ggml_set_output(r);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, w);
+    ggml_build_forward_expand(gf, r);
+
+    ggml_backend_sched_reset(sched);
+    ggml_backend_sched_set_tensor_backend(sched, x, backends[0]);
+    ggml_backend_sched_set_tensor_backend(sched, w, backends[0]);
+    ggml_backend_sched_set_tensor_backend(sched, r, backends[1]);
+    if (!ggml_backend_sched_alloc_graph(sched, gf)) { fprintf(stderr, "alloc failed\n"); return 2; }
+    printf("splits %d, the in-place write on %s\n", ggml_backend_sched_get_n_splits(sched),
+           ggml_backend_name(ggml_backend_sched_get_tensor_backend(sched, w)));
+
+    int bad = 0;
+    for (int t = 0; t < n_tokens; t++) {
+        float xs[N], zeros[N] = { 0 }, rs[N];
+        for (int k = 0; k < N; k++) xs[k] = 1.0f + k + 1000.0f * t;
+        ggml_backend_tensor_set(cache, zeros, 0, sizeof zeros);
+        ggml_backend_tensor_set(x, xs, 0, sizeof xs);
+        int s0 = n_sync_a;
+        enum ggml_status st = ggml_backend_sched_graph_compute_async(sched, gf);
+        if (st != GGML_STATUS_SUCCESS) { fprintf(stderr, "compute failed\n"); return 2; }
+        printf("token %d: TA synchronize calls in compute %d\n", t, n_sync_a - s0);
+        ggml_backend_sched_synchronize(sched);
+        ggml_backend_tensor_get(r, rs, 0, sizeof rs);
+        for (int k = 0; k < N; k++) {
+            if (rs[k] != 2.0f * xs[k]) {
+                if (bad < 2) printf("token %d element %d: got %g want %g\n", t, k, rs[k], 2.0f * xs[k]);
+                bad++;
+            }
+        }
+    }
+    printf("%s: %d wrong values\n", bad ? "FAIL" : "OK", bad);
+    ggml_backend_sched_free(sched);
+    ggml_free(ctx);
+    ggml_backend_buffer_free(cache_buf);
+    ggml_free(cache_ctx);
+    return bad ? 1 : 0;
+}
