@@ -353,6 +353,32 @@ impl Sched {
                 }
             }
 
+            // Another backend's queued split may still write what this one reads or writes
+            // without a copy ([`super::direct`]); not in stock's mode, which keeps stock's
+            // exact sequence of waits.
+            if self.input_waits != InputWaits::PerInput {
+                // SAFETY: the split's graph cell is only read here and by the compute below;
+                // its nodes and inputs are live and allocated (this function's contract).
+                let waited = unsafe {
+                    self.direct
+                        .wait_for_writers(sb, &*split.graph.get(), &split.inputs, &mut |a| {
+                            backend::synchronize(self.backend(a))
+                        })
+                };
+                for (a, root) in waited {
+                    // SAFETY: a live root of the split's tensors (as above).
+                    let name = unsafe { meta::name(&*root) };
+                    crate::ffi::log::debug(&format!(
+                        "{F}: split {si} on {} waited for {}, whose queued work writes '{name}', \
+                         which the split reads or writes\n",
+                        // SAFETY: a backend's name lives as long as the backend.
+                        unsafe { meta::cstr(backend::name(be)) },
+                        // SAFETY: as above.
+                        unsafe { meta::cstr(backend::name(self.backend(a))) },
+                    ));
+                }
+            }
+
             let mut waits = SplitWaits::new(self.input_waits);
             for (k, (&input, &id)) in split.inputs.iter().zip(&split.input_ids).enumerate() {
                 crate::sanitize::sched_input(Some(k));
@@ -472,32 +498,6 @@ impl Sched {
                 // A queued copy from host memory has not been seen to run: finish it before
                 // anything after this split can overwrite its source.
                 backend::synchronize(be);
-            }
-
-            // Another backend's queued split may still write what this one reads or writes
-            // without a copy ([`super::direct`]); not in stock's mode, which keeps stock's
-            // exact sequence of waits.
-            if !waits.every {
-                // SAFETY: the split's graph cell is only read here (see below); its nodes
-                // are live and allocated (this function's contract).
-                let waited = unsafe {
-                    self.direct
-                        .wait_for_writers(sb, &*split.graph.get(), &mut |a| {
-                            backend::synchronize(self.backend(a))
-                        })
-                };
-                for (a, root) in waited {
-                    // SAFETY: a live root of the split's tensors (as above).
-                    let name = unsafe { meta::name(&*root) };
-                    crate::ffi::log::debug(&format!(
-                        "{F}: split {si} on {} waited for {}, whose queued work writes '{name}', \
-                         which the split uses without a copy\n",
-                        // SAFETY: a backend's name lives as long as the backend.
-                        unsafe { meta::cstr(backend::name(be)) },
-                        // SAFETY: as above.
-                        unsafe { meta::cstr(backend::name(self.backend(a))) },
-                    ));
-                }
             }
 
             crate::sanitize::sched_nodes_from(0);

@@ -16,17 +16,19 @@
 //! none, its compute returns finished), the view roots its nodes write in memory that another
 //! backend accepts ([`DirectWrites::work_out`], once per split graph; replays keep it). When
 //! such a split has been queued, its roots are pending for its backend until that backend is
-//! waited for. Before a split of another backend is computed, any pending root that the
-//! split's nodes read or write makes the host synchronize the writer first
-//! ([`DirectWrites::wait_for_writers`]). The pending roots outlive the graph (a KV cache
+//! waited for. Before a split of another backend copies its inputs, any pending root that the
+//! split reads or writes (its nodes, their sources, its inputs) makes the host synchronize the
+//! writer first ([`DirectWrites::wait_for_writers`]). The pending roots outlive the graph (a KV cache
 //! written in one ubatch is read in the next), and `ggml_backend_sched_synchronize` clears
 //! them. A graph without such writes (every ggml-cuda graph: its memory is its own) pays one
 //! pass over its nodes when it is split and one check of an empty list per split.
 //!
 //! Overlap is by view root: two roots are two storages. What this does not see: bytes the
 //! allocator gives a later tensor of another root after the queued writer's last use (the
-//! readers' backends read those through their own compute buffers), and writes outside the
-//! scheduler's graphs.
+//! readers' backends read those through their own compute buffers), writes outside the
+//! scheduler's graphs, and the other direction (a queued split that reads host memory when
+//! its queue runs, before a later split of another backend writes it; HRX reads host memory
+//! when a split is queued).
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -133,17 +135,19 @@ impl DirectWrites {
         s
     }
 
-    /// Before split `graph` of backend `b` is computed: synchronizes (with `sync`) every
-    /// other backend with a pending root that a node of the split writes or one of their
-    /// sources reads, and forgets that backend's pending roots. Returns, for each wait in
-    /// order, the backend waited for and the root that made it wait.
+    /// Before split `graph` of backend `b` copies its `inputs` and is computed: synchronizes
+    /// (with `sync`) every other backend with a pending root that a node of the split
+    /// writes, one of their sources reads, or an input copy reads, and forgets that
+    /// backend's pending roots. Returns, for each wait in order, the backend waited for and
+    /// the root that made it wait.
     ///
     /// # Safety
-    /// `graph` must be a live split graph of live tensors.
+    /// `graph` must be a live split graph of live tensors, `inputs` live tensors.
     pub unsafe fn wait_for_writers(
         &self,
         b: usize,
         graph: &ggml_cgraph,
+        inputs: &[*mut ggml_tensor],
         sync: &mut dyn FnMut(usize),
     ) -> Vec<(usize, *mut ggml_tensor)> {
         let mut waited = Vec::new();
@@ -164,19 +168,22 @@ impl DirectWrites {
                 v
             }
         };
+        // The split's inputs are read by their copies; its nodes write themselves and read
+        // their sources (inputs' copies among them, which no other backend writes).
         // SAFETY: a live split graph (this function's contract).
-        for &n in unsafe { inspect::nodes(graph) } {
+        let nodes = unsafe { inspect::nodes(graph) };
+        let touched = inputs.iter().copied().chain(nodes.iter().flat_map(|&n| {
             // SAFETY: a live node.
             let node = unsafe { &*n };
-            let touched = std::iter::once(n).chain(inspect::sources(node).map(|(_, s)| s));
-            for t in touched {
-                let r = root_of(t);
-                for (a, roots) in pending.iter_mut().enumerate() {
-                    if a != b && roots.contains(&(r as usize)) {
-                        sync(a);
-                        roots.clear();
-                        waited.push((a, r));
-                    }
+            std::iter::once(n).chain(inspect::sources(node).map(|(_, s)| s))
+        }));
+        for t in touched {
+            let r = root_of(t);
+            for (a, roots) in pending.iter_mut().enumerate() {
+                if a != b && roots.contains(&(r as usize)) {
+                    sync(a);
+                    roots.clear();
+                    waited.push((a, r));
                 }
             }
         }
@@ -304,27 +311,34 @@ mod tests {
 
         // Nothing queued yet: no wait.
         // SAFETY: graphs over the arena's tensors.
-        assert!(unsafe { d.wait_for_writers(1, &rg, &mut sync) }.is_empty());
+        assert!(unsafe { d.wait_for_writers(1, &rg, &[], &mut sync) }.is_empty());
         d.queued(0, 0, &mut sync);
         // The writer's own backend reads it in queue order: no wait.
         // SAFETY: as above.
-        assert!(unsafe { d.wait_for_writers(0, &rg, &mut sync) }.is_empty());
+        assert!(unsafe { d.wait_for_writers(0, &rg, &[], &mut sync) }.is_empty());
         // Another backend reading a view of the cache waits for backend 0, once.
         // SAFETY: as above.
-        let waited = unsafe { d.wait_for_writers(1, &rg, &mut sync) };
+        let waited = unsafe { d.wait_for_writers(1, &rg, &[], &mut sync) };
         assert_eq!(waited, vec![(0, s.cache)]);
         // SAFETY: as above.
-        assert!(unsafe { d.wait_for_writers(1, &rg, &mut sync) }.is_empty());
+        assert!(unsafe { d.wait_for_writers(1, &rg, &[], &mut sync) }.is_empty());
         // A synchronize of the writer clears it too.
         d.queued(0, 0, &mut sync);
         d.synchronized(0);
         // SAFETY: as above.
-        assert!(unsafe { d.wait_for_writers(1, &rg, &mut sync) }.is_empty());
+        assert!(unsafe { d.wait_for_writers(1, &rg, &[], &mut sync) }.is_empty());
         d.queued(0, 0, &mut sync);
         d.synchronized_all();
         // SAFETY: as above.
-        assert!(unsafe { d.wait_for_writers(1, &rg, &mut sync) }.is_empty());
-        assert_eq!(synced, vec![0]);
+        assert!(unsafe { d.wait_for_writers(1, &rg, &[], &mut sync) }.is_empty());
+        // An input the split copies: the copy reads the root too.
+        let mut none: [*mut ggml_tensor; 0] = [];
+        let empty = graph(&mut none, &mut []);
+        d.queued(0, 0, &mut sync);
+        // SAFETY: as above.
+        let waited = unsafe { d.wait_for_writers(1, &empty, &[s.w], &mut sync) };
+        assert_eq!(waited, vec![(0, s.cache)]);
+        assert_eq!(synced, vec![0, 0]);
     }
 
     #[test]
