@@ -11,6 +11,11 @@
 //! write ordered first, `r = 2x`; read before it, `r = x`. Each token sets `cache` to 0 and
 //! `x`, computes, and synchronizes (as llama.cpp does before it reads logits).
 //!
+//! The "reuse" graph (a review's case): TESTA writes in place into a tensor TESTCPU computed,
+//! in TESTCPU's compute buffer, and the allocator gives those bytes to a later TESTCPU node:
+//! `c = x + x` on TESTCPU, `w = c += x` and `v = w + w` on TESTA (`v = 6x`), then
+//! [`NY`] nodes `y = z + z` on TESTCPU (`y = 2z`, `z` a user input on TESTA, copied in).
+//!
 //! One test function, as the wait mode is read from the environment when a scheduler is made.
 
 use std::os::raw::c_int;
@@ -35,6 +40,8 @@ use tensors::{ctx_of, f32s, set_f32s};
 
 const N: usize = 8;
 const TOKENS: usize = 3;
+/// The reuse graph's later TESTCPU nodes.
+const NY: usize = 12;
 
 /// TESTA accepts its own buffer type and the CPU's (host memory it computes in directly).
 unsafe extern "C" fn a_supports_host(
@@ -53,7 +60,7 @@ fn backend_cpu_sync() -> sys::ggml_backend_t {
     b
 }
 
-/// What one run saw: wrong values of `r` over all tokens, and TESTA's `synchronize` calls
+/// What one run saw: wrong values of the outputs over all tokens, and TESTA's `synchronize` calls
 /// inside each token's `graph_compute_async`.
 #[derive(Debug, PartialEq, Eq)]
 struct Seen {
@@ -61,24 +68,45 @@ struct Seen {
     syncs_a: Vec<usize>,
 }
 
-/// Runs [`TOKENS`] tokens of the module doc's graph on a new scheduler (`parallel`: with
-/// pipeline copies and TESTA's events) with wait mode `mode`.
-fn run(mode: &str, parallel: bool) -> Seen {
+/// Runs [`TOKENS`] tokens of one of the module doc's graphs (`reuse`: the reuse graph) on a
+/// new scheduler (`parallel`: with pipeline copies and TESTA's events) with wait mode `mode`.
+fn run(mode: &str, reuse: bool, parallel: bool) -> Seen {
     std::env::set_var("GGML_SCHED_INPUT_WAITS", mode);
     *QUEUE.lock().unwrap() = (Vec::new(), 0);
-    // SAFETY: the exported API with valid arguments throughout; the tensors live in their
-    // contexts, freed after the scheduler.
-    unsafe {
-        let mut backends = [backend_a(), backend_cpu_sync()];
-        let sched = ggml_backend_sched_new(
+    let mut backends = [backend_a(), backend_cpu_sync()];
+    // SAFETY: the exported API with valid arguments; the backends outlive the scheduler.
+    let sched = unsafe {
+        ggml_backend_sched_new(
             backends.as_mut_ptr(),
             null_mut(),
             backends.len() as c_int,
-            64,
+            256,
             parallel,
             false,
-        );
-        assert!(!sched.is_null());
+        )
+    };
+    assert!(!sched.is_null());
+    let seen = if reuse {
+        run_reuse(sched, &backends)
+    } else {
+        run_cache(sched, &backends)
+    };
+    // SAFETY: the scheduler and backends made above, each freed once.
+    unsafe {
+        ggml_backend_sched_free(sched);
+        for b in backends {
+            backend_free(b);
+        }
+    }
+    std::env::remove_var("GGML_SCHED_INPUT_WAITS");
+    seen
+}
+
+/// The cache graph on `sched` over `backends` (TESTA, TESTCPU).
+fn run_cache(sched: sys::ggml_backend_sched_t, backends: &[sys::ggml_backend_t; 2]) -> Seen {
+    // SAFETY: the exported API with valid arguments throughout; the tensors live in their
+    // contexts, freed at the end.
+    unsafe {
         let cache_ctx = ctx_of(1);
         let cache = sys::ggml_new_tensor_1d(cache_ctx, sys::GGML_TYPE_F32, N as i64);
         let cache_buf =
@@ -125,14 +153,78 @@ fn run(mode: &str, parallel: bool) -> Seen {
                 .count();
             assert_eq!(f32s(cache), xs, "the cache holds x once TESTA has run");
         }
-        ggml_backend_sched_free(sched);
-        for b in backends {
-            backend_free(b);
-        }
         sys::ggml_free(ctx);
         ggml_backend_buffer_free(cache_buf);
         sys::ggml_free(cache_ctx);
-        std::env::remove_var("GGML_SCHED_INPUT_WAITS");
+        Seen { wrong, syncs_a }
+    }
+}
+
+/// The reuse graph on `sched` over `backends` (TESTA, TESTCPU).
+fn run_reuse(sched: sys::ggml_backend_sched_t, backends: &[sys::ggml_backend_t; 2]) -> Seen {
+    // SAFETY: the exported API with valid arguments throughout; the tensors live in `ctx`,
+    // freed at the end.
+    unsafe {
+        let ctx = ctx_of(64);
+        let x = sys::ggml_new_tensor_1d(ctx, sys::GGML_TYPE_F32, N as i64);
+        let z = sys::ggml_new_tensor_1d(ctx, sys::GGML_TYPE_F32, N as i64);
+        sys::ggml_set_input(x);
+        sys::ggml_set_input(z);
+        let c = sys::ggml_add(ctx, x, x);
+        let w = sys::ggml_add_inplace(ctx, c, x);
+        let v = sys::ggml_add(ctx, w, w);
+        sys::ggml_set_output(v);
+        let graph = sys::ggml_new_graph(ctx);
+        sys::ggml_build_forward_expand(graph, v);
+        let ys: Vec<_> = (0..NY)
+            .map(|_| {
+                let y = sys::ggml_add(ctx, z, z);
+                sys::ggml_set_output(y);
+                sys::ggml_build_forward_expand(graph, y);
+                y
+            })
+            .collect();
+        ggml_backend_sched_reset(sched);
+        for (t, b) in [(x, 1), (c, 1), (z, 0), (w, 0), (v, 0)] {
+            ggml_backend_sched_set_tensor_backend(sched, t, backends[b]);
+        }
+        for &y in &ys {
+            ggml_backend_sched_set_tensor_backend(sched, y, backends[1]);
+        }
+        assert!(ggml_backend_sched_alloc_graph(sched, graph));
+        assert!(
+            ys.iter().any(|&y| (*y).data == (*c).data),
+            "a later TESTCPU node at c's bytes: the case arises"
+        );
+
+        let mut wrong = 0;
+        let mut syncs_a = Vec::new();
+        for t in 0..TOKENS {
+            let xs: Vec<f32> = (0..N).map(|k| 1.0 + k as f32 + 1000.0 * t as f32).collect();
+            let zs: Vec<f32> = (0..N)
+                .map(|k| 100.0 + k as f32 + 1000.0 * t as f32)
+                .collect();
+            set_f32s(x, &xs);
+            set_f32s(z, &zs);
+            let before = SYNCS_A.load(Ordering::SeqCst);
+            let st = ggml_backend_sched_graph_compute_async(sched, graph);
+            assert_eq!(st, sys::GGML_STATUS_SUCCESS);
+            syncs_a.push(SYNCS_A.load(Ordering::SeqCst) - before);
+            ggml_backend_sched_synchronize(sched);
+            for &y in &ys {
+                wrong += f32s(y)
+                    .iter()
+                    .zip(&zs)
+                    .filter(|(g, z)| **g != 2.0 * **z)
+                    .count();
+            }
+            wrong += f32s(v)
+                .iter()
+                .zip(&xs)
+                .filter(|(g, x)| **g != 6.0 * **x)
+                .count();
+        }
+        sys::ggml_free(ctx);
         Seen { wrong, syncs_a }
     }
 }
@@ -148,7 +240,7 @@ fn a_split_reads_host_storage_after_the_queued_write() {
     // Stock's waits (`input`, ours in stock's sequence of waits): the CPU split's one wait
     // is for TESTCPU, before the copy of `x`, and nothing waits for TESTA: every value of
     // every token is read before TESTA's write (stock and ours differ here on purpose).
-    let stock = run("input", false);
+    let stock = run("input", false, false);
     assert_eq!(
         stock,
         Seen {
@@ -158,13 +250,28 @@ fn a_split_reads_host_storage_after_the_queued_write() {
         "stock's gap, as measured"
     );
     // Ours synchronizes TESTA once, before the CPU split.
-    let ours = run("split", false);
+    let ours = run("split", false, false);
     assert_eq!(
         ours,
         Seen {
             wrong: 0,
             syncs_a: vec![1; TOKENS]
         }
+    );
+    // The reuse graph: in stock's waits TESTCPU writes a `y` over `c` before TESTA's queued
+    // `c += x` lands on it, so one `y` and `v` are wrong every token; ours waits for TESTA
+    // before the TESTCPU split that writes those bytes.
+    let stock = run("input", true, false);
+    assert_eq!(stock.wrong, TOKENS * 2 * N, "stock's gap, reuse");
+    assert_eq!(stock.syncs_a, vec![0; TOKENS]);
+    let ours = run("split", true, false);
+    assert_eq!(
+        ours,
+        Seen {
+            wrong: 0,
+            syncs_a: vec![1; TOKENS]
+        },
+        "ours, reuse"
     );
 
     // With pipeline copies and TESTA's events: the same.
@@ -175,15 +282,21 @@ fn a_split_reads_host_storage_after_the_queued_write() {
         (*dev).iface.event_free = Some(event_free);
         (*dev).iface.event_synchronize = Some(event_synchronize);
     }
-    let stock = run("input", true);
-    assert_eq!(stock.wrong, TOKENS * N, "stock's gap, pipeline copies");
-    let ours = run("split", true);
-    assert_eq!(
-        ours,
-        Seen {
-            wrong: 0,
-            syncs_a: vec![1; TOKENS]
-        },
-        "ours, pipeline copies"
-    );
+    for reuse in [false, true] {
+        let stock = run("input", reuse, true);
+        let gap = if reuse { TOKENS * 2 * N } else { TOKENS * N };
+        assert_eq!(
+            stock.wrong, gap,
+            "stock's gap, pipeline copies, reuse {reuse}"
+        );
+        let ours = run("split", reuse, true);
+        assert_eq!(
+            ours,
+            Seen {
+                wrong: 0,
+                syncs_a: vec![1; TOKENS]
+            },
+            "ours, pipeline copies, reuse {reuse}"
+        );
+    }
 }

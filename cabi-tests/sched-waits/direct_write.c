@@ -11,39 +11,35 @@
 // TA, then r = cache + x on TCPU, which reads `cache` directly and x through a copy (a user
 // input, whose copy waits for TCPU only). Written first, r = 2x; read first, r = x.
 //
-// Per token: set cache to 0 and x, graph_compute_async, synchronize (as llama.cpp does before
-// it reads logits), read r. PIPELINE=1: a scheduler with pipeline copies, TA with events.
+// With argument "reuse" (a review's case): TA writes in place into a tensor the CPU computed,
+// in the CPU's compute buffer, and the allocator gives those bytes to a later CPU node, which
+// the CPU writes before TA's queue runs: x, z user inputs (x on TCPU, z on TA), c = x + x on
+// TCPU, w = c += x (in place) and v = w + w on TA (v = 6x), then NY nodes y = z + z on TCPU
+// (y = 2z; z is copied in as a user input, so nothing waits for TA), one of them at c's bytes.
 //
-// Usage: direct_write [TOKENS]; prints the TA synchronize calls of each token's compute and
-// "OK: 0 wrong values" or "FAIL: N wrong values" (exit 0 or 1).
+// Per token: set the inputs (and cache to 0), graph_compute_async, synchronize (as llama.cpp
+// does before it reads logits), read the outputs. PIPELINE=1: a scheduler with pipeline
+// copies, TA with events.
+//
+// Usage: direct_write [TOKENS [reuse]]; prints the TA synchronize calls of each token's
+// compute and "OK: 0 wrong values" or "FAIL: N wrong values" (exit 0 or 1).
 
 #include "queue_device.h"
 
 #define N 8
+#define NY 12
 
 static bool a_supports_host(ggml_backend_dev_t d, ggml_backend_buffer_type_t b) {
     return b == dev_buft(d) || b == ggml_backend_cpu_buffer_type();
 }
 
-int main(int argc, char ** argv) {
-    int n_tokens = argc > 1 ? atoi(argv[1]) : 3;
-    dev_a.iface = dev_iface;
-    dev_a.iface.supports_buft = a_supports_host;
-    dev_cpu.iface = dev_iface;
-    int parallel = getenv("PIPELINE") != NULL;
-    if (parallel) {
-        dev_a.iface.event_new = ev_new;
-        dev_a.iface.event_free = ev_free;
-        dev_a.iface.event_synchronize = ev_sync;
-    }
-    ggml_backend_t backends[2] = { new_backend(&dev_a), new_backend(&dev_cpu) };
-    ggml_backend_sched_t sched = ggml_backend_sched_new(backends, NULL, 2, 64, parallel, false);
-
+// The graph of the file's header: TA writes the pre-allocated cache, the CPU reads it.
+static int run_cache(ggml_backend_t * backends, ggml_backend_sched_t sched, int n_tokens) {
     struct ggml_init_params cp = { ggml_tensor_overhead(), NULL, true };
     struct ggml_context * cache_ctx = ggml_init(cp);
     struct ggml_tensor * cache = ggml_new_tensor_1d(cache_ctx, GGML_TYPE_F32, N);
     ggml_backend_buffer_t cache_buf = ggml_backend_alloc_ctx_tensors_from_buft(cache_ctx, ggml_backend_cpu_buffer_type());
-    if (!cache_buf) { fprintf(stderr, "cache allocation failed\n"); return 2; }
+    if (!cache_buf) { fprintf(stderr, "cache allocation failed\n"); exit(2); }
 
     struct ggml_init_params ip = { 16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true };
     struct ggml_context * ctx = ggml_init(ip);
@@ -59,7 +55,7 @@ int main(int argc, char ** argv) {
     ggml_backend_sched_set_tensor_backend(sched, x, backends[0]);
     ggml_backend_sched_set_tensor_backend(sched, w, backends[0]);
     ggml_backend_sched_set_tensor_backend(sched, r, backends[1]);
-    if (!ggml_backend_sched_alloc_graph(sched, gf)) { fprintf(stderr, "alloc failed\n"); return 2; }
+    if (!ggml_backend_sched_alloc_graph(sched, gf)) { fprintf(stderr, "alloc failed\n"); exit(2); }
     printf("splits %d, the in-place write on %s\n", ggml_backend_sched_get_n_splits(sched),
            ggml_backend_name(ggml_backend_sched_get_tensor_backend(sched, w)));
 
@@ -70,8 +66,7 @@ int main(int argc, char ** argv) {
         ggml_backend_tensor_set(cache, zeros, 0, sizeof zeros);
         ggml_backend_tensor_set(x, xs, 0, sizeof xs);
         int s0 = n_sync_a;
-        enum ggml_status st = ggml_backend_sched_graph_compute_async(sched, gf);
-        if (st != GGML_STATUS_SUCCESS) { fprintf(stderr, "compute failed\n"); return 2; }
+        if (ggml_backend_sched_graph_compute_async(sched, gf) != GGML_STATUS_SUCCESS) { fprintf(stderr, "compute failed\n"); exit(2); }
         printf("token %d: TA synchronize calls in compute %d\n", t, n_sync_a - s0);
         ggml_backend_sched_synchronize(sched);
         ggml_backend_tensor_get(r, rs, 0, sizeof rs);
@@ -82,10 +77,80 @@ int main(int argc, char ** argv) {
             }
         }
     }
-    printf("%s: %d wrong values\n", bad ? "FAIL" : "OK", bad);
-    ggml_backend_sched_free(sched);
     ggml_free(ctx);
     ggml_backend_buffer_free(cache_buf);
     ggml_free(cache_ctx);
+    return bad;
+}
+
+// The "reuse" graph of the file's header: TA writes in place into bytes the CPU reuses.
+static int run_reuse(ggml_backend_t * backends, ggml_backend_sched_t sched, int n_tokens) {
+    struct ggml_init_params ip = { 64 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true };
+    struct ggml_context * ctx = ggml_init(ip);
+    struct ggml_tensor * x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, N); ggml_set_input(x);
+    struct ggml_tensor * z = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, N); ggml_set_input(z);
+    struct ggml_tensor * c = ggml_add(ctx, x, x);
+    struct ggml_tensor * w = ggml_add_inplace(ctx, c, x);
+    struct ggml_tensor * v = ggml_add(ctx, w, w);
+    ggml_set_output(v);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, v);
+    struct ggml_tensor * y[NY];
+    for (int i = 0; i < NY; i++) {
+        y[i] = ggml_add(ctx, z, z);
+        ggml_set_output(y[i]);
+        ggml_build_forward_expand(gf, y[i]);
+    }
+    ggml_backend_sched_reset(sched);
+    ggml_backend_sched_set_tensor_backend(sched, x, backends[1]);
+    ggml_backend_sched_set_tensor_backend(sched, c, backends[1]);
+    ggml_backend_sched_set_tensor_backend(sched, z, backends[0]);
+    ggml_backend_sched_set_tensor_backend(sched, w, backends[0]);
+    ggml_backend_sched_set_tensor_backend(sched, v, backends[0]);
+    for (int i = 0; i < NY; i++) ggml_backend_sched_set_tensor_backend(sched, y[i], backends[1]);
+    if (!ggml_backend_sched_alloc_graph(sched, gf)) { fprintf(stderr, "alloc failed\n"); exit(2); }
+    int at_c = 0;
+    for (int i = 0; i < NY; i++) at_c += y[i]->data == c->data;
+    printf("splits %d, y nodes at c's bytes: %d\n", ggml_backend_sched_get_n_splits(sched), at_c);
+    if (at_c == 0) { fprintf(stderr, "no y node at c's bytes: the case does not arise\n"); exit(2); }
+
+    int bad = 0;
+    for (int t = 0; t < n_tokens; t++) {
+        float xs[N], zs[N], out[N];
+        for (int k = 0; k < N; k++) { xs[k] = 1.0f + k + 1000.0f * t; zs[k] = 100.0f + k + 1000.0f * t; }
+        ggml_backend_tensor_set(x, xs, 0, sizeof xs);
+        ggml_backend_tensor_set(z, zs, 0, sizeof zs);
+        int s0 = n_sync_a;
+        if (ggml_backend_sched_graph_compute_async(sched, gf) != GGML_STATUS_SUCCESS) { fprintf(stderr, "compute failed\n"); exit(2); }
+        printf("token %d: TA synchronize calls in compute %d\n", t, n_sync_a - s0);
+        ggml_backend_sched_synchronize(sched);
+        for (int i = 0; i < NY; i++) {
+            ggml_backend_tensor_get(y[i], out, 0, sizeof out);
+            for (int k = 0; k < N; k++) bad += out[k] != 2.0f * zs[k];
+        }
+        ggml_backend_tensor_get(v, out, 0, sizeof out);
+        for (int k = 0; k < N; k++) bad += out[k] != 6.0f * xs[k];
+    }
+    ggml_free(ctx);
+    return bad;
+}
+
+int main(int argc, char ** argv) {
+    int n_tokens = argc > 1 ? atoi(argv[1]) : 3;
+    int reuse = argc > 2 && strcmp(argv[2], "reuse") == 0;
+    dev_a.iface = dev_iface;
+    dev_a.iface.supports_buft = a_supports_host;
+    dev_cpu.iface = dev_iface;
+    int parallel = getenv("PIPELINE") != NULL;
+    if (parallel) {
+        dev_a.iface.event_new = ev_new;
+        dev_a.iface.event_free = ev_free;
+        dev_a.iface.event_synchronize = ev_sync;
+    }
+    ggml_backend_t backends[2] = { new_backend(&dev_a), new_backend(&dev_cpu) };
+    ggml_backend_sched_t sched = ggml_backend_sched_new(backends, NULL, 2, 256, parallel, false);
+    int bad = reuse ? run_reuse(backends, sched, n_tokens) : run_cache(backends, sched, n_tokens);
+    printf("%s: %d wrong values\n", bad ? "FAIL" : "OK", bad);
+    ggml_backend_sched_free(sched);
     return bad ? 1 : 0;
 }

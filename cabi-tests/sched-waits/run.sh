@@ -15,13 +15,15 @@
 #   ours   any     any        0      a queued copy from host memory runs before the compute
 #   both   any     any        0      with an eval callback (CB=1): its synchronize runs the copy
 #
-# direct_write.c: a split that reads, without a copy, host storage another backend's queued
-# split writes must come after that write (src/sched/direct.rs; docs/sched.md, "Writes
-# another backend reads without a copy"). Serial and with pipeline copies, 3 tokens of 8:
+# direct_write.c: a split that touches, without a copy, host bytes another backend's queued
+# split writes must come after that write (src/sched/direct/; docs/sched.md, "Writes another
+# backend reads without a copy"). Serial and with pipeline copies, 3 tokens:
 #
-#   arm    pipeline  wrong   why
-#   stock  any       24      nothing waits for the writer: every read comes first
-#   ours   any        0      the host waits for the writer before the reading split
+#   arm    graph   wrong   why
+#   stock  direct  24      the CPU reads the cache TA writes in place: every read comes first
+#   stock  reuse   48      TA's in-place write into the CPU's compute buffer lands on a later
+#                          CPU node the allocator put at those bytes (a review's case)
+#   ours   any      0      the host waits for the writer before the split that touches them
 #
 # Stock's wrong values are its gaps, kept as measured (stock and ours differ there on
 # purpose). Then ours with its sanitizer (GGML_SCHED_SANITIZE=2): no report with our waits;
@@ -46,10 +48,11 @@ done
 
 fail=0
 # cmd_of GRAPH: sets cmd to the program and arguments of a graph (normal, last: queued_copy;
-# direct: direct_write), 3 tokens
+# direct, reuse: direct_write), 3 tokens
 cmd_of() {
   case $1 in
     direct) cmd=("$out/direct_write" 3) ;;
+    reuse) cmd=("$out/direct_write" 3 reuse) ;;
     *) cmd=("$out/queued_copy" 3 "$1") ;;
   esac
 }
@@ -87,12 +90,16 @@ done
 for pipe in 0 1; do
   check stock "$stock" direct "$pipe" 24
   check ours "$ours:$stock" direct "$pipe" 0
+  check stock "$stock" reuse "$pipe" 48
+  check ours "$ours:$stock" reuse "$pipe" 0
 done
 # The sanitizer (ours only) must see the race where it happens and nothing where it does not:
 # our waits, every variant, no report; stock's waits (GGML_SCHED_INPUT_WAITS=input) with the
 # copy last or with pipeline copies, one report for each token whose CPU split overwrote the
-# copy's source (2); and for direct_write, one for each token whose CPU split read the cache
-# before TA's queued write (3).
+# copy's source (2); for direct_write, one for each token whose CPU split read the cache
+# before TA's queued write (3), and with the reuse graph three a token serial (two for the
+# CPU's write over TA's queued read and write, one for the input copy over TA's queued read
+# of x) and two a token with pipeline copies (9, 6).
 # sanitize ENV... -- GRAPH PIPELINE WANT_REPORTS
 sanitize() {
   local envs=() graph pipe want log got cmd
@@ -107,6 +114,8 @@ sanitize() {
   local named="earlier: read of .*(cpy_tensor_async).*expected: the queued copy run before its source is written again"
   [ "$graph" = direct ] &&
     named="read after unordered write.*split 1 on TCPU.*earlier: write of .* on TA.*a host wait on TA"
+  [ "$graph" = reuse ] &&
+    named="write after unordered write.*now: *write of .* of split 2 on TCPU.*earlier: write of .* on TA"
   got=$(sed -n 's/^ggml_backend_sched_sanitize: [0-9]* accesses checked, \([0-9]*\) reports$/\1/p' "$log")
   if [ "$got" != "$want" ]; then
     printf '[sched-waits] FAILED: sanitizer, %s %s pipeline %s: %s reports, expected %s (%s)\n' \
@@ -121,7 +130,7 @@ sanitize() {
       "${envs[*]:-ours}" "$graph" "$pipe" "$got"
   fi
 }
-for graph in normal last direct; do
+for graph in normal last direct reuse; do
   for pipe in 0 1; do
     sanitize -- "$graph" "$pipe" 0
   done
@@ -131,5 +140,7 @@ sanitize GGML_SCHED_INPUT_WAITS=input -- normal 1 2
 sanitize GGML_SCHED_INPUT_WAITS=input -- last 1 2
 sanitize GGML_SCHED_INPUT_WAITS=input -- direct 0 3
 sanitize GGML_SCHED_INPUT_WAITS=input -- direct 1 3
+sanitize GGML_SCHED_INPUT_WAITS=input -- reuse 0 9
+sanitize GGML_SCHED_INPUT_WAITS=input -- reuse 1 6
 [ "$fail" = 0 ] && echo "[sched-waits] PASS" || echo "[sched-waits] FAIL"
 exit "$fail"

@@ -365,12 +365,12 @@ impl Sched {
                             backend::synchronize(self.backend(a))
                         })
                 };
-                for (a, root) in waited {
-                    // SAFETY: a live root of the split's tensors (as above).
-                    let name = unsafe { meta::name(&*root) };
+                for (a, t) in waited {
+                    // SAFETY: a live tensor of the split (as above).
+                    let name = unsafe { meta::name(&*t) };
                     crate::ffi::log::debug(&format!(
-                        "{F}: split {si} on {} waited for {}, whose queued work writes '{name}', \
-                         which the split reads or writes\n",
+                        "{F}: split {si} on {} waited for {}, whose queued work writes the bytes \
+                         of '{name}', which the split reads or writes\n",
                         // SAFETY: a backend's name lives as long as the backend.
                         unsafe { meta::cstr(backend::name(be)) },
                         // SAFETY: as above.
@@ -506,12 +506,13 @@ impl Sched {
                     // SAFETY: the split's view of the allocated graph, on the backend it was
                     // placed for.
                     let ec = unsafe { backend::graph_compute_async(be, split.graph.get()) };
+                    // A backend that failed may have queued part of the split.
+                    if !waits.every {
+                        // SAFETY: the split's nodes are live (this function's contract).
+                        unsafe { self.direct.queued(si, sb) };
+                    }
                     if ec != ggml_sys::GGML_STATUS_SUCCESS {
                         return ec;
-                    }
-                    if !waits.every {
-                        self.direct
-                            .queued(si, sb, &mut |b| backend::synchronize(self.backend(b)));
                     }
                 }
                 Some(cb) => {

@@ -1,0 +1,369 @@
+//! Ordering a split after another backend's queued writes to memory it uses without a copy.
+//! Not in stock.
+//!
+//! The scheduler orders splits through their input copies: a split that reads another
+//! backend's tensor gets a copy, and the copy waits for the tensor's backend. A backend that
+//! can use another's memory directly (`supports_buft` of that memory's buffer type: host
+//! buffers, for the CPU and for HRX) gets no copy, and nothing orders it. When the writer
+//! is asynchronous (HRX queues a split and writes when its queue runs it), a later split of
+//! another backend can touch those bytes before the write lands:
+//!
+//! - an HRX node writing a KV cache in host memory (`-nkvo`; either scheduler places the
+//!   write there, as HRX accepts host buffer types), read by a CPU split whose inputs come
+//!   from elsewhere, or with pipeline copies, where the CPU split's user-input copies wait
+//!   for the CPU only;
+//! - an in-place node on HRX writing a tensor the CPU computed, in the CPU's compute buffer:
+//!   the allocator gives those bytes to a later CPU node after their last use, and the CPU
+//!   writes it before the queued write lands on top (a review's case, 2026-12-06).
+//!
+//! Stock waits only before a split with no inputs at all, for the backend just before it.
+//!
+//! Ours notes, per split of an asynchronous backend (one with a `synchronize`; ggml-cpu has
+//! none, its compute returns finished), the nodes that write memory another backend accepts
+//! ([`DirectWrites::work_out`], once per split graph; a replay keeps the list, as it keeps the
+//! placement, and the bytes are read from the nodes when each split is queued). After such a
+//! split is queued, the bytes its nodes write are pending for its backend until the scheduler
+//! waits for that backend. Before a split of another backend copies its inputs, any pending
+//! byte that the split reads or writes (its nodes, their sources, its inputs' sources) makes
+//! the host synchronize the writer first ([`DirectWrites::wait_for_writers`]). Pending bytes
+//! outlive the graph (a KV cache written in one ubatch is read in the next); the scheduler's
+//! full synchronizes of the writer clear them. A graph without such writes (every ggml-cuda
+//! graph: no other backend accepts its memory) pays one pass over its nodes when it is split
+//! and one check of an empty list per split.
+//!
+//! Not ordered, in either scheduler: the other direction, a queued split that reads host
+//! memory when its queue runs, and a later split of another backend that writes those bytes
+//! first (HRX, on either runtime, has read a job's host memory when `graph_compute` returns);
+//! and writes outside the scheduler's graphs.
+
+mod ranges;
+
+use std::cell::RefCell;
+
+use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
+
+use super::caps::Caps;
+use super::inspect;
+use crate::tensor::meta::{nbytes, op_is_empty};
+use ranges::Ranges;
+
+/// The bytes `t` spans in its buffer, `[data, data + nbytes)` as addresses; empty when it
+/// has no storage.
+///
+/// # Safety
+/// `t` must be a live tensor.
+unsafe fn span(t: *mut ggml_tensor) -> (usize, usize) {
+    // SAFETY: live (this function's contract).
+    let t = unsafe { &*t };
+    let start = t.data as usize;
+    if start == 0 {
+        return (0, 0);
+    }
+    (start, start.saturating_add(nbytes(t)))
+}
+
+/// The writes a split makes into memory another backend uses without a copy, and which of
+/// them may still be queued.
+#[derive(Default)]
+pub(crate) struct DirectWrites {
+    /// Per split of the graph split last: the nodes that write memory another backend
+    /// accepts (none for a synchronous backend). `None`: not worked out since that split.
+    per_split: Option<Vec<Vec<*mut ggml_tensor>>>,
+    /// Per backend: the bytes its queued splits write, not waited for since.
+    pending: RefCell<Vec<Ranges>>,
+    /// `(buffer type, backend)` -> whether a backend other than that one accepts the type.
+    shared: Vec<(ggml_backend_buffer_type_t, usize, bool)>,
+}
+
+impl DirectWrites {
+    /// Forgets the per-split writers: the graph is split afresh.
+    pub fn invalidate(&mut self) {
+        self.per_split = None;
+    }
+
+    /// Whether the writers of the graph split last are known.
+    pub fn known(&self) -> bool {
+        self.per_split.is_some()
+    }
+
+    /// Works out, for each split in `splits` (backend, nodes), the nodes that write into a
+    /// buffer another backend accepts, for backends with a `synchronize` (`is_async`). The
+    /// graph must be allocated: each node's buffer decides.
+    ///
+    /// # Safety
+    /// Every split graph must be live, its nodes allocated tensors.
+    pub unsafe fn work_out<'a>(
+        &mut self,
+        caps: &dyn Caps,
+        is_async: &dyn Fn(usize) -> bool,
+        splits: impl Iterator<Item = (usize, &'a ggml_cgraph)>,
+    ) {
+        let mut per_split = self.per_split.take().unwrap_or_default();
+        per_split.clear();
+        for (b, g) in splits {
+            let mut writers = Vec::new();
+            if is_async(b) {
+                // SAFETY: a live split graph (this function's contract).
+                for &n in unsafe { inspect::nodes(g) } {
+                    // SAFETY: a live node; its view source is live too.
+                    let node = unsafe { &*n };
+                    if op_is_empty(node.op) {
+                        continue;
+                    }
+                    // An allocated view has its view source's buffer.
+                    let buf = if node.buffer.is_null() && !node.view_src.is_null() {
+                        // SAFETY: as above.
+                        unsafe { (*node.view_src).buffer }
+                    } else {
+                        node.buffer
+                    };
+                    if buf.is_null() {
+                        continue;
+                    }
+                    // SAFETY: an allocated tensor's buffer is live.
+                    let buft = unsafe { (*buf).buft };
+                    // SAFETY: a live buffer's type is live.
+                    if unsafe { self.shared_with_another(caps, buft, b) } {
+                        writers.push(n);
+                    }
+                }
+            }
+            per_split.push(writers);
+        }
+        self.per_split = Some(per_split);
+    }
+
+    /// Whether a backend other than `b` accepts buffers of `buft` (so reads them without a
+    /// copy); answers are kept per scheduler.
+    ///
+    /// # Safety
+    /// `buft` must be live.
+    unsafe fn shared_with_another(
+        &mut self,
+        caps: &dyn Caps,
+        buft: ggml_backend_buffer_type_t,
+        b: usize,
+    ) -> bool {
+        if let Some(&(_, _, s)) = self.shared.iter().find(|e| e.0 == buft && e.1 == b) {
+            return s;
+        }
+        // SAFETY: live (this function's contract).
+        let s = (0..caps.n_backends()).any(|c| c != b && unsafe { caps.supports_buft(c, buft) });
+        self.shared.push((buft, b, s));
+        s
+    }
+
+    /// Before split `graph` of backend `b` copies its `inputs` and is computed: synchronizes
+    /// (with `sync`) every other backend with pending bytes that a node of the split writes,
+    /// one of their sources reads, or an input copy reads, and forgets that backend's pending
+    /// bytes. Returns, for each wait in order, the backend waited for and the tensor whose
+    /// bytes made it wait.
+    ///
+    /// # Safety
+    /// `graph` must be a live split graph of live tensors, `inputs` live tensors.
+    pub unsafe fn wait_for_writers(
+        &self,
+        b: usize,
+        graph: &ggml_cgraph,
+        inputs: &[*mut ggml_tensor],
+        sync: &mut dyn FnMut(usize),
+    ) -> Vec<(usize, *mut ggml_tensor)> {
+        let mut waited = Vec::new();
+        let mut pending = self.pending.borrow_mut();
+        if pending
+            .iter()
+            .enumerate()
+            .all(|(a, bytes)| a == b || bytes.is_empty())
+        {
+            return waited;
+        }
+        // The split's inputs are read by their copies; its nodes write themselves and read
+        // their sources (inputs' copies among them, which no other backend writes).
+        // SAFETY: a live split graph (this function's contract).
+        let nodes = unsafe { inspect::nodes(graph) };
+        let touched = inputs.iter().copied().chain(nodes.iter().flat_map(|&n| {
+            // SAFETY: a live node.
+            let node = unsafe { &*n };
+            std::iter::once(n).chain(inspect::sources(node).map(|(_, s)| s))
+        }));
+        for t in touched {
+            // SAFETY: a live tensor of the split (this function's contract).
+            let (start, end) = unsafe { span(t) };
+            for (a, bytes) in pending.iter_mut().enumerate() {
+                if a != b && bytes.overlaps(start, end) {
+                    sync(a);
+                    bytes.clear();
+                    waited.push((a, t));
+                }
+            }
+        }
+        waited
+    }
+
+    /// After split `split` of backend `b` was queued: the bytes its writers write are pending
+    /// for `b`.
+    ///
+    /// # Safety
+    /// The split's nodes must be live (the graph split last, still allocated).
+    pub unsafe fn queued(&self, split: usize, b: usize) {
+        let Some(writers) = self.per_split.as_ref().and_then(|p| p.get(split)) else {
+            return;
+        };
+        if writers.is_empty() {
+            return;
+        }
+        let mut pending = self.pending.borrow_mut();
+        if pending.len() <= b {
+            pending.resize_with(b + 1, Ranges::default);
+        }
+        for &n in writers {
+            // SAFETY: a live node of the split (this function's contract).
+            let (start, end) = unsafe { span(n) };
+            pending[b].insert(start, end);
+        }
+    }
+
+    /// Backend `b` was waited for: nothing it queued is pending.
+    pub fn synchronized(&self, b: usize) {
+        if let Some(bytes) = self.pending.borrow_mut().get_mut(b) {
+            bytes.clear();
+        }
+    }
+
+    /// Every backend was waited for.
+    pub fn synchronized_all(&self) {
+        for bytes in self.pending.borrow_mut().iter_mut() {
+            bytes.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::mock::{graph, Arena, Mock};
+    use ggml_sys::{GGML_BACKEND_BUFFER_USAGE_ANY, GGML_OP_ADD};
+
+    /// Backend 0 a device that also accepts the CPU's buffer type (0x200, host), backend 1
+    /// the CPU; a KV-like `cache` in a CPU buffer at 0x1000 (16 bytes), `w` writing it in
+    /// place and `g` a node in the device's own buffer (0x100).
+    struct Setup {
+        arena: Arena,
+        caps: Mock,
+        cache: *mut ggml_tensor,
+        w: *mut ggml_tensor,
+        g: *mut ggml_tensor,
+    }
+
+    fn setup() -> Setup {
+        let mut caps = Mock::new(&[&[GGML_OP_ADD], &[GGML_OP_ADD]]);
+        caps.backends[0].bufts.insert(0x200);
+        let mut arena = Arena::default();
+        let host = arena.buffer(0x200, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let own = arena.buffer(0x100, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let cache = arena.leaf("cache", host);
+        let w = arena.view_node("w", GGML_OP_ADD, cache, &[cache]);
+        let g = arena.tensor("g", GGML_OP_ADD, &[w]);
+        // SAFETY: tensors of the arena, given the storage an allocator would: a view has
+        // its view source's buffer and bytes.
+        unsafe {
+            (*cache).data = 0x1000 as *mut _;
+            (*w).buffer = host;
+            (*w).data = 0x1000 as *mut _;
+            (*g).buffer = own;
+            (*g).data = 0x9000 as *mut _;
+        }
+        Setup {
+            arena,
+            caps,
+            cache,
+            w,
+            g,
+        }
+    }
+
+    /// `work_out` over one split per entry of `nodes` (backend, nodes).
+    fn worked_out(
+        s: &Setup,
+        is_async: &dyn Fn(usize) -> bool,
+        nodes: &mut [(usize, Vec<*mut ggml_tensor>)],
+    ) -> DirectWrites {
+        let mut d = DirectWrites::default();
+        let graphs: Vec<(usize, ggml_cgraph)> = nodes
+            .iter_mut()
+            .map(|(b, n)| (*b, graph(n, &mut [])))
+            .collect();
+        // SAFETY: graphs over the arena's tensors, alive for the call.
+        unsafe { d.work_out(&s.caps, is_async, graphs.iter().map(|(b, g)| (*b, g))) };
+        d
+    }
+
+    #[test]
+    fn an_asynchronous_split_notes_its_writers_into_shared_memory() {
+        let s = setup();
+        let mut nodes = vec![(0, vec![s.w, s.g]), (1, vec![s.g])];
+        let d = worked_out(&s, &|b| b == 0, &mut nodes);
+        // `w` writes the cache, which the CPU accepts; `g` is in the device's own memory.
+        assert_eq!(d.per_split, Some(vec![vec![s.w], vec![]]));
+        // A synchronous backend's writes are done when its compute returns.
+        let d = worked_out(&s, &|_| false, &mut nodes);
+        assert_eq!(d.per_split, Some(vec![vec![], vec![]]));
+        assert!(d.known());
+    }
+
+    #[test]
+    fn a_split_touching_pending_bytes_waits_once_for_their_writer() {
+        let mut s = setup();
+        let mut nodes = vec![(0, vec![s.w])];
+        let d = worked_out(&s, &|b| b == 0, &mut nodes);
+        // A view of the cache's last 8 bytes, read by a CPU node.
+        let view = s
+            .arena
+            .view_node("kview", ggml_sys::GGML_OP_VIEW, s.cache, &[]);
+        let r = s.arena.tensor("r", GGML_OP_ADD, &[view, s.g]);
+        // Another tensor the allocator put at the cache's bytes, written by a CPU node.
+        let reuse = s.arena.tensor("reuse", GGML_OP_ADD, &[s.g]);
+        // SAFETY: tensors of the arena.
+        unsafe {
+            (*view).data = 0x1008 as *mut _;
+            (*view).ne = [2, 1, 1, 1];
+            (*r).data = 0x5000 as *mut _;
+            (*reuse).data = 0x0ffc as *mut _;
+        }
+        let (mut reader, mut writer) = ([r], [reuse]);
+        let (rg, wg) = (graph(&mut reader, &mut []), graph(&mut writer, &mut []));
+        let mut none: [*mut ggml_tensor; 0] = [];
+        let empty = graph(&mut none, &mut []);
+        let mut synced = Vec::new();
+        let mut sync = |b: usize| synced.push(b);
+
+        // Nothing queued yet: no wait.
+        // SAFETY: graphs over the arena's tensors, which stay live (every call below).
+        unsafe {
+            assert!(d.wait_for_writers(1, &rg, &[], &mut sync).is_empty());
+            d.queued(0, 0);
+            // The writer's own backend touches them in queue order: no wait.
+            assert!(d.wait_for_writers(0, &rg, &[], &mut sync).is_empty());
+            // Another backend reading a view of the cache waits for backend 0, once.
+            let waited = d.wait_for_writers(1, &rg, &[], &mut sync);
+            assert_eq!(waited, vec![(0, view)]);
+            assert!(d.wait_for_writers(1, &rg, &[], &mut sync).is_empty());
+            // A node writing other bytes that overlap the cache's waits too.
+            d.queued(0, 0);
+            let waited = d.wait_for_writers(1, &wg, &[], &mut sync);
+            assert_eq!(waited, vec![(0, reuse)]);
+            // An input the split copies: the copy reads those bytes.
+            d.queued(0, 0);
+            let waited = d.wait_for_writers(1, &empty, &[s.w], &mut sync);
+            assert_eq!(waited, vec![(0, s.w)]);
+            // A synchronize of the writer, or of every backend, clears them.
+            d.queued(0, 0);
+            d.synchronized(0);
+            assert!(d.wait_for_writers(1, &rg, &[], &mut sync).is_empty());
+            d.queued(0, 0);
+            d.synchronized_all();
+            assert!(d.wait_for_writers(1, &rg, &[], &mut sync).is_empty());
+        }
+        assert_eq!(synced, vec![0, 0, 0]);
+    }
+}
