@@ -1,5 +1,5 @@
 //! A split must not read storage that another backend's queued split has still to write,
-//! when it reads it without a copy (`src/sched/direct.rs`). TESTA's work waits in a queue
+//! when it reads it without a copy (`src/sched/direct/`). TESTA's work waits in a queue
 //! until `synchronize` (`tests/common/queue.rs`), and here TESTA also accepts the CPU buffer
 //! type, as HRX accepts host buffer types: it computes into host memory directly, and writes
 //! when its queue runs. TESTCPU computes at once and, like ggml-cpu, has no `synchronize`.
@@ -102,6 +102,20 @@ fn run(mode: &str, reuse: bool, parallel: bool) -> Seen {
     seen
 }
 
+/// Computes one token of `graph` and synchronizes; returns TESTA's `synchronize` calls
+/// inside the compute.
+fn compute_token(sched: sys::ggml_backend_sched_t, graph: *mut sys::ggml_cgraph) -> usize {
+    let before = SYNCS_A.load(Ordering::SeqCst);
+    // SAFETY: a live scheduler and the graph it allocated.
+    unsafe {
+        let st = ggml_backend_sched_graph_compute_async(sched, graph);
+        assert_eq!(st, sys::GGML_STATUS_SUCCESS);
+        let syncs = SYNCS_A.load(Ordering::SeqCst) - before;
+        ggml_backend_sched_synchronize(sched);
+        syncs
+    }
+}
+
 /// The cache graph on `sched` over `backends` (TESTA, TESTCPU).
 fn run_cache(sched: sys::ggml_backend_sched_t, backends: &[sys::ggml_backend_t; 2]) -> Seen {
     // SAFETY: the exported API with valid arguments throughout; the tensors live in their
@@ -140,11 +154,7 @@ fn run_cache(sched: sys::ggml_backend_sched_t, backends: &[sys::ggml_backend_t; 
             let xs: Vec<f32> = (0..N).map(|k| 1.0 + k as f32 + 1000.0 * t as f32).collect();
             set_f32s(cache, &[0.0; N]);
             set_f32s(x, &xs);
-            let before = SYNCS_A.load(Ordering::SeqCst);
-            let st = ggml_backend_sched_graph_compute_async(sched, graph);
-            assert_eq!(st, sys::GGML_STATUS_SUCCESS);
-            syncs_a.push(SYNCS_A.load(Ordering::SeqCst) - before);
-            ggml_backend_sched_synchronize(sched);
+            syncs_a.push(compute_token(sched, graph));
             let got = f32s(r);
             wrong += got
                 .iter()
@@ -206,11 +216,7 @@ fn run_reuse(sched: sys::ggml_backend_sched_t, backends: &[sys::ggml_backend_t; 
                 .collect();
             set_f32s(x, &xs);
             set_f32s(z, &zs);
-            let before = SYNCS_A.load(Ordering::SeqCst);
-            let st = ggml_backend_sched_graph_compute_async(sched, graph);
-            assert_eq!(st, sys::GGML_STATUS_SUCCESS);
-            syncs_a.push(SYNCS_A.load(Ordering::SeqCst) - before);
-            ggml_backend_sched_synchronize(sched);
+            syncs_a.push(compute_token(sched, graph));
             for &y in &ys {
                 wrong += f32s(y)
                     .iter()

@@ -1,5 +1,5 @@
 // direct_write.c: does the scheduler order a split after another backend's queued split that
-// writes storage the first reads without a copy? (src/sched/direct.rs; docs/sched.md,
+// writes storage the first reads without a copy? (src/sched/direct/; docs/sched.md,
 // "Writes another backend reads without a copy"; tests/sched_direct_writes.rs is the same
 // check inside the Rust test suite; this program runs against any libggml-base: run.sh.)
 //
@@ -17,11 +17,16 @@
 // TCPU, w = c += x (in place) and v = w + w on TA (v = 6x), then NY nodes y = z + z on TCPU
 // (y = 2z; z is copied in as a user input, so nothing waits for TA), one of them at c's bytes.
 //
-// Per token: set the inputs (and cache to 0), graph_compute_async, synchronize (as llama.cpp
+// With argument "adamw" (a second review's case): TA runs OPT_STEP_ADAMW on a parameter whose
+// moments m, v lie in a CPU buffer; the op's result is a view of the parameter, but it writes
+// m too (TA models that write as m = grad). Then r = m + x on TCPU (x a user input on TA,
+// copied in): r = grad + x once the write has landed.
+//
+// Per token: set the inputs (and cache or m to 0), graph_compute_async, synchronize (as llama.cpp
 // does before it reads logits), read the outputs. PIPELINE=1: a scheduler with pipeline
 // copies, TA with events.
 //
-// Usage: direct_write [TOKENS [reuse]]; prints the TA synchronize calls of each token's
+// Usage: direct_write [TOKENS [reuse|adamw]]; prints the TA synchronize calls of each token's
 // compute and "OK: 0 wrong values" or "FAIL: N wrong values" (exit 0 or 1).
 
 #include "queue_device.h"
@@ -31,6 +36,28 @@
 
 static bool a_supports_host(ggml_backend_dev_t d, ggml_backend_buffer_type_t b) {
     return b == dev_buft(d) || b == ggml_backend_cpu_buffer_type();
+}
+
+// Places x and the writer on TA and the reader on TCPU, then allocates the graph; `what`
+// names the writer in the line printed.
+static void place_and_alloc(ggml_backend_t * backends, ggml_backend_sched_t sched, struct ggml_cgraph * gf,
+                            struct ggml_tensor * x, struct ggml_tensor * writer, struct ggml_tensor * reader,
+                            const char * what) {
+    ggml_backend_sched_reset(sched);
+    ggml_backend_sched_set_tensor_backend(sched, x, backends[0]);
+    ggml_backend_sched_set_tensor_backend(sched, writer, backends[0]);
+    ggml_backend_sched_set_tensor_backend(sched, reader, backends[1]);
+    if (!ggml_backend_sched_alloc_graph(sched, gf)) { fprintf(stderr, "alloc failed\n"); exit(2); }
+    printf("splits %d, %s on %s\n", ggml_backend_sched_get_n_splits(sched), what,
+           ggml_backend_name(ggml_backend_sched_get_tensor_backend(sched, writer)));
+}
+
+// One token: compute, print TA's synchronize calls inside the compute, synchronize.
+static void compute_token(ggml_backend_sched_t sched, struct ggml_cgraph * gf, int t) {
+    int s0 = n_sync_a;
+    if (ggml_backend_sched_graph_compute_async(sched, gf) != GGML_STATUS_SUCCESS) { fprintf(stderr, "compute failed\n"); exit(2); }
+    printf("token %d: TA synchronize calls in compute %d\n", t, n_sync_a - s0);
+    ggml_backend_sched_synchronize(sched);
 }
 
 // The graph of the file's header: TA writes the pre-allocated cache, the CPU reads it.
@@ -51,13 +78,7 @@ static int run_cache(ggml_backend_t * backends, ggml_backend_sched_t sched, int 
     ggml_build_forward_expand(gf, w);
     ggml_build_forward_expand(gf, r);
 
-    ggml_backend_sched_reset(sched);
-    ggml_backend_sched_set_tensor_backend(sched, x, backends[0]);
-    ggml_backend_sched_set_tensor_backend(sched, w, backends[0]);
-    ggml_backend_sched_set_tensor_backend(sched, r, backends[1]);
-    if (!ggml_backend_sched_alloc_graph(sched, gf)) { fprintf(stderr, "alloc failed\n"); exit(2); }
-    printf("splits %d, the in-place write on %s\n", ggml_backend_sched_get_n_splits(sched),
-           ggml_backend_name(ggml_backend_sched_get_tensor_backend(sched, w)));
+    place_and_alloc(backends, sched, gf, x, w, r, "the in-place write");
 
     int bad = 0;
     for (int t = 0; t < n_tokens; t++) {
@@ -65,10 +86,7 @@ static int run_cache(ggml_backend_t * backends, ggml_backend_sched_t sched, int 
         for (int k = 0; k < N; k++) xs[k] = 1.0f + k + 1000.0f * t;
         ggml_backend_tensor_set(cache, zeros, 0, sizeof zeros);
         ggml_backend_tensor_set(x, xs, 0, sizeof xs);
-        int s0 = n_sync_a;
-        if (ggml_backend_sched_graph_compute_async(sched, gf) != GGML_STATUS_SUCCESS) { fprintf(stderr, "compute failed\n"); exit(2); }
-        printf("token %d: TA synchronize calls in compute %d\n", t, n_sync_a - s0);
-        ggml_backend_sched_synchronize(sched);
+        compute_token(sched, gf, t);
         ggml_backend_tensor_get(r, rs, 0, sizeof rs);
         for (int k = 0; k < N; k++) {
             if (rs[k] != 2.0f * xs[k]) {
@@ -120,10 +138,7 @@ static int run_reuse(ggml_backend_t * backends, ggml_backend_sched_t sched, int 
         for (int k = 0; k < N; k++) { xs[k] = 1.0f + k + 1000.0f * t; zs[k] = 100.0f + k + 1000.0f * t; }
         ggml_backend_tensor_set(x, xs, 0, sizeof xs);
         ggml_backend_tensor_set(z, zs, 0, sizeof zs);
-        int s0 = n_sync_a;
-        if (ggml_backend_sched_graph_compute_async(sched, gf) != GGML_STATUS_SUCCESS) { fprintf(stderr, "compute failed\n"); exit(2); }
-        printf("token %d: TA synchronize calls in compute %d\n", t, n_sync_a - s0);
-        ggml_backend_sched_synchronize(sched);
+        compute_token(sched, gf, t);
         for (int i = 0; i < NY; i++) {
             ggml_backend_tensor_get(y[i], out, 0, sizeof out);
             for (int k = 0; k < N; k++) bad += out[k] != 2.0f * zs[k];
@@ -135,21 +150,57 @@ static int run_reuse(ggml_backend_t * backends, ggml_backend_sched_t sched, int 
     return bad;
 }
 
+// The "adamw" graph of the file's header: TA's optimizer step writes a moment the CPU reads.
+static int run_adamw(ggml_backend_t * backends, ggml_backend_sched_t sched, int n_tokens) {
+    struct ggml_init_params sp = { 8 * ggml_tensor_overhead(), NULL, true };
+    struct ggml_context * sctx = ggml_init(sp);
+    struct ggml_tensor * a = ggml_new_tensor_1d(sctx, GGML_TYPE_F32, N); ggml_set_param(a);
+    struct ggml_tensor * grad = ggml_new_tensor_1d(sctx, GGML_TYPE_F32, N);
+    struct ggml_tensor * m = ggml_new_tensor_1d(sctx, GGML_TYPE_F32, N);
+    struct ggml_tensor * v = ggml_new_tensor_1d(sctx, GGML_TYPE_F32, N);
+    struct ggml_tensor * hp = ggml_new_tensor_1d(sctx, GGML_TYPE_F32, 7);
+    ggml_backend_buffer_t sbuf = ggml_backend_alloc_ctx_tensors_from_buft(sctx, ggml_backend_cpu_buffer_type());
+    if (!sbuf) { fprintf(stderr, "state allocation failed\n"); exit(2); }
+
+    struct ggml_init_params ip = { 32 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true };
+    struct ggml_context * ctx = ggml_init(ip);
+    struct ggml_tensor * x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, N); ggml_set_input(x);
+    struct ggml_tensor * step = ggml_opt_step_adamw(ctx, a, grad, m, v, hp);
+    struct ggml_tensor * r = ggml_add(ctx, m, x);
+    ggml_set_output(r);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, step);
+    ggml_build_forward_expand(gf, r);
+    place_and_alloc(backends, sched, gf, x, step, r, "the step");
+
+    int bad = 0;
+    for (int t = 0; t < n_tokens; t++) {
+        float xs[N], gs[N], zeros[N] = { 0 }, hps[7] = { 0 }, out[N];
+        for (int k = 0; k < N; k++) { xs[k] = 1.0f + k + 1000.0f * t; gs[k] = 100.0f + k; }
+        ggml_backend_tensor_set(m, zeros, 0, sizeof zeros);
+        ggml_backend_tensor_set(grad, gs, 0, sizeof gs);
+        ggml_backend_tensor_set(hp, hps, 0, sizeof hps);
+        ggml_backend_tensor_set(x, xs, 0, sizeof xs);
+        compute_token(sched, gf, t);
+        ggml_backend_tensor_get(r, out, 0, sizeof out);
+        for (int k = 0; k < N; k++) bad += out[k] != gs[k] + xs[k];
+    }
+    ggml_free(ctx);
+    ggml_backend_buffer_free(sbuf);
+    ggml_free(sctx);
+    return bad;
+}
+
 int main(int argc, char ** argv) {
     int n_tokens = argc > 1 ? atoi(argv[1]) : 3;
-    int reuse = argc > 2 && strcmp(argv[2], "reuse") == 0;
-    dev_a.iface = dev_iface;
+    const char * graph = argc > 2 ? argv[2] : "cache";
+    int parallel = init_devices();
     dev_a.iface.supports_buft = a_supports_host;
-    dev_cpu.iface = dev_iface;
-    int parallel = getenv("PIPELINE") != NULL;
-    if (parallel) {
-        dev_a.iface.event_new = ev_new;
-        dev_a.iface.event_free = ev_free;
-        dev_a.iface.event_synchronize = ev_sync;
-    }
     ggml_backend_t backends[2] = { new_backend(&dev_a), new_backend(&dev_cpu) };
     ggml_backend_sched_t sched = ggml_backend_sched_new(backends, NULL, 2, 256, parallel, false);
-    int bad = reuse ? run_reuse(backends, sched, n_tokens) : run_cache(backends, sched, n_tokens);
+    int bad = strcmp(graph, "reuse") == 0   ? run_reuse(backends, sched, n_tokens)
+            : strcmp(graph, "adamw") == 0 ? run_adamw(backends, sched, n_tokens)
+                                          : run_cache(backends, sched, n_tokens);
     printf("%s: %d wrong values\n", bad ? "FAIL" : "OK", bad);
     ggml_backend_sched_free(sched);
     return bad ? 1 : 0;

@@ -5,11 +5,12 @@
 // a queue until synchronize (or an event's synchronize), like a GPU that has not reached it:
 //   - cpy_tensor_async accepts a source in a host buffer and reads it when the queue runs the
 //     copy (as ggml-vulkan's copyBuffer from a pinned host buffer does),
-//   - graph_compute (ADD only: read and written when the queue runs it), set_tensor_async
-//     and get_tensor_async are queued too.
+//   - graph_compute (ADD; and OPT_STEP_ADAMW's write of its first moment, as m = grad: read
+//     and written when the queue runs it), set_tensor_async and get_tensor_async are queued
+//     too.
 // Device TCPU (CPU type, CPU buffer type) computes at once and, like ggml-cpu, has no
-// synchronize. Events (ev_new, ev_free, ev_sync) are the caller's to put in TA's device
-// interface, as are other supports_buft answers.
+// synchronize. init_devices() puts the interfaces in place, with TA's events when PIPELINE is
+// set; other supports_buft answers are the caller's to put in TA's interface.
 
 #ifndef SCHED_WAITS_QUEUE_DEVICE_H
 #define SCHED_WAITS_QUEUE_DEVICE_H
@@ -118,6 +119,11 @@ static enum ggml_status a_compute(ggml_backend_t b, struct ggml_cgraph * g) {
     for (int i = 0; i < ggml_graph_n_nodes(g); i++) {
         struct ggml_tensor * n = ggml_graph_node(g, i);
         if (n->op == GGML_OP_NONE) continue;
+        if (n->op == GGML_OP_OPT_STEP_ADAMW) {
+            // only its write of the first moment, modelled as m = grad (src[2] = src[1])
+            push((struct op){ OP_COPY, n->src[2]->data, n->src[1]->data, NULL, ggml_nbytes(n->src[2]) });
+            continue;
+        }
         if (n->op != GGML_OP_ADD) return GGML_STATUS_FAILED;
         push((struct op){ OP_ADD, n->data, n->src[0]->data, n->src[1]->data, (size_t) ggml_nelements(n) });
     }
@@ -168,6 +174,20 @@ static ggml_backend_t new_backend(ggml_backend_dev_t d) {
         b->iface.graph_compute = cpu_compute;
     }
     return b;
+}
+
+// Puts both devices' interfaces in place and, when PIPELINE is set in the environment, gives
+// TA its events. Returns whether PIPELINE is set (make the scheduler parallel then).
+static int init_devices(void) {
+    dev_a.iface = dev_iface;
+    dev_cpu.iface = dev_iface;
+    int parallel = getenv("PIPELINE") != NULL;
+    if (parallel) {
+        dev_a.iface.event_new = ev_new;
+        dev_a.iface.event_free = ev_free;
+        dev_a.iface.event_synchronize = ev_sync;
+    }
+    return parallel;
 }
 
 #endif

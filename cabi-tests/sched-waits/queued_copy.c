@@ -26,14 +26,7 @@ static bool cb_eval(struct ggml_tensor * t, bool ask, void * ud) { (void) t; (vo
 int main(int argc, char ** argv) {
     (void) argv;
     int n_tokens = argc > 1 ? atoi(argv[1]) : 3;
-    dev_a.iface = dev_iface;
-    dev_cpu.iface = dev_iface;
-    int parallel = getenv("PIPELINE") != NULL;
-    if (parallel) {
-        dev_a.iface.event_new = ev_new;
-        dev_a.iface.event_free = ev_free;
-        dev_a.iface.event_synchronize = ev_sync;
-    }
+    int parallel = init_devices();
     ggml_backend_t backends[2] = { new_backend(&dev_a), new_backend(&dev_cpu) };
     ggml_backend_sched_t sched = ggml_backend_sched_new(backends, NULL, 2, 64, parallel, false);
 

@@ -23,6 +23,8 @@
 #   stock  direct  24      the CPU reads the cache TA writes in place: every read comes first
 #   stock  reuse   48      TA's in-place write into the CPU's compute buffer lands on a later
 #                          CPU node the allocator put at those bytes (a review's case)
+#   stock  adamw   24      TA's OPT_STEP_ADAMW writes a moment in a CPU buffer besides its
+#                          result; the CPU reads the moment first (a second review's case)
 #   ours   any      0      the host waits for the writer before the split that touches them
 #
 # Stock's wrong values are its gaps, kept as measured (stock and ours differ there on
@@ -48,11 +50,12 @@ done
 
 fail=0
 # cmd_of GRAPH: sets cmd to the program and arguments of a graph (normal, last: queued_copy;
-# direct, reuse: direct_write), 3 tokens
+# direct, reuse, adamw: direct_write), 3 tokens
 cmd_of() {
   case $1 in
     direct) cmd=("$out/direct_write" 3) ;;
     reuse) cmd=("$out/direct_write" 3 reuse) ;;
+    adamw) cmd=("$out/direct_write" 3 adamw) ;;
     *) cmd=("$out/queued_copy" 3 "$1") ;;
   esac
 }
@@ -93,13 +96,15 @@ for pipe in 0 1; do
   check stock "$stock" reuse "$pipe" 48
   check ours "$ours:$stock" reuse "$pipe" 0
 done
+check stock "$stock" adamw 0 24
+check ours "$ours:$stock" adamw 0 0
 # The sanitizer (ours only) must see the race where it happens and nothing where it does not:
 # our waits, every variant, no report; stock's waits (GGML_SCHED_INPUT_WAITS=input) with the
 # copy last or with pipeline copies, one report for each token whose CPU split overwrote the
 # copy's source (2); for direct_write, one for each token whose CPU split read the cache
 # before TA's queued write (3), and with the reuse graph three a token serial (two for the
 # CPU's write over TA's queued read and write, one for the input copy over TA's queued read
-# of x) and two a token with pipeline copies (9, 6).
+# of x) and two a token with pipeline copies (9, 6); with the adamw graph one a token (3).
 # sanitize ENV... -- GRAPH PIPELINE WANT_REPORTS
 sanitize() {
   local envs=() graph pipe want log got cmd
@@ -114,6 +119,8 @@ sanitize() {
   local named="earlier: read of .*(cpy_tensor_async).*expected: the queued copy run before its source is written again"
   [ "$graph" = direct ] &&
     named="read after unordered write.*split 1 on TCPU.*earlier: write of .* on TA.*a host wait on TA"
+  [ "$graph" = adamw ] &&
+    named="read after unordered write.*split 1 on TCPU.*earlier: write of .* on TA"
   [ "$graph" = reuse ] &&
     named="write after unordered write.*now: *write of .* of split 2 on TCPU.*earlier: write of .* on TA"
   got=$(sed -n 's/^ggml_backend_sched_sanitize: [0-9]* accesses checked, \([0-9]*\) reports$/\1/p' "$log")
@@ -142,5 +149,7 @@ sanitize GGML_SCHED_INPUT_WAITS=input -- direct 0 3
 sanitize GGML_SCHED_INPUT_WAITS=input -- direct 1 3
 sanitize GGML_SCHED_INPUT_WAITS=input -- reuse 0 9
 sanitize GGML_SCHED_INPUT_WAITS=input -- reuse 1 6
+sanitize -- adamw 0 0
+sanitize GGML_SCHED_INPUT_WAITS=input -- adamw 0 3
 [ "$fail" = 0 ] && echo "[sched-waits] PASS" || echo "[sched-waits] FAIL"
 exit "$fail"

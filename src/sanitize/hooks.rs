@@ -546,6 +546,10 @@ pub unsafe fn graph_compute(b: &ggml_backend, g: *const ggml_cgraph) {
                 }
             }
             s.check(a, Kind::Write, node, None, &who, out);
+            for w in meta::written_sources(node) {
+                // SAFETY: a live node's sources are live.
+                s.check(a, Kind::Write, unsafe { &*w }, None, &who, out);
+            }
         }
         s.queued(a);
     })

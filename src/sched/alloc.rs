@@ -453,6 +453,7 @@ impl Sched {
         for b in 0..self.backends.len() {
             crate::backend::synchronize(self.backend(b));
         }
+        self.direct.synchronized_all();
         // SAFETY: this function's contract.
         let reserved = unsafe { self.reserve_graph(false) };
         if !reserved {
@@ -519,8 +520,8 @@ impl Sched {
         }
     }
 
-    /// Works out, for each split, the roots it writes where another backend reads without a
-    /// copy ([`super::direct`]).
+    /// Works out, for each split, the tensors it writes where another backend reads without
+    /// a copy ([`super::direct`]).
     ///
     /// # Safety
     /// The graph split last must be allocated and live.

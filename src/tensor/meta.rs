@@ -21,6 +21,19 @@ pub fn op_is_empty(op: ggml_op) -> bool {
     op == ggml_sys::GGML_OP_NONE || is_view_op(op)
 }
 
+/// The sources a node of `t`'s op writes besides its own bytes: `OPT_STEP_ADAMW` updates
+/// its first and second moments (`src[2]`, `src[3]`) in place, as ggml-cpu's and ggml-cuda's
+/// kernels do, while its result is a view of the parameter it updates. Empty for every other
+/// op (an in-place op's result is a view of what it writes). NULL slots are skipped.
+pub fn written_sources(t: &ggml_tensor) -> impl Iterator<Item = *mut ggml_tensor> + '_ {
+    let slots: &[usize] = if t.op == ggml_sys::GGML_OP_OPT_STEP_ADAMW {
+        &[2, 3]
+    } else {
+        &[]
+    };
+    slots.iter().map(|&i| t.src[i]).filter(|s| !s.is_null())
+}
+
 /// Bytes spanned by `t`'s elements: 0 when a dimension is empty, else from the first byte to
 /// the end of the last element (or block, for block types) through the strides. Computes
 /// exactly what `ggml_nbytes` computes, with its unsigned wrapping arithmetic, but inline:

@@ -19,8 +19,8 @@
 //! Stock waits only before a split with no inputs at all, for the backend just before it.
 //!
 //! Ours notes, per split of an asynchronous backend (one with a `synchronize`; ggml-cpu has
-//! none, its compute returns finished), the nodes that write memory another backend accepts
-//! ([`DirectWrites::work_out`], once per split graph; a replay keeps the list, as it keeps the
+//! none, its compute returns finished), the tensors its nodes write in memory another backend
+//! accepts (the nodes, and the moments `OPT_STEP_ADAMW` updates; [`DirectWrites::work_out`], once per split graph; a replay keeps the list, as it keeps the
 //! placement, and the bytes are read from the nodes when each split is queued). After such a
 //! split is queued, the bytes its nodes write are pending for its backend until the scheduler
 //! waits for that backend. Before a split of another backend copies its inputs, any pending
@@ -44,7 +44,7 @@ use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;
 use super::inspect;
-use crate::tensor::meta::{nbytes, op_is_empty};
+use crate::tensor::meta::{nbytes, op_is_empty, written_sources};
 use ranges::Ranges;
 
 /// The bytes `t` spans in its buffer, `[data, data + nbytes)` as addresses; empty when it
@@ -62,12 +62,27 @@ unsafe fn span(t: *mut ggml_tensor) -> (usize, usize) {
     (start, start.saturating_add(nbytes(t)))
 }
 
+/// The buffer that holds `t`'s bytes: its own, or its view source's (an allocated view has
+/// it too); NULL when unallocated.
+///
+/// # Safety
+/// `t`'s view source, if any, must be live.
+unsafe fn buffer_of(t: &ggml_tensor) -> ggml_sys::ggml_backend_buffer_t {
+    if t.buffer.is_null() && !t.view_src.is_null() {
+        // SAFETY: live (this function's contract).
+        unsafe { (*t.view_src).buffer }
+    } else {
+        t.buffer
+    }
+}
+
 /// The writes a split makes into memory another backend uses without a copy, and which of
 /// them may still be queued.
 #[derive(Default)]
 pub(crate) struct DirectWrites {
-    /// Per split of the graph split last: the nodes that write memory another backend
-    /// accepts (none for a synchronous backend). `None`: not worked out since that split.
+    /// Per split of the graph split last: the tensors its nodes write in memory another
+    /// backend accepts (the nodes, and what `OPT_STEP_ADAMW` updates besides; none for a
+    /// synchronous backend). `None`: not worked out since that split.
     per_split: Option<Vec<Vec<*mut ggml_tensor>>>,
     /// Per backend: the bytes its queued splits write, not waited for since.
     pending: RefCell<Vec<Ranges>>,
@@ -86,9 +101,10 @@ impl DirectWrites {
         self.per_split.is_some()
     }
 
-    /// Works out, for each split in `splits` (backend, nodes), the nodes that write into a
-    /// buffer another backend accepts, for backends with a `synchronize` (`is_async`). The
-    /// graph must be allocated: each node's buffer decides.
+    /// Works out, for each split in `splits` (backend, nodes), the tensors its nodes write
+    /// in a buffer another backend accepts (each node, and the sources an op writes besides,
+    /// [`written_sources`]), for backends with a `synchronize` (`is_async`). The graph must
+    /// be allocated: each tensor's buffer decides.
     ///
     /// # Safety
     /// Every split graph must be live, its nodes allocated tensors.
@@ -110,21 +126,18 @@ impl DirectWrites {
                     if op_is_empty(node.op) {
                         continue;
                     }
-                    // An allocated view has its view source's buffer.
-                    let buf = if node.buffer.is_null() && !node.view_src.is_null() {
-                        // SAFETY: as above.
-                        unsafe { (*node.view_src).buffer }
-                    } else {
-                        node.buffer
-                    };
-                    if buf.is_null() {
-                        continue;
-                    }
-                    // SAFETY: an allocated tensor's buffer is live.
-                    let buft = unsafe { (*buf).buft };
-                    // SAFETY: a live buffer's type is live.
-                    if unsafe { self.shared_with_another(caps, buft, b) } {
-                        writers.push(n);
+                    for t in std::iter::once(n).chain(written_sources(node)) {
+                        // SAFETY: a live node or source.
+                        let buf = unsafe { buffer_of(&*t) };
+                        if buf.is_null() {
+                            continue;
+                        }
+                        // SAFETY: an allocated tensor's buffer is live.
+                        let buft = unsafe { (*buf).buft };
+                        // SAFETY: a live buffer's type is live.
+                        if unsafe { self.shared_with_another(caps, buft, b) } {
+                            writers.push(t);
+                        }
                     }
                 }
             }
@@ -309,6 +322,26 @@ mod tests {
         let d = worked_out(&s, &|_| false, &mut nodes);
         assert_eq!(d.per_split, Some(vec![vec![], vec![]]));
         assert!(d.known());
+    }
+
+    #[test]
+    fn an_optimizer_step_notes_the_moment_it_writes_besides_its_result() {
+        let mut s = setup();
+        // OPT_STEP_ADAMW's result is a view of its parameter (in the device's own memory
+        // here), and it writes its moments too: `m` in the CPU's buffer, `v` in the device's.
+        let host = s.arena.buffer(0x200, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let own = s.arena.buffer(0x100, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let (param, grad) = (s.arena.leaf("param", own), s.arena.leaf("grad", own));
+        let (m, v) = (s.arena.leaf("m", host), s.arena.leaf("v", own));
+        let step = s.arena.view_node(
+            "step",
+            ggml_sys::GGML_OP_OPT_STEP_ADAMW,
+            param,
+            &[param, grad, m, v],
+        );
+        let mut nodes = vec![(0, vec![step])];
+        let d = worked_out(&s, &|b| b == 0, &mut nodes);
+        assert_eq!(d.per_split, Some(vec![vec![m]]));
     }
 
     #[test]
