@@ -7,9 +7,10 @@
 //! backend's clock, `ggml_backend_event_wait` and `ggml_backend_event_synchronize` join the
 //! snapshot. Accesses: a graph computed on a backend (a scheduler split or a direct
 //! `ggml_backend_graph_compute`) reads the bytes of every source of its non-view nodes and
-//! writes each node's bytes; a copy reads its source and writes its destination on the queue
-//! that performs it (the host for blocking copies; for `cpy_tensor_async` the destination's
-//! queue, ordered after the source backend's queued work, as that callback promises);
+//! writes each node's bytes (and the moments `OPT_STEP_ADAMW` updates besides); a copy reads
+//! its source and writes its destination on the queue that performs it (the host for
+//! blocking copies; for `cpy_tensor_async` the destination's queue, ordered after the source
+//! backend's queued work, as that callback promises);
 //! `ggml_backend_tensor_set/get/memset` are host accesses, their `_async` forms accesses of the
 //! backend's queue. Shadow state is kept per buffer as byte intervals (last writer, readers
 //! since); weight buffers (usage WEIGHTS) are left out. Each read after an unordered write,
