@@ -1,7 +1,8 @@
 // direct_write.c: does the scheduler order a split after another backend's queued split that
 // writes storage the first reads without a copy? (src/sched/direct/; docs/sched.md,
 // "Writes another backend reads without a copy"; tests/sched_direct_writes.rs is the same
-// check inside the Rust test suite; this program runs against any libggml-base: run.sh.)
+// check of the cache and reuse graphs inside the Rust test suite; this program runs against
+// any libggml-base: run.sh.)
 //
 // The devices are queue_device.h's, with TA accepting the CPU buffer type too (as HRX accepts
 // host buffer types): TA computes into host memory directly and writes when its queue runs.
@@ -26,7 +27,7 @@
 // does before it reads logits), read the outputs. PIPELINE=1: a scheduler with pipeline
 // copies, TA with events.
 //
-// Usage: direct_write [TOKENS [reuse|adamw]]; prints the TA synchronize calls of each token's
+// Usage: direct_write [TOKENS [cache|reuse|adamw]] (cache by default); prints the TA synchronize calls of each token's
 // compute and "OK: 0 wrong values" or "FAIL: N wrong values" (exit 0 or 1).
 
 #include "queue_device.h"

@@ -165,14 +165,24 @@ impl Sched {
         }
     }
 
+    /// Synchronizes `be`, one of the scheduler's backends, and notes that nothing it queued
+    /// is pending any longer ([`super::direct`]). Every synchronize of a single backend in
+    /// this pass goes through here.
+    fn synchronize_one(&self, be: &ggml_sys::ggml_backend) {
+        backend::synchronize(be);
+        let handle = std::ptr::from_ref(be).cast_mut();
+        if let Some(b) = self.backend_index(handle) {
+            self.direct.synchronized(b);
+        }
+    }
+
     /// Waits on `event` when it exists, else on the whole backend `b`.
     ///
     /// # Safety
     /// `event` must be NULL or a live event.
     unsafe fn wait_host(&self, b: usize, event: ggml_sys::ggml_backend_event_t) {
         if event.is_null() {
-            backend::synchronize(self.backend(b));
-            self.direct.synchronized(b);
+            self.synchronize_one(self.backend(b));
         } else {
             // SAFETY: non-NULL here, and live (this function's contract).
             event::synchronize(unsafe { &*event });
@@ -206,7 +216,7 @@ impl Sched {
         let n_expert = input.ne[2];
         let expert_size = input.nb[2];
         // SAFETY: NULL or live (this function's contract).
-        backend::synchronize(unsafe { backend_ref(input_backend, F) });
+        self.synchronize_one(unsafe { backend_ref(input_backend, F) });
 
         let mut ids_tensor = node.src[2];
         let mut ids_backend = backend;
@@ -251,7 +261,7 @@ impl Sched {
                     F,
                 )
             };
-            backend::synchronize(ids_be);
+            self.synchronize_one(ids_be);
             if ptr::eq(ids_be, self.backend(sb)) {
                 // Every copy queued on the split's backend has run too.
                 waits.note_synchronized();
@@ -356,7 +366,8 @@ impl Sched {
             // Another backend's queued split may still write what this one reads or writes
             // without a copy ([`super::direct`]); not in stock's mode, which keeps stock's
             // exact sequence of waits.
-            if self.input_waits != InputWaits::PerInput {
+            let direct = self.input_waits != InputWaits::PerInput;
+            if direct {
                 // SAFETY: the split's graph cell is only read here and by the compute below;
                 // its nodes and inputs are live and allocated (this function's contract).
                 let waited = unsafe {
@@ -365,7 +376,7 @@ impl Sched {
                             backend::synchronize(self.backend(a))
                         })
                 };
-                for (a, t) in waited {
+                for (a, t) in waited.into_iter().filter(|_| self.debug > 0) {
                     // SAFETY: a live tensor of the split (as above).
                     let name = unsafe { meta::name(&*t) };
                     crate::ffi::log::debug(&format!(
@@ -409,7 +420,7 @@ impl Sched {
                 // the host, once per split ([`SplitWaits`]); stock's mode makes stock's wait.
                 if waits.every {
                     if event.is_null() {
-                        backend::synchronize(be);
+                        self.synchronize_one(be);
                         waits.note_synchronized();
                     } else {
                         // SAFETY: non-NULL here, the scheduler's own event (made at creation,
@@ -465,10 +476,7 @@ impl Sched {
                 };
                 if !copied {
                     // SAFETY: one of the scheduler's backends, or NULL (aborts).
-                    backend::synchronize(unsafe { backend_ref(input_backend, F) });
-                    if let Some(ib) = self.table.backend_at(id) {
-                        self.direct.synchronized(ib);
-                    }
+                    self.synchronize_one(unsafe { backend_ref(input_backend, F) });
                     // SAFETY: the scheduler's own event, or NULL.
                     unsafe { self.wait_host_once(sb, event, &mut waits) };
                     // SAFETY: as for the user input copy above.
@@ -497,7 +505,7 @@ impl Sched {
             if waits.finish_before_compute() && self.callback_eval.is_none() {
                 // A queued copy from host memory has not been seen to run: finish it before
                 // anything after this split can overwrite its source.
-                backend::synchronize(be);
+                self.synchronize_one(be);
             }
 
             crate::sanitize::sched_nodes_from(0);
@@ -507,7 +515,7 @@ impl Sched {
                     // placed for.
                     let ec = unsafe { backend::graph_compute_async(be, split.graph.get()) };
                     // A backend that failed may have queued part of the split.
-                    if !waits.every {
+                    if direct {
                         // SAFETY: the split's nodes are live (this function's contract).
                         unsafe { self.direct.queued(si, sb) };
                     }
@@ -545,10 +553,15 @@ impl Sched {
                         // SAFETY: a view of the split's allocated nodes, on its backend.
                         let ec = unsafe { backend::graph_compute_async(be, &mut gv) };
                         if ec != ggml_sys::GGML_STATUS_SUCCESS {
+                            // A backend that failed may have queued part of the run.
+                            if direct {
+                                // SAFETY: the split's nodes are live (this function's
+                                // contract).
+                                unsafe { self.direct.queued(si, sb) };
+                            }
                             return ec;
                         }
-                        backend::synchronize(be);
-                        self.direct.synchronized(sb);
+                        self.synchronize_one(be);
                         // SAFETY: as the first call; `t` has now been computed.
                         if need && !unsafe { cb(t, false, ud) } {
                             break;

@@ -270,8 +270,10 @@ impl Sched {
             return false;
         }
         // A replay keeps the splits, and with them what they write where another backend
-        // reads without a copy.
-        if !replayed || !self.direct.known() {
+        // reads without a copy; unknown when a reserve or `split_graph` split another graph
+        // since. Stock's waits (`GGML_SCHED_INPUT_WAITS=input`) never use the list.
+        if self.input_waits != compute::InputWaits::PerInput && (!replayed || !self.direct.known())
+        {
             // SAFETY: the graph just split and allocated is live (this function's contract).
             unsafe { self.note_direct_writes() };
         }

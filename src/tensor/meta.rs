@@ -21,10 +21,11 @@ pub fn op_is_empty(op: ggml_op) -> bool {
     op == ggml_sys::GGML_OP_NONE || is_view_op(op)
 }
 
-/// The sources a node of `t`'s op writes besides its own bytes: `OPT_STEP_ADAMW` updates
-/// its first and second moments (`src[2]`, `src[3]`) in place, as ggml-cpu's and ggml-cuda's
-/// kernels do, while its result is a view of the parameter it updates. Empty for every other
-/// op (an in-place op's result is a view of what it writes). NULL slots are skipped.
+/// The sources node `t` writes besides its own bytes (pointers borrowed from `t.src`):
+/// `OPT_STEP_ADAMW` (`ggml_opt_step_adamw` sets `src[2]` = m, `src[3]` = v) updates both
+/// moments in place, as ggml-cpu's and ggml-cuda's kernels do, while its result is a view of
+/// the parameter it updates. Empty for every other op (an in-place op's result is a view of
+/// what it writes). NULL slots are skipped.
 pub fn written_sources(t: &ggml_tensor) -> impl Iterator<Item = *mut ggml_tensor> + '_ {
     let slots: &[usize] = if t.op == ggml_sys::GGML_OP_OPT_STEP_ADAMW {
         &[2, 3]

@@ -40,6 +40,7 @@ pub static SYNCS_A: AtomicUsize = AtomicUsize::new(0);
 /// Copies TESTA accepted to queue.
 pub static QUEUED_COPIES: AtomicUsize = AtomicUsize::new(0);
 
+/// Queues `op` on TESTA; it runs at TESTA's next `synchronize` (or an event's).
 pub fn push(op: Op) {
     QUEUE.lock().unwrap().0.push(op);
 }
@@ -68,6 +69,7 @@ pub fn run_to(upto: usize) {
     *done = (*done).max(upto);
 }
 
+/// How many ops have been queued on TESTA so far (run or not).
 pub fn queue_len() -> usize {
     QUEUE.lock().unwrap().0.len()
 }
@@ -176,6 +178,8 @@ unsafe extern "C" fn event_record(_: ggml_backend_t, e: sys::ggml_backend_event_
 /// TESTA's queue runs in order: a queue wait orders nothing more.
 unsafe extern "C" fn event_wait(_: ggml_backend_t, _: sys::ggml_backend_event_t) {}
 
+/// A TESTA backend whose compute, `get_tensor_async` and `cpy_tensor_async` queue their
+/// work; freed by its `free` ([`backend_free`]).
 pub fn backend_a() -> ggml_backend_t {
     new_backend(
         &raw mut DEV_A,
@@ -193,6 +197,8 @@ pub fn backend_a() -> ggml_backend_t {
     )
 }
 
+/// A TESTCPU backend that computes at once (its `synchronize` does nothing); freed by its
+/// `free` ([`backend_free`]).
 pub fn backend_cpu() -> ggml_backend_t {
     new_backend(
         &raw mut DEV_CPU,

@@ -20,16 +20,17 @@
 //!
 //! Ours notes, per split of an asynchronous backend (one with a `synchronize`; ggml-cpu has
 //! none, its compute returns finished), the tensors its nodes write in memory another backend
-//! accepts (the nodes, and the moments `OPT_STEP_ADAMW` updates; [`DirectWrites::work_out`], once per split graph; a replay keeps the list, as it keeps the
-//! placement, and the bytes are read from the nodes when each split is queued). After such a
-//! split is queued, the bytes its nodes write are pending for its backend until the scheduler
-//! waits for that backend. Before a split of another backend copies its inputs, any pending
-//! byte that the split reads or writes (its nodes, their sources, its inputs' sources) makes
-//! the host synchronize the writer first ([`DirectWrites::wait_for_writers`]). Pending bytes
-//! outlive the graph (a KV cache written in one ubatch is read in the next); the scheduler's
-//! full synchronizes of the writer clear them. A graph without such writes (every ggml-cuda
-//! graph: no other backend accepts its memory) pays one pass over its nodes when it is split
-//! and one check of an empty list per split.
+//! accepts (the nodes, and the moments `OPT_STEP_ADAMW` updates): [`DirectWrites::work_out`],
+//! each time a graph is split and allocated (a replay keeps the list, as it keeps the
+//! placement). After such a split is queued, the bytes of those tensors, read from their
+//! headers then, are pending for its backend until the scheduler waits for that backend.
+//! Before a split of another backend copies its inputs, any pending byte that the split reads
+//! or writes (its nodes, their sources, the tensors its input copies read) makes the host
+//! synchronize the writer first ([`DirectWrites::wait_for_writers`]). Pending bytes outlive
+//! the graph (a KV cache written in one ubatch is read in the next); every synchronize the
+//! scheduler makes of the writer clears them. A graph without such writes (every graph of
+//! ggml-cuda on a discrete GPU, which writes only its own device buffers) pays one pass over
+//! its nodes when it is split and one check of an empty list per split.
 //!
 //! Not ordered, in either scheduler: the other direction, a queued split that reads host
 //! memory when its queue runs, and a later split of another backend that writes those bytes
@@ -101,10 +102,10 @@ impl DirectWrites {
         self.per_split.is_some()
     }
 
-    /// Works out, for each split in `splits` (backend, nodes), the tensors its nodes write
-    /// in a buffer another backend accepts (each node, and the sources an op writes besides,
-    /// [`written_sources`]), for backends with a `synchronize` (`is_async`). The graph must
-    /// be allocated: each tensor's buffer decides.
+    /// Works out, for each split in `splits` (backend index, split graph), the tensors its
+    /// nodes write in a buffer another backend accepts (each node, and the sources an op
+    /// writes besides, [`written_sources`]), for backends with a `synchronize` (`is_async`).
+    /// The graph must be allocated: each tensor's buffer decides.
     ///
     /// # Safety
     /// Every split graph must be live, its nodes allocated tensors.
@@ -121,13 +122,14 @@ impl DirectWrites {
             if is_async(b) {
                 // SAFETY: a live split graph (this function's contract).
                 for &n in unsafe { inspect::nodes(g) } {
-                    // SAFETY: a live node; its view source is live too.
+                    // SAFETY: a live node of the split.
                     let node = unsafe { &*n };
                     if op_is_empty(node.op) {
                         continue;
                     }
                     for t in std::iter::once(n).chain(written_sources(node)) {
-                        // SAFETY: a live node or source.
+                        // SAFETY: a live node or source; its view source, if any, is live
+                        // too (`buffer_of`'s contract).
                         let buf = unsafe { buffer_of(&*t) };
                         if buf.is_null() {
                             continue;
@@ -213,11 +215,12 @@ impl DirectWrites {
         waited
     }
 
-    /// After split `split` of backend `b` was queued: the bytes its writers write are pending
-    /// for `b`.
+    /// After split `split` of backend `b` was queued: the bytes of the tensors it writes
+    /// (listed by [`DirectWrites::work_out`]) are pending for `b`.
     ///
     /// # Safety
-    /// The split's nodes must be live (the graph split last, still allocated).
+    /// The tensors listed for the split (its nodes and the sources they write) must be live:
+    /// the graph split last, still allocated.
     pub unsafe fn queued(&self, split: usize, b: usize) {
         let Some(writers) = self.per_split.as_ref().and_then(|p| p.get(split)) else {
             return;
@@ -230,7 +233,7 @@ impl DirectWrites {
             pending.resize_with(b + 1, Ranges::default);
         }
         for &n in writers {
-            // SAFETY: a live node of the split (this function's contract).
+            // SAFETY: a tensor the split writes, live (this function's contract).
             let (start, end) = unsafe { span(n) };
             pending[b].insert(start, end);
         }

@@ -1,7 +1,7 @@
 //! A set of byte ranges of host-visible memory: the bytes a backend's queued work writes.
 
-/// Ranges kept apart at most; past it, the set becomes its hull (one range covering all),
-/// which can only add waits, never lose one.
+/// The most ranges the set keeps apart; past it, the set becomes its hull (one range
+/// covering all), which can only add waits, never lose one.
 const MAX_RANGES: usize = 1024;
 
 /// Sorted, disjoint, non-empty half-open ranges `[start, end)` of addresses; touching ranges
