@@ -53,7 +53,7 @@ unsafe extern "C" fn a_supports_host(
 }
 
 /// TESTCPU without `synchronize`, as ggml-cpu: its compute returns finished.
-fn backend_cpu_sync() -> sys::ggml_backend_t {
+fn backend_cpu_synchronous() -> sys::ggml_backend_t {
     let b = backend_cpu();
     // SAFETY: a backend just made by `backend_cpu`, owned here.
     unsafe { (*b).iface.synchronize = None };
@@ -73,7 +73,7 @@ struct Seen {
 fn run(mode: &str, reuse: bool, parallel: bool) -> Seen {
     std::env::set_var("GGML_SCHED_INPUT_WAITS", mode);
     *QUEUE.lock().unwrap() = (Vec::new(), 0);
-    let mut backends = [backend_a(), backend_cpu_sync()];
+    let mut backends = [backend_a(), backend_cpu_synchronous()];
     // SAFETY: the exported API with valid arguments; the backends outlive the scheduler.
     let sched = unsafe {
         ggml_backend_sched_new(

@@ -45,7 +45,7 @@ use ggml_sys::{ggml_backend_buffer_type_t, ggml_cgraph, ggml_tensor};
 
 use super::caps::Caps;
 use super::inspect;
-use crate::tensor::meta::{nbytes, op_is_empty, written_sources};
+use crate::tensor::meta::{nbytes, op_is_empty, storage_buffer, written_sources};
 use ranges::Ranges;
 
 /// The bytes `t` spans in its buffer, `[data, data + nbytes)` as addresses; empty when it
@@ -61,20 +61,6 @@ unsafe fn span(t: *mut ggml_tensor) -> (usize, usize) {
         return (0, 0);
     }
     (start, start.saturating_add(nbytes(t)))
-}
-
-/// The buffer that holds `t`'s bytes: its own, or its view source's (an allocated view has
-/// it too); NULL when unallocated.
-///
-/// # Safety
-/// `t`'s view source, if any, must be live.
-unsafe fn buffer_of(t: &ggml_tensor) -> ggml_sys::ggml_backend_buffer_t {
-    if t.buffer.is_null() && !t.view_src.is_null() {
-        // SAFETY: live (this function's contract).
-        unsafe { (*t.view_src).buffer }
-    } else {
-        t.buffer
-    }
 }
 
 /// The writes a split makes into memory another backend uses without a copy, and which of
@@ -129,8 +115,8 @@ impl DirectWrites {
                     }
                     for t in std::iter::once(n).chain(written_sources(node)) {
                         // SAFETY: a live node or source; its view source, if any, is live
-                        // too (`buffer_of`'s contract).
-                        let buf = unsafe { buffer_of(&*t) };
+                        // too (`storage_buffer`'s contract).
+                        let buf = unsafe { storage_buffer(&*t) };
                         if buf.is_null() {
                             continue;
                         }
