@@ -30,7 +30,7 @@ mod views;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use paths::Paths;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -77,10 +77,10 @@ enum Cmd {
     /// ours+ours, stock server + our client), every process proven.
     Rpc {
         /// A llama.cpp build folder (default: target/llama-stock).
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
         llama_build: Option<PathBuf>,
         /// The GGUF model (default: the pinned SmolLM2; required from a bundle).
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
         model: Option<PathBuf>,
         /// Layers on RPC0 when the build has no device besides the CPU.
         #[arg(long, value_name = "N", default_value_t = 8)]
@@ -103,13 +103,16 @@ enum Cmd {
     /// run on a machine without cargo (`ab-bundle/ab ab --llama-build DIR --model FILE`).
     Bundle {
         /// The folder to write (default: target/ab-bundle).
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
         out: Option<PathBuf>,
     },
     /// Prints, as JSON, the ggml version, commit and struct sizes of one libggml-base file
     /// (what the harness runs in a child before it swaps a file into a build).
     #[command(hide = true)]
-    AbiOf { file: PathBuf },
+    AbiOf {
+        #[arg(value_parser = bundle::caller_path_parser())]
+        file: PathBuf,
+    },
     /// Any other name runs a tool of the workspace: `ab NAME ARGS` builds the workspace
     /// binary `NAME` (or `ab-NAME`, or the package of that name) and runs it with ARGS.
     #[command(external_subcommand)]
@@ -119,7 +122,7 @@ enum Cmd {
 #[derive(Args, Debug)]
 struct BuildArg {
     /// A llama.cpp build folder (default: target/llama-stock).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     llama_build: Option<PathBuf>,
 }
 
@@ -129,10 +132,10 @@ struct ExecArgs {
     #[arg(long, value_name = "FILE")]
     lib: PathBuf,
     /// A backend library for GGML_BACKEND_PATH.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
     backend: Option<PathBuf>,
     /// The llama.cpp build folder whose programs are run (default: target/llama-stock).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     llama_build: Option<PathBuf>,
     /// Arm name (the swap folder is target/ab/arms/<ARM>/lib): letters, digits, '.', '_' and
     /// '-', not starting with '.'.
@@ -154,10 +157,10 @@ struct AbArgs {
     #[arg(long, value_name = "FILE")]
     b: Option<PathBuf>,
     /// A backend library for GGML_BACKEND_PATH, in both arms.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
     backend: Option<PathBuf>,
     /// An existing llama.cpp build folder instead of target/llama-stock.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     llama_build: Option<PathBuf>,
     /// test-backend-ops over every op (one run) instead of the default op list.
     #[arg(long)]
@@ -168,7 +171,7 @@ struct AbArgs {
     only: Option<String>,
     /// The GGUF model of the generation works (default: the pinned SmolLM2; required from a
     /// bundle).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
     model: Option<PathBuf>,
     /// Layers offloaded (-ngl) in the partial-offload generation, on builds with a device
     /// besides the CPU (full and no offload run too).
@@ -274,13 +277,14 @@ pub(crate) fn default_build(paths: &Paths, given: Option<PathBuf>) -> Result<Pat
 
 fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
     let build = default_build(paths, a.llama_build)?;
-    let probe = ensure_probe(paths)?;
+    // What the user named is checked before the probe is built, which can take a while.
     let lib = lib_store::resolve(&paths.ab_dir(), &a.lib)?;
+    let program = paths::program(&build, &a.command[0])?;
+    let probe = ensure_probe(paths)?;
     let mut arm = swap::Arm::prepare(&paths.ab_dir(), &a.arm, &lib, a.backend.as_deref())?;
     // Kept only once it passed the checks: the store lists files that can be run.
     abi::check_arms(&build, std::slice::from_mut(&mut arm))?;
     lib_store::keep(&paths.ab_dir(), &arm.resolved, &arm.sha256)?;
-    let program = paths::program(&build, &a.command[0])?;
     let name = program
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -308,6 +312,8 @@ fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
             ),
             echo: true,
             expect_base: true,
+            // The program and its arguments are the user's, as if they ran it themselves.
+            dir: bundle::caller_dir(),
         },
         &mut proc::Quiet,
     )?;
@@ -405,7 +411,10 @@ fn bundled_tool(
 }
 
 /// Runs a tool binary with the harness's locations in its environment; its exit status, or
-/// 128 + the signal that killed it.
+/// 128 + the signal that killed it. It runs from the root (the bundle's folder in a bundle),
+/// where its own default paths (`target/view`) are, and is told the user's folder
+/// ([`bundle::caller_env`]): `args` are the user's, and their relative paths are taken from
+/// there.
 fn run_tool(paths: &Paths, exe: &std::path::Path, name: &str, args: &[OsString]) -> Result<u8> {
     let mut cmd = std::process::Command::new(exe);
     cmd.args(args)
@@ -413,6 +422,9 @@ fn run_tool(paths: &Paths, exe: &std::path::Path, name: &str, args: &[OsString])
         .env("AB_WORKSPACE", &paths.root)
         .env("AB_STOCK_BUILD", paths.stock_build())
         .env("AB_PROBE", paths.probe());
+    if let Some((var, dir)) = bundle::caller_env() {
+        cmd.env(var, dir);
+    }
     // A tool (the reproducer, writing its report) must not go on after the harness that
     // holds the job lock is gone.
     bundle::die_with_parent(&mut cmd);
@@ -620,7 +632,39 @@ fn abi_of(file: &std::path::Path) -> u8 {
     }
 }
 
+/// Environment variables that the README documents as paths the user gives: taken from the
+/// folder they called the harness from, as the arguments are, since what reads them (the
+/// build scripts of `build-ours`, the programs of a run) runs elsewhere. `GGML_BACKEND_PATH`
+/// only when it holds a `/`: a bare file name is the dynamic loader's to search for.
+const USER_PATH_VARS: [&str; 3] = ["GGML_AB_CACHE", "GGML_SCHED_DUMP", "GGML_BACKEND_PATH"];
+
+/// The value to give `var`, one of [`USER_PATH_VARS`], in place of `value`: the absolute path
+/// [`bundle::caller_path`] makes of a relative one, else None (an absolute or empty value,
+/// which stays for the warning of what reads it, or a bare backend file name).
+fn resolved_path_var(var: &str, value: &OsStr) -> Option<PathBuf> {
+    if var == "GGML_BACKEND_PATH" && !value.as_encoded_bytes().contains(&b'/') {
+        return None;
+    }
+    let p = Path::new(value);
+    let resolved = bundle::caller_path(p);
+    (resolved != p).then_some(resolved)
+}
+
+/// Rewrites each of [`USER_PATH_VARS`] that holds a relative path ([`resolved_path_var`]),
+/// for this process and what it starts. Called at start, before any thread.
+fn resolve_path_vars() {
+    for var in USER_PATH_VARS {
+        if let Some(p) = std::env::var_os(var).and_then(|v| resolved_path_var(var, &v)) {
+            std::env::set_var(var, p);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    // First, while this is the only thread, and before the arguments (whose relative paths
+    // are taken from that folder) are parsed.
+    bundle::take_caller_dir();
+    resolve_path_vars();
     proc::install_interrupt_handler();
     let cli = Cli::parse();
     let cmd = cli.cmd.unwrap_or(Cmd::Ab(AbArgs::default()));
@@ -640,7 +684,36 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::fmt_secs;
+    use super::{fmt_secs, resolved_path_var};
+    use std::ffi::OsStr;
+    use std::path::Path;
+
+    #[test]
+    fn relative_path_variables_are_taken_from_the_callers_folder() {
+        let caller = bundle::caller_dir().unwrap();
+        for var in super::USER_PATH_VARS {
+            assert_eq!(
+                resolved_path_var(var, OsStr::new("x/dir")),
+                Some(caller.join("x/dir")),
+                "{var}"
+            );
+            assert_eq!(
+                resolved_path_var(var, OsStr::new("/abs/dir")),
+                None,
+                "{var}"
+            );
+            assert_eq!(resolved_path_var(var, OsStr::new("")), None, "{var}");
+        }
+        // A bare file name is the loader's to search for: not a path from here.
+        assert_eq!(
+            resolved_path_var("GGML_BACKEND_PATH", OsStr::new("libggml-cuda.so")),
+            None
+        );
+        assert_eq!(
+            resolved_path_var("GGML_SCHED_DUMP", OsStr::new("dumps")),
+            Some(caller.join(Path::new("dumps")))
+        );
+    }
 
     #[test]
     fn durations_round_before_they_split_into_minutes() {

@@ -89,11 +89,12 @@ pub fn bin_dir(llama_build: &Path) -> PathBuf {
     }
 }
 
-/// Resolves a program name: a path (contains `/`) is used as is, a bare name is looked up in
-/// the build's `bin/`. Fails naming the place looked at.
+/// Resolves a program name: a path (contains `/`) is the user's, a relative one taken from
+/// the folder they called the harness from ([`bundle::caller_path`]); a bare name is looked up
+/// in the build's `bin/`. Fails naming the place looked at.
 pub fn program(llama_build: &Path, name: &str) -> Result<PathBuf> {
     let p = if name.contains('/') {
-        PathBuf::from(name)
+        bundle::caller_path(Path::new(name))
     } else {
         bin_dir(llama_build).join(name)
     };

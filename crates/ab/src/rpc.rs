@@ -161,6 +161,7 @@ fn pairing(
         timeout: Duration::from_secs(900),
         echo: false,
         expect_base: true,
+        dir: None,
     };
     // The server is stopped (and checked) whatever the client did.
     let outcome = swap::run(ab_dir, probe, &arms[client], &job, &mut Quiet);

@@ -55,6 +55,7 @@ pub fn swap_check(paths: &Paths, llama_build: Option<PathBuf>) -> Result<u8> {
                 timeout: Duration::from_secs(600),
                 echo: false,
                 expect_base: true,
+                dir: None,
             },
             &mut proc::Quiet,
         )?;

@@ -161,6 +161,10 @@ pub struct Job<'a> {
     pub echo: bool,
     /// Whether at least one process must map libggml-base (true for ggml programs).
     pub expect_base: bool,
+    /// The folder the program runs in: the user's for `ab exec`, whose arguments they wrote
+    /// from there; None for the harness's own runs, whose paths are absolute (they run where
+    /// the harness does).
+    pub dir: Option<&'a Path>,
 }
 
 /// A run's end and its proof.
@@ -205,6 +209,9 @@ pub fn run(
     let _ = std::fs::remove_file(&probe_file);
     let mut cmd = command(arm, probe_so, &job.program, &probe_file);
     cmd.args(&job.args);
+    if let Some(d) = job.dir {
+        cmd.current_dir(d);
+    }
     let label = format!("[{}] {}", arm.name, job.name);
     let finished = proc::run(
         &mut cmd,

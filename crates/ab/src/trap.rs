@@ -166,6 +166,7 @@ pub fn run(paths: &Paths, llama_build: Option<PathBuf>) -> Result<u8> {
         timeout: Duration::from_secs(120),
         echo: false,
         expect_base: true,
+        dir: None,
     };
     let trapped = swap::run(
         &paths.ab_dir(),

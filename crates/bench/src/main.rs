@@ -92,7 +92,7 @@ struct Options {
     e2e_reps: u32,
     /// The HRX backend library (default: the newer of target/ours/lib/libggml-hrx.so and
     /// target/release/libggml_hrx.so).
-    #[arg(long, value_name = "LIB")]
+    #[arg(long, value_name = "LIB", value_parser = bundle::caller_path_parser())]
     hrx: Option<PathBuf>,
     /// Run nothing on HRX devices (no steady cycle, no end to end on HRX0).
     #[arg(long)]
@@ -129,7 +129,7 @@ struct Options {
     )]
     graphs: Vec<String>,
     /// Output folder (default: target/bench).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     out: Option<PathBuf>,
 }
 
@@ -190,6 +190,9 @@ fn progress(msg: &str) {
 }
 
 fn main() {
+    // First, while this is the only thread: the folder the user's relative paths are taken
+    // from (bundle::caller_path), for the arguments parsed below.
+    bundle::take_caller_dir();
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `bench gpu ...`: its own options, nothing of the CPU bench runs.
     if args.first().map(String::as_str) == Some("gpu") {
@@ -688,11 +691,15 @@ mod tests {
             "smollm2",
         ])
         .unwrap();
+        // An arm stays as given (it may be a stored sha256): the store resolves it.
         assert_eq!(
             o.b.as_deref(),
             Some(Path::new("target/llama-stock/bin/libggml-base.so.0"))
         );
-        assert_eq!(o.out.as_deref(), Some(Path::new("target/bench-noise")));
+        // A folder is taken from the caller's folder (this test's current directory).
+        let out = o.out.unwrap();
+        assert!(out.is_absolute(), "{}", out.display());
+        assert_eq!(out, bundle::caller_path(Path::new("target/bench-noise")));
         assert_eq!(o.a.as_deref(), Some(Path::new("/a.so")));
         assert_eq!(o.hrx.as_deref(), Some(Path::new("/h.so")));
         assert_eq!(o.e2e_reps, 3);

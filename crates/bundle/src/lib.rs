@@ -13,12 +13,17 @@
 //!
 //! Beside where the files are, what every binary of the harness needs the same way: the
 //! bundle's check against its manifest, the locks of the folders they write, paths the
-//! dynamic loader can take, and children that end with the harness.
+//! dynamic loader can take, children that end with the harness, and the folder the user
+//! called it from, against which their relative paths are taken ([`caller_path`]).
 
+mod caller;
 mod lock;
 mod manifest;
 mod process;
 
+pub use caller::{
+    caller_dir, caller_env, caller_path, caller_path_parser, take_caller_dir, CALLER_DIR_VAR,
+};
 pub use lock::{lock_dir, lock_file};
 pub use manifest::{verify, CORE_FILES};
 pub use process::{check_loader_path, die_with_parent, loader_split_char, GroupGuard};

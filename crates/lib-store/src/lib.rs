@@ -69,19 +69,22 @@ pub fn keep_seen_at(ab_dir: &Path, file: &Path, sha256: &str, seen_at: &Path) ->
     Ok(stored)
 }
 
-/// What `--a`/`--b` name: an existing file as it is; otherwise a sha256 or a prefix of one
-/// (at least 6 hex digits) that exactly one stored library has. Fails naming what the store
-/// holds when nothing, or more than one, matches.
+/// What `--a`/`--b` name, as the user gave it: an existing file (a relative path taken from
+/// the folder they called the harness from, [`bundle::caller_path`]); otherwise a sha256 or a
+/// prefix of one (at least 6 hex digits) that exactly one stored library has. Fails naming
+/// what the store holds when nothing, or more than one, matches.
 pub fn resolve(ab_dir: &Path, spec: &Path) -> Result<PathBuf> {
-    if spec.exists() {
-        return Ok(spec.to_path_buf());
+    // Resolved here, not when the arguments are parsed: a hash prefix is no path.
+    let file = bundle::caller_path(spec);
+    if file.exists() {
+        return Ok(file);
     }
     let s = spec.to_string_lossy().to_ascii_lowercase();
     let is_hash = s.len() >= 6 && s.len() <= 64 && s.chars().all(|c| c.is_ascii_hexdigit());
     if !is_hash {
         bail!(
             "{} is neither a file nor a sha256 (or a prefix of at least 6 hex digits)",
-            spec.display()
+            file.display()
         );
     }
     let all = list(ab_dir)?;
@@ -215,5 +218,27 @@ mod tests {
         // an existing path wins over the store
         assert_eq!(resolve(&ab, &f2).unwrap(), f2);
         std::fs::remove_dir_all(&ab).unwrap();
+    }
+
+    /// A relative file is the one in the caller's folder (the test's current directory, as
+    /// for a binary run directly), returned absolute; a missing one is named that way too.
+    #[test]
+    fn a_relative_file_is_taken_from_the_callers_folder() {
+        let caller = bundle::caller_dir().expect("the current directory");
+        let name = std::fs::read_dir(caller)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .find(|e| e.path().is_file())
+            .expect("a file in the current directory")
+            .file_name();
+        let ab = Path::new("/nonexistent-ab-dir");
+        assert_eq!(resolve(ab, Path::new(&name)).unwrap(), caller.join(&name));
+        let e = resolve(ab, Path::new("no/such.so"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&caller.join("no/such.so").display().to_string()),
+            "{e}"
+        );
     }
 }

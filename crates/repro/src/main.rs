@@ -87,12 +87,12 @@ struct RunArgs {
     #[arg(long, value_name = "ARMS", default_value = "stock,patched,ours", value_parser = parse_arms)]
     arms: ArmList,
     /// The workspace root (default: this crate's ../..).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     root: Option<PathBuf>,
     #[command(flatten)]
     libs: LibDirs,
     /// The patch set of the patched arm (default: patches/).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     patches: Option<PathBuf>,
     /// Do not preload the ab-probe; read the mapped library from /proc/self/maps.
     #[arg(long)]
@@ -110,13 +110,13 @@ struct RunArgs {
 #[derive(Args, Debug, Default)]
 pub struct LibDirs {
     /// The stock libraries' folder (default: target/llama-stock/bin).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     pub stock_dir: Option<PathBuf>,
     /// The folder of our libggml-base.so.0 (default: target/ours/lib).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     pub ours_dir: Option<PathBuf>,
     /// The HRX backend library (default: target/release/libggml_hrx.so).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
     pub hrx: Option<PathBuf>,
 }
 
@@ -836,6 +836,9 @@ fn real_main(o: Opts) -> Result<bool> {
 }
 
 fn main() -> ExitCode {
+    // First, while this is the only thread: the folder the user's relative paths are taken
+    // from (bundle::caller_path), for the arguments parsed below.
+    bundle::take_caller_dir();
     // clap exits with 2 on a usage error (0 for --help): the status of "cannot run".
     let cli = Cli::parse();
     if let Some(Sub::Prop(args)) = cli.cmd {

@@ -65,11 +65,11 @@ enum LayoutArg {
 )]
 struct Cli {
     /// Arm A library (default target/llama-stock/bin/libggml-base.so.0).
-    #[arg(long, value_name = "LIB_A")]
+    #[arg(long, value_name = "LIB_A", value_parser = bundle::caller_path_parser())]
     a: Option<PathBuf>,
     /// Arm B library (default target/ours/lib/libggml-base.so.0; with --self-test the
     /// default is LIB_A).
-    #[arg(long, value_name = "LIB_B")]
+    #[arg(long, value_name = "LIB_B", value_parser = bundle::caller_path_parser())]
     b: Option<PathBuf>,
     /// Number of seeds (at least 1: a run of no seeds would pass having compared nothing).
     #[arg(long, value_name = "N", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
@@ -499,6 +499,9 @@ fn real_main() -> Result<bool> {
 }
 
 fn main() {
+    // First, while this is the only thread: the folder the user's relative paths are taken
+    // from (bundle::caller_path), for the arguments parsed in real_main.
+    bundle::take_caller_dir();
     match real_main() {
         Ok(true) => std::process::exit(0),
         Ok(false) => std::process::exit(1),

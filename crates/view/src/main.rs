@@ -23,15 +23,17 @@ use std::process::ExitCode;
 )]
 struct Cli {
     /// A record file or a GGML_SCHED_DUMP directory (every sched-*.json in it).
+    #[arg(value_parser = bundle::caller_path_parser())]
     path: Option<PathBuf>,
     /// A/B: side A's file or directory (e.g. run with GGML_SCHED_INPLACE_RULE=0, placed as stock).
-    #[arg(long, value_name = "DUMP_A", requires = "b", conflicts_with = "path")]
+    #[arg(long, value_name = "DUMP_A", requires = "b", conflicts_with = "path", value_parser = bundle::caller_path_parser())]
     a: Option<PathBuf>,
     /// A/B: side B's file or directory.
-    #[arg(long, value_name = "DUMP_B", requires = "a")]
+    #[arg(long, value_name = "DUMP_B", requires = "a", value_parser = bundle::caller_path_parser())]
     b: Option<PathBuf>,
-    /// The page to write (default: target/view/NAME.html).
-    #[arg(long, value_name = "FILE")]
+    /// The page to write (default: target/view/NAME.html, from the workspace root or the
+    /// bundle's folder when run as `ab view`).
+    #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
     out: Option<PathBuf>,
     /// The page's title (default: from the input names).
     #[arg(long)]
@@ -129,6 +131,9 @@ fn run(cli: Cli) -> Result<PathBuf> {
 }
 
 fn main() -> ExitCode {
+    // First, while this is the only thread: the folder the user's relative paths are taken
+    // from (bundle::caller_path), for the arguments parsed below.
+    bundle::take_caller_dir();
     match run(Cli::parse()) {
         Ok(p) => {
             let kib = std::fs::metadata(&p).map(|m| m.len() / 1024).unwrap_or(0);

@@ -105,6 +105,7 @@ pub fn run_work(paths: &Paths, arm: &Arm, work: &Work) -> Result<RunReport> {
         timeout: work.timeout,
         echo: false,
         expect_base: true,
+        dir: None,
     };
     let o = swap::run(&paths.ab_dir(), &paths.probe(), arm, &job, &mut watch)?;
     let stdout = String::from_utf8_lossy(&o.finished.stdout).into_owned();

@@ -37,14 +37,14 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 pub struct PipelineOptions {
     /// A llama.cpp build folder (default: target/llama-stock).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     pub llama_build: Option<PathBuf>,
     /// The GGUF model (default: the pinned SmolLM2; required from a bundle).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
     pub model: Option<PathBuf>,
     /// The text (default: docs/build.md of the pinned llama.cpp tree, 43 KB; required from a
     /// bundle).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
     pub text: Option<PathBuf>,
     /// The one-device configuration (-dev).
     #[arg(long, default_value = "HRX0")]
@@ -55,7 +55,7 @@ pub struct PipelineOptions {
     pub two: String,
     /// A backend library for GGML_BACKEND_PATH, in both arms (default: our HRX backend when a
     /// device named is an HRX one).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
     pub backend: Option<PathBuf>,
     /// Chunks of `--ctx` tokens to evaluate (at least 1).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]

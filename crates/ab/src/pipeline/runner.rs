@@ -209,6 +209,7 @@ impl Runner {
             timeout: Duration::from_secs(1800),
             echo: false,
             expect_base: true,
+            dir: None,
         };
         let outcome = swap::run(&self.ab_dir, &self.probe, arm, &job, &mut Quiet);
         // The server is stopped (and checked) whatever the client did.

@@ -54,11 +54,11 @@ use std::time::Instant;
 )]
 pub struct GpuOptions {
     /// The GGUF model to run.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
     model: PathBuf,
     /// The llama.cpp build: its bin/ holds llama-bench, llama-batched-bench and
     /// libggml-base.so.0 (default in a workspace: target/llama-stock; required in a bundle).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     llama_build: Option<PathBuf>,
     /// Arm A, the baseline: a libggml-base file, or the sha256 (a unique prefix of 6+ hex
     /// digits) of one in the store, target/ab/store (default: the build's own
@@ -88,11 +88,11 @@ pub struct GpuOptions {
     threads: Option<u32>,
     /// A prebuilt scheduler probe (default: the bundle's lib/libsched-probe.so, else
     /// cabi-tests/sched-bench/sched_probe.c compiled with cc).
-    #[arg(long, value_name = "LIB")]
+    #[arg(long, value_name = "LIB", value_parser = bundle::caller_path_parser())]
     sched_probe: Option<PathBuf>,
     /// ggml's include directory, to compile the probe (default: the pinned sources in a
     /// workspace, else the build's CMakeCache.txt names the source tree).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     ggml_include: Option<PathBuf>,
     /// Run without the scheduler probe (no per-call scheduler rows).
     #[arg(long)]
@@ -102,7 +102,7 @@ pub struct GpuOptions {
           value_parser = clap::value_parser!(u64).range(1..))]
     timeout_s: u64,
     /// Output folder (default: target/bench-gpu, under the bundle in a bundle).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = bundle::caller_path_parser())]
     out: Option<PathBuf>,
     /// Split every tool's model over these devices, comma-separated (`CUDA0,CUDA1`; default:
     /// the tools' own choice), with an equal tensor split. Naming `RPC0` (`RPC0,CUDA0`: one GPU
