@@ -465,6 +465,11 @@ impl Sched {
                             &mut waits,
                         )
                     };
+                    if direct {
+                        // The uploads are queued on the split's backend.
+                        // SAFETY: `cpy` is the allocated copy just written (as above).
+                        unsafe { self.direct.queued_copy(si, sb, cpy) };
+                    }
                     continue;
                 }
                 let copied = match be.iface.cpy_tensor_async {
@@ -491,6 +496,11 @@ impl Sched {
                     let from_host = buffer::is_host(b)
                         && b.usage != ggml_sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
                     waits.note_queued(from_host, event.is_null());
+                    if direct {
+                        // The copy may land after later splits of other backends start.
+                        // SAFETY: the copy the backend accepted is live and allocated.
+                        unsafe { self.direct.queued_copy(si, sb, cpy) };
+                    }
                     if crate::sanitize::on() {
                         // SAFETY: the copy the backend accepted is a live, allocated header;
                         // `input_backend` is one of the scheduler's backends (live) or NULL.

@@ -63,14 +63,25 @@ unsafe fn span(t: *mut ggml_tensor) -> (usize, usize) {
     (start, start.saturating_add(nbytes(t)))
 }
 
+/// What one split of an asynchronous backend writes in memory another backend accepts.
+#[derive(Default, Debug, PartialEq)]
+struct SplitWrites {
+    /// The tensors its nodes write: the nodes, and what `OPT_STEP_ADAMW` updates besides.
+    nodes: Vec<*mut ggml_tensor>,
+    /// Its input copies there (every pipeline copy's): the backend may queue the copy
+    /// (`cpy_tensor_async`, the used experts' uploads), which then lands after the split's
+    /// compute is queued. Only a copy the backend accepted to queue becomes pending
+    /// ([`DirectWrites::queued_copy`]).
+    copies: Vec<*mut ggml_tensor>,
+}
+
 /// The writes a split makes into memory another backend uses without a copy, and which of
 /// them may still be queued.
 #[derive(Default)]
 pub(crate) struct DirectWrites {
-    /// Per split of the graph split last: the tensors its nodes write in memory another
-    /// backend accepts (the nodes, and what `OPT_STEP_ADAMW` updates besides; none for a
-    /// synchronous backend). `None`: not worked out since that split.
-    per_split: Option<Vec<Vec<*mut ggml_tensor>>>,
+    /// Per split of the graph split last: what it writes in memory another backend accepts
+    /// (nothing for a synchronous backend). `None`: not worked out since that split.
+    per_split: Option<Vec<SplitWrites>>,
     /// Per backend: the bytes its queued splits write, not waited for since.
     pending: RefCell<Vec<Ranges>>,
     /// `(buffer type, backend)` -> whether a backend other than that one accepts the type.
@@ -88,23 +99,24 @@ impl DirectWrites {
         self.per_split.is_some()
     }
 
-    /// Works out, for each split in `splits` (backend index, split graph), the tensors its
-    /// nodes write in a buffer another backend accepts (each node, and the sources an op
-    /// writes besides, [`written_sources`]), for backends with a `synchronize` (`is_async`).
-    /// The graph must be allocated: each tensor's buffer decides.
+    /// Works out, for each split in `splits` (backend index, split graph, its input copies:
+    /// every pipeline copy of every input), the tensors its nodes write in a buffer another
+    /// backend accepts (each node, and the sources an op writes besides, [`written_sources`])
+    /// and its input copies there, for backends with a `synchronize` (`is_async`). The graph
+    /// must be allocated: each tensor's buffer decides.
     ///
     /// # Safety
-    /// Every split graph must be live, its nodes allocated tensors.
+    /// Every split graph must be live, its nodes and the copies allocated tensors.
     pub unsafe fn work_out<'a>(
         &mut self,
         caps: &dyn Caps,
         is_async: &dyn Fn(usize) -> bool,
-        splits: impl Iterator<Item = (usize, &'a ggml_cgraph)>,
+        splits: impl Iterator<Item = (usize, &'a ggml_cgraph, &'a [*mut ggml_tensor])>,
     ) {
         let mut per_split = self.per_split.take().unwrap_or_default();
         per_split.clear();
-        for (b, g) in splits {
-            let mut writers = Vec::new();
+        for (b, g, copies) in splits {
+            let mut writes = SplitWrites::default();
             if is_async(b) {
                 // SAFETY: a live split graph (this function's contract).
                 for &n in unsafe { inspect::nodes(g) } {
@@ -124,14 +136,31 @@ impl DirectWrites {
                         let buft = unsafe { (*buf).buft };
                         // SAFETY: a live buffer's type is live.
                         if unsafe { self.shared_with_another(caps, buft, b) } {
-                            writers.push(t);
+                            writes.nodes.push(t);
                         }
                     }
                 }
+                for &c in copies {
+                    // SAFETY: an allocated input copy (this function's contract).
+                    if unsafe { self.in_shared_memory(caps, c, b) } {
+                        writes.copies.push(c);
+                    }
+                }
             }
-            per_split.push(writers);
+            per_split.push(writes);
         }
         self.per_split = Some(per_split);
+    }
+
+    /// Whether `t` is allocated in a buffer whose type a backend other than `b` accepts.
+    ///
+    /// # Safety
+    /// `t` must be live, its view source too.
+    unsafe fn in_shared_memory(&mut self, caps: &dyn Caps, t: *mut ggml_tensor, b: usize) -> bool {
+        // SAFETY: live (this function's contract).
+        let buf = unsafe { storage_buffer(&*t) };
+        // SAFETY: an allocated tensor's buffer is live, and so is its type (`&&` skips NULL).
+        !buf.is_null() && unsafe { self.shared_with_another(caps, (*buf).buft, b) }
     }
 
     /// Whether a backend other than `b` accepts buffers of `buft` (so reads them without a
@@ -208,19 +237,45 @@ impl DirectWrites {
     /// The tensors listed for the split (its nodes and the sources they write) must be live:
     /// the graph split last, still allocated.
     pub unsafe fn queued(&self, split: usize, b: usize) {
-        let Some(writers) = self.per_split.as_ref().and_then(|p| p.get(split)) else {
+        let Some(writes) = self.per_split.as_ref().and_then(|p| p.get(split)) else {
             return;
         };
-        if writers.is_empty() {
+        if writes.nodes.is_empty() {
             return;
         }
+        // SAFETY: the split's written tensors are live (this function's contract).
+        unsafe { self.pend(b, &writes.nodes) };
+    }
+
+    /// After backend `b` accepted to queue a write of split `split`'s input copy `copy`
+    /// (`cpy_tensor_async`, or the used experts' uploads): its bytes are pending for `b` when
+    /// another backend accepts that memory (the copy is among the split's listed by
+    /// [`DirectWrites::work_out`]). A copy the host made is done and not listed here.
+    ///
+    /// # Safety
+    /// `copy` must be live and allocated: a copy of the graph split last.
+    pub unsafe fn queued_copy(&self, split: usize, b: usize, copy: *mut ggml_tensor) {
+        let Some(writes) = self.per_split.as_ref().and_then(|p| p.get(split)) else {
+            return;
+        };
+        if writes.copies.contains(&copy) {
+            // SAFETY: live (this function's contract).
+            unsafe { self.pend(b, &[copy]) };
+        }
+    }
+
+    /// Marks the bytes of `tensors` pending for backend `b`.
+    ///
+    /// # Safety
+    /// Every tensor must be live.
+    unsafe fn pend(&self, b: usize, tensors: &[*mut ggml_tensor]) {
         let mut pending = self.pending.borrow_mut();
         if pending.len() <= b {
             pending.resize_with(b + 1, Ranges::default);
         }
-        for &n in writers {
-            // SAFETY: a tensor the split writes, live (this function's contract).
-            let (start, end) = unsafe { span(n) };
+        for &t in tensors {
+            // SAFETY: live (this function's contract).
+            let (start, end) = unsafe { span(t) };
             pending[b].insert(start, end);
         }
     }
@@ -284,20 +339,46 @@ mod tests {
         }
     }
 
-    /// `work_out` over one split per entry of `nodes` (backend, nodes).
+    /// `work_out` over one split per entry of `nodes` (backend, nodes), without input copies.
     fn worked_out(
         s: &Setup,
         is_async: &dyn Fn(usize) -> bool,
         nodes: &mut [(usize, Vec<*mut ggml_tensor>)],
     ) -> DirectWrites {
-        let mut d = DirectWrites::default();
-        let graphs: Vec<(usize, ggml_cgraph)> = nodes
+        let mut with_copies: Vec<_> = nodes
             .iter_mut()
-            .map(|(b, n)| (*b, graph(n, &mut [])))
+            .map(|(b, n)| (*b, std::mem::take(n), vec![]))
+            .collect();
+        worked_out_with_copies(s, is_async, &mut with_copies)
+    }
+
+    /// `work_out` over one split per entry (backend, nodes, input copies).
+    fn worked_out_with_copies(
+        s: &Setup,
+        is_async: &dyn Fn(usize) -> bool,
+        splits: &mut [(usize, Vec<*mut ggml_tensor>, Vec<*mut ggml_tensor>)],
+    ) -> DirectWrites {
+        let mut d = DirectWrites::default();
+        let graphs: Vec<(usize, ggml_cgraph, &[*mut ggml_tensor])> = splits
+            .iter_mut()
+            .map(|(b, n, c)| (*b, graph(n, &mut []), c.as_slice()))
             .collect();
         // SAFETY: graphs over the arena's tensors, alive for the call.
-        unsafe { d.work_out(&s.caps, is_async, graphs.iter().map(|(b, g)| (*b, g))) };
+        unsafe {
+            d.work_out(
+                &s.caps,
+                is_async,
+                graphs.iter().map(|(b, g, c)| (*b, g, *c)),
+            )
+        };
         d
+    }
+
+    /// The nodes listed per split.
+    fn listed(d: &DirectWrites) -> Option<Vec<Vec<*mut ggml_tensor>>> {
+        d.per_split
+            .as_ref()
+            .map(|p| p.iter().map(|w| w.nodes.clone()).collect())
     }
 
     #[test]
@@ -306,10 +387,10 @@ mod tests {
         let mut nodes = vec![(0, vec![s.w, s.g]), (1, vec![s.g])];
         let d = worked_out(&s, &|b| b == 0, &mut nodes);
         // `w` writes the cache, which the CPU accepts; `g` is in the device's own memory.
-        assert_eq!(d.per_split, Some(vec![vec![s.w], vec![]]));
+        assert_eq!(listed(&d), Some(vec![vec![s.w], vec![]]));
         // A synchronous backend's writes are done when its compute returns.
         let d = worked_out(&s, &|_| false, &mut nodes);
-        assert_eq!(d.per_split, Some(vec![vec![], vec![]]));
+        assert_eq!(listed(&d), Some(vec![vec![], vec![]]));
         assert!(d.known());
     }
 
@@ -330,7 +411,7 @@ mod tests {
         );
         let mut nodes = vec![(0, vec![step])];
         let d = worked_out(&s, &|b| b == 0, &mut nodes);
-        assert_eq!(d.per_split, Some(vec![vec![m]]));
+        assert_eq!(listed(&d), Some(vec![vec![m]]));
     }
 
     #[test]
@@ -387,5 +468,59 @@ mod tests {
             assert!(d.wait_for_writers(1, &rg, &[], &mut sync).is_empty());
         }
         assert_eq!(synced, vec![0, 0, 0]);
+    }
+    #[test]
+    fn a_queued_input_copy_in_shared_memory_is_pending_until_its_backend_is_waited_for() {
+        let mut s = setup();
+        let host = s.arena.buffer(0x200, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let own = s.arena.buffer(0x100, GGML_BACKEND_BUFFER_USAGE_ANY);
+        // The device's split copies two inputs: one copy in memory the CPU accepts (the
+        // device computes in the CPU's buffer type), one in its own.
+        let shared = s.arena.leaf("dev#u#0", host);
+        let private = s.arena.leaf("dev#v#0", own);
+        let r = s.arena.tensor("r", GGML_OP_ADD, &[s.g]);
+        // SAFETY: tensors of the arena, given the storage an allocator would.
+        unsafe {
+            (*shared).data = 0x3000 as *mut _;
+            (*private).data = 0xa000 as *mut _;
+            (*r).data = 0x3004 as *mut _;
+        }
+        let mut splits = vec![(0, vec![s.g], vec![shared, private]), (1, vec![r], vec![])];
+        let d = worked_out_with_copies(&s, &|b| b == 0, &mut splits);
+        let copies: Vec<_> = d
+            .per_split
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|w| w.copies.clone())
+            .collect();
+        assert_eq!(copies, vec![vec![shared], vec![]]);
+        // A synchronous backend's copies are made when it returns: none listed.
+        let d_sync = worked_out_with_copies(&s, &|_| false, &mut splits);
+        assert!(d_sync
+            .per_split
+            .unwrap()
+            .iter()
+            .all(|w| w.copies.is_empty()));
+
+        // A CPU node written over the shared copy's bytes (the allocator gave them on).
+        let mut reader = [r];
+        let rg = graph(&mut reader, &mut []);
+        let mut synced = Vec::new();
+        let mut sync = |b: usize| synced.push(b);
+        // SAFETY: graphs over the arena's tensors, which stay live (every call below).
+        unsafe {
+            // The split's compute alone (its nodes write the device's own memory): no wait.
+            d.queued(0, 0);
+            assert!(d.wait_for_writers(1, &rg, &[], &mut sync).is_empty());
+            // The copy queued: the CPU split writing those bytes waits for the device.
+            d.queued_copy(0, 0, shared);
+            assert_eq!(d.wait_for_writers(1, &rg, &[], &mut sync), vec![(0, r)]);
+            // A copy in the device's own memory, or one not of that split, adds nothing.
+            d.queued_copy(0, 0, private);
+            d.queued_copy(1, 0, shared);
+            assert!(d.wait_for_writers(1, &rg, &[], &mut sync).is_empty());
+        }
+        assert_eq!(synced, vec![0]);
     }
 }
