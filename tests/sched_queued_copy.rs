@@ -192,14 +192,9 @@ fn a_queued_copy_runs_before_its_source_is_overwritten() {
     // graphs, with no `synchronize` of TESTA at all; ours finishes the copy from host memory
     // with one, before the compute.
     for last in [false, true] {
-        // SAFETY: this test binary's own copy of the device, changed while no scheduler is
-        // alive; TESTCPU keeps no events.
-        unsafe {
-            let dev = &raw mut DEV_A;
-            (*dev).iface.event_new = Some(event_new);
-            (*dev).iface.event_free = Some(event_free);
-            (*dev).iface.event_synchronize = Some(event_synchronize);
-        }
+        // SAFETY: no scheduler is alive, and this test binary's one test runs alone; TESTCPU
+        // keeps no events.
+        unsafe { events_on_a(true) };
         let stock = run("input", last, true);
         assert_eq!(
             stock,

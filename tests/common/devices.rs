@@ -172,8 +172,8 @@ pub struct Add {
 }
 
 /// The ADD nodes of `g` in order, for test backends that compute only ADDs of same-shape,
-/// contiguous F32 host tensors; `None` when a node other than a view (op NONE) is not an ADD
-/// (such a backend's compute fails then).
+/// contiguous F32 host tensors; `None` when a node other than a view (op NONE, VIEW, RESHAPE,
+/// PERMUTE, TRANSPOSE: nothing to compute) is not an ADD (such a backend's compute fails then).
 ///
 /// # Safety
 /// `g` must be a live graph whose ADD nodes and sources are allocated F32 host tensors.
@@ -184,7 +184,14 @@ pub unsafe fn adds(g: *mut sys::ggml_cgraph) -> Option<Vec<Add>> {
     for i in 0..g.n_nodes.max(0) as usize {
         // SAFETY: `i` < `n_nodes`; the nodes and their sources are live (the contract).
         let n = unsafe { &**g.nodes.add(i) };
-        if n.op == sys::GGML_OP_NONE {
+        if matches!(
+            n.op,
+            sys::GGML_OP_NONE
+                | sys::GGML_OP_VIEW
+                | sys::GGML_OP_RESHAPE
+                | sys::GGML_OP_PERMUTE
+                | sys::GGML_OP_TRANSPOSE
+        ) {
             continue;
         }
         if n.op != sys::GGML_OP_ADD {

@@ -1,16 +1,18 @@
 //! TESTA as a device whose work waits in a queue until `synchronize` (or an event's
 //! `synchronize`), like a GPU that has not got to it yet, and TESTCPU, which computes at once
 //! (the devices are `tests/common/devices.rs`'s, which the including test also includes).
-//! TESTA's `cpy_tensor_async` accepts a source in host memory and reads it only when the
-//! queue runs the copy, as ggml-vulkan's does from a pinned host buffer; its graph compute
-//! queues each ADD, reading and writing when the queue runs it. Shared by
+//! TESTA's `cpy_tensor_async` accepts a source in host memory (into memory TESTA computes in)
+//! and reads it only when the queue runs the copy, as ggml-vulkan's does from a pinned host
+//! buffer; its graph compute queues each ADD, reading and writing when the queue runs it, and
+//! fails while [`FAIL_A_COMPUTE`] is set. Shared by
 //! `tests/sched_queued_copy.rs` and `tests/sched_direct_writes.rs`; each test binary has its
 //! own queue.
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use ggml_base::backend::ggml_backend_supports_buft;
 use ggml_base::buffer::*;
 use ggml_sys as sys;
 use ggml_sys::{ggml_backend_t, ggml_cgraph, ggml_tensor};
@@ -39,6 +41,8 @@ pub static QUEUE: Mutex<(Vec<Op>, usize)> = Mutex::new((Vec::new(), 0));
 pub static SYNCS_A: AtomicUsize = AtomicUsize::new(0);
 /// Copies TESTA accepted to queue.
 pub static QUEUED_COPIES: AtomicUsize = AtomicUsize::new(0);
+/// TESTA's compute queues its ADDs and then reports failure while set.
+pub static FAIL_A_COMPUTE: AtomicBool = AtomicBool::new(false);
 
 /// Queues `op` on TESTA; it runs at TESTA's next `synchronize` (or an event's).
 pub fn push(op: Op) {
@@ -92,6 +96,9 @@ unsafe extern "C" fn a_compute(_: ggml_backend_t, g: *mut ggml_cgraph) -> sys::g
             n: add.n,
         });
     }
+    if FAIL_A_COMPUTE.load(Ordering::SeqCst) {
+        return sys::GGML_STATUS_FAILED;
+    }
     sys::GGML_STATUS_SUCCESS
 }
 
@@ -124,16 +131,19 @@ unsafe extern "C" fn a_get_async(
     });
 }
 
-/// Accepts a copy into TESTA's buffer type from any host buffer, and queues it.
+/// Accepts a copy from any host buffer into a buffer type TESTA computes in, and queues it.
 unsafe extern "C" fn a_cpy_async(
     _: ggml_backend_t,
-    _: ggml_backend_t,
+    a: ggml_backend_t,
     src: *const ggml_tensor,
     dst: *mut ggml_tensor,
 ) -> bool {
-    // SAFETY: live, allocated tensors (the scheduler's split input and its copy).
+    // SAFETY: live, allocated tensors (the scheduler's split input and its copy); `a` is the
+    // TESTA backend this callback belongs to.
     unsafe {
-        if !ggml_backend_buffer_is_host((*src).buffer) || (*(*dst).buffer).buft != &raw mut BUFT_A {
+        if !ggml_backend_buffer_is_host((*src).buffer)
+            || !ggml_backend_supports_buft(a, (*(*dst).buffer).buft)
+        {
             return false;
         }
         QUEUED_COPIES.fetch_add(1, Ordering::SeqCst);
@@ -144,6 +154,20 @@ unsafe extern "C" fn a_cpy_async(
         });
     }
     true
+}
+
+/// Gives TESTA's device the events below (`on`), or none (the scheduler then makes none, and
+/// pipeline copies wait with `synchronize`).
+///
+/// # Safety
+/// No scheduler may be alive, nor another thread using the devices.
+pub unsafe fn events_on_a(on: bool) {
+    let dev = &raw mut DEV_A;
+    // SAFETY: this test binary's own copy of the device, not in use (the caller's contract).
+    let iface = unsafe { &mut (*dev).iface };
+    iface.event_new = if on { Some(event_new) } else { None };
+    iface.event_free = if on { Some(event_free) } else { None };
+    iface.event_synchronize = if on { Some(event_synchronize) } else { None };
 }
 
 /// TESTA's events: the queue position at their last record.
