@@ -280,6 +280,17 @@ fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
     // What the user named is checked before the probe is built, which can take a while.
     let lib = lib_store::resolve(&paths.ab_dir(), &a.lib)?;
     let program = paths::program(&build, &a.command[0])?;
+    // The program runs in the caller's folder: one removed since the call (or a folder given
+    // in AB_CALLER_DIR that is none) would fail the start with an error that names the
+    // program, which is there.
+    let dir = bundle::caller_dir();
+    if let Some(d) = dir.filter(|d| !d.is_dir()) {
+        anyhow::bail!(
+            "the folder ab was called from, {}, is no longer there (or is not a folder): \
+             `ab exec` runs its program in it",
+            d.display()
+        );
+    }
     let probe = ensure_probe(paths)?;
     let mut arm = swap::Arm::prepare(&paths.ab_dir(), &a.arm, &lib, a.backend.as_deref())?;
     // Kept only once it passed the checks: the store lists files that can be run.
@@ -313,7 +324,7 @@ fn exec(paths: &Paths, a: ExecArgs) -> Result<u8> {
             echo: true,
             expect_base: true,
             // The program and its arguments are the user's, as if they ran it themselves.
-            dir: bundle::caller_dir(),
+            dir,
         },
         &mut proc::Quiet,
     )?;

@@ -118,3 +118,32 @@ fn absolute_paths_are_kept() {
         "{err}"
     );
 }
+
+/// `ab exec` runs its program in the caller's folder: when that folder is gone (removed after
+/// `./ab` read it), the error says so, not that the program, which is there, was not found.
+#[test]
+fn a_caller_folder_that_is_gone_is_named() {
+    let d = caller_folder("gone");
+    std::fs::write(d.join("fake-build/bin/prog"), b"").unwrap();
+    let gone = d.join("removed");
+    let out = exec(
+        &root(),
+        Some(&gone),
+        &[
+            "--llama-build",
+            d.join("fake-build").to_str().unwrap(),
+            "--lib",
+            d.join("lib.so").to_str().unwrap(),
+        ],
+        "prog",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the folder ab was called from, {}, is no longer there",
+            gone.display()
+        )),
+        "{err}"
+    );
+}
