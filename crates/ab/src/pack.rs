@@ -37,7 +37,7 @@ pub fn make(paths: &Paths, out: Option<PathBuf>) -> Result<PathBuf> {
     if paths.bundle.is_some() {
         bail!("ab bundle runs in a workspace (it builds with cargo), not from a bundle");
     }
-    let out = out.unwrap_or_else(|| paths.target.join("ab-bundle"));
+    let out = writable_out(out.unwrap_or_else(|| paths.target.join("ab-bundle")))?;
     say("bundle: cargo build --release -p ab -p bench -p view -p ab-probe");
     let st = Command::new("cargo")
         .args([
@@ -127,6 +127,41 @@ pub fn make(paths: &Paths, out: Option<PathBuf>) -> Result<PathBuf> {
     Ok(out)
 }
 
+/// The folder `ab bundle` writes, checked before anything is built: it is removed whole
+/// first, so it must not exist yet, be an empty folder, or hold a bundle (its manifest,
+/// [`bundle::MARKER`]), which is replaced. Anything else is refused: with `--out` taken from
+/// the caller's folder, `--out .` or `--out ~` would otherwise delete the user's own files.
+/// An existing folder is returned as the system resolves it (`.` and `..` too), so that the
+/// folder removed, the one written and the archive's name beside it are the same.
+fn writable_out(out: PathBuf) -> Result<PathBuf> {
+    let meta = match std::fs::symlink_metadata(&out) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", out.display())),
+        Ok(m) => m,
+    };
+    if !meta.is_dir() {
+        bail!(
+            "the bundle folder {} exists and is not a folder (a file or a link): it would be \
+             replaced; name a new folder with --out",
+            out.display()
+        );
+    }
+    let empty = std::fs::read_dir(&out)
+        .with_context(|| format!("reading {}", out.display()))?
+        .next()
+        .is_none();
+    if !empty && !out.join(bundle::MARKER).is_file() {
+        bail!(
+            "the bundle folder {} exists and holds no bundle (no {}): it would be removed \
+             whole; name a new or empty folder with --out, or remove it yourself",
+            out.display(),
+            bundle::MARKER
+        );
+    }
+    out.canonicalize()
+        .with_context(|| format!("resolving {}", out.display()))
+}
+
 fn strip(src: &Path, dst: &Path) -> Result<()> {
     let st = Command::new("strip")
         .arg("--strip-debug")
@@ -195,4 +230,52 @@ fn utc_now() -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::writable_out;
+    use std::path::Path;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target/tmp/pack-out")
+            .join(name);
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d.canonicalize().unwrap()
+    }
+
+    /// A folder of the user's own files is never removed: `--out .` from their folder, or any
+    /// folder that is not a bundle, is refused and left as it was.
+    #[test]
+    fn a_folder_that_holds_no_bundle_is_refused() {
+        let d = scratch("theirs");
+        std::fs::write(d.join("notes.txt"), b"precious").unwrap();
+        for out in [d.clone(), d.join("."), d.join("sub/..")] {
+            std::fs::create_dir_all(d.join("sub")).unwrap();
+            let e = writable_out(out.clone()).unwrap_err().to_string();
+            assert!(e.contains("holds no bundle"), "{}: {e}", out.display());
+        }
+        let file = d.join("notes.txt");
+        let e = writable_out(file.clone()).unwrap_err().to_string();
+        assert!(e.contains("is not a folder"), "{e}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+    }
+
+    /// A new folder, an empty one and an earlier bundle may be written; `.` and `..` are
+    /// resolved, so the folder written is the one removed.
+    #[test]
+    fn a_new_or_empty_folder_or_a_bundle_is_written() {
+        let d = scratch("ok");
+        let new = d.join("new");
+        assert_eq!(writable_out(new.clone()).unwrap(), new);
+        std::fs::create_dir(d.join("empty")).unwrap();
+        assert_eq!(writable_out(d.join("empty")).unwrap(), d.join("empty"));
+        let old = d.join("old");
+        std::fs::create_dir_all(old.join("lib")).unwrap();
+        std::fs::write(old.join(bundle::MARKER), b"{}").unwrap();
+        assert_eq!(writable_out(old.join(".")).unwrap(), old);
+        assert_eq!(writable_out(old.join("lib/..")).unwrap(), old);
+    }
 }
