@@ -31,8 +31,8 @@ struct Cli {
     /// A/B: side B's file or directory.
     #[arg(long, value_name = "DUMP_B", requires = "a", value_parser = bundle::caller_path_parser())]
     b: Option<PathBuf>,
-    /// The page to write (default: target/view/NAME.html, from the workspace root or the
-    /// bundle's folder when run as `ab view`).
+    /// The page to write (default: target/view/NAME.html, under the workspace root or the
+    /// bundle's folder when run as `ab view`, printed as a full path).
     #[arg(long, value_name = "FILE", value_parser = bundle::caller_path_parser())]
     out: Option<PathBuf>,
     /// The page's title (default: from the input names).
@@ -120,9 +120,13 @@ fn run(cli: Cli) -> Result<PathBuf> {
         }
         _ => bail!("give a FILE or DIR, or both --a and --b (see --help)"),
     };
-    let out = cli
-        .out
-        .unwrap_or_else(|| PathBuf::from("target/view").join(format!("{name}.html")));
+    // The default is under the folder this runs in (the workspace root or the bundle's
+    // folder for `ab view`), which need not be the user's: named absolute, so the line
+    // that says where the page is does not read as a path from theirs.
+    let out = cli.out.unwrap_or_else(|| {
+        let here = std::env::current_dir().unwrap_or_default();
+        here.join("target/view").join(format!("{name}.html"))
+    });
     if let Some(d) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }

@@ -52,3 +52,29 @@ fn run_directly_it_takes_its_current_directory() {
     assert!(out.status.success(), "{err}");
     assert!(caller.join("pages/rule1.html").is_file(), "{err}");
 }
+
+/// Without `--out` the page goes to `target/view/` of the folder `view` runs in (the root or
+/// the bundle's folder for `ab view`), not the caller's, so the line that names it names it
+/// absolute: a path relative to a folder the user is not in would send them looking in theirs.
+#[test]
+fn the_default_page_is_named_by_its_full_path() {
+    let (caller, elsewhere) = folders("default-out");
+    let out = Command::new(env!("CARGO_BIN_EXE_view"))
+        .current_dir(&elsewhere)
+        .env("AB_CALLER_DIR", &caller)
+        .arg("dumps/rule1.json")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let page = elsewhere
+        .canonicalize()
+        .unwrap()
+        .join("target/view/rule1.html");
+    assert!(page.is_file(), "{err}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!("[view] wrote {} (", page.display())),
+        "{said}"
+    );
+}
