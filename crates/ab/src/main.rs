@@ -645,15 +645,25 @@ fn abi_of(file: &std::path::Path) -> u8 {
 
 /// Environment variables that the README documents as paths the user gives: taken from the
 /// folder they called the harness from, as the arguments are, since what reads them (the
-/// build scripts of `build-ours`, the programs of a run) runs elsewhere. `GGML_BACKEND_PATH`
-/// only when it holds a `/`: a bare file name is the dynamic loader's to search for.
-const USER_PATH_VARS: [&str; 3] = ["GGML_AB_CACHE", "GGML_SCHED_DUMP", "GGML_BACKEND_PATH"];
+/// build scripts of `build-ours`, the programs of a run, the compiler and pip the harness and
+/// its tools start) runs elsewhere. The last three, [`COMMAND_VARS`], only when they hold a
+/// `/`: a bare name is searched for (the dynamic loader's path, `PATH`), not a path from here.
+const USER_PATH_VARS: [&str; 5] = [
+    "GGML_AB_CACHE",
+    "GGML_SCHED_DUMP",
+    "GGML_BACKEND_PATH",
+    "CC",
+    "PYTHON",
+];
+
+/// Those of [`USER_PATH_VARS`] that name a file to load or run: a bare name is searched for.
+const COMMAND_VARS: [&str; 3] = ["GGML_BACKEND_PATH", "CC", "PYTHON"];
 
 /// The value to give `var`, one of [`USER_PATH_VARS`], in place of `value`: the absolute path
 /// [`bundle::caller_path`] makes of a relative one, else None (an absolute or empty value,
-/// which stays for the warning of what reads it, or a bare backend file name).
+/// which stays for the warning of what reads it, or a bare name of [`COMMAND_VARS`]).
 fn resolved_path_var(var: &str, value: &OsStr) -> Option<PathBuf> {
-    if var == "GGML_BACKEND_PATH" && !value.as_encoded_bytes().contains(&b'/') {
+    if COMMAND_VARS.contains(&var) && !value.as_encoded_bytes().contains(&b'/') {
         return None;
     }
     let p = Path::new(value);
@@ -715,11 +725,14 @@ mod tests {
             );
             assert_eq!(resolved_path_var(var, OsStr::new("")), None, "{var}");
         }
-        // A bare file name is the loader's to search for: not a path from here.
-        assert_eq!(
-            resolved_path_var("GGML_BACKEND_PATH", OsStr::new("libggml-cuda.so")),
-            None
-        );
+        // A bare file name is the loader's (or PATH's) to search for: not a path from here.
+        for (var, name) in [
+            ("GGML_BACKEND_PATH", "libggml-cuda.so"),
+            ("CC", "gcc"),
+            ("PYTHON", "python3"),
+        ] {
+            assert_eq!(resolved_path_var(var, OsStr::new(name)), None, "{var}");
+        }
         assert_eq!(
             resolved_path_var("GGML_SCHED_DUMP", OsStr::new("dumps")),
             Some(caller.join(Path::new("dumps")))
