@@ -37,7 +37,12 @@ pub fn make(paths: &Paths, out: Option<PathBuf>) -> Result<PathBuf> {
     if paths.bundle.is_some() {
         bail!("ab bundle runs in a workspace (it builds with cargo), not from a bundle");
     }
-    let out = writable_out(out.unwrap_or_else(|| paths.target.join("ab-bundle")))?;
+    // The default folder is the harness's own: replaced whatever it holds (a bundle whose
+    // writing stopped half way has no manifest yet).
+    let out = match out {
+        Some(o) => writable_out(o)?,
+        None => paths.target.join("ab-bundle"),
+    };
     say("bundle: cargo build --release -p ab -p bench -p view -p ab-probe");
     let st = Command::new("cargo")
         .args([
@@ -127,7 +132,7 @@ pub fn make(paths: &Paths, out: Option<PathBuf>) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// The folder `ab bundle` writes, checked before anything is built: it is removed whole
+/// The folder `ab bundle --out` names, checked before anything is built: it is removed whole
 /// first, so it must not exist yet, be an empty folder, or hold a bundle (its manifest,
 /// [`bundle::MARKER`]), which is replaced. Anything else is refused: with `--out` taken from
 /// the caller's folder, `--out .` or `--out ~` would otherwise delete the user's own files.
