@@ -3,8 +3,9 @@
 //
 // Device TA (GPU type, its own buffer type in host memory) has a backend whose work waits in
 // a queue until synchronize (or an event's synchronize), like a GPU that has not reached it:
-//   - cpy_tensor_async accepts a source in a host buffer and reads it when the queue runs the
-//     copy (as ggml-vulkan's copyBuffer from a pinned host buffer does),
+//   - cpy_tensor_async accepts a source in a host buffer, into a buffer type TA accepts
+//     (supports_buft: the caller may add the CPU's), and reads it when the queue runs the copy
+//     (as ggml-vulkan's copyBuffer from a pinned host buffer does),
 //   - graph_compute (ADD; and OPT_STEP_ADAMW's write of its first moment, as m = grad: read
 //     and written when the queue runs it), set_tensor_async and get_tensor_async are queued
 //     too.
@@ -137,8 +138,8 @@ static void a_get_async(ggml_backend_t b, const struct ggml_tensor * t, void * d
     (void) b; push((struct op){ OP_COPY, data, (const char *) t->data + off, NULL, size });
 }
 static bool a_cpy_async(ggml_backend_t src_b, ggml_backend_t dst_b, const struct ggml_tensor * src, struct ggml_tensor * dst) {
-    (void) src_b; (void) dst_b;
-    if (!ggml_backend_buffer_is_host(src->buffer) || dst->buffer->buft != &buft_a) return false;
+    (void) src_b;
+    if (!ggml_backend_buffer_is_host(src->buffer) || !ggml_backend_supports_buft(dst_b, dst->buffer->buft)) return false;
     n_cpy_async++;
     push((struct op){ OP_COPY, dst->data, src->data, NULL, ggml_nbytes(src) });
     return true;

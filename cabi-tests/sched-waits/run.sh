@@ -25,6 +25,10 @@
 #                          CPU node the allocator put at those bytes (a review's case)
 #   stock  adamw   24      TA's OPT_STEP_ADAMW writes a moment in a CPU buffer besides its
 #                          result; the CPU reads the moment first (a second review's case)
+#   stock  copy    12      both compute in the CPU buffer type; TA's queued copy of a weight
+#                          lands on a later CPU node the allocator put at those bytes (a
+#                          third review's case; serial only: with pipeline copies every input
+#                          copy is a leaf of the whole graph, and no node gets its bytes)
 #   ours   any      0      the host waits for the writer before the split that touches those
 #                          bytes
 #
@@ -51,12 +55,13 @@ done
 
 fail=0
 # cmd_of GRAPH: sets cmd to the program and arguments of a graph (normal, last: queued_copy;
-# cache, reuse, adamw: direct_write), 3 tokens
+# cache, reuse, adamw, copy: direct_write), 3 tokens
 cmd_of() {
   case $1 in
     cache) cmd=("$out/direct_write" 3 cache) ;;
     reuse) cmd=("$out/direct_write" 3 reuse) ;;
     adamw) cmd=("$out/direct_write" 3 adamw) ;;
+    copy) cmd=("$out/direct_write" 3 copy) ;;
     *) cmd=("$out/queued_copy" 3 "$1") ;;
   esac
 }
@@ -99,13 +104,18 @@ for pipe in 0 1; do
   check stock "$stock" adamw "$pipe" 24
   check ours "$ours:$stock" adamw "$pipe" 0
 done
+# serial only (the table's why); direct_write refuses to run where no CPU node gets the bytes
+check stock "$stock" copy 0 12
+check ours "$ours:$stock" copy 0 0
 # The sanitizer (ours only) must see the race where it happens and nothing where it does not:
 # our waits, every variant, no report; stock's waits (GGML_SCHED_INPUT_WAITS=input) with the
 # copy last or with pipeline copies, one report for each token whose CPU split overwrote the
 # copy's source (2); for direct_write, one for each token whose CPU split read the cache
 # before TA's queued write (3), and with the reuse graph three a token serial (two for the
 # CPU's write over TA's queued read and write, one for the input copy over TA's queued read
-# of x) and two a token with pipeline copies (9, 6); with the adamw graph one a token (3).
+# of x) and two a token with pipeline copies (9, 6); with the adamw graph one a token (3);
+# with the copy graph (serial) four a token, y's write and the input copy of z, each over TA's
+# queued copy of u and its read of that copy (12).
 # sanitize ENV... -- GRAPH PIPELINE WANT_REPORTS
 sanitize() {
   local envs=() graph pipe want log got cmd
@@ -124,6 +134,8 @@ sanitize() {
     named="read after unordered write.*split 1 on TCPU.*earlier: write of .* on TA"
   [ "$graph" = reuse ] &&
     named="write after unordered write.*now: *write of .* of split 2 on TCPU.*earlier: write of .* on TA"
+  [ "$graph" = copy ] &&
+    named="write after unordered write.*now: *write of 'y' .* of split 1 on TCPU.*earlier: write of .*(cpy_tensor_async).* on TA"
   got=$(sed -n 's/^ggml_backend_sched_sanitize: [0-9]* accesses checked, \([0-9]*\) reports$/\1/p' "$log")
   if [ "$got" != "$want" ]; then
     printf '[sched-waits] FAILED: sanitizer, %s %s pipeline %s: %s reports, expected %s (%s)\n' \
@@ -143,6 +155,7 @@ for graph in normal last cache reuse adamw; do
     sanitize -- "$graph" "$pipe" 0
   done
 done
+sanitize -- copy 0 0
 sanitize GGML_SCHED_INPUT_WAITS=input -- last 0 2
 sanitize GGML_SCHED_INPUT_WAITS=input -- normal 1 2
 sanitize GGML_SCHED_INPUT_WAITS=input -- last 1 2
@@ -152,5 +165,6 @@ sanitize GGML_SCHED_INPUT_WAITS=input -- reuse 0 9
 sanitize GGML_SCHED_INPUT_WAITS=input -- reuse 1 6
 sanitize GGML_SCHED_INPUT_WAITS=input -- adamw 0 3
 sanitize GGML_SCHED_INPUT_WAITS=input -- adamw 1 3
+sanitize GGML_SCHED_INPUT_WAITS=input -- copy 0 12
 [ "$fail" = 0 ] && echo "[sched-waits] PASS" || echo "[sched-waits] FAIL"
 exit "$fail"
