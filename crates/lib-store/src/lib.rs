@@ -76,7 +76,8 @@ pub fn keep_seen_at(ab_dir: &Path, file: &Path, sha256: &str, seen_at: &Path) ->
 pub fn resolve(ab_dir: &Path, spec: &Path) -> Result<PathBuf> {
     // Resolved here, not when the arguments are parsed: a hash prefix is no path.
     let file = bundle::caller_path(spec);
-    if file.exists() {
+    // A file, not any entry: a folder named like a hash prefix must not hide the library.
+    if file.is_file() {
         return Ok(file);
     }
     let s = spec.to_string_lossy().to_ascii_lowercase();
@@ -92,7 +93,9 @@ pub fn resolve(ab_dir: &Path, spec: &Path) -> Result<PathBuf> {
     match hits.as_slice() {
         [one] => Ok(one.file.clone()),
         [] => bail!(
-            "no stored libggml-base has a sha256 starting {s}; the store ({}) holds {}",
+            "{} is no file, and no stored libggml-base has a sha256 starting {s}; the store \
+             ({}) holds {}",
+            file.display(),
             dir(ab_dir).display(),
             if all.is_empty() {
                 "nothing yet".to_string()
@@ -208,9 +211,21 @@ mod tests {
                 .len(),
             1
         );
+        // A folder in the caller's folder named like the prefix does not hide the library.
+        let caller = bundle::caller_dir().expect("the current directory");
+        let decoy = caller.join(&h1[..8]);
+        std::fs::create_dir(&decoy).unwrap();
+        let through_decoy = resolve(&ab, Path::new(&h1[..8]));
+        std::fs::remove_dir(&decoy).unwrap();
+        assert_eq!(through_decoy.unwrap(), s1);
         let e = resolve(&ab, Path::new("abcdef0")).unwrap_err().to_string();
         assert!(
             e.contains("no stored libggml-base has a sha256 starting abcdef0"),
+            "{e}"
+        );
+        // The message names the file it looked for first.
+        assert!(
+            e.contains(&caller.join("abcdef0").display().to_string()),
             "{e}"
         );
         let e = resolve(&ab, Path::new("xyz")).unwrap_err().to_string();
