@@ -533,31 +533,20 @@ impl Sched {
         // returns.
         // SAFETY: the scheduler's backends are live for its lifetime (`Sched::backend`).
         let is_async = |b: usize| unsafe { (*backends[b]).iface.synchronize.is_some() };
-        // Each split's input copies, every pipeline copy's: only an asynchronous backend's
-        // are looked at.
         let table = &self.table;
-        let copies: Vec<Vec<*mut ggml_tensor>> = self
-            .splits
-            .iter()
-            .map(|s| {
-                if !is_async(s.backend) {
-                    return Vec::new();
-                }
-                s.input_ids
-                    .iter()
-                    .flat_map(|&id| table.copies_at(id, s.backend).unwrap_or(&[]))
-                    .copied()
-                    .filter(|c| !c.is_null())
-                    .collect()
-            })
-            .collect();
         // SAFETY: a split's graph cell is written only by `split` and `replay_split`, not
         // while this runs; the graph is allocated and live (this function's contract).
-        let splits = self
-            .splits
-            .iter()
-            .zip(&copies)
-            .map(|(s, c)| (s.backend, unsafe { &*s.graph.get() }, c.as_slice()));
+        let splits = self.splits.iter().map(|s| {
+            // Every pipeline copy of each input (`work_out` reads them only for an
+            // asynchronous backend).
+            let copies = s
+                .input_ids
+                .iter()
+                .flat_map(move |&id| table.copies_at(id, s.backend).unwrap_or(&[]))
+                .copied()
+                .filter(|c| !c.is_null());
+            (s.backend, unsafe { &*s.graph.get() }, copies)
+        });
         // SAFETY: as above; the copies are allocated with the graph.
         unsafe { self.direct.work_out(&live, &is_async, splits) };
     }

@@ -8,12 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+mod common;
+use common::root;
 
 /// A fresh folder under target/tmp with `bin/cargo` and `bin/apt-get`, stand-ins that fail
 /// saying so (the script installs missing packages with apt-get when run as root: a test

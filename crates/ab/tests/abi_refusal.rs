@@ -7,12 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+mod common;
+use common::root;
 
 /// Compiles a shared library exporting the four functions the harness reads, reporting
 /// ggml `version` with a tensor overhead of `tensor_overhead` bytes.

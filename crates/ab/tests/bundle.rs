@@ -5,15 +5,10 @@
 //! Needs the stock build at `target/llama-stock` and the pinned model in `target/models`
 //! (fails without them: `./ab build-stock`, `./ab fetch`).
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+mod common;
+use common::root;
 
 #[test]
 fn a_bundle_runs_without_cargo() {

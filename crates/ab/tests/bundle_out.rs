@@ -2,15 +2,10 @@
 //! taken from the caller's folder, `--out .` (or a folder of the user's own files) must be
 //! refused, before anything is built, and left as it was.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+mod common;
+use common::root;
 
 #[test]
 fn a_folder_of_the_users_files_is_not_removed() {

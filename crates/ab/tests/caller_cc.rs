@@ -6,15 +6,10 @@
 //! `$CC` first: the stand-in compiler in the caller's folder leaves a mark there and fails.
 //! Needs the pinned upstream headers (target/upstream, which building the workspace fetches).
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+mod common;
+use common::root;
 
 #[test]
 fn a_relative_cc_is_taken_from_the_callers_folder() {

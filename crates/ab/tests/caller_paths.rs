@@ -8,12 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+mod common;
+use common::root;
 
 /// A fresh folder under target/tmp, outside which the relative paths below do not exist:
 /// `fake-build/bin/` (an empty llama.cpp build folder) and `lib.so` (any file).

@@ -107,11 +107,11 @@ impl DirectWrites {
     ///
     /// # Safety
     /// Every split graph must be live, its nodes and the copies allocated tensors.
-    pub unsafe fn work_out<'a>(
+    pub unsafe fn work_out<'a, C: IntoIterator<Item = *mut ggml_tensor>>(
         &mut self,
         caps: &dyn Caps,
         is_async: &dyn Fn(usize) -> bool,
-        splits: impl Iterator<Item = (usize, &'a ggml_cgraph, &'a [*mut ggml_tensor])>,
+        splits: impl Iterator<Item = (usize, &'a ggml_cgraph, C)>,
     ) {
         let mut per_split = self.per_split.take().unwrap_or_default();
         per_split.clear();
@@ -140,7 +140,7 @@ impl DirectWrites {
                         }
                     }
                 }
-                for &c in copies {
+                for c in copies {
                     // SAFETY: an allocated input copy (this function's contract).
                     if unsafe { self.in_shared_memory(caps, c, b) } {
                         writes.copies.push(c);
@@ -368,7 +368,7 @@ mod tests {
             d.work_out(
                 &s.caps,
                 is_async,
-                graphs.iter().map(|(b, g, c)| (*b, g, *c)),
+                graphs.iter().map(|(b, g, c)| (*b, g, c.iter().copied())),
             )
         };
         d
