@@ -534,8 +534,6 @@ impl Sched {
         // SAFETY: the scheduler's backends are live for its lifetime (`Sched::backend`).
         let is_async = |b: usize| unsafe { (*backends[b]).iface.synchronize.is_some() };
         let table = &self.table;
-        // SAFETY: a split's graph cell is written only by `split` and `replay_split`, not
-        // while this runs; the graph is allocated and live (this function's contract).
         let splits = self.splits.iter().map(|s| {
             // Every pipeline copy of each input (`work_out` reads them only for an
             // asynchronous backend).
@@ -545,6 +543,8 @@ impl Sched {
                 .flat_map(move |&id| table.copies_at(id, s.backend).unwrap_or(&[]))
                 .copied()
                 .filter(|c| !c.is_null());
+            // SAFETY: a split's graph cell is written only by `split` and `replay_split`, not
+            // while this runs; the graph is allocated and live (this function's contract).
             (s.backend, unsafe { &*s.graph.get() }, copies)
         });
         // SAFETY: as above; the copies are allocated with the graph.
