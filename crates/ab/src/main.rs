@@ -59,6 +59,10 @@ enum Cmd {
         /// Wipe an existing build folder that does not match, and rebuild.
         #[arg(long)]
         force: bool,
+        /// Build every target of the configured build (llama-server, the CLI, every example
+        /// and tool), not only what the harness uses.
+        #[arg(long)]
+        all: bool,
     },
     /// Build our libggml-base (and libggml-hrx when the crate exists) into target/ours/lib.
     BuildOurs,
@@ -177,6 +181,11 @@ struct AbArgs {
     /// besides the CPU (full and no offload run too).
     #[arg(long, value_name = "N", default_value_t = 8)]
     partial_ngl: u32,
+    /// Leave out the ctest tests with this label, in both arms (repeatable; tests labelled
+    /// `model`, which need a downloaded model, are always left out). `./ab test` leaves out
+    /// `python`: test-jinja-py, llama.cpp's template engine against Python's jinja2.
+    #[arg(long, value_name = "LABEL")]
+    ctest_exclude_label: Vec<String>,
     /// Skip the in-place reproducer's three arms (stock, patched, ours), which the job runs
     /// after the two-arm work when the arms are the default ones (no --a/--b/--llama-build).
     #[arg(long)]
@@ -487,8 +496,13 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
             ));
             Ok(0)
         }
-        Cmd::BuildStock { force } => {
-            stock::ensure(paths, force)?;
+        Cmd::BuildStock { force, all } => {
+            let targets = if all {
+                stock::Targets::All
+            } else {
+                stock::Targets::Harness
+            };
+            stock::ensure(paths, force, targets)?;
             Ok(0)
         }
         Cmd::BuildOurs => {
@@ -513,6 +527,7 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
                     only: a.only,
                     model: a.model,
                     partial_ngl: a.partial_ngl,
+                    ctest_exclude_labels: a.ctest_exclude_label,
                     view: !a.no_view,
                 },
             )?;

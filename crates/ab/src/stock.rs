@@ -27,6 +27,37 @@ pub const FLAGS: &[(&str, &str)] = &[
     ("CMAKE_EXPORT_COMPILE_COMMANDS", "ON"),
 ];
 
+/// What `ab build-stock` builds by default: the ninja targets of everything the harness, its
+/// scripts and tools run, or link against; the rest of a full build (llama-server, the CLI,
+/// most examples and tools: about a third of the compile) is left to `--all`.
+///
+/// `tests/all` is every program of the tests folder, which is what ctest runs (the one ctest
+/// test outside it, `test-eval-callback`, runs `llama-eval-callback`, named here). The
+/// configured flags do not change, so `--all` later only compiles what is missing.
+pub const HARNESS_TARGETS: &[&str] = &[
+    // The libraries: the arms swap libggml-base, the C tests link the rest.
+    "ggml",
+    "ggml-base",
+    "ggml-cpu",
+    "ggml-rpc",
+    "llama",
+    "llama-common",
+    "mtmd",
+    // ctest's programs.
+    "tests/all",
+    "llama-eval-callback",
+    // The programs the harness runs (the main job, `ab rpc`, `ab pipeline`, `ab bench`,
+    // the HRX checks, the documented commands).
+    "llama-simple",
+    "llama-completion",
+    "llama-bench",
+    "llama-batched-bench",
+    "llama-perplexity",
+    "llama-parallel",
+    "llama-quantize",
+    "ggml-rpc-server",
+];
+
 /// Name of the stamp file inside the build folder.
 pub const STAMP: &str = ".ab-stamp.json";
 
@@ -208,8 +239,17 @@ fn wait_for_other_ninja(dir: &Path) {
     }
 }
 
-/// Ensures the stock build exists and is complete; returns the build folder.
-pub fn ensure(paths: &Paths, force: bool) -> Result<std::path::PathBuf> {
+/// Which targets [`ensure`] has ninja build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Targets {
+    /// [`HARNESS_TARGETS`]: what the harness uses.
+    Harness,
+    /// Every target of the configured build (`ninja` without a target).
+    All,
+}
+
+/// Ensures the stock build exists and its `targets` are built; returns the build folder.
+pub fn ensure(paths: &Paths, force: bool, targets: Targets) -> Result<std::path::PathBuf> {
     let pins = pins::Pins::load(&paths.root)?;
     let source = pins.ensure_upstream(&paths.target)?;
     let dir = paths.stock_build();
@@ -296,10 +336,22 @@ pub fn ensure(paths: &Paths, force: bool) -> Result<std::path::PathBuf> {
             fmt_secs(f.seconds)
         ));
     }
-    say("build-stock: step 2/2 build (ninja); progress every 15 s");
     let mut watch = NinjaWatch::default();
     let mut cmd = Command::new("ninja");
     cmd.arg("-C").arg(&dir);
+    match targets {
+        Targets::Harness => {
+            say(&format!(
+                "build-stock: step 2/2 build (ninja) of the {} targets the harness uses \
+                 (`./ab build-stock --all` for every target); progress every 15 s",
+                HARNESS_TARGETS.len()
+            ));
+            cmd.args(HARNESS_TARGETS);
+        }
+        Targets::All => {
+            say("build-stock: step 2/2 build (ninja) of every target; progress every 15 s")
+        }
+    }
     let f = proc::run(
         &mut cmd,
         &RunOpts {
@@ -345,6 +397,75 @@ pub fn tail(bytes: &[u8], n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `llama-*`/`ggml-*` program the repository's Rust code names in a string literal,
+    /// or its shell scripts run from a build folder (`$stock/NAME`), is one of
+    /// [`HARNESS_TARGETS`], so the default build has it. (`test-*` programs come with
+    /// `tests/all`.) A name that is not a program goes in `NOT_PROGRAMS`.
+    #[test]
+    fn harness_targets_cover_the_programs_the_repository_runs() {
+        const NOT_PROGRAMS: &[&str] = &["ggml-sched-dump", "llama-cpp-python", "llama-stock"];
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let files = Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(["ls-files", "*.rs", "*.sh"])
+            .output()
+            .expect("git ls-files");
+        let listing = String::from_utf8(files.stdout).unwrap();
+        let mut named = std::collections::BTreeSet::new();
+        for file in listing.lines() {
+            // The GPU scripts build their own targets (GPU_TARGETS); this file lists them.
+            if file.starts_with("gpu/") || file == "crates/ab/src/stock.rs" {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(root.join(file)) else {
+                continue;
+            };
+            let is_shell = file.ends_with(".sh");
+            for (i, _) in text.match_indices(['"', '/']) {
+                let rest = &text[i + 1..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+                    .collect();
+                if !(name.starts_with("llama-") || name.starts_with("ggml-")) || name.ends_with('-')
+                {
+                    continue;
+                }
+                let after = rest[name.len()..].chars().next();
+                let before = &text[..i];
+                let program = if is_shell {
+                    // `$stock/NAME`, `${bin}/NAME`, `$S/NAME`; not `$logs/NAME.log`.
+                    text[i..].starts_with('/')
+                        && before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '}')
+                        && !before.ends_with("logs")
+                        && !before.ends_with("out")
+                        && after != Some('.')
+                } else {
+                    text[i..].starts_with('"') && after == Some('"')
+                };
+                if program {
+                    named.insert(name);
+                }
+            }
+        }
+        assert!(
+            named.contains("llama-simple") && named.contains("llama-bench"),
+            "the scan found none of the programs it must find: {named:?}"
+        );
+        let missing: Vec<&String> = named
+            .iter()
+            .filter(|n| {
+                !HARNESS_TARGETS.contains(&n.as_str()) && !NOT_PROGRAMS.contains(&n.as_str())
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "named by the repository but not built by `ab build-stock`: {missing:?} \
+             (add them to HARNESS_TARGETS, or to NOT_PROGRAMS when they are not programs)"
+        );
+    }
 
     #[test]
     fn cache_matching() {

@@ -89,6 +89,29 @@ fn backend_ops_jobs() -> usize {
         })
 }
 
+/// ctest's `-LE` regular expression: the labels `model` (tests that need a downloaded model,
+/// matched anywhere in a label, as upstream's CI does) and each of `extra` whole.
+///
+/// Errors: a label of anything but ASCII letters, digits, `-` and `_` (it would be read as a
+/// regular expression).
+pub fn ctest_label_exclusion(extra: &[String]) -> Result<String> {
+    if let Some(bad) = extra.iter().find(|l| {
+        l.is_empty()
+            || !l
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    }) {
+        bail!(
+            "--ctest-exclude-label '{bad}': a ctest label here is ASCII letters, digits, - and _"
+        );
+    }
+    Ok(if extra.is_empty() {
+        "model".to_string()
+    } else {
+        format!("model|^({})$", extra.join("|"))
+    })
+}
+
 /// `AB_TIMEOUT_S`: one time limit for every work, instead of each work's own (seconds, at
 /// least 1).
 fn timeout_override() -> Option<Duration> {
@@ -109,6 +132,8 @@ pub struct Plan<'a> {
     /// Layers offloaded in the partial-offload generation (`-ngl`), on builds with a device
     /// besides the CPU.
     pub partial_ngl: u32,
+    /// ctest labels whose tests are left out, besides `model` (always left out).
+    pub ctest_exclude_labels: &'a [String],
 }
 
 /// The devices a llama.cpp build has: `CPU`, then every device `llama-completion
@@ -261,12 +286,16 @@ pub fn works(
     }
     if selected("ctest") {
         let exclude = format!("^({})$", NETWORK_TESTS.join("|"));
+        // One test at a time by default: llama.cpp's tests run ggml's thread pool on every
+        // CPU, and two of them side by side spin against each other (with -j 2 on 2 cores,
+        // test-save-load-state and test-recurrent-state-rollback took minutes instead of
+        // 14 and 8 s).
         let jobs = env_count("AB_CTEST_JOBS").unwrap_or(1).to_string();
         let filter: Vec<OsString> = vec![
             "--test-dir".into(),
             llama_build.as_os_str().to_owned(),
             "-LE".into(),
-            "model".into(),
+            ctest_label_exclusion(plan.ctest_exclude_labels)?.into(),
             "-E".into(),
             exclude.into(),
         ];
@@ -376,6 +405,23 @@ mod tests {
         assert_eq!(parse_devices(cuda), vec!["CUDA0", "HRX0"]);
         assert!(parse_devices("Available devices:\n  (none)\n").is_empty());
         assert!(parse_devices("").is_empty());
+    }
+
+    #[test]
+    fn ctest_labels_left_out_are_whole_labels_besides_model() {
+        assert_eq!(ctest_label_exclusion(&[]).unwrap(), "model");
+        let extra = ["python".to_string(), "slow-1".to_string()];
+        assert_eq!(
+            ctest_label_exclusion(&extra).unwrap(),
+            "model|^(python|slow-1)$"
+        );
+        for bad in ["", "a.b", "x|y", "main$"] {
+            let err = ctest_label_exclusion(&[bad.to_string()]).unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("'{bad}'")),
+                "{bad:?}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct AbOptions {
     pub model: Option<PathBuf>,
     /// `-ngl` of the partial-offload generation on builds with a device besides the CPU.
     pub partial_ngl: u32,
+    /// ctest labels whose tests are left out, besides `model`.
+    pub ctest_exclude_labels: Vec<String>,
     /// Placement pages of the generation works (`crate::views`).
     pub view: bool,
 }
@@ -240,7 +242,7 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
             if paths.bundle.is_some() {
                 Err(e)
             } else {
-                crate::stock::ensure(paths, false)
+                crate::stock::ensure(paths, false, crate::stock::Targets::Harness)
             }
         })?,
     };
@@ -284,6 +286,7 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
         devices,
         model: model.as_deref(),
         partial_ngl: opts.partial_ngl,
+        ctest_exclude_labels: &opts.ctest_exclude_labels,
     };
     let mut left_out = Vec::new();
     let works = works(paths, &build, &plan, &mut left_out)?;
