@@ -184,7 +184,7 @@ struct AbArgs {
     /// Leave out the ctest tests with this label, in both arms (repeatable; tests labelled
     /// `model`, which need a downloaded model, are always left out). `./ab test` leaves out
     /// `python`: test-jinja-py, llama.cpp's template engine against Python's jinja2.
-    #[arg(long, value_name = "LABEL")]
+    #[arg(long, value_name = "LABEL", value_parser = job::ctest_label)]
     ctest_exclude_label: Vec<String>,
     /// Skip the in-place reproducer's three arms (stock, patched, ours), which the job runs
     /// after the two-arm work when the arms are the default ones (no --a/--b/--llama-build).

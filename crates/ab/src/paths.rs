@@ -100,7 +100,9 @@ pub fn program(llama_build: &Path, name: &str) -> Result<PathBuf> {
     };
     if !p.is_file() {
         bail!(
-            "program {} not found (looked at {}); is the llama.cpp build complete?",
+            "program {} not found (looked at {}); is the llama.cpp build complete? (`./ab \
+             build-stock` makes only what the harness uses; `./ab build-stock --all` makes \
+             every program)",
             name,
             p.display()
         );

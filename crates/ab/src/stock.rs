@@ -27,13 +27,15 @@ pub const FLAGS: &[(&str, &str)] = &[
     ("CMAKE_EXPORT_COMPILE_COMMANDS", "ON"),
 ];
 
-/// What `ab build-stock` builds by default: the ninja targets of everything the harness, its
-/// scripts and tools run, or link against; the rest of a full build (llama-server, the CLI,
-/// most examples and tools: about a third of the compile) is left to `--all`.
+/// What `ab build-stock` builds by default, with every program ctest's tests run
+/// ([`ctest_programs`]): the ninja targets of everything the harness, its scripts and tools
+/// run, or link against. The rest of a full build (llama-server, the CLI, most examples and
+/// tools: 11 % of the compile on the pin) is left to `--all`.
 ///
-/// `tests/all` is every program of the tests folder, which is what ctest runs (the one ctest
-/// test outside it, `test-eval-callback`, runs `llama-eval-callback`, named here). The
-/// configured flags do not change, so `--all` later only compiles what is missing.
+/// `tests/all` is every program of the tests folder; ctest also runs programs defined
+/// elsewhere (`test-rpc-multi-server` of tools/rpc, `llama-eval-callback`), which
+/// [`ctest_programs`] finds. The configured flags do not change, so `--all` later only
+/// compiles what is missing.
 pub const HARNESS_TARGETS: &[&str] = &[
     // The libraries: the arms swap libggml-base, the C tests link the rest.
     "ggml",
@@ -43,9 +45,8 @@ pub const HARNESS_TARGETS: &[&str] = &[
     "llama",
     "llama-common",
     "mtmd",
-    // ctest's programs.
+    // ctest's programs (and [`ctest_programs`]).
     "tests/all",
-    "llama-eval-callback",
     // The programs the harness runs (the main job, `ab rpc`, `ab pipeline`, `ab bench`,
     // the HRX checks, the documented commands).
     "llama-simple",
@@ -239,6 +240,59 @@ fn wait_for_other_ninja(dir: &Path) {
     }
 }
 
+/// The programs of the build's `bin/` that its ctest tests run, as file names, sorted and
+/// without repeats: every quoted argument of an `add_test(...)` line
+/// of a `CTestTestfile.cmake` under `build_dir` that names a file directly in
+/// `build_dir/bin/`, whether the test's command or an argument (a script given the programs
+/// it starts).
+///
+/// Errors: the build folder cannot be walked or a `CTestTestfile.cmake` read.
+pub fn ctest_programs(build_dir: &Path) -> Result<Vec<String>> {
+    let bin = format!("{}/bin/", build_dir.display());
+    let mut found = std::collections::BTreeSet::new();
+    let mut pending = vec![build_dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries =
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
+        for e in entries {
+            let e = e.with_context(|| format!("reading {}", dir.display()))?;
+            let path = e.path();
+            if e.file_type()?.is_dir() {
+                // ninja's and CMake's own folders hold no tests.
+                if e.file_name() != "CMakeFiles" && e.file_name() != "bin" {
+                    pending.push(path);
+                }
+            } else if e.file_name() == "CTestTestfile.cmake" {
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                found.extend(programs_of_ctest_file(&text, &bin));
+            }
+        }
+    }
+    Ok(found.into_iter().collect())
+}
+
+/// The file names under `bin` (a folder path ending in `/`) that the `add_test` lines of a
+/// `CTestTestfile.cmake` quote.
+fn programs_of_ctest_file(text: &str, bin: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("add_test("))
+    {
+        for (i, quoted) in line.split('"').enumerate() {
+            if i % 2 == 1 {
+                if let Some(name) = quoted.strip_prefix(bin) {
+                    if !name.is_empty() && !name.contains('/') {
+                        out.push(name.to_string());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Which targets [`ensure`] has ninja build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Targets {
@@ -341,12 +395,17 @@ pub fn ensure(paths: &Paths, force: bool, targets: Targets) -> Result<std::path:
     cmd.arg("-C").arg(&dir);
     match targets {
         Targets::Harness => {
+            let from_ctest = ctest_programs(&dir)?;
             say(&format!(
-                "build-stock: step 2/2 build (ninja) of the {} targets the harness uses \
-                 (`./ab build-stock --all` for every target); progress every 15 s",
-                HARNESS_TARGETS.len()
+                "build-stock: step 2/2 build (ninja) of the {} targets the harness uses and \
+                 the {} programs ctest runs (`./ab build-stock --all` for every target); \
+                 progress every 15 s",
+                HARNESS_TARGETS.len(),
+                from_ctest.len()
             ));
-            cmd.args(HARNESS_TARGETS);
+            // As the files ninja makes (`bin/NAME`): a target's name may differ from its file's.
+            cmd.args(HARNESS_TARGETS)
+                .args(from_ctest.iter().map(|p| format!("bin/{p}")));
         }
         Targets::All => {
             say("build-stock: step 2/2 build (ninja) of every target; progress every 15 s")
@@ -464,6 +523,23 @@ mod tests {
             missing.is_empty(),
             "named by the repository but not built by `ab build-stock`: {missing:?} \
              (add them to HARNESS_TARGETS, or to NOT_PROGRAMS when they are not programs)"
+        );
+    }
+
+    #[test]
+    fn ctest_programs_are_the_build_files_its_tests_name() {
+        let bin = "/b/bin/";
+        let text = concat!(
+            "# CMake generated Testfile\n",
+            "add_test([=[test-sampling]=] \"/b/bin/test-sampling\")\n",
+            "set_tests_properties([=[test-sampling]=] PROPERTIES LABEL \"main\" WORKING_DIRECTORY \"/b/bin/\")\n",
+            "add_test([=[test-rpc-multi-server]=] \"bash\" \"/src/tests/t.sh\" \"/b/bin/ggml-rpc-server\" \"/b/bin/test-rpc-multi-server\")\n",
+            "add_test([=[dl]=] \"/usr/bin/cmake\" \"-DDEST=/b/tinyllamas/m.gguf\" \"-P\" \"/src/cmake/d.cmake\")\n",
+            "add_test([=[nested]=] \"/b/bin/sub/x\")\n",
+        );
+        assert_eq!(
+            programs_of_ctest_file(text, bin),
+            vec!["test-sampling", "ggml-rpc-server", "test-rpc-multi-server"]
         );
     }
 

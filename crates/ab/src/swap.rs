@@ -248,7 +248,7 @@ pub fn command(arm: &Arm, probe_so: &Path, program: &Path, probe_file: &Path) ->
         preload.push(":");
         preload.push(p);
     }
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+    if let Some(old) = users_list("LD_PRELOAD") {
         preload.push(":");
         preload.push(old);
     }
@@ -268,11 +268,32 @@ pub fn ab_probe_env() -> &'static str {
 /// `dir` followed by the current value of `var` (colon-separated), if any.
 fn prepend(dir: &Path, var: &str) -> OsString {
     let mut v = OsString::from(dir);
-    if let Some(old) = std::env::var_os(var).filter(|o| !o.is_empty()) {
+    if let Some(old) = users_list(var) {
         v.push(":");
         v.push(old);
     }
     v
+}
+
+/// The user's own `LD_LIBRARY_PATH` or `LD_PRELOAD` (None when unset or empty), its relative
+/// entries taken from the folder they called the harness from, since the programs run
+/// elsewhere (`bundle::caller_search_list`). A list that cannot be resolved is passed on as
+/// it is, with a warning the first time for each variable.
+fn users_list(var: &str) -> Option<OsString> {
+    static WARNED_PRELOAD: std::sync::Once = std::sync::Once::new();
+    static WARNED_OTHER: std::sync::Once = std::sync::Once::new();
+    let value = std::env::var_os(var).filter(|o| !o.is_empty())?;
+    Some(
+        bundle::caller_search_list(var, &value).unwrap_or_else(|why| {
+            let once = if var == "LD_PRELOAD" {
+                &WARNED_PRELOAD
+            } else {
+                &WARNED_OTHER
+            };
+            once.call_once(|| crate::say(&format!("warning: {why}")));
+            value
+        }),
+    )
 }
 
 #[cfg(test)]

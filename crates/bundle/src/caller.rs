@@ -81,6 +81,64 @@ fn resolve_from(dir: Option<&Path>, path: &Path) -> PathBuf {
     }
 }
 
+/// A loader search list of the user's environment (`LD_LIBRARY_PATH`, `LD_PRELOAD`) with its
+/// relative entries taken from the caller's folder, as [`caller_path`] takes a path, so that a
+/// program the harness starts in another folder (the workspace root) loads what the user
+/// meant. Matches how glibc's loader reads each variable:
+///
+/// - `LD_LIBRARY_PATH` (any other `var` too): entries split at `:` and `;`; an empty entry
+///   means the current directory, so it becomes the caller's folder; an entry starting with
+///   `$` (`$ORIGIN`, `$LIB`, `$PLATFORM`) is the loader's to expand and stays.
+/// - `LD_PRELOAD`: entries split at `:` and spaces; only an entry holding a `/` is a path (a
+///   bare name is looked up in the library path) and is resolved; empty entries are skipped
+///   by the loader and dropped.
+///
+/// Returns the list joined with `:`, or the value unchanged (with the reason, for a warning)
+/// when it is not UTF-8 or a resolved entry would hold one of the list's separators, which
+/// would split it into other entries.
+pub fn caller_search_list(var: &str, value: &std::ffi::OsStr) -> Result<OsString, String> {
+    resolve_search_list(caller_dir(), var, value)
+}
+
+fn resolve_search_list(
+    dir: Option<&Path>,
+    var: &str,
+    value: &std::ffi::OsStr,
+) -> Result<OsString, String> {
+    let Some(text) = value.to_str() else {
+        return Err(format!(
+            "{var} is not UTF-8; its relative entries are left to the program's folder"
+        ));
+    };
+    let preload = var == "LD_PRELOAD";
+    let separators: &[char] = if preload { &[':', ' '] } else { &[':', ';'] };
+    let mut out = Vec::new();
+    for entry in text.split(separators) {
+        if preload && entry.is_empty() {
+            continue;
+        }
+        let resolved = if entry.starts_with('$') || (preload && !entry.contains('/')) {
+            entry.to_string()
+        } else if entry.is_empty() {
+            match dir {
+                Some(d) => d.display().to_string(),
+                None => String::new(),
+            }
+        } else {
+            resolve_from(dir, Path::new(entry)).display().to_string()
+        };
+        if resolved.contains(separators) && resolved != entry {
+            return Err(format!(
+                "{var}: the entry {entry:?} taken from the caller's folder would be {resolved:?}, \
+                 which holds a separator of the list; its relative entries are left to the \
+                 program's folder"
+            ));
+        }
+        out.push(resolved);
+    }
+    Ok(OsString::from(out.join(":")))
+}
+
 /// The clap value parser of a path argument: the path as [`caller_path`] resolves it. Its
 /// errors are those of clap's own `PathBuf` parser (an empty value is refused).
 ///
@@ -125,6 +183,72 @@ mod tests {
         assert_eq!(resolve_from(dir, Path::new("")), Path::new(""));
         // No folder known: nothing to join to.
         assert_eq!(resolve_from(None, Path::new("m.gguf")), Path::new("m.gguf"));
+    }
+
+    #[test]
+    fn library_path_entries_are_taken_from_the_callers_folder() {
+        let dir = Some(Path::new("/home/u/work"));
+        let got = resolve_search_list(
+            dir,
+            "LD_LIBRARY_PATH",
+            std::ffi::OsStr::new("lib:/opt/l;../x::$ORIGIN/y"),
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            "/home/u/work/lib:/opt/l:/home/u/work/../x:/home/u/work:$ORIGIN/y"
+        );
+        // No folder known: relative entries stay relative.
+        assert_eq!(
+            resolve_search_list(None, "LD_LIBRARY_PATH", std::ffi::OsStr::new("lib:/opt")).unwrap(),
+            "lib:/opt"
+        );
+    }
+
+    #[test]
+    fn preload_paths_are_resolved_and_bare_names_kept() {
+        let dir = Some(Path::new("/home/u/work"));
+        let got = resolve_search_list(
+            dir,
+            "LD_PRELOAD",
+            std::ffi::OsStr::new("libfoo.so ./wrap.so:/abs/p.so  sub/q.so"),
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            "libfoo.so:/home/u/work/./wrap.so:/abs/p.so:/home/u/work/sub/q.so"
+        );
+    }
+
+    #[test]
+    fn a_caller_folder_holding_a_separator_leaves_the_list_as_given() {
+        let err = resolve_search_list(
+            Some(Path::new("/tmp/a:b")),
+            "LD_LIBRARY_PATH",
+            std::ffi::OsStr::new("lib:/opt"),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("LD_LIBRARY_PATH") && err.contains("/tmp/a:b/lib"),
+            "{err}"
+        );
+        let err = resolve_search_list(
+            Some(Path::new("/tmp/w s")),
+            "LD_PRELOAD",
+            std::ffi::OsStr::new("./p.so"),
+        )
+        .unwrap_err();
+        assert!(err.contains("/tmp/w s/./p.so"), "{err}");
+        // Absolute entries alone need no folder, whatever it holds.
+        assert_eq!(
+            resolve_search_list(
+                Some(Path::new("/tmp/a:b")),
+                "LD_LIBRARY_PATH",
+                std::ffi::OsStr::new("/opt/l")
+            )
+            .unwrap(),
+            "/opt/l"
+        );
     }
 
     #[test]

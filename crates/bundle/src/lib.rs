@@ -22,7 +22,8 @@ mod manifest;
 mod process;
 
 pub use caller::{
-    caller_dir, caller_env, caller_path, caller_path_parser, take_caller_dir, CALLER_DIR_VAR,
+    caller_dir, caller_env, caller_path, caller_path_parser, caller_search_list, take_caller_dir,
+    CALLER_DIR_VAR,
 };
 pub use lock::{lock_dir, lock_file};
 pub use manifest::{verify, CORE_FILES};

@@ -46,11 +46,12 @@ run_cabi() {
   HRX_STOCK_BIN=$stock "$root/cabi-tests/hrx/run.sh" "${base:-$stock}" || fail=1
 }
 
-# test-backend-ops' workers (`-j`): each takes its own HRX0 and CPU backend and a share of the
-# cases. test-backend-ops gives each backend half the machine's cores, so one worker leaves
-# the other half idle, and two fill it: on 2 cores, -j 2 halves the step (3 min 35 s to
-# 1 min 52 s, the same 4,214 cases passed). More workers would run more threads than cores,
-# and ggml's threads spin while they wait for each other.
+# test-backend-ops' workers (`-j`): each opens its own HRX0 backend (on the one device and
+# its queue) and CPU reference backend, and takes cases from a shared list. With one worker
+# a case's HRX0 run and its CPU reference run one after the other and most of the time one
+# core is idle: on 2 cores, -j 2 halves the step (3 min 35 s to 1 min 52 s; the same 4,214
+# cases passed, the same lines in the log). Not more by default: each worker's CPU reference
+# backend runs ggml's default 4 threads, which spin while they wait for each other.
 ops_jobs=${HRX_OPS_JOBS:-2}
 
 run_backend_ops() {

@@ -89,21 +89,29 @@ fn backend_ops_jobs() -> usize {
         })
 }
 
+/// Checks one `--ctest-exclude-label` value (the clap parser of the option, so a bad one is
+/// refused before anything runs): a label of ASCII letters, digits, `-` and `_`, since it
+/// goes into a regular expression.
+pub fn ctest_label(label: &str) -> std::result::Result<String, String> {
+    if label.is_empty()
+        || !label
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!(
+            "'{label}': a ctest label here is ASCII letters, digits, - and _"
+        ));
+    }
+    Ok(label.to_string())
+}
+
 /// ctest's `-LE` regular expression: the labels `model` (tests that need a downloaded model,
 /// matched anywhere in a label, as upstream's CI does) and each of `extra` whole.
 ///
-/// Errors: a label of anything but ASCII letters, digits, `-` and `_` (it would be read as a
-/// regular expression).
+/// Errors: a label [`ctest_label`] refuses.
 pub fn ctest_label_exclusion(extra: &[String]) -> Result<String> {
-    if let Some(bad) = extra.iter().find(|l| {
-        l.is_empty()
-            || !l
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    }) {
-        bail!(
-            "--ctest-exclude-label '{bad}': a ctest label here is ASCII letters, digits, - and _"
-        );
+    for l in extra {
+        ctest_label(l).map_err(|e| anyhow::anyhow!("--ctest-exclude-label {e}"))?;
     }
     Ok(if extra.is_empty() {
         "model".to_string()
@@ -291,17 +299,32 @@ pub fn works(
         // test-save-load-state and test-recurrent-state-rollback took minutes instead of
         // 14 and 8 s).
         let jobs = env_count("AB_CTEST_JOBS").unwrap_or(1).to_string();
-        let filter: Vec<OsString> = vec![
-            "--test-dir".into(),
-            llama_build.as_os_str().to_owned(),
-            "-LE".into(),
-            ctest_label_exclusion(plan.ctest_exclude_labels)?.into(),
-            "-E".into(),
-            exclude.into(),
-        ];
+        let filter_leaving_out = |labels: String| -> Vec<OsString> {
+            vec![
+                "--test-dir".into(),
+                llama_build.as_os_str().to_owned(),
+                "-LE".into(),
+                labels.into(),
+                "-E".into(),
+                exclude.clone().into(),
+            ]
+        };
+        let filter = filter_leaving_out(ctest_label_exclusion(plan.ctest_exclude_labels)?);
         // A build configured without its tests has none to run: both arms would "pass" an
         // empty suite, and no process would map a library to prove.
         let count = ctest_count(&filter)?;
+        // A label no test has (a typo) would leave out nothing, silently.
+        if !plan.ctest_exclude_labels.is_empty() {
+            let before = ctest_count(&filter_leaving_out(ctest_label_exclusion(&[])?))?;
+            if before == count {
+                crate::say(&format!(
+                    "warning: --ctest-exclude-label {}: no test of {} has such a label; \
+                     none left out",
+                    plan.ctest_exclude_labels.join(", "),
+                    llama_build.display()
+                ));
+            }
+        }
         let named = wanted.iter().flatten().any(|x| matches("ctest", x));
         if count == 0 && named {
             bail!(
@@ -421,7 +444,9 @@ mod tests {
                 err.to_string().contains(&format!("'{bad}'")),
                 "{bad:?}: {err}"
             );
+            assert!(ctest_label(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(ctest_label("python").unwrap(), "python");
     }
 
     #[test]

@@ -22,5 +22,5 @@ mod report;
 mod run;
 mod table;
 
-pub use catalogue::{devices, PROMPT};
+pub use catalogue::{ctest_label, devices, PROMPT};
 pub use run::{lock, run, AbOptions};
