@@ -56,7 +56,7 @@ enum Cmd {
     Fetch,
     /// Configure and build the stock llama.cpp in target/llama-stock (reused when done).
     BuildStock {
-        /// Wipe an existing build folder that does not match, and rebuild.
+        /// Wipe the build folder, whatever it holds, and build it again.
         #[arg(long)]
         force: bool,
         /// Build every target of the configured build (llama-server, the CLI, every example

@@ -195,6 +195,24 @@ pub fn parse_devices(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Warns when `python3` on `PATH` cannot import jinja2: ctest's test-jinja-py (label
+/// `python`) compares llama.cpp's template engine with it and fails in both arms without it.
+fn warn_without_jinja2() {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import jinja2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        crate::say(
+            "warning: python3 cannot import jinja2, so ctest's test-jinja-py will fail in \
+             both arms (`python3 -m pip install jinja2`, or `--ctest-exclude-label python`)",
+        );
+    }
+}
+
 /// How many tests `ctest -N` lists with these arguments (the test folder and filters).
 ///
 /// Errors: `ctest` cannot be started (not on `PATH`), or its listing has no
@@ -313,17 +331,22 @@ pub fn works(
         // A build configured without its tests has none to run: both arms would "pass" an
         // empty suite, and no process would map a library to prove.
         let count = ctest_count(&filter)?;
-        // A label no test has (a typo) would leave out nothing, silently.
-        if !plan.ctest_exclude_labels.is_empty() {
-            let before = ctest_count(&filter_leaving_out(ctest_label_exclusion(&[])?))?;
-            if before == count {
+        // Labels that leave out nothing more (a typo) would go unnoticed: each is counted.
+        let always = ctest_count(&filter_leaving_out(ctest_label_exclusion(&[])?))?;
+        for label in plan.ctest_exclude_labels {
+            let one = ctest_count(&filter_leaving_out(ctest_label_exclusion(
+                std::slice::from_ref(label),
+            )?))?;
+            if one == always {
                 crate::say(&format!(
-                    "warning: --ctest-exclude-label {}: no test of {} has such a label; \
-                     none left out",
-                    plan.ctest_exclude_labels.join(", "),
+                    "warning: --ctest-exclude-label {label}: it leaves out no test of {} \
+                     beyond those always left out (labels `model`, the network tests)",
                     llama_build.display()
                 ));
             }
+        }
+        if count > 0 && !plan.ctest_exclude_labels.iter().any(|l| l == "python") {
+            warn_without_jinja2();
         }
         let named = wanted.iter().flatten().any(|x| matches("ctest", x));
         if count == 0 && named {
