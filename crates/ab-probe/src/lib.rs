@@ -10,15 +10,25 @@
 //!   `{"pid":..,"event":"startup","name":"libggml-base","path":"/real/path","sha256":"..","exe":".."}`;
 //! - every successful `dlopen` (interposed here, forwarded to the real one found with
 //!   `dlsym(RTLD_NEXT, "dlopen")`) triggers a re-scan, so backends loaded later (for example
-//!   through `GGML_BACKEND_PATH`) are recorded with `"event":"dlopen"`.
+//!   through `GGML_BACKEND_PATH`) are recorded with `"event":"dlopen"`;
+//! - at the same two moments the probe asks which file provides each of [`BOUND_SYMBOLS`]
+//!   (symbols only `libggml-base` defines) to the process: `dlsym(RTLD_DEFAULT, ..)`, then
+//!   `dladdr` on the address, the file name canonicalized with `realpath`. Once the symbol
+//!   resolves it appends
+//!   `{"pid":..,"event":"binding","symbol":"ggml_init","path":"/real/path","sha256":"..","exe":".."}`.
+//!   This catches a preloaded library of another file name (a renamed copy of some
+//!   `libggml-base`) that takes over ggml's symbols while the intended file is still mapped.
+//!   Binding lines have no `"name"`, so readers that look for `"name":"libggml-base"` skip
+//!   them. A process where the symbols are not in the global scope (no `libggml-base` loaded,
+//!   or only with `RTLD_LOCAL`) writes no binding line.
 //!
-//! Each library is recorded once per process (per pid: a forked child records again). Hashes
-//! are cached per path. Lines are written whole, with one `write(2)` on a file opened with
+//! Each library, and each symbol's binding, is recorded once per process (per pid: a forked
+//! child records again). Hashes are cached per path. Lines are written whole, with one `write(2)` on a file opened with
 //! `O_APPEND`, so the many processes of a test suite can share one output file.
 //!
 //! The probe never disturbs its host: without `GGML_AB_PROBE_OUT` it does nothing, every
-//! panic is caught, I/O errors are ignored, and `errno` is preserved across the interposed
-//! `dlopen`. Known limit: because the real `dlopen` is called from this library, a `dlopen`
+//! panic is caught, I/O errors are ignored, `errno` is preserved across the interposed
+//! `dlopen`, and a failed lookup of its own is cleared from `dlerror`. Known limit: because the real `dlopen` is called from this library, a `dlopen`
 //! of a bare file name no longer searches the *calling* library's `DT_RUNPATH` (glibc uses
 //! the caller's one); ggml loads its backends by full path, so ggml is not affected.
 
@@ -29,6 +39,14 @@ use std::sync::Mutex;
 
 /// Environment variable naming the JSON-lines file the probe appends to.
 pub const OUT_ENV: &str = "GGML_AB_PROBE_OUT";
+
+/// The symbols whose providing file is recorded (`"event":"binding"`). Each is defined by
+/// `libggml-base` alone: not by `libggml-cpu` or the backends, and not by the harness's own
+/// preloaded timing shims (`cabi-tests/sched-bench/sched_probe.c` and `backend_trace.c` define
+/// `ggml_backend_sched_new`, `_alloc_graph`, `_reserve`, `_reset`, `_graph_compute_async`,
+/// `_synchronize`, `ggml_backend_graph_compute` and `ggml_backend_dev_init`, so those are not
+/// used here).
+pub const BOUND_SYMBOLS: [&CStr; 2] = [c"ggml_init", c"ggml_backend_sched_graph_compute"];
 
 /// One mapped library file, as found in `/proc/self/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,17 +138,71 @@ pub fn record_line(
     s
 }
 
+/// Builds one output line (with its trailing newline) for the file that provides `symbol`.
+/// It has no `"name"` field on purpose (see the module docs).
+pub fn binding_line(pid: u32, symbol: &str, path: &str, sha256: Option<&str>, exe: &str) -> String {
+    let v = serde_json::json!({
+        "pid": pid,
+        "event": "binding",
+        "symbol": symbol,
+        "path": path,
+        "sha256": sha256,
+        "exe": exe,
+    });
+    let mut s = v.to_string();
+    s.push('\n');
+    s
+}
+
+/// The canonical path of the file that provides `symbol` to this process's global scope
+/// (what `dlsym(RTLD_DEFAULT, ..)` finds), or `None` when the symbol is not there. When the
+/// file name cannot be canonicalized the name `dladdr` gave is returned as it is; an empty one
+/// (the main program, on some glibc versions) is read from `/proc/self/exe`.
+pub fn provider_of(symbol: &CStr) -> Option<String> {
+    // SAFETY: RTLD_DEFAULT with a valid NUL-terminated symbol name is a plain lookup.
+    let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, symbol.as_ptr()) };
+    if addr.is_null() {
+        // SAFETY: plain call; clears the "undefined symbol" message our lookup left, so the
+        // host's next `dlerror` does not see it.
+        unsafe { libc::dlerror() };
+        return None;
+    }
+    // SAFETY: an all-zero `Dl_info` (null pointers) is a valid value to be overwritten.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `addr` came from dlsym and `info` is a live, writable `Dl_info`.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so `dli_fname` points to the loader's NUL-terminated name of
+    // the loaded object; it is copied at once, before anything here could unload it.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }
+        .to_string_lossy()
+        .into_owned();
+    if name.is_empty() {
+        return std::fs::read_link("/proc/self/exe")
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
+    }
+    Some(match std::fs::canonicalize(&name) {
+        Ok(p) => p.to_string_lossy().into_owned(),
+        Err(_) => name,
+    })
+}
+
 struct State {
-    /// The pid the `emitted` set belongs to (a forked child starts over).
+    /// The pid the `emitted` and `bound` sets belong to (a forked child starts over).
     pid: u32,
     emitted: HashSet<String>,
+    /// The symbols of [`BOUND_SYMBOLS`] whose binding this pid has written.
+    bound: HashSet<&'static str>,
     hashes: HashMap<String, Option<String>>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
 /// Scans this process's maps and appends a line for every recorded library not yet written
-/// by this process. Does nothing without `GGML_AB_PROBE_OUT`.
+/// by this process, then one for every symbol of [`BOUND_SYMBOLS`] that now resolves and
+/// whose binding is not yet written. Does nothing without `GGML_AB_PROBE_OUT`.
 fn scan(event: &str) {
     let Some(out) = std::env::var_os(OUT_ENV) else {
         return;
@@ -150,11 +222,13 @@ fn scan(event: &str) {
     let state = guard.get_or_insert_with(|| State {
         pid,
         emitted: HashSet::new(),
+        bound: HashSet::new(),
         hashes: HashMap::new(),
     });
     if state.pid != pid {
         state.pid = pid;
         state.emitted.clear();
+        state.bound.clear();
     }
     let exe = std::fs::read_link("/proc/self/exe")
         .map(|p| p.to_string_lossy().into_owned())
@@ -171,6 +245,22 @@ fn scan(event: &str) {
             .clone();
         text.push_str(&record_line(pid, event, &m, sha.as_deref(), &exe));
         state.emitted.insert(m.path);
+    }
+    for sym in BOUND_SYMBOLS {
+        let Ok(name) = sym.to_str() else { continue };
+        if state.bound.contains(name) {
+            continue;
+        }
+        let Some(path) = provider_of(sym) else {
+            continue;
+        };
+        let sha = state
+            .hashes
+            .entry(path.clone())
+            .or_insert_with(|| sha256_file(&path))
+            .clone();
+        text.push_str(&binding_line(pid, name, &path, sha.as_deref(), &exe));
+        state.bound.insert(name);
     }
     drop(guard);
     if !text.is_empty() {
@@ -309,6 +399,61 @@ mod tests {
         assert_eq!(v["path"], "/p/\"q\"/libggml.so.0");
         assert_eq!(v["sha256"], "ab");
         assert_eq!(v["event"], "startup");
+    }
+
+    #[test]
+    fn binding_is_one_json_line_without_a_name() {
+        let line = binding_line(9, "ggml_init", "/s/libtrace.so", Some("cd"), "/bin/y");
+        assert!(line.ends_with('\n'));
+        assert_eq!(line.matches('\n').count(), 1);
+        let v: serde_json::Value = serde_json::from_str(line.trim_end()).unwrap();
+        assert_eq!(v["pid"], 9);
+        assert_eq!(v["event"], "binding");
+        assert_eq!(v["symbol"], "ggml_init");
+        assert_eq!(v["path"], "/s/libtrace.so");
+        assert_eq!(v["sha256"], "cd");
+        assert_eq!(v["exe"], "/bin/y");
+        // Readers that pick `"name":"libggml-base"` lines must not take it for a mapping.
+        assert!(v.get("name").is_none());
+    }
+
+    #[test]
+    fn provider_is_the_canonical_file() {
+        // `malloc` comes from libc here (the test binary preloads nothing).
+        let p = provider_of(c"malloc").expect("malloc resolves");
+        assert!(p.starts_with('/'), "{p}");
+        assert!(
+            library_name(&p).starts_with("libc"),
+            "malloc provided by {p}"
+        );
+        assert_eq!(
+            std::fs::canonicalize(&p).unwrap().to_string_lossy(),
+            p.as_str()
+        );
+    }
+
+    #[test]
+    fn a_missing_symbol_has_no_provider_and_leaves_no_dlerror() {
+        assert_eq!(provider_of(c"ab_probe_no_such_symbol_3f9"), None);
+        // SAFETY: plain call.
+        assert!(unsafe { libc::dlerror() }.is_null());
+    }
+
+    #[test]
+    fn bound_symbols_are_not_the_timing_shims_ones() {
+        let shims = [
+            "ggml_backend_sched_new",
+            "ggml_backend_sched_alloc_graph",
+            "ggml_backend_sched_reserve",
+            "ggml_backend_sched_reset",
+            "ggml_backend_sched_graph_compute_async",
+            "ggml_backend_sched_synchronize",
+            "ggml_backend_graph_compute",
+            "ggml_backend_dev_init",
+        ];
+        for s in BOUND_SYMBOLS {
+            assert!(!shims.contains(&s.to_str().unwrap()), "{s:?}");
+        }
     }
 
     #[test]

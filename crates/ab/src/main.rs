@@ -553,8 +553,9 @@ fn dispatch(paths: &Paths, cmd: Cmd) -> Result<u8> {
             // The reproducer's output comes after the job's table: repeat the verdict last.
             let c = &r.comparison;
             say(&format!(
-                "main job: {} works in arms {} and {}; proofs {}; the arms {}; report {}",
+                "main job: {} work{} in arms {} and {}; proofs {}; the arms {}; report {}",
                 c.runs.len(),
+                if c.runs.len() == 1 { "" } else { "s" },
                 r.arms[0].name,
                 r.arms[1].name,
                 if c.proofs_ok { "OK" } else { "FAILED" },

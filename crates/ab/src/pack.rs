@@ -99,11 +99,11 @@ pub fn make(paths: &Paths, out: Option<PathBuf>) -> Result<PathBuf> {
         out.join(bundle::MARKER),
         serde_json::to_string_pretty(&manifest)? + "\n",
     )?;
-    let tar = out.with_extension("tar.gz");
     let (parent, name) = (
         out.parent().context("the bundle folder has no parent")?,
         out.file_name().context("the bundle folder has no name")?,
     );
+    let tar = archive_path(&out).context("the bundle folder has no name")?;
     let st = Command::new("tar")
         .arg("-czf")
         .arg(&tar)
@@ -130,6 +130,15 @@ pub fn make(paths: &Paths, out: Option<PathBuf>) -> Result<PathBuf> {
         name.to_string_lossy()
     ));
     Ok(out)
+}
+
+/// The archive written beside the bundle folder `out`: its whole name and `.tar.gz` (not
+/// `with_extension`, which would turn `ab-0.25` into `ab-0.tar.gz`, the archive of `ab-0.26`
+/// too). None when `out` has no name (`/`, or ending in `..`).
+fn archive_path(out: &Path) -> Option<PathBuf> {
+    let mut name = out.file_name()?.to_os_string();
+    name.push(".tar.gz");
+    Some(out.with_file_name(name))
 }
 
 /// The folder `ab bundle --out` names, checked before anything is built: it is removed whole
@@ -239,7 +248,7 @@ fn utc_now() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::writable_out;
+    use super::{archive_path, writable_out};
     use std::path::Path;
 
     fn scratch(name: &str) -> std::path::PathBuf {
@@ -282,5 +291,28 @@ mod tests {
         std::fs::write(old.join(bundle::MARKER), b"{}").unwrap();
         assert_eq!(writable_out(old.join(".")).unwrap(), old);
         assert_eq!(writable_out(old.join("lib/..")).unwrap(), old);
+    }
+
+    /// The archive is the folder's whole name and `.tar.gz`: a name with a dot keeps it, so
+    /// `ab-0.25` and `ab-0.26` get archives of their own.
+    #[test]
+    fn the_archive_is_the_folder_name_and_tar_gz() {
+        for (out, tar) in [
+            ("x/ab-0.25", "x/ab-0.25.tar.gz"),
+            ("x/ab-0.26", "x/ab-0.26.tar.gz"),
+            ("x/plain", "x/plain.tar.gz"),
+            ("/t/ab-bundle", "/t/ab-bundle.tar.gz"),
+            ("x/b.tar", "x/b.tar.tar.gz"),
+            ("x/ab-0.25/", "x/ab-0.25.tar.gz"),
+            ("ab-0.25", "ab-0.25.tar.gz"),
+        ] {
+            assert_eq!(
+                archive_path(Path::new(out)).as_deref(),
+                Some(Path::new(tar)),
+                "{out}"
+            );
+        }
+        assert_eq!(archive_path(Path::new("/")), None);
+        assert_eq!(archive_path(Path::new("x/..")), None);
     }
 }

@@ -69,6 +69,9 @@ impl Arm {
                 .unwrap_or(false);
         if !fresh {
             let tmp = lib_dir.join(".libggml-base.so.0.part");
+            // A part left by a killed run may be read-only (copied from the store, whose
+            // files are): copying onto it would fail for a user other than root.
+            let _ = std::fs::remove_file(&tmp);
             std::fs::copy(&resolved, &tmp)
                 .with_context(|| format!("copying {} to {}", resolved.display(), tmp.display()))?;
             std::fs::rename(&tmp, &lib_copy)
@@ -273,6 +276,12 @@ fn prepend(dir: &Path, var: &str) -> OsString {
         v.push(old);
     }
     v
+}
+
+/// The user's own `LD_LIBRARY_PATH`, as every run gets it after the arm's folders
+/// ([`users_list`]): None when unset or empty.
+pub fn users_ld_library_path() -> Option<OsString> {
+    users_list("LD_LIBRARY_PATH")
 }
 
 /// The user's own `LD_LIBRARY_PATH` or `LD_PRELOAD` (None when unset or empty), its relative

@@ -110,6 +110,9 @@ impl Arm {
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let file = dir.join("libggml-base.so.0");
         let part = dir.join(".libggml-base.so.0.part");
+        // A part left by a killed run may be read-only (copied from the store, whose files
+        // are): copying onto it would fail for a user other than root.
+        let _ = fs::remove_file(&part);
         fs::copy(&resolved, &part)
             .with_context(|| format!("copying {} to {}", source.display(), part.display()))?;
         fs::rename(&part, &file).with_context(|| format!("installing {}", file.display()))?;

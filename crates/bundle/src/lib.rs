@@ -25,7 +25,7 @@ pub use caller::{
     caller_dir, caller_env, caller_path, caller_path_parser, caller_search_list, take_caller_dir,
     CALLER_DIR_VAR,
 };
-pub use lock::{lock_dir, lock_file};
+pub use lock::{lock_dir, lock_file, lock_file_waiting};
 pub use manifest::{verify, CORE_FILES};
 pub use process::{check_loader_path, die_with_parent, loader_split_char, GroupGuard};
 

@@ -21,6 +21,50 @@ pub fn lock_dir(dir: &Path) -> Result<std::fs::File, String> {
 /// Errors: the lock is held by another process (the message names it and `what`), or the
 /// file cannot be opened.
 pub fn lock_file(path: &Path, what: &Path) -> Result<std::fs::File, String> {
+    match try_lock_file(path)? {
+        Locked::Mine(file) => Ok(file),
+        Locked::Held(holder) => Err(format!(
+            "{} is in use by another harness process ({holder}): wait for it to end, or run \
+             this one from another copy of the bundle or workspace",
+            what.display()
+        )),
+    }
+}
+
+/// [`lock_file`] that waits while another process holds the lock, for work that may queue
+/// behind another harness's (two jobs' ctest runs in one llama.cpp build folder, which
+/// rewrite the test models the other's tests map). `waiting` gets the holder's line once,
+/// when the wait begins; the lock is then retried every second.
+///
+/// Errors: as [`lock_file`], except that a held lock is waited for.
+pub fn lock_file_waiting(
+    path: &Path,
+    mut waiting: impl FnMut(&str),
+) -> Result<std::fs::File, String> {
+    let mut told = false;
+    loop {
+        match try_lock_file(path)? {
+            Locked::Mine(file) => return Ok(file),
+            Locked::Held(holder) => {
+                if !std::mem::replace(&mut told, true) {
+                    waiting(&holder);
+                }
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// What one try of the lock gave.
+enum Locked {
+    /// The lock, now this process's.
+    Mine(std::fs::File),
+    /// Held by another process, whose line (pid and command) this is.
+    Held(String),
+}
+
+/// One try of the lock at `path` ([`lock_file`]'s checks and holder line).
+fn try_lock_file(path: &Path) -> Result<Locked, String> {
     use std::io::{Read, Seek, Write};
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
@@ -58,12 +102,7 @@ pub fn lock_file(path: &Path, what: &Path) -> Result<std::fs::File, String> {
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
-            return Err(format!(
-                "{} is in use by another harness process ({}): wait for it to end, or run this \
-                 one from another copy of the bundle or workspace",
-                what.display(),
-                holder.trim()
-            ));
+            return Ok(Locked::Held(holder.trim().to_string()));
         }
         Err(std::fs::TryLockError::Error(e)) => {
             return Err(format!("locking {}: {e}", path.display()))
@@ -76,7 +115,7 @@ pub fn lock_file(path: &Path, what: &Path) -> Result<std::fs::File, String> {
         .set_len(0)
         .and_then(|_| file.rewind())
         .and_then(|_| file.write_all(me.as_bytes()));
-    Ok(file)
+    Ok(Locked::Mine(file))
 }
 
 #[cfg(test)]
@@ -107,6 +146,37 @@ mod tests {
         let e = lock_dir(&d).unwrap_err();
         assert!(e.contains("hard link"), "{e}");
         assert_eq!(std::fs::read_to_string(&other).unwrap(), "kept");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A held lock is waited for, the holder named once; it is taken once released.
+    #[test]
+    fn a_waiting_lock_is_taken_when_released() {
+        let d = std::env::temp_dir().join(format!("bundle-lock-wait-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let path = d.join("ctest.lock");
+        let held = lock_file(&path, &d).unwrap();
+        let started = std::time::Instant::now();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn({
+            let path = path.clone();
+            move || lock_file_waiting(&path, |holder| tx.send(holder.to_string()).unwrap())
+        });
+        let holder = rx.recv().unwrap();
+        assert!(
+            holder.contains(&format!("pid {}", std::process::id())),
+            "{holder}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        assert!(!waiter.is_finished(), "took a held lock");
+        drop(held);
+        let taken = waiter.join().unwrap().unwrap();
+        assert!(started.elapsed() >= std::time::Duration::from_millis(1500));
+        assert!(
+            rx.try_recv().is_err(),
+            "the holder was named more than once"
+        );
+        drop(taken);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -61,7 +61,15 @@ pub struct Work {
     pub args: Vec<OsString>,
     /// How long it may run before it is killed and reported timed out.
     pub timeout: Duration,
+    /// A lock file in the llama.cpp build folder, held while the work runs, for work that
+    /// writes that folder: ctest (its tests rewrite `tests/test-models/*.gguf`, which others
+    /// of its tests map, so two jobs' ctest runs in one build fail each other's tests with
+    /// bus errors). Another harness process holding it is waited for.
+    pub build_lock: Option<PathBuf>,
 }
+
+/// The lock file of a llama.cpp build folder's ctest runs ([`Work::build_lock`]).
+pub const CTEST_LOCK: &str = ".ab-ctest.lock";
 
 /// A whole number from `AB_*` variable `name`, at least 1: `None` when unset; a value that is
 /// not one is named in a warning and read as unset (the default applies), never as 0.
@@ -308,6 +316,7 @@ pub fn works(
             program: paths::program(llama_build, "llama-simple")?,
             args,
             timeout: t(600),
+            build_lock: None,
         });
     }
     if selected("ctest") {
@@ -354,7 +363,20 @@ pub fn works(
             warn_without_jinja2();
         }
         let named = wanted.iter().flatten().any(|x| matches("ctest", x));
-        if count == 0 && named {
+        if count == 0 && always > 0 {
+            // The build has tests; the user's labels left out every one.
+            let why = format!(
+                "ctest: --ctest-exclude-label {} leaves out all {always} tests of {} that \
+                 would run otherwise",
+                plan.ctest_exclude_labels.join(", "),
+                llama_build.display()
+            );
+            if named {
+                bail!("--only names ctest, but {why}");
+            }
+            crate::say(&format!("left out: {why}"));
+            left_out.push(why);
+        } else if count == 0 && named {
             bail!(
                 "--only names ctest, but {} has no tests to run (configure llama.cpp with \
                  -DLLAMA_BUILD_TESTS=ON and build every target)",
@@ -376,8 +398,15 @@ pub fn works(
                 program: PathBuf::from("ctest"),
                 args,
                 timeout: t(3 * 3600),
+                build_lock: Some(llama_build.join(CTEST_LOCK)),
             });
         }
+    } else if !plan.ctest_exclude_labels.is_empty() {
+        crate::say(&format!(
+            "warning: --ctest-exclude-label {}: ctest is not among the works selected, so \
+             it changes nothing",
+            plan.ctest_exclude_labels.join(", ")
+        ));
     }
     let ops: Vec<Option<&str>> = if full {
         vec![None]
@@ -412,6 +441,7 @@ pub fn works(
                 program: paths::program(llama_build, "test-backend-ops")?,
                 args,
                 timeout: t(if op.is_some() { 1800 } else { 4 * 3600 }),
+                build_lock: None,
             });
         }
     }
@@ -456,6 +486,59 @@ mod tests {
         assert_eq!(parse_devices(cuda), vec!["CUDA0", "HRX0"]);
         assert!(parse_devices("Available devices:\n  (none)\n").is_empty());
         assert!(parse_devices("").is_empty());
+    }
+
+    /// Labels that leave out every test of a build that has tests are named as the reason,
+    /// not the build (whose tests were configured): an error when `--only` names ctest, a
+    /// work left out otherwise. Runs `ctest -N` on the stock build (`./ab build-stock`).
+    #[test]
+    fn labels_leaving_out_every_test_are_named() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let build = root.join("target/llama-stock");
+        assert!(
+            build.join("CTestTestfile.cmake").is_file(),
+            "needs the stock build: ./ab build-stock"
+        );
+        let paths = Paths {
+            root: root.clone(),
+            target: root.join("target"),
+            bundle: None,
+        };
+        let labels = ["main".to_string(), "python".to_string()];
+        let plan = |only| Plan {
+            full: false,
+            only,
+            devices: vec!["CPU".into()],
+            model: None,
+            partial_ngl: 0,
+            ctest_exclude_labels: &labels,
+        };
+        let mut left_out = Vec::new();
+        let err = works(&paths, &build, &plan(Some("ctest")), &mut left_out).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("--ctest-exclude-label main, python leaves out all")
+                && !err.contains("LLAMA_BUILD_TESTS"),
+            "{err}"
+        );
+        let picked = works(
+            &paths,
+            &build,
+            &plan(Some("backend-ops ADD")),
+            &mut left_out,
+        )
+        .unwrap();
+        assert_eq!(picked.len(), 1);
+        assert!(picked[0].build_lock.is_none());
+        assert!(left_out.is_empty(), "{left_out:?}");
+        // Without the labels ctest runs, holding the build folder's lock.
+        let plain = Plan {
+            ctest_exclude_labels: &[],
+            ..plan(Some("ctest"))
+        };
+        let ctest = works(&paths, &build, &plain, &mut left_out).unwrap();
+        assert_eq!(ctest.len(), 1);
+        assert_eq!(ctest[0].build_lock, Some(build.join(CTEST_LOCK)));
     }
 
     #[test]

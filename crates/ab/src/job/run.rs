@@ -90,6 +90,28 @@ impl Watcher for SuiteWatch {
     }
 }
 
+/// Takes a work's lock in the llama.cpp build folder ([`Work::build_lock`]), waiting for
+/// another harness process that holds it (named in a progress line). A build folder where the
+/// lock cannot be made (read-only, say) runs without one, with a warning: its ctest cannot
+/// write there either, so no other job's can.
+fn take_build_lock(lock: &Path, label: &str) -> Result<Option<std::fs::File>> {
+    let folder = lock.parent().unwrap_or(lock);
+    match bundle::lock_file_waiting(lock, |holder| {
+        say(&format!(
+            "{label}: waiting for another harness process's run in {} ({holder})",
+            folder.display()
+        ))
+    }) {
+        Ok(f) => Ok(Some(f)),
+        Err(why) => {
+            say(&format!(
+                "{label}: warning: {why}; running without the build folder's lock"
+            ));
+            Ok(None)
+        }
+    }
+}
+
 /// Runs one work in one arm and builds its report entry.
 pub fn run_work(paths: &Paths, arm: &Arm, work: &Work) -> Result<RunReport> {
     let label = format!("[{}] {}", arm.name, work.name);
@@ -108,6 +130,11 @@ pub fn run_work(paths: &Paths, arm: &Arm, work: &Work) -> Result<RunReport> {
         echo: false,
         expect_base: true,
         dir: None,
+    };
+    // Held until the run has ended (dropped with this function's locals).
+    let _build_lock = match &work.build_lock {
+        Some(lock) => take_build_lock(lock, &label)?,
+        None => None,
     };
     let o = swap::run(&paths.ab_dir(), &paths.probe(), arm, &job, &mut watch)?;
     let stdout = String::from_utf8_lossy(&o.finished.stdout).into_owned();
@@ -171,6 +198,12 @@ fn arm_report(arm: &Arm, runs: Vec<RunReport>) -> ArmReport {
 
 /// Resolves the two arms' files: `--a`/`--b`, else the build's own `libggml-base.so.0` and
 /// ours (built on demand).
+///
+/// Arm a is what its file held when the job started: building ours can replace that file
+/// (`--a target/ours/lib/libggml-base.so.0`, last build against this one), and arm a would
+/// then run the new build too. Its sha256 is taken before the build; when the file changed,
+/// arm a runs the store's copy of the old bytes ([`lib_store`] keeps every library ours
+/// built and every arm that ran), and without one the job stops, naming both hashes.
 fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, PathBuf); 2]> {
     let a = match &opts.a {
         Some(f) => ("a".to_string(), lib_store::resolve(&paths.ab_dir(), f)?),
@@ -186,6 +219,11 @@ fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, 
             ("stock".to_string(), f)
         }
     };
+    let a_before = match opts.b {
+        // Only building ours can change arm a's file under the job.
+        None if opts.a.is_some() => Some(pins::sha256_file(&a.1)?),
+        _ => None,
+    };
     let b = match &opts.b {
         Some(f) => ("b".to_string(), lib_store::resolve(&paths.ab_dir(), f)?),
         None => match crate::ours::build(paths) {
@@ -196,7 +234,39 @@ fn arm_files(paths: &Paths, opts: &AbOptions, build: &Path) -> Result<[(String, 
             ),
         },
     };
+    let a = match a_before {
+        Some(before) => (a.0, pinned_before_build(&paths.ab_dir(), &a.1, &before)?),
+        None => a,
+    };
     Ok([a, b])
+}
+
+/// Arm a's file as it was before ours was built: `file` itself when it still hashes `before`,
+/// else the store's copy of `before`. Errors: the file changed and the store has no copy
+/// (the message names both hashes and what to do).
+fn pinned_before_build(ab_dir: &Path, file: &Path, before: &str) -> Result<PathBuf> {
+    let now = pins::sha256_file(file)?;
+    if now == before {
+        return Ok(file.to_path_buf());
+    }
+    let full = Path::new(before);
+    match lib_store::resolve(ab_dir, full) {
+        Ok(stored) => {
+            say(&format!(
+                "arm a: building ours replaced {} (sha256 {before} when the job started, \
+                 {now} now); arm a runs the stored copy of the first, {}",
+                file.display(),
+                stored.display()
+            ));
+            Ok(stored)
+        }
+        Err(e) => bail!(
+            "arm a: building ours replaced {} (sha256 {before} when the job started, {now} \
+             now), and the store has no copy of the first ({e:#}); copy the library you mean \
+             outside target/ before the job, or pass --b to skip the build",
+            file.display()
+        ),
+    }
 }
 
 /// Moves the last job's `report.json` (at `path`) to `report.previous.json` beside it, so the
@@ -407,6 +477,43 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Arm a named by a path that building ours replaced runs the bytes it had when the job
+    /// started: the store's copy when there is one; with none, the job stops naming both
+    /// hashes. An unchanged file is used as it is.
+    #[test]
+    fn arm_a_replaced_by_the_build_runs_its_old_bytes() {
+        let d = std::env::temp_dir().join(format!("ab-pin-arm-a-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let ab_dir = d.join("ab");
+        let file = d.join("libggml-base.so.0");
+        std::fs::write(&file, b"old build").unwrap();
+        let before = pins::sha256_file(&file).unwrap();
+        assert_eq!(
+            pinned_before_build(&ab_dir, &file, &before).unwrap(),
+            file,
+            "unchanged: the file itself"
+        );
+        std::fs::write(&file, b"new build").unwrap();
+        let now = pins::sha256_file(&file).unwrap();
+        let err = format!(
+            "{:#}",
+            pinned_before_build(&ab_dir, &file, &before).unwrap_err()
+        );
+        assert!(
+            err.contains(&before) && err.contains(&now) && err.contains("no copy"),
+            "{err}"
+        );
+        // The old bytes in the store (as `ours::build` and every job keep them).
+        let old = d.join("old.so");
+        std::fs::write(&old, b"old build").unwrap();
+        let stored = lib_store::keep(&ab_dir, &old, &before).unwrap();
+        let pinned = pinned_before_build(&ab_dir, &file, &before).unwrap();
+        assert_eq!(pinned, stored);
+        assert_eq!(std::fs::read(&pinned).unwrap(), b"old build");
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     #[test]
     fn the_last_report_is_set_aside_not_lost() {

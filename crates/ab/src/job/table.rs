@@ -233,7 +233,14 @@ fn write_runs(out: &mut String, r: &Report) -> std::fmt::Result {
         "same file: {}; proofs: {}; outputs equal: {}; counts equal: {}",
         if c.same_file { "yes" } else { "no" },
         if c.proofs_ok { "OK" } else { "FAILED" },
-        if c.all_outputs_equal { "yes" } else { "NO" },
+        if c.runs.iter().all(|run| run.outputs_equal.is_none()) {
+            // No generation ran: there was no output to compare.
+            "none compared"
+        } else if c.all_outputs_equal {
+            "yes"
+        } else {
+            "NO"
+        },
         if c.all_counts_equal { "yes" } else { "NO" },
     )?;
     for why in &r.left_out {
@@ -332,6 +339,23 @@ ours generated: "The capital of France is Lyon."
     }
 
     /// The README quotes the table: the quote must stay what the code prints.
+    /// Without a generation work no output was compared, and the summary says so instead of
+    /// "yes".
+    #[test]
+    fn no_generation_means_no_output_compared() {
+        let mut r = readme_report();
+        for arm in &mut r.arms {
+            arm.runs.retain(|run| run.kind != Kind::Generation);
+        }
+        r.comparison = super::super::compare::compare(&r.arms[0], &r.arms[1]);
+        let text = render_table(&r);
+        assert!(
+            text.contains("outputs equal: none compared; counts equal: yes"),
+            "{text}"
+        );
+        assert!(render_table(&readme_report()).contains("outputs equal: yes;"));
+    }
+
     #[test]
     fn a_work_left_out_is_named_under_the_summary() {
         let mut r = readme_report();
