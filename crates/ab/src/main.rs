@@ -698,6 +698,14 @@ fn resolve_path_vars() {
 }
 
 fn main() -> ExitCode {
+    // A reader that went away (`./ab ab ... 2>&1 | head`) ends the harness as it ends any
+    // command-line tool, and its runs with it (their process groups go with the harness,
+    // `bundle::GroupGuard`), instead of a job that goes on without output for an hour and
+    // then panics at its table. The harness writes to no pipe or socket but its own output
+    // (children get a null stdin; the RPC checks only connect), and the programs it starts
+    // get the default disposition from `Command` anyway.
+    // SAFETY: setting a signal's disposition to the default, before any other thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     // First, while this is the only thread, and before the arguments (whose relative paths
     // are taken from that folder) are parsed.
     bundle::take_caller_dir();
