@@ -123,30 +123,25 @@ fn dl_error() -> String {
 /// run) when that is shorter. Milliseconds for a library that loads; a constructor that never
 /// returns must not hang the harness before its first run.
 fn read_timeout() -> std::time::Duration {
-    let run_limit = std::env::var("AB_TIMEOUT_S")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|&s| s > 0);
-    std::time::Duration::from_secs(run_limit.map_or(60, |s| s.min(60)))
+    let most = std::time::Duration::from_secs(60);
+    crate::job::catalogue::timeout_override().map_or(most, |limit| limit.min(most))
 }
 
 /// Reads `file`'s identity in a child process (`ab abi-of FILE`), with `lib_dir` (the folder
 /// of the build's other ggml libraries) first on `LD_LIBRARY_PATH` for its dependencies, then
 /// the user's own entries (a library built by another toolchain may need its runtime from
-/// there, as the runs themselves find it: [`crate::swap::users_ld_library_path`]). Fails
+/// there, as the runs themselves find it: [`crate::swap::library_path_before_users`]). Fails
 /// naming the file: it cannot be loaded, is not a libggml-base, or took longer than
 /// [`read_timeout`] (a constructor that never returns).
 pub fn read(file: &Path, lib_dir: &Path) -> Result<LibAbi> {
     let exe = std::env::current_exe().context("finding the harness's own binary")?;
-    let mut search = lib_dir.as_os_str().to_os_string();
-    if let Some(user) = crate::swap::users_ld_library_path() {
-        search.push(":");
-        search.push(user);
-    }
     let mut cmd = Command::new(exe);
     cmd.arg("abi-of")
         .arg(file)
-        .env("LD_LIBRARY_PATH", search)
+        .env(
+            "LD_LIBRARY_PATH",
+            crate::swap::library_path_before_users(lib_dir),
+        )
         .env_remove("LD_PRELOAD");
     let timeout = read_timeout();
     let out = crate::proc::run(

@@ -278,10 +278,10 @@ fn prepend(dir: &Path, var: &str) -> OsString {
     v
 }
 
-/// The user's own `LD_LIBRARY_PATH`, as every run gets it after the arm's folders
-/// ([`users_list`]): None when unset or empty.
-pub fn users_ld_library_path() -> Option<OsString> {
-    users_list("LD_LIBRARY_PATH")
+/// `dir` first on `LD_LIBRARY_PATH`, then the user's own entries, as every run gets it
+/// ([`prepend`]): for a child that must find libraries where the runs find them.
+pub fn library_path_before_users(dir: &Path) -> OsString {
+    prepend(dir, "LD_LIBRARY_PATH")
 }
 
 /// The user's own `LD_LIBRARY_PATH` or `LD_PRELOAD` (None when unset or empty), its relative

@@ -130,7 +130,7 @@ pub fn ctest_label_exclusion(extra: &[String]) -> Result<String> {
 
 /// `AB_TIMEOUT_S`: one time limit for every work, instead of each work's own (seconds, at
 /// least 1).
-fn timeout_override() -> Option<Duration> {
+pub(crate) fn timeout_override() -> Option<Duration> {
     env_count("AB_TIMEOUT_S").map(Duration::from_secs)
 }
 

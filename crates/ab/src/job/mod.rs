@@ -14,7 +14,7 @@
 //! - [`run`]: the orchestration (arms, each work in each arm with its proof);
 //! - [`table`]: the readable table.
 
-mod catalogue;
+pub(crate) mod catalogue;
 mod compare;
 #[cfg(test)]
 mod fixtures;
