@@ -87,4 +87,21 @@ fn a_bundle_runs_without_cargo() {
     let err = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{err}");
     assert!(err.contains("--llama-build DIR"), "{err}");
+
+    // Nor a model: a generation work without --model is refused before the arms are set up
+    // (no arm line, nothing built or copied).
+    let run = Command::new(out.join("ab"))
+        .current_dir(&elsewhere)
+        .env("PATH", no_cargo)
+        .args(["ab", "--only", "simple", "--llama-build"])
+        .arg(&build)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    assert!(err.contains("name the generation model: --model"), "{err}");
+    assert!(
+        !err.contains("[ab] arm "),
+        "the arms were set up first: {err}"
+    );
 }

@@ -221,18 +221,43 @@ fn warn_without_jinja2() {
     }
 }
 
-/// How many tests `ctest -N` lists with these arguments (the test folder and filters).
+/// How many tests `ctest -N` lists in `build` with these arguments (the test folder and
+/// filters). ctest writes its log `Testing/Temporary/LastTest.log` even for a listing: the
+/// log of the user's last real run is put back afterwards (or the listing's removed when
+/// there was none), so counting leaves the build folder's logs as they were.
 ///
 /// Errors: `ctest` cannot be started (not on `PATH`), or its listing has no
 /// `Total Tests: N` line.
-fn ctest_count(filter: &[OsString]) -> Result<u64> {
+fn ctest_count(build: &Path, filter: &[OsString]) -> Result<u64> {
+    let testing = build.join("Testing");
+    let had_testing = testing.exists();
+    let log = testing.join("Temporary/LastTest.log");
+    let before = std::fs::read(&log).ok();
     let o = std::process::Command::new("ctest")
         .arg("-N")
         .args(filter)
-        .output()
-        .map_err(|e| {
-            anyhow::anyhow!("ctest could not be started ({e}): it comes with cmake; install cmake, or leave ctest out with --only")
-        })?;
+        .output();
+    let restored = match &before {
+        Some(bytes) => std::fs::write(&log, bytes),
+        None => match std::fs::remove_file(&log) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    };
+    if !had_testing {
+        // The folders ctest made for the listing's log alone (kept if anything else is there).
+        let _ = std::fs::remove_dir(testing.join("Temporary"));
+        let _ = std::fs::remove_dir(&testing);
+    }
+    if let Err(e) = restored {
+        crate::say(&format!(
+            "warning: could not put back {} after counting its tests: {e}",
+            log.display()
+        ));
+    }
+    let o = o.map_err(|e| {
+        anyhow::anyhow!("ctest could not be started ({e}): it comes with cmake; install cmake, or leave ctest out with --only")
+    })?;
     let text = String::from_utf8_lossy(&o.stdout);
     parse_ctest_total(&text).ok_or_else(|| {
         anyhow::anyhow!(
@@ -339,18 +364,22 @@ pub fn works(
         let filter = filter_leaving_out(ctest_label_exclusion(plan.ctest_exclude_labels)?);
         // A build configured without its tests has none to run: both arms would "pass" an
         // empty suite, and no process would map a library to prove.
-        let count = ctest_count(&filter)?;
+        let count = ctest_count(llama_build, &filter)?;
         // Labels that leave out nothing more (a typo) would go unnoticed: each is counted.
         // Without extra labels there is nothing to count again.
         let always = if plan.ctest_exclude_labels.is_empty() {
             count
         } else {
-            ctest_count(&filter_leaving_out(ctest_label_exclusion(&[])?))?
+            ctest_count(
+                llama_build,
+                &filter_leaving_out(ctest_label_exclusion(&[])?),
+            )?
         };
         for label in plan.ctest_exclude_labels {
-            let one = ctest_count(&filter_leaving_out(ctest_label_exclusion(
-                std::slice::from_ref(label),
-            )?))?;
+            let one = ctest_count(
+                llama_build,
+                &filter_leaving_out(ctest_label_exclusion(std::slice::from_ref(label))?),
+            )?;
             if one == always {
                 crate::say(&format!(
                     "warning: --ctest-exclude-label {label}: it leaves out no test of {} \
@@ -473,6 +502,39 @@ pub fn works(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A build folder whose ctest lists one test (ctest reads `CTestTestfile.cmake` alone).
+    fn one_test_build(dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(
+            dir.join("CTestTestfile.cmake"),
+            "add_test(only-one \"true\")\n",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn counting_tests_keeps_the_last_runs_log() {
+        let dir = std::env::temp_dir().join(format!("ab-ctest-count-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        one_test_build(&dir);
+        let filter = |d: &Path| vec![OsString::from("--test-dir"), d.as_os_str().to_owned()];
+
+        // No earlier run: the count leaves no log and no Testing folder behind.
+        assert_eq!(ctest_count(&dir, &filter(&dir)).unwrap(), 1);
+        assert!(
+            !dir.join("Testing").exists(),
+            "the listing left its Testing folder"
+        );
+
+        // An earlier run's log is the same bytes afterwards.
+        let log = dir.join("Testing/Temporary/LastTest.log");
+        std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+        std::fs::write(&log, b"the user's last run\n").unwrap();
+        assert_eq!(ctest_count(&dir, &filter(&dir)).unwrap(), 1);
+        assert_eq!(std::fs::read(&log).unwrap(), b"the user's last run\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn devices_are_read_off_list_devices() {

@@ -316,6 +316,35 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
             }
         })?,
     };
+    // What to run is settled before anything is built or copied: a model a bundle needs
+    // and was not given, or an --only that selects nothing, is refused before the arms are
+    // set up.
+    let model = match &opts.model {
+        Some(m) => Some(crate::default_model(paths, Some(m))?),
+        None => None,
+    };
+    // The backend is named before the build lists its devices with it (a missing file
+    // would list the build's own devices only).
+    if let Some(b) = &opts.backend {
+        if !b.is_file() {
+            anyhow::bail!(
+                "backend {} not found (--backend names a library file)",
+                b.display()
+            );
+        }
+    }
+    let devices = super::catalogue::devices(&build, opts.backend.as_deref())?;
+    say(&format!("devices of the build: {}", devices.join(", ")));
+    let plan = super::catalogue::Plan {
+        full: opts.full,
+        only: opts.only.as_deref(),
+        devices,
+        model: model.as_deref(),
+        partial_ngl: opts.partial_ngl,
+        ctest_exclude_labels: &opts.ctest_exclude_labels,
+    };
+    let mut left_out = Vec::new();
+    let works = works(paths, &build, &plan, &mut left_out)?;
     crate::ensure_probe(paths)?;
     let files = arm_files(paths, opts, &build)?;
     let ab_dir = paths.ab_dir();
@@ -344,22 +373,6 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
             arm.lib_copy.display()
         ));
     }
-    let model = match &opts.model {
-        Some(m) => Some(crate::default_model(paths, Some(m))?),
-        None => None,
-    };
-    let devices = super::catalogue::devices(&build, opts.backend.as_deref())?;
-    say(&format!("devices of the build: {}", devices.join(", ")));
-    let plan = super::catalogue::Plan {
-        full: opts.full,
-        only: opts.only.as_deref(),
-        devices,
-        model: model.as_deref(),
-        partial_ngl: opts.partial_ngl,
-        ctest_exclude_labels: &opts.ctest_exclude_labels,
-    };
-    let mut left_out = Vec::new();
-    let works = works(paths, &build, &plan, &mut left_out)?;
     let total = works.len() * arms.len();
     let path = ab_dir.join("report.json");
     let make = |runs: &[Vec<RunReport>], complete: bool| {
