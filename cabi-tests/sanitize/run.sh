@@ -42,9 +42,15 @@ declare -A want
 want[copy-without-wait]="read after unordered write: buffer type DEV0|now:     read of 'y' by ggml_backend_tensor_copy into 'y_on_dev1' on the host|earlier: write of 'y' by node 0 'y' (SCALE) of a graph on DEV0|expected: ggml_backend_synchronize(DEV0), or ggml_backend_event_synchronize of an event recorded on DEV0 after the earlier access"
 want[event-before-work]="read after unordered write: buffer type DEV0|now:     read of 'y_leaf' by node 0 'z' (ADD) of a graph on DEV1|earlier: write of 'y' by node 0 'y' (SCALE) of a graph on DEV0|expected: ggml_backend_event_record(event, DEV0) after the earlier access and ggml_backend_event_wait(DEV1, event) before this one"
 want[sched-inputless]="write after unordered read: buffer type CPU|now:     write of 'kv_write' (a view of 'kv') by node 0 'kv_write' (CPY) of split 1 on CPU|earlier: read of 'kv' by node 0 'kv_read' (SCALE) of split 0 on DEV0|expected: the scheduler's wait before a split without inputs"
+# A strided view is checked as its rows: the host's row between them is no conflict (fault
+# off), one of them is (on).
+want[strided-rows]="write after unordered write: buffer type DEV0|now:     write of 'x' by ggml_backend_tensor_set on the host, bytes [256, 384)|earlier: write of 'write_even' (a view of 'x', 4 runs of bytes) by node 1 'write_even' (CPY) of a graph on DEV0|expected: ggml_backend_synchronize(DEV0)"
+# A copy writes its destination without reading it: one report (write after write), not a
+# read after write besides.
+want[cpy-over-unordered]="write after unordered write: buffer type DEV0|now:     write of 'y_write' (a view of 'y_leaf') by node 0 'y_write' (CPY) of a graph on DEV1|earlier: write of 'y' by node 0 'y' (SCALE) of a graph on DEV0|expected: ggml_backend_event_record(event, DEV0) after the earlier access and ggml_backend_event_wait(DEV1, event) before this one"
 FAULT=GGML_SCHED_TEST_FAULT=no-wait-before-inputless-split
 
-for c in copy-without-wait event-before-work sched-inputless; do
+for c in copy-without-wait event-before-work sched-inputless strided-rows cpy-over-unordered; do
   planted=$([ $c = sched-inputless ] && echo "$FAULT" || echo "UNUSED_=1")
   rc=$(run "$c-off" "$c" off GGML_SCHED_SANITIZE=2)
   n=$(reports "$out/$c-off.err")

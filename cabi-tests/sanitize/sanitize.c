@@ -7,7 +7,8 @@
 // each graph after 100 ms, DEV1 after 10 ms. Buffer
 // set/get/cpy act at once, without waiting for the queue, as a device DMA engine would.
 //
-//   sanitize CASE FAULT      CASE: copy-without-wait | event-before-work | sched-inputless
+//   sanitize CASE FAULT      CASE: copy-without-wait | event-before-work | sched-inputless |
+//                                  strided-rows | cpy-over-unordered
 //                            FAULT: on | off
 //
 // copy-without-wait: DEV0 computes y = 3x; the host copies y into DEV1's memory with the
@@ -19,6 +20,13 @@
 //   may use) into kv_read, then a CPU split without inputs overwrites kv. The fault is the
 //   scheduler's own, GGML_SCHED_TEST_FAULT=no-wait-before-inputless-split (set by run.sh):
 //   it removes the wait for DEV0 before that split.
+// strided-rows: DEV0 writes the even rows of x through a strided view (ggml_cpy into
+//   ggml_view_2d with a row stride of two rows) while the host writes one row of x with
+//   ggml_backend_tensor_set, then waits for DEV0. Fault off: row 1, bytes DEV0 never writes
+//   (no report, though they lie between DEV0's rows). Fault on: row 2, one of DEV0's rows.
+// cpy-over-unordered: DEV0 computes y = 3x; DEV1 copies s over y (ggml_cpy into a tensor at
+//   y's memory), after waiting for an event DEV0 records after its work. Fault on: no wait.
+//   A copy's destination is written, not read: one report (write after write), not two.
 //
 // Prints "case CASE fault FAULT: value V (expected E)"; exits 1 when the fault is off and the
 // value is wrong (with the fault on, the value is printed, not checked: it depends on timing).
@@ -78,7 +86,8 @@ static float * f32(const struct ggml_tensor * t) {
     return (float *) t->data;
 }
 
-// The ops this device runs: SCALE, ADD, CPY of contiguous F32 tensors; views do nothing.
+// The ops this device runs: SCALE, ADD of contiguous F32 tensors, CPY of F32 rows (either
+// side may step over rows); views do nothing.
 static void run_node(struct ggml_tensor * n) {
     int64_t k = ggml_nelements(n);
     switch (n->op) {
@@ -91,8 +100,11 @@ static void run_node(struct ggml_tensor * n) {
         case GGML_OP_ADD:
             for (int64_t i = 0; i < k; i++) f32(n)[i] = f32(n->src[0])[i] + f32(n->src[1])[i];
             break;
-        case GGML_OP_CPY:
-            memcpy(n->data, n->src[0]->data, ggml_nbytes(n));
+        case GGML_OP_CPY: // F32 rows of ne[0] elements, each side through its own row stride
+            for (int64_t r = 0; r < n->ne[1]; r++) {
+                memcpy((char *) n->data + r * n->nb[1], (char *) n->src[0]->data + r * n->src[0]->nb[1],
+                       (size_t) n->ne[0] * sizeof(float));
+            }
             break;
         default:
             break;
@@ -375,9 +387,73 @@ static float sched_inputless(struct fake_dev * d0) {
     return v;
 }
 
+enum { ROWS = 8, COLS = 32 };
+
+static float strided_rows(struct fake_dev * d0, bool fault) {
+    ggml_backend_t       b0 = &d0->backend;
+    struct ggml_context *c0 = ctx_new(), *c1 = ctx_new();
+    struct ggml_tensor * x   = ggml_new_tensor_2d(c0, GGML_TYPE_F32, COLS, ROWS);
+    struct ggml_tensor * src = ggml_new_tensor_2d(c0, GGML_TYPE_F32, COLS, ROWS / 2);
+    ggml_set_name(x, "x");
+    ggml_set_name(src, "src");
+    ggml_backend_alloc_ctx_tensors_from_buft(c0, &d0->buft);
+    struct ggml_tensor * even = ggml_view_2d(c1, x, COLS, ROWS / 2, 2 * x->nb[1], 0);
+    ggml_set_name(even, "x_even_rows");
+    struct ggml_tensor * w = ggml_cpy(c1, src, even);
+    ggml_set_name(w, "write_even");
+    float buf[ROWS * COLS];
+    for (int i = 0; i < ROWS * COLS; i++) buf[i] = 7.0f;
+    ggml_backend_tensor_set(src, buf, 0, ggml_nbytes(src));
+    for (int i = 0; i < ROWS * COLS; i++) buf[i] = 0.0f;
+    ggml_backend_tensor_set(x, buf, 0, ggml_nbytes(x));
+    ggml_backend_graph_compute_async(b0, graph_of(c1, w));
+    const int row = fault ? 2 : 1;
+    float     mine[COLS];
+    for (int i = 0; i < COLS; i++) mine[i] = 9.0f;
+    ggml_backend_tensor_set(x, mine, (size_t) row * x->nb[1], sizeof(mine));
+    ggml_backend_synchronize(b0);
+    ggml_backend_tensor_get(x, buf, 0, ggml_nbytes(x));
+    for (int r = 0; r < ROWS; r++) {
+        float expect = r == row ? 9.0f : (r % 2 == 0 ? 7.0f : 0.0f);
+        if (!fault && buf[r * COLS] != expect) {
+            return -1.0f; // DEV0 wrote a row it should not have
+        }
+    }
+    return buf[row * COLS];
+}
+
+static float cpy_over_unordered(struct fake_dev * d0, struct fake_dev * d1, bool fault) {
+    ggml_backend_t       b0 = &d0->backend, b1 = &d1->backend;
+    struct ggml_context *c0 = ctx_new(), *c1 = ctx_new(), *c2 = ctx_new();
+    struct ggml_tensor * x  = vec(c0, "x");
+    struct ggml_tensor * y  = ggml_scale(c0, x, 3.0f);
+    ggml_set_name(y, "y");
+    ggml_backend_buffer_t buf0 = ggml_backend_alloc_ctx_tensors_from_buft(c0, &d0->buft);
+    struct ggml_tensor * s  = vec(c1, "s");
+    ggml_backend_alloc_ctx_tensors_from_buft(c1, &d1->buft);
+    // DEV1's graph writes y's memory through a leaf of its own (else it would compute y too).
+    struct ggml_tensor * yl = vec(c2, "y_leaf");
+    ggml_backend_tensor_alloc(buf0, yl, y->data);
+    struct ggml_tensor * w = ggml_cpy(c2, s, yl);
+    ggml_set_name(w, "y_write");
+    fill(x, 1.0f);
+    fill(s, 5.0f);
+    ggml_backend_event_t ev = ggml_backend_event_new(&d0->dev);
+    ggml_backend_graph_compute_async(b0, graph_of(c0, y));
+    ggml_backend_event_record(ev, b0);
+    if (!fault) {
+        ggml_backend_event_wait(b1, ev);
+    }
+    ggml_backend_graph_compute_async(b1, graph_of(c2, w));
+    ggml_backend_synchronize(b1);
+    ggml_backend_synchronize(b0);
+    ggml_backend_event_free(ev);
+    return first(y);
+}
+
 int main(int argc, char ** argv) {
     if (argc != 3 || (strcmp(argv[2], "on") && strcmp(argv[2], "off"))) {
-        fprintf(stderr, "usage: %s copy-without-wait|event-before-work|sched-inputless on|off\n", argv[0]);
+        fprintf(stderr, "usage: %s copy-without-wait|event-before-work|sched-inputless|strided-rows|cpy-over-unordered on|off\n", argv[0]);
         return 2;
     }
     const char * c     = argv[1];
@@ -392,6 +468,10 @@ int main(int argc, char ** argv) {
         v = event_before_work(d0, d1, fault), want = 6.0f;
     } else if (!strcmp(c, "sched-inputless")) {
         v = sched_inputless(d0), want = 2.0f;
+    } else if (!strcmp(c, "strided-rows")) {
+        v = strided_rows(d0, fault), want = 9.0f;
+    } else if (!strcmp(c, "cpy-over-unordered")) {
+        v = cpy_over_unordered(d0, d1, fault), want = 5.0f;
     } else {
         fprintf(stderr, "unknown case %s\n", c);
         return 2;

@@ -139,6 +139,80 @@ fn place(t: &ggml_tensor) -> Option<Place> {
     })
 }
 
+/// Most runs one access of a strided tensor is checked as; a tensor of more (a transposed
+/// view, one run per element) is checked as the whole span of its bytes, which may report
+/// a conflict in bytes between its elements that it never touches.
+const MAX_RUNS: usize = 4096;
+
+/// The bytes `t`'s elements occupy, as runs `[lo, hi)` relative to `t.data`, sorted and
+/// merged: one run `[0, nbytes)` for a contiguous tensor, one per row for a view that steps
+/// over rows (`ggml_view_2d` with a row stride larger than the row), one per element when
+/// the first dimension is strided. A strided view counted as its whole span would report
+/// writes to the rows between its own (another view's, say) as conflicts. More than
+/// [`MAX_RUNS`] runs, or a block type strided in its first dimension, give the span.
+fn byte_runs(t: &ggml_tensor) -> Vec<(usize, usize)> {
+    let span = vec![(0, meta::nbytes(t))];
+    if t.ne.iter().any(|&n| n <= 0) {
+        return Vec::new();
+    }
+    // SAFETY: ggml's static type table; the tensor's type is valid (as for `meta::nbytes`).
+    let traits = unsafe { &*ggml_sys::ggml_get_type_traits(t.type_) };
+    let (blck, size) = (traits.blck_size.max(1) as usize, traits.type_size);
+    let mut ne = t.ne.map(|n| n as usize);
+    // The innermost run: a whole row when the first dimension is contiguous, else one element.
+    let (mut run, inner) = if t.nb[0] == size {
+        ((ne[0] / blck).wrapping_mul(size), 1)
+    } else if blck == 1 {
+        (size, ne[0])
+    } else {
+        return span;
+    };
+    // Outer dimensions that continue the run (a contiguous tensor's, all of them) are taken
+    // into it, so that only the dimensions that step over bytes are walked.
+    if inner == 1 {
+        for (n, &nb) in ne.iter_mut().zip(&t.nb).skip(1) {
+            if *n == 1 {
+                continue;
+            }
+            if nb != run {
+                break;
+            }
+            run = run.wrapping_mul(*n);
+            *n = 1;
+        }
+    }
+    let count = [inner, ne[1], ne[2], ne[3]]
+        .iter()
+        .try_fold(1usize, |acc, &n| acc.checked_mul(n));
+    if count.is_none_or(|c| c > MAX_RUNS) {
+        return span;
+    }
+    let mut runs = Vec::with_capacity(count.unwrap_or(0));
+    for i3 in 0..ne[3] {
+        for i2 in 0..ne[2] {
+            for i1 in 0..ne[1] {
+                for i0 in 0..inner {
+                    let lo = i0
+                        .wrapping_mul(t.nb[0])
+                        .wrapping_add(i1.wrapping_mul(t.nb[1]))
+                        .wrapping_add(i2.wrapping_mul(t.nb[2]))
+                        .wrapping_add(i3.wrapping_mul(t.nb[3]));
+                    runs.push((lo, lo.wrapping_add(run)));
+                }
+            }
+        }
+    }
+    runs.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(runs.len());
+    for (lo, hi) in runs {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    merged
+}
+
 /// The words that name a queued copy's accesses in their text ([`queued_copy`]); a report
 /// whose earlier access has them says what would have ordered the copy.
 const QUEUED_COPY: &str = "(cpy_tensor_async)";
@@ -258,16 +332,28 @@ impl State {
         out: &mut Vec<String>,
     ) {
         let Some(p) = place(t) else { return };
-        let (lo, hi) = match range {
-            Some((o, s)) => (p.lo.wrapping_add(o), p.lo.wrapping_add(o).wrapping_add(s)),
-            None => (p.lo, p.hi),
+        let runs: Vec<(usize, usize)> = match range {
+            Some((o, s)) => vec![(p.lo.wrapping_add(o), p.lo.wrapping_add(o).wrapping_add(s))],
+            None => byte_runs(t)
+                .into_iter()
+                .map(|(lo, hi)| (p.lo.wrapping_add(lo), p.lo.wrapping_add(hi)))
+                .collect(),
         };
+        let lo = runs.first().map_or(p.lo, |r| r.0);
+        let hi = runs.last().map_or(p.lo, |r| r.1);
         let verb = match kind {
             Kind::Read => "read",
             Kind::Write => "write",
         };
         // SAFETY: a live tensor's view source is NULL or live.
         let text: Arc<str> = match unsafe { t.view_src.as_ref() } {
+            // A strided view's bytes are not all of its span: the report's range is the span.
+            Some(v) if runs.len() > 1 => format!(
+                "{verb} of '{}' (a view of '{}', {} runs of bytes) by {what}",
+                tname(t),
+                tname(v),
+                runs.len()
+            ),
             Some(v) => format!(
                 "{verb} of '{}' (a view of '{}') by {what}",
                 tname(t),
@@ -276,9 +362,9 @@ impl State {
             None => format!("{verb} of '{}' by {what}", tname(t)),
         }
         .into();
-        let conflicts = self
-            .model
-            .access(a, kind, p.buf as usize, lo, hi, text.clone(), p.root);
+        let conflicts =
+            self.model
+                .access_runs(a, kind, p.buf as usize, &runs, text.clone(), p.root);
         for c in conflicts {
             let r = self.report(a, &text, lo, hi, p.buf, &c);
             out.push(r);
@@ -536,6 +622,9 @@ pub unsafe fn graph_compute(b: &ggml_backend, g: *const ggml_cgraph) {
                 if node.src[..j].contains(&src) {
                     continue; // one read per source tensor (`x + x` reads x once)
                 }
+                if meta::is_destination_only(node, j) {
+                    continue; // written (the node's own bytes, below), never read
+                }
                 // SAFETY: a live node's sources are NULL or live.
                 let Some(src) = (unsafe { src.as_ref() }) else {
                     continue;
@@ -702,6 +791,45 @@ mod tests {
         g.n_nodes = nodes.len() as i32;
         g.nodes = nodes.as_mut_ptr();
         g
+    }
+
+    /// An F32 tensor header of shape `ne` and strides `nb` (bytes), for [`byte_runs`].
+    fn shaped(ne: [i64; 4], nb: [usize; 4]) -> Box<ggml_tensor> {
+        let mut t: Box<ggml_tensor> = zeroed();
+        t.type_ = ggml_sys::GGML_TYPE_F32;
+        t.ne = ne;
+        t.nb = nb;
+        t
+    }
+
+    #[test]
+    fn a_strided_view_is_checked_as_its_rows_only() {
+        // Contiguous 32 x 8: one run, however many rows.
+        assert_eq!(
+            byte_runs(&shaped([32, 8, 1, 1], [4, 128, 1024, 1024])),
+            vec![(0, 1024)]
+        );
+        // Every other row of it (ggml_view_2d with a stride of two rows): four rows of 128 B.
+        assert_eq!(
+            byte_runs(&shaped([32, 4, 1, 1], [4, 256, 1024, 1024])),
+            vec![(0, 128), (256, 384), (512, 640), (768, 896)]
+        );
+        // Rows contiguous within each of 2 planes that are 1 KiB apart: one run a plane.
+        assert_eq!(
+            byte_runs(&shaped([32, 2, 2, 1], [4, 128, 1024, 2048])),
+            vec![(0, 256), (1024, 1280)]
+        );
+        // Transposed 2 x 3 (element stride 12 B, rows 4 B apart): every element, merged where
+        // they touch (here they all do), so the same bytes as the contiguous span.
+        assert_eq!(
+            byte_runs(&shaped([2, 3, 1, 1], [12, 4, 24, 24])),
+            vec![(0, 24)]
+        );
+        // An empty dimension touches nothing.
+        assert!(byte_runs(&shaped([32, 0, 1, 1], [4, 128, 0, 0])).is_empty());
+        // More runs than the cap: the span (an over-approximation, documented).
+        let many = shaped([1, 5000, 1, 1], [4, 8, 40000, 40000]);
+        assert_eq!(byte_runs(&many), vec![(0, meta::nbytes(&many))]);
     }
 
     #[test]

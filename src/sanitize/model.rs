@@ -314,11 +314,32 @@ impl Model {
         what: Arc<str>,
         root: usize,
     ) -> Vec<Conflict> {
+        self.access_runs(a, kind, buf, &[(lo, hi)], what, root)
+    }
+
+    /// [`Model::access`] of the bytes of several runs `[lo, hi)` of one buffer, as one access
+    /// (a strided view's rows, say: the bytes between them are not touched). The access's
+    /// own bytes, as later reports name them, are from the first run's start to the last
+    /// run's end. Runs that are empty are skipped; they may overlap.
+    #[allow(clippy::too_many_arguments)]
+    pub fn access_runs(
+        &mut self,
+        a: Actor,
+        kind: Kind,
+        buf: usize,
+        runs: &[(usize, usize)],
+        what: Arc<str>,
+        root: usize,
+    ) -> Vec<Conflict> {
         self.checked += 1;
         self.seq += 1;
-        if hi <= lo {
+        let runs = runs.iter().filter(|(lo, hi)| hi > lo);
+        let (Some(lo), Some(hi)) = (
+            runs.clone().map(|r| r.0).min(),
+            runs.clone().map(|r| r.1).max(),
+        ) else {
             return Vec::new();
-        }
+        };
         self.ensure(a);
         let clock = &self.clocks[a];
         let me = Acc {
@@ -348,7 +369,11 @@ impl Model {
                 hi: e,
             }),
         };
-        for s in shadow.cover(lo, hi) {
+        let mut starts = Vec::new();
+        for &(lo, hi) in runs {
+            starts.extend(shadow.cover(lo, hi));
+        }
+        for s in starts {
             let seg = shadow.segs.get_mut(&s).expect("covered");
             let e = seg.end;
             if let Some(w) = seg.writer.as_ref().filter(|w| !ordered(w)) {
@@ -390,6 +415,28 @@ mod tests {
         c.iter()
             .map(|c| (c.hazard, c.earlier.what.to_string(), c.lo, c.hi))
             .collect()
+    }
+
+    #[test]
+    fn an_access_in_runs_touches_only_its_runs_and_is_one_access() {
+        let mut m = Model::default();
+        m.submit(1);
+        let rows = [(0, 16), (32, 48), (64, 80)];
+        assert!(m
+            .access_runs(1, Kind::Write, BUF, &rows, "even rows".into(), 0)
+            .is_empty());
+        // Between the runs: not touched, no conflict.
+        assert!(acc(&mut m, HOST, Kind::Write, 16, 32, "odd row").is_empty());
+        // Over two runs and the gap: one conflict with the runs' access, its bytes merged.
+        let c = acc(&mut m, HOST, Kind::Write, 40, 70, "across");
+        assert_eq!(
+            hazards(&c),
+            vec![(Hazard::WriteAfterWrite, "even rows".to_string(), 40, 70)]
+        );
+        // Empty runs alone: nothing to check.
+        assert!(m
+            .access_runs(1, Kind::Write, BUF, &[(8, 8)], "empty".into(), 0)
+            .is_empty());
     }
 
     #[test]

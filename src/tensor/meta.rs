@@ -35,6 +35,17 @@ pub fn written_sources(t: &ggml_tensor) -> impl Iterator<Item = *mut ggml_tensor
     slots.iter().map(|&i| t.src[i]).filter(|s| !s.is_null())
 }
 
+/// Whether `t.src[slot]` is the destination `t` writes and does not read: the tensor `t` is
+/// a view of for `GGML_OP_CPY` (slot 1) and `GGML_OP_SET_ROWS` (slot 2, the rows not
+/// indexed are left as they are). The sanitizer counts the node's own bytes as the write.
+pub fn is_destination_only(t: &ggml_tensor, slot: usize) -> bool {
+    match t.op {
+        ggml_sys::GGML_OP_CPY => slot == 1,
+        ggml_sys::GGML_OP_SET_ROWS => slot == 2,
+        _ => false,
+    }
+}
+
 /// Bytes spanned by `t`'s elements: 0 when a dimension is empty, else from the first byte to
 /// the end of the last element (or block, for block types) through the strides. Computes
 /// exactly what `ggml_nbytes` computes, with its unsigned wrapping arithmetic, but inline:
