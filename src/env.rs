@@ -76,23 +76,71 @@ pub fn unknown<'a>(
         .collect()
 }
 
-/// Warns once per process, through ggml's logger, of every variable of the environment that
-/// [`unknown`] finds: a misspelt switch such as `GGML_SCHED_INPLACE_RUEL=0` would otherwise do
-/// nothing, silently, while its user believes the rule off.
+/// Warnings about the process's environment that are decided once (a misspelt variable, a
+/// refused `GGML_SCHED_DUMP`), each with the logger it was last logged through.
+type Sticky = parking_lot::Mutex<Vec<(String, (usize, usize))>>;
+
+fn sticky() -> &'static Sticky {
+    static STICKY: std::sync::OnceLock<Sticky> = std::sync::OnceLock::new();
+    STICKY.get_or_init(Default::default)
+}
+
+/// Logs `text` at warning level now, and again whenever [`resay_sticky`] finds another logger
+/// in effect than the last one it went through. A warning decided once per process must still
+/// reach its user: llama.cpp's memory fit (`-fit on`, its default) makes its first contexts
+/// with a logger that turns warnings into debug lines, and the warning would be spent there.
+pub fn warn_sticky(text: &str) {
+    let id = crate::ffi::log::logger_id();
+    sticky().lock().push((text.to_string(), id));
+    crate::ffi::log::warn(text);
+}
+
+/// Logs again every [`warn_sticky`] warning last logged through another logger than the one
+/// in effect now. Called where a scheduler or allocator is made.
+pub fn resay_sticky() {
+    let id = crate::ffi::log::logger_id();
+    let mut list = sticky().lock();
+    for (text, last) in list.iter_mut().filter(|(_, last)| *last != id) {
+        *last = id;
+        crate::ffi::log::warn(text);
+    }
+}
+
+/// [`read`] for a variable read once per process: its warning is a [`warn_sticky`] one.
+pub fn read_once<T>(
+    name: &str,
+    default: T,
+    shown: &str,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> T {
+    envvar::read(name, default, shown, parse, |m| {
+        warn_sticky(&format!("ggml_backend_sched: {m}\n"))
+    })
+}
+
+/// Warns, through ggml's logger, of every variable of the environment that [`unknown`] finds:
+/// a misspelt switch such as `GGML_SCHED_INPLACE_RUEL=0` would otherwise do nothing, silently,
+/// while its user believes the rule off. The environment is read once per process; each
+/// warning is said once per logger ([`warn_sticky`]).
 pub fn warn_unknown_once() {
     static ONCE: std::sync::Once = std::sync::Once::new();
+    let mut first = false;
     ONCE.call_once(|| {
+        first = true;
         let names: Vec<String> = std::env::vars_os()
             .filter_map(|(k, _)| k.into_string().ok())
             .collect();
         for (name, closest) in unknown(names.iter().map(String::as_str)) {
             let hint = closest.map_or(String::new(), |k| format!(" (did you mean {k}?)"));
-            crate::ffi::log::warn(&format!(
+            warn_sticky(&format!(
                 "ggml_backend_sched: {name} is set but is not a variable this library reads{hint}; \
                  it has no effect\n"
             ));
         }
     });
+    if !first {
+        resay_sticky();
+    }
 }
 
 #[cfg(test)]

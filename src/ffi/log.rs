@@ -3,12 +3,25 @@
 
 use std::ffi::CString;
 
-fn emit(level: ggml_sys::ggml_log_level, text: &str) {
+/// The logger in effect (callback and user data), as `ggml_log_get` reports it.
+fn current() -> (ggml_sys::ggml_log_callback, *mut std::ffi::c_void) {
     let mut cb: ggml_sys::ggml_log_callback = None;
     let mut ud: *mut std::ffi::c_void = std::ptr::null_mut();
     // SAFETY: ggml_log_get writes the current callback and user data into the two out
     // pointers, which are valid locals.
     unsafe { ggml_sys::ggml_log_get(&mut cb, &mut ud) };
+    (cb, ud)
+}
+
+/// Which logger is in effect, as two addresses (the callback's and its user data's): equal
+/// values are the same logger. For messages logged once per logger ([`crate::env::warn_sticky`]).
+pub fn logger_id() -> (usize, usize) {
+    let (cb, ud) = current();
+    (cb.map_or(0, |f| f as usize), ud as usize)
+}
+
+fn emit(level: ggml_sys::ggml_log_level, text: &str) {
+    let (cb, ud) = current();
     let c = CString::new(text.replace('\0', " ")).unwrap_or_default();
     match cb {
         // SAFETY: the callback was installed by the host for exactly this use; `c` outlives

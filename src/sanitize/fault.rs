@@ -35,7 +35,7 @@ fn parse(text: &str) -> Result<Fault, String> {
 /// The fault asked for, read once.
 pub fn fault() -> Fault {
     static F: OnceLock<Fault> = OnceLock::new();
-    *F.get_or_init(|| crate::env::read("GGML_SCHED_TEST_FAULT", Fault::None, "none", parse))
+    *F.get_or_init(|| crate::env::read_once("GGML_SCHED_TEST_FAULT", Fault::None, "none", parse))
 }
 
 /// Whether the scheduler must skip its wait before a split without inputs (test-only).

@@ -30,7 +30,7 @@ pub const VAR: &str = "GGML_SCHED_DUMP";
 /// created when missing.
 pub fn dir() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| crate::env::read(VAR, None, "no dump", parse_dir))
+    DIR.get_or_init(|| crate::env::read_once(VAR, None, "no dump", parse_dir))
         .as_deref()
 }
 
