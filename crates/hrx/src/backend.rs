@@ -328,11 +328,14 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
                 return Err(e);
             }
         };
-        let mut nj = nj;
+        let Prepared {
+            job: mut nj,
+            writes,
+        } = nj;
         nj.use_count = uses;
-        if let Loc::Host(p) = nj.locs[0] {
-            b.host_writes.push((p.0 as usize, nj.sizes[0]));
-        }
+        // the job runs in order: a later node reads these bytes in place, not from a copy
+        // taken before this node wrote them
+        b.host_writes.extend(writes);
         b.in_job.insert(np as usize, b.job.nodes.len());
         b.job.nodes.push(nj);
     }
@@ -381,6 +384,14 @@ impl Building {
     }
 }
 
+/// A node ready to queue, and the host memory it writes.
+struct Prepared {
+    job: NodeJob,
+    /// `(address, bytes)` of each host location the node writes: the node itself, and the
+    /// sources its op updates in place ([`written_sources`]).
+    writes: Vec<(usize, usize)>,
+}
+
 /// Builds the shadow copies of `node` and its sources. A source that is a node of the
 /// current job is linked to that node's shadow instead of copied (so the kernels see the
 /// producer itself, as in the original graph: what lets the CPU kernels fuse
@@ -388,12 +399,14 @@ impl Building {
 /// sources after `execute` returns, a source in host memory is read from the job's copy of
 /// it (`b.job`), taken now ([`ExecJob::host_copies`]), unless a node of the job writes those
 /// bytes first (`b.host_writes`: the job runs in order, so it reads them in place); a queued
-/// job that writes host memory is waited for before the copy.
+/// job that writes host memory is waited for before the copy. A source the op writes
+/// ([`written_sources`]) is located as the node is, in place, and returned among the
+/// node's host writes: a kernel's writes into a copy would be lost.
 fn prepare(
     dev: &'static Device,
     node: &ggml_tensor,
     b: &mut Building,
-) -> Result<NodeJob, PrepError> {
+) -> Result<Prepared, PrepError> {
     let mut job = NodeJob {
         tensors: vec![*node],
         locs: Vec::new(),
@@ -402,9 +415,16 @@ fn prepare(
         node_srcs: Vec::new(),
         use_count: None,
     };
+    let mut writes = Vec::new();
     // SAFETY: live tensor.
-    job.sizes.push(unsafe { crate::ggml::nbytes(node) });
-    job.locs.push(locate(dev, node, true, &mut b.pinned)?);
+    let size = unsafe { crate::ggml::nbytes(node) };
+    job.sizes.push(size);
+    let loc = locate(dev, node, true, &mut b.pinned)?;
+    if let Loc::Host(p) = loc {
+        writes.push((p.0 as usize, size));
+    }
+    job.locs.push(loc);
+    let written = written_sources(node.op);
     for (slot, &sp) in node.src.iter().enumerate() {
         if sp.is_null() {
             continue;
@@ -419,6 +439,18 @@ fn prepare(
         job.tensors.push(*s);
         // SAFETY: live tensor.
         let size = unsafe { crate::ggml::nbytes(s) };
+        if written.contains(&slot) {
+            // the op writes this source: located as an output (its host memory in place,
+            // never a copy the writes would be lost in, nor the arena's read-only copy of a
+            // weight), and noted as written like the node itself
+            let loc = locate(dev, s, true, &mut b.pinned)?;
+            if let Loc::Host(p) = loc {
+                writes.push((p.0 as usize, size));
+            }
+            job.sizes.push(size);
+            job.locs.push(loc);
+            continue;
+        }
         let mut loc = locate(dev, s, false, &mut b.pinned)?;
         if let Loc::Host(p) = loc {
             let at = p.0 as usize;
@@ -435,7 +467,19 @@ fn prepare(
         job.sizes.push(size);
         job.locs.push(loc);
     }
-    Ok(job)
+    Ok(Prepared { job, writes })
+}
+
+/// The source slots an op writes as well as reads: ggml's optimizer steps update their
+/// parameters (`src[0]`) and, for AdamW, its moments (`src[2]`, `src[3]`) in place, and
+/// return a node that is only a marker. Every other claimed op writes only its node (a
+/// view's writes land in its source through the view itself).
+pub(crate) fn written_sources(op: ggml_op) -> &'static [usize] {
+    match op {
+        GGML_OP_OPT_STEP_ADAMW => &[0, 2, 3],
+        GGML_OP_OPT_STEP_SGD => &[0],
+        _ => &[],
+    }
 }
 
 /// Waits for the device's queue when a job queued on it writes host memory, so that a copy
@@ -534,7 +578,9 @@ mod tests {
     use super::*;
     use crate::runtime::hash_set::OwnedHashSet;
     use crate::runtime::mock::{Call, ExecSummary, MockLoc, MockRuntime, NodeSummary};
-    use crate::testing::{alloc_buffer, base, device, f32_tensor, foreign_buffer, graph, named};
+    use crate::testing::{
+        alloc_buffer, base, device, f32_tensor, foreign_buffer, free_buffer, graph, named,
+    };
 
     // No test of this crate changes the eager set for ADD or CONCAT (claims' tests flip
     // MUL only), so the process-wide set is the default here: ADD claimed, CONCAT not.
@@ -878,6 +924,130 @@ mod tests {
         let s = d.arena.lock().stats();
         // hits: the view in the first evaluation, both uses in the second
         assert_eq!((s.hits, s.misses, s.resident_bytes), (3, 1, 256));
+    }
+
+    /// One AdamW step on `x` (ggml's formula: `hp` = alpha, beta1, beta2, eps, wd, beta1h,
+    /// beta2h), the reference the mock kernel and the tests below share.
+    fn adamw_step(x: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], hp: &[f32]) {
+        let [alpha, beta1, beta2, eps, wd, beta1h, beta2h] = hp[..7] else {
+            unreachable!()
+        };
+        for i in 0..x.len() {
+            m[i] = m[i] * beta1 + g[i] * (1.0 - beta1);
+            v[i] = v[i] * beta2 + g[i] * g[i] * (1.0 - beta2);
+            let mh = m[i] * beta1h;
+            let vh = (v[i] * beta2h).sqrt() + eps;
+            x[i] = x[i] * (1.0 - alpha * wd) - alpha * mh / vh;
+        }
+    }
+
+    /// One SGD step (`hp` = alpha, wd).
+    fn sgd_step(x: &mut [f32], g: &[f32], hp: &[f32]) {
+        for i in 0..x.len() {
+            x[i] = x[i] * (1.0 - hp[0] * hp[1]) - hp[0] * g[i];
+        }
+    }
+
+    /// A mock kernel for the optimizer steps on 64 F32 parameters: it updates its sources
+    /// where the job located them, as the device's kernels do.
+    fn optimizer_kernel() -> crate::runtime::mock::Kernel {
+        std::sync::Arc::new(|op, _dst, src| {
+            // SAFETY: the job's locations of a 64-element F32 step and its 7 (or 2)
+            // hyper-parameters, valid while the job runs (now).
+            let f = |k: usize, n: usize| unsafe {
+                std::slice::from_raw_parts_mut(src[k] as *mut f32, n)
+            };
+            match op {
+                GGML_OP_OPT_STEP_ADAMW => {
+                    adamw_step(f(0, 64), f(1, 64), f(2, 64), f(3, 64), f(4, 7))
+                }
+                GGML_OP_OPT_STEP_SGD => sgd_step(f(0, 64), f(1, 64), f(2, 2)),
+                _ => {}
+            }
+        })
+    }
+
+    #[test]
+    fn optimizer_steps_update_sources_in_host_memory() {
+        // the optimizer steps are not eager by default; no other test of this crate uses them
+        assert!(claims::set_eager(GGML_OP_OPT_STEP_ADAMW, true));
+        assert!(claims::set_eager(GGML_OP_OPT_STEP_SGD, true));
+        let m = MockRuntime::new(1 << 20);
+        m.set_kernel(optimizer_kernel());
+        let d = device(&m, 1 << 20);
+        let hrx_host = alloc_buffer(d.host_buft(), 4096);
+        let cpu = foreign_buffer(true, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let x0: Vec<f32> = (0..64).map(|i| (i as f32).sin()).collect();
+        let g: Vec<f32> = (0..64).map(|i| (i as f32 * 0.3).cos()).collect();
+        let hp = [0.01f32, 0.9, 0.999, 1e-8, 0.0, 1.0, 1.0];
+        let (mut rx, mut rm, mut rv) = (x0.clone(), vec![0f32; 64], vec![0f32; 64]);
+        for _ in 0..3 {
+            adamw_step(&mut rx, &g, &mut rm, &mut rv, &hp);
+        }
+        let mut sx = x0.clone();
+        for _ in 0..3 {
+            sgd_step(&mut sx, &g, &hp[..2]);
+        }
+        // in a CPU buffer (memory of this test) and in an HRX0_HOST buffer
+        for (buf, in_hrx) in [(cpu, false), (hrx_host, true)] {
+            // x, g, m, v, hp, 256 bytes apart
+            let mut mem = vec![0f32; 5 * 64];
+            let at = if in_hrx {
+                base(hrx_host) as *mut f32
+            } else {
+                mem.as_mut_ptr()
+            };
+            // SAFETY: 320 floats of this test's vector or of the 4096-byte host buffer.
+            let host = unsafe { std::slice::from_raw_parts_mut(at, 5 * 64) };
+            for sgd in [false, true] {
+                host.fill(0.0);
+                host[..64].copy_from_slice(&x0);
+                host[64..128].copy_from_slice(&g);
+                host[256..263].copy_from_slice(&hp);
+                let t = |k: usize, n: i64| f32_tensor(GGML_OP_NONE, n, buf, at as usize + 256 * k);
+                let (mut x, mut gt, mut mt, mut vt, mut h) = (
+                    t(0, 64),
+                    t(1, 64),
+                    t(2, 64),
+                    t(3, 64),
+                    t(4, if sgd { 2 } else { 7 }),
+                );
+                let op = if sgd {
+                    GGML_OP_OPT_STEP_SGD
+                } else {
+                    GGML_OP_OPT_STEP_ADAMW
+                };
+                // as ggml builds it: the node is a view of the parameters
+                let mut step = named(f32_tensor(op, 64, buf, at as usize), "step");
+                step.view_src = &mut x;
+                step.src[0] = &mut x;
+                step.src[1] = &mut gt;
+                if sgd {
+                    step.src[2] = &mut h;
+                } else {
+                    step.src[2] = &mut mt;
+                    step.src[3] = &mut vt;
+                    step.src[4] = &mut h;
+                }
+                let mut nodes = [&mut step as *mut _];
+                for _ in 0..3 {
+                    compute(d, &graph(&mut nodes)).unwrap();
+                }
+                let close = |got: &[f32], want: &[f32]| {
+                    // the mock runs the reference itself: equal up to rounding
+                    got.iter().zip(want).all(|(a, b)| (a - b).abs() <= 1e-6)
+                };
+                if sgd {
+                    assert!(close(&host[..64], &sx), "SGD params (HRX host: {in_hrx})");
+                } else {
+                    assert!(close(&host[..64], &rx), "AdamW params (HRX host: {in_hrx})");
+                    assert!(close(&host[128..192], &rm), "AdamW m (HRX host: {in_hrx})");
+                    assert!(close(&host[192..256], &rv), "AdamW v (HRX host: {in_hrx})");
+                }
+                assert_ne!(host[..64], x0[..], "the parameters moved");
+            }
+        }
+        free_buffer(hrx_host);
     }
 
     #[test]

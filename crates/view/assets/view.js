@@ -96,10 +96,13 @@
     }
     return m;
   }
+  // An index from the address (#rec=K, #pair=K) into a list of n: clamped to 0..n-1, and 0
+  // for anything that is not a whole number (a negative or NaN index left the page blank).
+  function hashIndex(v, n) { const i = Number(v); return Number.isInteger(i) ? Math.max(0, Math.min(i, n - 1)) : 0; }
   function parseHash() {
     const h = new URLSearchParams(location.hash.replace(/^#/, ""));
-    if (h.has("pair")) st.pair = Math.min(+h.get("pair") || 0, Math.max(D.pairs.length - 1, 0));
-    if (h.has("rec")) st.rec = Math.min(+h.get("rec") || 0, D.a.length - 1);
+    if (h.has("pair") && D.mode === "ab") st.pair = hashIndex(h.get("pair"), D.pairs.length);
+    if (h.has("rec")) st.rec = hashIndex(h.get("rec"), D.a.length);
     if (h.has("side") && D.mode === "ab") st.side = h.get("side") === "b" ? "b" : "a";
     if (h.has("q")) st.q = h.get("q");
     if (h.has("node")) { st.node = +h.get("node"); st.nodeKind = "node"; }
@@ -395,7 +398,12 @@
       let o = null;
       const ol = st.nodeKind === "leaf" ? ro.leafs : ro.nodes;
       if (p.same_structure) o = ol[n.index];
-      else o = ol.find(function (x) { return x.name === n.name; }) || null;
+      else {
+        // Matched by name as diff.rs matches them: the k-th tensor of this name on this side
+        // with the k-th of that name on the other (names repeat: llama.cpp's Kcur-0).
+        const k = list.filter(function (x) { return x.name === n.name; }).indexOf(n);
+        o = ol.filter(function (x) { return x.name === n.name; })[k] || null;
+      }
       if (o) {
         row("side " + other.toUpperCase(), el("span", null, chip(ro, o.backend), " " + (o.cause || "—") +
           (o.move ? " · moved " + bname(ro, o.move.from) + " → " + bname(ro, o.move.to) : ""), " ",

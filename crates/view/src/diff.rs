@@ -38,7 +38,8 @@ pub struct Pair {
     /// structure hash); otherwise tensors are matched by name.
     pub same_structure: bool,
     /// How many of A's nodes and leafs have a counterpart in B (all of them with the same
-    /// structure; those of a name B has otherwise).
+    /// structure; otherwise those matched by name: the k-th of a name in A with the k-th of
+    /// that name in B).
     pub matched: usize,
     /// A's nodes and leafs in all.
     pub a_tensors: usize,
@@ -66,20 +67,27 @@ fn list_diff(
     out: &mut Vec<Differs>,
 ) -> usize {
     let mut matched = 0;
-    let by_name: HashMap<&str, usize> = if same {
-        HashMap::new()
-    } else {
-        let mut m = HashMap::new();
-        for t in bt {
-            m.entry(t.name.as_str()).or_insert(t.index);
+    // Names repeat within a graph (llama.cpp's `Kcur-0` three times, `norm-0`): by name, the
+    // k-th tensor of a name in A is matched with the k-th of that name in B, in list order,
+    // so that each of B's tensors is compared once; A's tensors of a name beyond B's count of
+    // it have no counterpart and are not counted as matched.
+    let mut by_name: HashMap<&str, Vec<usize>> = HashMap::new();
+    if !same {
+        for (i, t) in bt.iter().enumerate() {
+            by_name.entry(t.name.as_str()).or_default().push(i);
         }
-        m
-    };
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
     for ta in at {
         let tb = if same {
             bt.get(ta.index)
         } else {
-            by_name.get(ta.name.as_str()).and_then(|&i| bt.get(i))
+            let k = seen.entry(ta.name.as_str()).or_default();
+            *k += 1;
+            by_name
+                .get(ta.name.as_str())
+                .and_then(|v| v.get(*k - 1))
+                .and_then(|&i| bt.get(i))
         };
         let Some(tb) = tb else { continue };
         matched += 1;
@@ -153,4 +161,57 @@ pub fn unpaired(a: &[Record], b: &[Record], pairs: &[Pair]) -> (Vec<usize>, Vec<
             .collect()
     };
     (left(a.len(), &|p| p.a), left(b.len(), &|p| p.b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn fixture() -> Record {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/repro-rule1.json");
+        Record::read(&p).unwrap()
+    }
+
+    /// Names repeat in a graph (llama.cpp's `Kcur-0` three times): matched by name, the k-th
+    /// of a name in A is compared with the k-th in B, so a third `Kcur-0` placed differently
+    /// is listed (it was compared with B's first `Kcur-0` and so never found), and A's
+    /// tensors of a name B has fewer of are not counted as matched.
+    #[test]
+    fn repeated_names_are_matched_in_order() {
+        let mut a = fixture();
+        for n in &mut a.nodes[..3] {
+            n.name = "Kcur-0".into();
+        }
+        let mut b = a.clone();
+        b.graph.structure_hash = "0123456789abcdef".into();
+        // Every Kcur-0 of A is on the CPU (backend 1); B has its third one on HRX0.
+        assert!(a.nodes[..3].iter().all(|n| n.backend == Some(1)));
+        b.nodes[2].backend = Some(0);
+        let (same, matched, d) = differs(&a, &b);
+        assert!(!same);
+        assert_eq!(matched, 7);
+        let got: Vec<_> = d
+            .iter()
+            .map(|x| {
+                (
+                    x.kind,
+                    x.a_index,
+                    x.b_index,
+                    x.name.as_str(),
+                    x.a_backend.as_str(),
+                    x.b_backend.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(got, [("node", 2, 2, "Kcur-0", "CPU", "HRX0")]);
+
+        // B with two Kcur-0 only (its third renamed): A's third has no counterpart.
+        b.nodes[2].name = "Qcur-0".into();
+        let (_, matched, d) = differs(&a, &b);
+        assert_eq!(matched, 6);
+        assert!(d.is_empty(), "{d:?}");
+        let p = pair(std::slice::from_ref(&a), std::slice::from_ref(&b));
+        assert_eq!((p[0].matched, p[0].a_tensors), (6, 7));
+    }
 }

@@ -302,10 +302,14 @@ mod tests {
         let pal = style::Palette::default();
         let mut ok = a[0].clone();
         ok.nodes[1].inplace.as_mut().unwrap().usable = Some(true);
-        assert!(!dot::overview(&ok, &pal).contains("apart from their storage"));
+        assert!(!dot::overview(&ok, &pal)
+            .text
+            .contains("apart from their storage"));
         let mut unknown = a[0].clone();
         unknown.nodes[1].inplace.as_mut().unwrap().usable = None;
-        assert!(dot::overview(&unknown, &pal).contains("1 writer(s) apart from their storage"));
+        assert!(dot::overview(&unknown, &pal)
+            .text
+            .contains("1 writer(s) apart from their storage"));
         // The A/B list: mask_fill (placed differently) is not a writer; make the writer
         // differ and check its mark follows `usable`.
         let mut bb = b[0].clone();

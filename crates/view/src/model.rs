@@ -52,6 +52,10 @@ pub struct Move {
 
 #[derive(Deserialize, Debug, Clone)]
 pub struct Inplace {
+    /// The tensor owning the storage the writer writes.
+    pub root: TRef,
+    #[serde(default)]
+    pub root_backend: Option<usize>,
     pub same_backend: bool,
     /// Whether the writer's backend can use the storage (on the root's backend, or host
     /// memory it supports); absent in records written before the field was added.
@@ -76,9 +80,20 @@ pub struct Tensor {
     pub cause: Option<String>,
     pub split: Option<usize>,
     pub is_view: bool,
+    #[serde(default)]
+    pub view_src: Option<TRef>,
     pub inplace: Option<Inplace>,
     #[serde(rename = "move")]
     pub moved: Option<Move>,
+    /// Sources (nodes; empty or absent for leafs).
+    #[serde(default)]
+    pub srcs: Vec<Src>,
+}
+
+/// A node's source.
+#[derive(Deserialize, Debug, Clone)]
+pub struct Src {
+    pub tensor: TRef,
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -109,6 +124,8 @@ struct Typed {
     splits: Vec<Split>,
     nodes: Vec<Tensor>,
     leafs: Vec<Tensor>,
+    #[serde(default)]
+    graph_inputs: Vec<TRef>,
 }
 
 impl Record {
@@ -130,6 +147,7 @@ impl Record {
         let t: Typed = serde_json::from_value(raw.clone())
             .with_context(|| format!("{}: not a version-{VERSION} record", path.display()))?;
         debug_assert!(t.format == FORMAT && t.version == VERSION);
+        check_indices(&t).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         Ok(Record {
             path: path.to_path_buf(),
             graph: t.graph,
@@ -143,6 +161,17 @@ impl Record {
 
     /// Reads a record file.
     pub fn read(path: &Path) -> Result<Record> {
+        // Only a regular file (or a link to one): opening a FIFO for reading waits for a
+        // writer, which may never come, and a device or socket is no record either.
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+        if !meta.is_file() {
+            bail!(
+                "{}: not a regular file ({}), not read",
+                path.display(),
+                file_kind(&meta.file_type())
+            );
+        }
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Record::parse(path, &text)
@@ -152,6 +181,121 @@ impl Record {
     pub fn backend_name(&self, b: Option<usize>) -> &str {
         b.and_then(|b| self.backends.get(b))
             .map_or("?", |b| b.name.as_str())
+    }
+}
+
+/// Every index a record carries must point into the list it names: the overview, the node
+/// layout, the A/B list and the page's script index with them (`splits[n.split]`,
+/// `nodes[src.index]`, a split's box by its `index`), so a record with one out of range is
+/// refused here, naming the field, rather than making the viewer panic or the page throw.
+/// Positions (`index` of a split, node or leaf) must be the element's own position, as the
+/// format defines them, so that indexing by them finds the element itself.
+fn check_indices(t: &Typed) -> std::result::Result<(), String> {
+    let (nb, ns, nn, nl) = (
+        t.backends.len(),
+        t.splits.len(),
+        t.nodes.len(),
+        t.leafs.len(),
+    );
+    let backend = |field: String, b: Option<usize>| match b {
+        Some(b) if b >= nb => Err(format!(
+            "{field} is {b}, but the record has {nb} backend(s)"
+        )),
+        _ => Ok(()),
+    };
+    let tref = |field: String, r: &TRef| {
+        let len = match r.kind.as_str() {
+            "node" => nn,
+            "leaf" => nl,
+            // A tensor in neither list: its index (if any) is not used.
+            "other" => return Ok(()),
+            k => {
+                return Err(format!(
+                    "{field}.kind is '{k}', expected node, leaf or other"
+                ))
+            }
+        };
+        match r.index {
+            None => Err(format!("{field}.index is missing (kind {})", r.kind)),
+            Some(i) if i >= len => Err(format!(
+                "{field}.index is {i}, but the record has {len} {}(s)",
+                r.kind
+            )),
+            Some(_) => Ok(()),
+        }
+    };
+    for (i, s) in t.splits.iter().enumerate() {
+        if s.index != i {
+            return Err(format!(
+                "splits[{i}].index is {}, expected {i} (its position)",
+                s.index
+            ));
+        }
+        backend(format!("splits[{i}].backend"), Some(s.backend))?;
+        if s.first_node > s.end_node || s.end_node > nn {
+            return Err(format!(
+                "splits[{i}] runs nodes {}..{}, not a range of the record's {nn} node(s)",
+                s.first_node, s.end_node
+            ));
+        }
+        for (j, x) in s.inputs.iter().enumerate() {
+            tref(format!("splits[{i}].inputs[{j}].tensor"), &x.tensor)?;
+            backend(
+                format!("splits[{i}].inputs[{j}].from_backend"),
+                x.from_backend,
+            )?;
+        }
+    }
+    for (list, ts) in [("nodes", &t.nodes), ("leafs", &t.leafs)] {
+        for (i, n) in ts.iter().enumerate() {
+            let at = format!("{list}[{i}]");
+            if n.index != i {
+                return Err(format!(
+                    "{at}.index is {}, expected {i} (its position)",
+                    n.index
+                ));
+            }
+            backend(format!("{at}.backend"), n.backend)?;
+            if let Some(s) = n.split.filter(|&s| s >= ns) {
+                return Err(format!(
+                    "{at}.split is {s}, but the record has {ns} split(s)"
+                ));
+            }
+            if let Some(v) = &n.view_src {
+                tref(format!("{at}.view_src"), v)?;
+            }
+            if let Some(p) = &n.inplace {
+                tref(format!("{at}.inplace.root"), &p.root)?;
+                backend(format!("{at}.inplace.root_backend"), p.root_backend)?;
+            }
+            if let Some(m) = &n.moved {
+                backend(format!("{at}.move.from"), m.from)?;
+                backend(format!("{at}.move.to"), Some(m.to))?;
+            }
+            for (j, s) in n.srcs.iter().enumerate() {
+                tref(format!("{at}.srcs[{j}].tensor"), &s.tensor)?;
+            }
+        }
+    }
+    for (i, r) in t.graph_inputs.iter().enumerate() {
+        tref(format!("graph_inputs[{i}]"), r)?;
+    }
+    Ok(())
+}
+
+/// What a file that is not a regular one is, for the message refusing it.
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "not a file"
     }
 }
 
@@ -230,5 +374,144 @@ mod tests {
             .collect();
         std::fs::remove_dir_all(&d).unwrap();
         assert_eq!(got, names);
+    }
+    /// The fixture record with `f` applied to its JSON, parsed.
+    fn mutated(f: impl FnOnce(&mut serde_json::Value)) -> Result<Record> {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/repro-rule1.json"),
+        )
+        .unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        f(&mut v);
+        Record::parse(Path::new("bad.json"), &v.to_string())
+    }
+
+    /// Every index a record carries is checked when it is read: one out of range (or a
+    /// position that is not the element's own) refuses the record, naming the file and the
+    /// field, instead of a panic in the overview (`splits[1].index = 7`) or a page whose
+    /// script throws (`nodes[1].split = 9`).
+    #[test]
+    fn a_record_with_an_index_out_of_range_is_refused_by_field() {
+        use serde_json::json;
+        type Mutation = Box<dyn FnOnce(&mut serde_json::Value)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (
+                Box::new(|v| v["splits"][1]["index"] = json!(7)),
+                "bad.json: splits[1].index is 7, expected 1 (its position)",
+            ),
+            (
+                Box::new(|v| v["splits"][1]["index"] = json!(0)),
+                "bad.json: splits[1].index is 0, expected 1 (its position)",
+            ),
+            (
+                Box::new(|v| v["splits"][0]["backend"] = json!(5)),
+                "bad.json: splits[0].backend is 5, but the record has 2 backend(s)",
+            ),
+            (
+                Box::new(|v| v["splits"][1]["end_node"] = json!(9)),
+                "bad.json: splits[1] runs nodes 3..9, not a range of the record's 4 node(s)",
+            ),
+            (
+                Box::new(
+                    |v| v["splits"][1]["inputs"] = json!([{"tensor": {"kind": "node", "index": 4, "name": "x"}, "from_backend": 0, "bytes": 1}]),
+                ),
+                "bad.json: splits[1].inputs[0].tensor.index is 4, but the record has 4 node(s)",
+            ),
+            (
+                Box::new(
+                    |v| v["splits"][1]["inputs"] = json!([{"tensor": {"kind": "node", "index": 0, "name": "x"}, "from_backend": 2, "bytes": 1}]),
+                ),
+                "bad.json: splits[1].inputs[0].from_backend is 2, but the record has 2 backend(s)",
+            ),
+            (
+                Box::new(|v| v["nodes"][1]["index"] = json!(99)),
+                "bad.json: nodes[1].index is 99, expected 1 (its position)",
+            ),
+            (
+                Box::new(|v| v["nodes"][1]["split"] = json!(9)),
+                "bad.json: nodes[1].split is 9, but the record has 2 split(s)",
+            ),
+            (
+                Box::new(|v| v["leafs"][0]["split"] = json!(2)),
+                "bad.json: leafs[0].split is 2, but the record has 2 split(s)",
+            ),
+            (
+                Box::new(|v| v["nodes"][2]["backend"] = json!(2)),
+                "bad.json: nodes[2].backend is 2, but the record has 2 backend(s)",
+            ),
+            (
+                Box::new(|v| v["nodes"][1]["srcs"][0]["tensor"]["index"] = json!(99)),
+                "bad.json: nodes[1].srcs[0].tensor.index is 99, but the record has 3 leaf(s)",
+            ),
+            (
+                Box::new(|v| v["nodes"][1]["srcs"][0]["tensor"]["kind"] = json!("weight")),
+                "bad.json: nodes[1].srcs[0].tensor.kind is 'weight', expected node, leaf or other",
+            ),
+            (
+                Box::new(|v| {
+                    v["nodes"][1]["view_src"]["index"].take();
+                }),
+                "bad.json: nodes[1].view_src.index is missing (kind node)",
+            ),
+            (
+                Box::new(|v| v["nodes"][1]["inplace"]["root"]["index"] = json!(4)),
+                "bad.json: nodes[1].inplace.root.index is 4, but the record has 4 node(s)",
+            ),
+            (
+                Box::new(|v| v["nodes"][1]["inplace"]["root_backend"] = json!(3)),
+                "bad.json: nodes[1].inplace.root_backend is 3, but the record has 2 backend(s)",
+            ),
+            (
+                Box::new(|v| v["nodes"][0]["move"]["to"] = json!(2)),
+                "bad.json: nodes[0].move.to is 2, but the record has 2 backend(s)",
+            ),
+            (
+                Box::new(|v| v["nodes"][0]["move"]["from"] = json!(7)),
+                "bad.json: nodes[0].move.from is 7, but the record has 2 backend(s)",
+            ),
+            (
+                Box::new(|v| {
+                    v["graph_inputs"] = json!([{"kind": "leaf", "index": 3, "name": "x"}])
+                }),
+                "bad.json: graph_inputs[0].index is 3, but the record has 3 leaf(s)",
+            ),
+        ];
+        for (f, want) in cases {
+            let e = mutated(f).unwrap_err();
+            assert_eq!(format!("{e:#}"), want);
+        }
+        // The record itself, and a reference to a tensor in neither list, are fine.
+        mutated(|_| {}).unwrap();
+        mutated(|v| {
+            v["nodes"][1]["srcs"][0]["tensor"] = serde_json::json!({"kind": "other", "name": "x"})
+        })
+        .unwrap();
+    }
+
+    /// A FIFO named like a record is refused by path, not opened (which would wait for a
+    /// writer forever): given itself, and found in a directory.
+    #[test]
+    fn a_fifo_is_refused_not_read() {
+        let d = std::env::temp_dir().join(format!("view-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let fifo = d.join("sched-1-000.json");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("no mkfifo here: nothing to check");
+            return;
+        }
+        let want = format!("{}: not a regular file (a FIFO), not read", fifo.display());
+        for p in [fifo.clone(), d.clone()] {
+            // In a thread, so that a reader that opens the FIFO (and so waits for a writer
+            // that never comes) fails the test rather than hanging it.
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || tx.send(load(&p).map(|r| r.len())));
+            let got = rx
+                .recv_timeout(std::time::Duration::from_secs(20))
+                .expect("load() did not return within 20 s: it opened the FIFO");
+            assert_eq!(format!("{:#}", got.unwrap_err()), want);
+        }
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

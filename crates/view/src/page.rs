@@ -1,7 +1,7 @@
 //! The page: one HTML file with everything inline (style, script, the records as JSON, the
 //! SVG layouts), so it opens from disk with no network and no other file.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::json;
 
 use crate::diff::Pair;
@@ -43,12 +43,17 @@ fn esc(s: &str) -> String {
 /// The layouts of one side's records, as hidden `<div>`s the script moves into view.
 fn layouts(side: &str, recs: &[Record], pal: &Palette, out: &mut String) -> Result<()> {
     for (i, r) in recs.iter().enumerate() {
-        let svg = dot::render(&dot::overview(r, pal))?;
+        if let Some(note) = dot::slow_note(r) {
+            eprintln!("[view] note: {note}");
+        }
+        let svg = dot::render(&dot::overview(r, pal))
+            .with_context(|| format!("laying out the overview of {}", r.path.display()))?;
         out.push_str(&format!(
             "<div class=\"layout\" data-side=\"{side}\" data-rec=\"{i}\" data-kind=\"overview\">{svg}</div>\n"
         ));
         if let Some(d) = dot::nodes(r, pal) {
-            let svg = dot::render(&d)?;
+            let svg = dot::render(&d)
+                .with_context(|| format!("laying out the nodes of {}", r.path.display()))?;
             out.push_str(&format!(
                 "<div class=\"layout\" data-side=\"{side}\" data-rec=\"{i}\" data-kind=\"nodes\">{svg}</div>\n"
             ));
@@ -131,5 +136,51 @@ mod tests {
         assert!(!text.contains('<'), "{text}");
         let back: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back, v);
+    }
+
+    /// `#rec=K` and `#pair=K` of the page's address: an index below 0 or not a whole number
+    /// (which left the page blank) is 0, one past the end the last. The script's own
+    /// function, run by Node.js where it is installed.
+    #[test]
+    fn the_address_index_is_clamped_both_ways() {
+        if std::process::Command::new("node")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("no Node.js here: nothing to check");
+            return;
+        }
+        let f = JS
+            .lines()
+            .find(|l| l.trim_start().starts_with("function hashIndex("))
+            .expect("view.js defines hashIndex on one line");
+        let cases = [
+            ("-1", 3),
+            ("-2", 1),
+            ("abc", 3),
+            ("1.5", 3),
+            ("", 3),
+            ("1", 3),
+            ("7", 3),
+            ("0", 1),
+            ("2", 0),
+        ];
+        let calls: Vec<String> = cases
+            .iter()
+            .map(|(v, n)| format!("hashIndex({}, {n})", serde_json::json!(v)))
+            .collect();
+        let script = format!("{f}\nconsole.log(JSON.stringify([{}]));", calls.join(", "));
+        let out = std::process::Command::new("node")
+            .args(["-e", &script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: Vec<i64> = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(got, [0, 0, 0, 0, 0, 1, 2, 0, 0]);
     }
 }

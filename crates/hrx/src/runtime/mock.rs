@@ -140,8 +140,16 @@ pub enum MockLoc {
     Host(usize),
 }
 
+/// A test's stand-in for the device kernels ([`MockRuntime::set_kernel`]): called for each
+/// node of an executed job with its op, the node's bytes and each source slot's bytes
+/// (NULL where the slot is empty), in device memory (the mock's vector) or host memory as
+/// the job locates them.
+pub type Kernel = Arc<dyn Fn(ggml_sys::ggml_op, *mut u8, &[*mut u8]) + Send + Sync>;
+
 #[derive(Default)]
 struct State {
+    /// runs the nodes of executed jobs, when a test sets one
+    kernel: Option<Kernel>,
     calls: Vec<Call>,
     jobs: Vec<ExecSummary>,
     /// live allocations: start -> rounded size
@@ -196,6 +204,11 @@ impl MockRuntime {
     /// `(address, bytes)` in node and source order.
     pub fn host_reads(&self) -> Vec<Vec<(usize, Vec<u8>)>> {
         self.state.lock().host_reads.clone()
+    }
+
+    /// Runs `k` for every node of the jobs executed from now on (see [`Kernel`]).
+    pub fn set_kernel(&self, k: Kernel) {
+        self.state.lock().kernel = Some(k);
     }
 
     /// Makes the next `synchronize` fail with `msg`.
@@ -394,6 +407,25 @@ impl Runtime for MockRuntime {
             }
         }
         s.host_reads.push(reads);
+        if let Some(k) = s.kernel.clone() {
+            let mem = s.memory.as_mut_ptr();
+            let at = |l: Loc| match l {
+                // SAFETY: a device location of a queued job is inside the mock's memory (the
+                // layer checked it against a live allocation).
+                Loc::Device(a) => unsafe { mem.add(a - MOCK_BASE) },
+                Loc::Host(p) => p.0.cast(),
+            };
+            for n in &job.nodes {
+                let mut srcs = [std::ptr::null_mut(); ggml_sys::GGML_MAX_SRC as usize];
+                for &(slot, t) in &n.srcs {
+                    srcs[slot] = at(n.locs[t]);
+                }
+                for &(slot, j) in &n.node_srcs {
+                    srcs[slot] = at(job.nodes[j].locs[0]);
+                }
+                k(n.tensors[0].op, at(n.locs[0]), &srcs);
+            }
+        }
         s.calls.push(Call::Exec(i));
     }
 
