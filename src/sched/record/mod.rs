@@ -30,8 +30,24 @@ pub const VAR: &str = "GGML_SCHED_DUMP";
 /// created when missing.
 pub fn dir() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| crate::env::read_once(VAR, None, "no dump", parse_dir))
-        .as_deref()
+    DIR.get_or_init(|| match std::env::var_os(VAR) {
+        // A Linux path need not be UTF-8 text; the reader of text values would refuse it.
+        Some(v) if v.to_str().is_none() => {
+            let p = PathBuf::from(v);
+            match check_dir(&p) {
+                Ok(()) => Some(p),
+                Err(e) => {
+                    crate::env::warn_sticky(&format!(
+                        "ggml_backend_sched: {VAR}={} {e}; using no dump\n",
+                        p.display()
+                    ));
+                    None
+                }
+            }
+        }
+        _ => crate::env::read_once(VAR, None, "no dump", parse_dir),
+    })
+    .as_deref()
 }
 
 /// Whether records are written (see [`dir`]).
@@ -46,11 +62,16 @@ fn parse_dir(text: &str) -> Result<Option<PathBuf>, String> {
         return Err("is empty: it must name a directory".into());
     }
     let p = PathBuf::from(text);
+    check_dir(&p)?;
+    Ok(Some(p))
+}
+
+/// Whether `p` is a directory, creating it when missing; else what is wrong with it.
+fn check_dir(p: &Path) -> Result<(), String> {
     if p.exists() && !p.is_dir() {
         return Err("is not a directory".into());
     }
-    std::fs::create_dir_all(&p).map_err(|e| format!("cannot be created ({e})"))?;
-    Ok(Some(p))
+    std::fs::create_dir_all(p).map_err(|e| format!("cannot be created ({e})"))
 }
 
 /// The (structure, placement) hashes of the records this process has written, and how many.
