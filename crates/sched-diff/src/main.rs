@@ -17,7 +17,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use outcome::{
     buffer_sizes, classify, data_differs, differs_only_in_allocation, has_inplace_conflict,
-    has_unusable_write, hazards_only_via_reuse, SeedRun, Verdict,
+    has_unusable_write, hazards_only_via_reuse, inplace_candidate, matches_parity, SeedRun,
+    Verdict,
 };
 use program::{Arm, Program};
 use std::path::{Path, PathBuf};
@@ -153,10 +154,58 @@ impl Cli {
 struct Pair {
     a: SeedRun,
     b: SeedRun,
+    /// B's run of the seed with the in-place rule off (`GGML_SCHED_INPLACE_RULE=0`), made
+    /// only for a seed whose difference the rule might explain ([`inplace_candidate`]).
+    b_off: Option<SeedRun>,
     verdict: Verdict,
 }
 
-fn run_all(prog: &Program, arm_a: &Arm, arm_b: &Arm, o: &Options) -> Result<Vec<Pair>> {
+/// Runs one chunk of seeds in both arms and classifies them. Where A has an in-place hazard
+/// and B differs without one ([`inplace_candidate`]), B runs those seeds again with the
+/// rule off (one process from the first such seed to the last), and the difference is
+/// explained only when that run matches A.
+fn run_chunk(
+    prog: &Program,
+    arms: (&Arm, &Arm, &Arm),
+    start: u64,
+    count: u64,
+    o: &Options,
+) -> Result<Vec<Pair>> {
+    let (arm_a, arm_b, arm_b_off) = arms;
+    let packed = o.b_layout == LayoutArg::Packed;
+    let ra = program::run_range(prog, arm_a, start, count, o.timeout)?;
+    let rb = program::run_range(prog, arm_b, start, count, o.timeout)?;
+    let candidates: Vec<u64> = ra
+        .iter()
+        .zip(&rb)
+        .filter(|(a, b)| inplace_candidate(a, b, packed).is_some())
+        .map(|(a, _)| a.seed)
+        .collect();
+    let mut off: Vec<SeedRun> = match (candidates.first(), candidates.last()) {
+        (Some(&first), Some(&last)) => {
+            program::run_range(prog, arm_b_off, first, last - first + 1, o.timeout)?
+        }
+        _ => Vec::new(),
+    };
+    off.retain(|r| candidates.contains(&r.seed));
+    let mut off = off.into_iter().peekable();
+    Ok(ra
+        .into_iter()
+        .zip(rb)
+        .map(|(a, b)| {
+            let b_off = off.next_if(|r| r.seed == a.seed);
+            let verdict = classify(&a, &b, b_off.as_ref(), packed);
+            Pair {
+                a,
+                b,
+                b_off,
+                verdict,
+            }
+        })
+        .collect())
+}
+
+fn run_all(prog: &Program, arms: (&Arm, &Arm, &Arm), o: &Options) -> Result<Vec<Pair>> {
     let chunk = o
         .chunk
         .unwrap_or_else(|| (o.seeds / (8 * o.jobs as u64)).clamp(25, 500));
@@ -173,15 +222,8 @@ fn run_all(prog: &Program, arm_a: &Arm, arm_b: &Arm, o: &Options) -> Result<Vec<
                 }
                 let start = o.start + i as u64 * chunk;
                 let count = chunk.min(o.start + o.seeds - start);
-                let res = program::run_range(prog, arm_a, start, count, o.timeout).and_then(|ra| {
-                    program::run_range(prog, arm_b, start, count, o.timeout).map(|rb| (ra, rb))
-                });
-                match res {
-                    Ok((ra, rb)) => {
-                        let pairs = ra.into_iter().zip(rb).map(|(a, b)| {
-                            let verdict = classify(&a, &b, o.b_layout == LayoutArg::Packed);
-                            Pair { a, b, verdict }
-                        });
+                match run_chunk(prog, arms, start, count, o) {
+                    Ok(pairs) => {
                         if let Ok(mut r) = results.lock() {
                             r.extend(pairs);
                         }
@@ -238,6 +280,15 @@ fn print_pair(p: &Pair) {
         "---- seed {} ({:?}); rerun alone: sched-diff --a A --b B --start {} --seeds 1",
         p.a.seed, p.verdict, p.a.seed
     );
+    if let Some(off) = &p.b_off {
+        println!(
+            "  A has an in-place hazard and B none, but B run with GGML_SCHED_INPLACE_RULE=0 does not match A ({}): the rule does not explain this difference",
+            match &off.crash {
+                Some(c) => format!("it died: {}", c.how),
+                None => "its records differ from A's".to_string(),
+            }
+        );
+    }
     for (label, run) in [("A", &p.a), ("B", &p.b)] {
         if let Some(c) = &run.crash {
             println!("  arm {label} died: {}", c.how);
@@ -343,7 +394,8 @@ fn real_main() -> Result<bool> {
     };
 
     let t0 = Instant::now();
-    let pairs = run_all(&prog, &arm_a, &arm_b, &o)?;
+    let arm_b_off = arm_b.with_rule_off();
+    let pairs = run_all(&prog, (&arm_a, &arm_b, &arm_b_off), &o)?;
     let secs = t0.elapsed().as_secs_f64();
 
     let count = |f: &dyn Fn(&Pair) -> bool| pairs.iter().filter(|p| f(p)).count();
@@ -384,6 +436,16 @@ fn real_main() -> Result<bool> {
     println!(
         "  explained by the in-place rule: {} (B moved the writer: {moved}, B refused with an in-place message: {refused})",
         moved + refused
+    );
+    let rerun = count(&|p| p.b_off.is_some());
+    let rerun_differs = count(&|p| {
+        p.b_off
+            .as_ref()
+            .is_some_and(|off| !matches_parity(&p.a, off, o.b_layout == LayoutArg::Packed))
+    });
+    println!(
+        "    (each checked by running B again with GGML_SCHED_INPLACE_RULE=0, which must match A: {rerun} seeds rerun, {} matched, {rerun_differs} did not and are unexplained)",
+        rerun - rerun_differs
     );
     let layout_explained = count(&|p| p.verdict == Verdict::ExplainedLayout);
     let total = |f: &dyn Fn(&Pair) -> &SeedRun| -> u64 {

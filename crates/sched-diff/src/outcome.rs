@@ -181,9 +181,11 @@ pub enum Verdict {
     /// Both processes died in this seed after identical records (abort texts may differ).
     IdenticalBothCrashed,
     /// Records differ; A placed an in-place writer against the co-location rule, B placed
-    /// none so: the difference the in-place rule makes.
+    /// none so, and B run again with the rule off (`GGML_SCHED_INPLACE_RULE=0`) matches A
+    /// ([`matches_parity`]): the difference is the one the in-place rule makes.
     ExplainedMoved,
-    /// A had such a conflict and B stopped with an abort that names the in-place rule.
+    /// A had such a conflict, B stopped with an abort that names the in-place rule, and B
+    /// with the rule off matches A.
     ExplainedRefused,
     /// Only allocation records differ ([`differs_only_in_allocation`]) and no compute buffer of
     /// B is larger than A's ([`buffers_not_larger`]): what B's packed allocation layout does
@@ -217,30 +219,67 @@ pub fn buffers_not_larger(a: &[String], b: &[String]) -> bool {
     sa.len() == sb.len() && sa.iter().zip(&sb).all(|(x, y)| x.0 == y.0 && y.1 <= x.1)
 }
 
+/// The verdict without the in-place rule: identical, both crashed identically, explained by
+/// the packed layout (with `packed`), or unexplained.
+fn classify_plain(a: &SeedRun, b: &SeedRun, packed: bool) -> Verdict {
+    let same_lines = a.lines == b.lines;
+    match (&a.crash, &b.crash) {
+        (None, None) if same_lines => Verdict::Identical,
+        (Some(_), Some(_)) if same_lines => Verdict::IdenticalBothCrashed,
+        _ if packed
+            && differs_only_in_allocation(a, b)
+            && buffers_not_larger(&a.lines, &b.lines) =>
+        {
+            Verdict::ExplainedLayout
+        }
+        _ => Verdict::Unexplained,
+    }
+}
+
+/// Which in-place verdict B's run would get if B with the rule off matches A: `Some` when
+/// A has an in-place hazard, B differs from A without one ([`classify_plain`] finds no
+/// other explanation), and B either completed the seed or stopped with an abort naming the
+/// rule. Only these seeds need B's second run with `GGML_SCHED_INPLACE_RULE=0`.
+pub fn inplace_candidate(a: &SeedRun, b: &SeedRun, packed: bool) -> Option<Verdict> {
+    if classify_plain(a, b, packed) != Verdict::Unexplained
+        || !has_inplace_conflict(&a.lines)
+        || has_inplace_conflict(&b.lines)
+    {
+        return None;
+    }
+    match &b.crash {
+        None => Some(Verdict::ExplainedMoved),
+        Some(c) if c.abort.as_deref().is_some_and(is_inplace_refusal) => {
+            Some(Verdict::ExplainedRefused)
+        }
+        Some(_) => None,
+    }
+}
+
+/// Whether B run with the in-place rule off (`b_off`) matches A in everything the tool
+/// compares: the parity mode, which must hold on every seed.
+pub fn matches_parity(a: &SeedRun, b_off: &SeedRun, packed: bool) -> bool {
+    classify_plain(a, b_off, packed) != Verdict::Unexplained
+}
+
 /// Compares one seed across the arms. Both runs must be for the same seed. With `packed`
 /// (arm B runs its packed allocation layout), a seed whose only differences are where
 /// ggml-alloc put tensors and how large the buffers are, none larger in B, is explained.
-pub fn classify(a: &SeedRun, b: &SeedRun, packed: bool) -> Verdict {
+///
+/// A difference is explained by the in-place rule ([`inplace_candidate`]) only when `b_off`,
+/// B's run of the same seed with the rule off, is given and matches A ([`matches_parity`]):
+/// turning the rule off must remove the difference. Without `b_off` such a seed is
+/// unexplained.
+pub fn classify(a: &SeedRun, b: &SeedRun, b_off: Option<&SeedRun>, packed: bool) -> Verdict {
     debug_assert_eq!(a.seed, b.seed);
-    let same_lines = a.lines == b.lines;
-    match (&a.crash, &b.crash) {
-        (None, None) if same_lines => return Verdict::Identical,
-        (Some(_), Some(_)) if same_lines => return Verdict::IdenticalBothCrashed,
-        _ => {}
+    let plain = classify_plain(a, b, packed);
+    if plain != Verdict::Unexplained {
+        return plain;
     }
-    if has_inplace_conflict(&a.lines) && !has_inplace_conflict(&b.lines) {
-        match &b.crash {
-            None => return Verdict::ExplainedMoved,
-            Some(c) if c.abort.as_deref().is_some_and(is_inplace_refusal) => {
-                return Verdict::ExplainedRefused
-            }
-            Some(_) => {}
-        }
+    match (inplace_candidate(a, b, packed), b_off) {
+        (Some(v), Some(off)) if off.seed == a.seed && matches_parity(a, off, packed) => v,
+        _ => Verdict::Unexplained,
     }
-    if packed && differs_only_in_allocation(a, b) && buffers_not_larger(&a.lines, &b.lines) {
-        return Verdict::ExplainedLayout;
-    }
-    Verdict::Unexplained
 }
 
 #[cfg(test)]
@@ -299,13 +338,16 @@ mod tests {
     #[test]
     fn classifies_identical_and_plain_differences() {
         let a = run(1, &["NODE 0 t1 ADD T0"], None);
-        assert_eq!(classify(&a, &a.clone(), false), Verdict::Identical);
+        assert_eq!(classify(&a, &a.clone(), None, false), Verdict::Identical);
         let b = run(1, &["NODE 0 t1 ADD TCPU"], None);
-        assert_eq!(classify(&a, &b, false), Verdict::Unexplained);
+        assert_eq!(classify(&a, &b, None, false), Verdict::Unexplained);
         let ca = run(1, &["NODE 0 t1 ADD T0"], Some("x"));
         let cb = run(1, &["NODE 0 t1 ADD T0"], Some("y"));
-        assert_eq!(classify(&ca, &cb, false), Verdict::IdenticalBothCrashed);
-        assert_eq!(classify(&a, &cb, false), Verdict::Unexplained);
+        assert_eq!(
+            classify(&ca, &cb, None, false),
+            Verdict::IdenticalBothCrashed
+        );
+        assert_eq!(classify(&a, &cb, None, false), Verdict::Unexplained);
         assert!(!Verdict::IdenticalBothCrashed.differs());
         assert!(Verdict::ExplainedMoved.differs());
     }
@@ -334,7 +376,7 @@ mod tests {
             ],
             None,
         );
-        assert_eq!(classify(&a, &b, false), Verdict::Unexplained);
+        assert_eq!(classify(&a, &b, None, false), Verdict::Unexplained);
         assert!(data_differs(&a.lines, &b.lines));
         assert!(differs_only_in_allocation(&a, &b));
         assert!(!differs_only_in_allocation(&a, &a.clone()));
@@ -364,9 +406,9 @@ mod tests {
         assert!(data_differs(&a.lines, &d.lines));
         assert!(!differs_only_in_allocation(&a, &d));
         // B's packed layout: a smaller buffer is explained, a larger one and a moved node not
-        assert_eq!(classify(&a, &b, true), Verdict::ExplainedLayout);
-        assert_eq!(classify(&a, &c, true), Verdict::Unexplained);
-        assert_eq!(classify(&a, &d, true), Verdict::Unexplained);
+        assert_eq!(classify(&a, &b, None, true), Verdict::ExplainedLayout);
+        assert_eq!(classify(&a, &c, None, true), Verdict::Unexplained);
+        assert_eq!(classify(&a, &d, None, true), Verdict::Unexplained);
         assert!(buffers_not_larger(&a.lines, &b.lines));
         assert!(!buffers_not_larger(&a.lines, &c.lines));
     }
@@ -397,26 +439,171 @@ mod tests {
         assert!(!hazards_only_via_reuse(&[fixed.to_string()]));
         let a = run(3, &["NODE 1 t2 SET_ROWS TCPU", conflict], None);
         let b = run(3, &["NODE 1 t2 SET_ROWS T0", fixed], None);
-        assert_eq!(classify(&a, &b, false), Verdict::ExplainedMoved);
+        // B with the rule off places as A: the rule made the difference
+        let off = a.clone();
+        assert_eq!(
+            inplace_candidate(&a, &b, false),
+            Some(Verdict::ExplainedMoved)
+        );
+        assert_eq!(classify(&a, &b, Some(&off), false), Verdict::ExplainedMoved);
+        // without the rule-off run nothing is excused
+        assert_eq!(classify(&a, &b, None, false), Verdict::Unexplained);
         // B still conflicts: not explained by the rule
         let b2 = run(3, &["NODE 1 t2 SET_ROWS T1", conflict], None);
-        assert_eq!(classify(&a, &b2, false), Verdict::Unexplained);
+        assert_eq!(inplace_candidate(&a, &b2, false), None);
+        assert_eq!(classify(&a, &b2, Some(&off), false), Verdict::Unexplained);
         // B refuses with a message naming the rule
         let b3 = run(
             3,
             &["NODE 1 t2 SET_ROWS TCPU"],
             Some("in-place write to t1 refused"),
         );
-        assert_eq!(classify(&a, &b3, false), Verdict::ExplainedRefused);
+        assert_eq!(
+            classify(&a, &b3, Some(&off), false),
+            Verdict::ExplainedRefused
+        );
         // B dies for another reason
         let b4 = run(
             3,
             &["NODE 1 t2 SET_ROWS TCPU"],
             Some("GGML_ASSERT(x) failed"),
         );
-        assert_eq!(classify(&a, &b4, false), Verdict::Unexplained);
+        assert_eq!(inplace_candidate(&a, &b4, false), None);
+        assert_eq!(classify(&a, &b4, Some(&off), false), Verdict::Unexplained);
         // A without a conflict: any difference is unexplained
         let a2 = run(3, &["NODE 1 t2 SET_ROWS TCPU"], None);
-        assert_eq!(classify(&a2, &b, false), Verdict::Unexplained);
+        assert_eq!(inplace_candidate(&a2, &b, false), None);
+        assert_eq!(classify(&a2, &b, Some(&a2), false), Verdict::Unexplained);
+    }
+
+    /// The false pass the review found (self-test, seeds 49, 98, 168): A has a hazard, B has
+    /// none, and B differs from A for a reason that is not the rule (here an extra node on
+    /// another backend). B run with the rule off still differs from A, so the difference
+    /// is unexplained; only a rule-off run identical to A excuses it.
+    #[test]
+    fn a_difference_the_rule_off_run_keeps_is_unexplained() {
+        let conflict = "INPLACE 1 t2 SET_ROWS node=TCPU root=t1 root_backend=T0 root_buft=T0_BUF root_alloc=sched usable=no rule=violated";
+        let fixed = "INPLACE 1 t2 SET_ROWS node=T0 root=t1 root_backend=T0 root_buft=T0_BUF root_alloc=sched usable=yes rule=ok";
+        let a = run(
+            49,
+            &["NODE 0 t1 FILL T0", "NODE 1 t2 SET_ROWS TCPU", conflict],
+            None,
+        );
+        // ours with the rule moved the writer, and a regression moved t1 as well
+        let b = run(
+            49,
+            &["NODE 0 t1 FILL T1", "NODE 1 t2 SET_ROWS T0", fixed],
+            None,
+        );
+        // the rule off: the writer is back where stock puts it, the regression is not
+        let off_regressed = run(
+            49,
+            &["NODE 0 t1 FILL T1", "NODE 1 t2 SET_ROWS TCPU", conflict],
+            None,
+        );
+        assert_eq!(
+            inplace_candidate(&a, &b, false),
+            Some(Verdict::ExplainedMoved)
+        );
+        assert!(!matches_parity(&a, &off_regressed, false));
+        assert_eq!(
+            classify(&a, &b, Some(&off_regressed), false),
+            Verdict::Unexplained
+        );
+        // the rule off matching A in every record: explained
+        assert!(matches_parity(&a, &a.clone(), false));
+        assert_eq!(
+            classify(&a, &b, Some(&a.clone()), false),
+            Verdict::ExplainedMoved
+        );
+        // a rule-off run that crashed where A did not: unexplained
+        let off_crashed = run(
+            49,
+            &a.lines.iter().map(String::as_str).collect::<Vec<_>>(),
+            Some("x"),
+        );
+        assert_eq!(
+            classify(&a, &b, Some(&off_crashed), false),
+            Verdict::Unexplained
+        );
+        // an in-place refusal is excused only by a rule-off run that matches A as well
+        let refused = run(
+            49,
+            &["NODE 0 t1 FILL T0"],
+            Some("in-place write to t1 refused"),
+        );
+        assert_eq!(
+            inplace_candidate(&a, &refused, false),
+            Some(Verdict::ExplainedRefused)
+        );
+        assert_eq!(
+            classify(&a, &refused, Some(&off_regressed), false),
+            Verdict::Unexplained
+        );
+        assert_eq!(classify(&a, &refused, None, false), Verdict::Unexplained);
+        assert_eq!(
+            classify(&a, &refused, Some(&a.clone()), false),
+            Verdict::ExplainedRefused
+        );
+    }
+
+    /// With `--b-layout packed` the rule-off run may differ from A in allocation records
+    /// only, no buffer larger, as any packed seed may.
+    #[test]
+    fn the_rule_off_run_follows_the_packed_layout_verdict() {
+        let conflict = "INPLACE 1 t2 SET node=TCPU root=t1 root_backend=T0 root_buft=T0_BUF root_alloc=sched usable=no rule=violated";
+        let fixed = "INPLACE 1 t2 SET node=T0 root=t1 root_backend=T0 root_buft=T0_BUF root_alloc=sched usable=yes rule=ok";
+        let a = run(
+            5,
+            &[
+                "NODE 1 t2 SET TCPU",
+                "DATA t2 T0_BUF#0 256",
+                conflict,
+                "BUFSIZE T0 512",
+            ],
+            None,
+        );
+        let b = run(
+            5,
+            &[
+                "NODE 1 t2 SET T0",
+                "DATA t2 T0_BUF#0 0",
+                fixed,
+                "BUFSIZE T0 256",
+            ],
+            None,
+        );
+        let off_packed = run(
+            5,
+            &[
+                "NODE 1 t2 SET TCPU",
+                "DATA t2 T0_BUF#0 0",
+                conflict,
+                "BUFSIZE T0 256",
+            ],
+            None,
+        );
+        let off_larger = run(
+            5,
+            &[
+                "NODE 1 t2 SET TCPU",
+                "DATA t2 T0_BUF#0 0",
+                conflict,
+                "BUFSIZE T0 768",
+            ],
+            None,
+        );
+        assert_eq!(
+            classify(&a, &b, Some(&off_packed), true),
+            Verdict::ExplainedMoved
+        );
+        assert_eq!(
+            classify(&a, &b, Some(&off_packed), false),
+            Verdict::Unexplained
+        );
+        assert_eq!(
+            classify(&a, &b, Some(&off_larger), true),
+            Verdict::Unexplained
+        );
     }
 }

@@ -21,8 +21,9 @@ pub struct Program {
 
 /// One side of the comparison: a library file and the directory that presents it to the
 /// loader under [`SONAME`].
+#[derive(Debug, Clone)]
 pub struct Arm {
-    /// `A` or `B`.
+    /// `A`, `B`, or `B (rule off)` ([`Arm::with_rule_off`]).
     pub label: &'static str,
     /// The library file as given on the command line, canonicalized.
     pub lib: PathBuf,
@@ -54,6 +55,17 @@ impl Arm {
             dir,
             env: Vec::new(),
         })
+    }
+
+    /// The same library and environment with our in-place storage rule turned off
+    /// (`GGML_SCHED_INPLACE_RULE=0`): the parity mode, in which our scheduler must decide
+    /// exactly as stock. A stock library ignores the variable.
+    pub fn with_rule_off(&self) -> Arm {
+        let mut arm = self.clone();
+        arm.label = "B (rule off)";
+        arm.env.retain(|(k, _)| k != "GGML_SCHED_INPLACE_RULE");
+        arm.env.push(("GGML_SCHED_INPLACE_RULE".into(), "0".into()));
+        arm
     }
 
     fn command(&self, exe: &Path) -> Command {
