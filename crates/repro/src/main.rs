@@ -456,8 +456,34 @@ fn passed_all(r: &Run) -> bool {
 fn repro_result(r: &Run) -> String {
     match (&r.fin.end, r.out.summary) {
         (End::Exit(_), Some((p, _))) => format!("{p}/{N_CASES}"),
-        (end, _) => format!("{} after {} ok/{}", end.describe(), r.out.ok.len(), N_CASES),
+        (end, _) => format!(
+            "{} after {} ok/{}{}",
+            end.describe(),
+            r.out.ok.len(),
+            N_CASES,
+            // The reproducer prints its own errors on stdout; a crash leaves its trace on
+            // stderr.
+            why_it_stopped(match end {
+                End::Exit(_) => &r.fin.stdout,
+                _ => &r.fin.stderr,
+            })
+        ),
     }
+}
+
+/// For a run that stopped before its summary (a device that does not exist, a crash): the
+/// last line of `output`, shortened, after `: `; else nothing. A table that said only "exit 2
+/// after 0 ok" hid the reason, which the reproducer had printed.
+fn why_it_stopped(stderr: &str) -> String {
+    const MOST: usize = 160;
+    let Some(line) = stderr.lines().map(str::trim).rfind(|l| !l.is_empty()) else {
+        return String::new();
+    };
+    if line.chars().count() <= MOST {
+        return format!(": {line}");
+    }
+    let cut: String = line.chars().take(MOST).collect();
+    format!(": {cut}...")
 }
 
 fn run_json(r: &Run, arm: &Arm) -> Value {
@@ -856,6 +882,20 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_run_that_stopped_says_its_last_line() {
+        assert_eq!(
+            super::why_it_stopped("loading\ninplace_repro: no device HRX1\n\n"),
+            ": inplace_repro: no device HRX1"
+        );
+        assert_eq!(super::why_it_stopped(" \n"), "");
+        let long = "x".repeat(300);
+        assert_eq!(
+            super::why_it_stopped(&long),
+            format!(": {}...", "x".repeat(160))
+        );
+    }
+
     use super::*;
     use clap::error::ErrorKind;
 
