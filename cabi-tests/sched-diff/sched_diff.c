@@ -11,7 +11,10 @@
 // Environment: SCHED_DIFF_PERTURB=K perturbs every seed divisible by K (self-test of the
 // detector: an unprinted user backend assignment the normal run does not make);
 // SCHED_DIFF_MAPS=1 first prints `MAPPED <path>` for each mapped file named *ggml*;
-// SCHED_DIFF_CRASH_SEED=S raises SIGSEGV inside seed S (self-test of crash isolation).
+// SCHED_DIFF_CRASH_SEED=S raises SIGSEGV inside seed S (self-test of crash isolation);
+// SCHED_DIFF_ONLY=S1,S2,... runs only the listed seeds of the range (the runner's rerun of
+// arm B with the in-place rule off, for the seeds that need it; each seed's output does not
+// depend on which seeds ran before it).
 //
 // Output grammar (one record per line, fields separated by single spaces):
 //   SEED <s> BEGIN                      start of a seed's block
@@ -1276,6 +1279,23 @@ static void print_mapped_libs(void) {
     fclose(f);
 }
 
+// whether `seed` is one of the comma-separated decimal numbers of `list`
+static bool seed_listed(const char * list, uint64_t seed) {
+    const char * p = list;
+    while (*p) {
+        char *   end = NULL;
+        uint64_t v   = strtoull(p, &end, 10);
+        if (end == p) {
+            return false;
+        }
+        if (v == seed) {
+            return true;
+        }
+        p = *end == ',' ? end + 1 : end;
+    }
+    return false;
+}
+
 int main(int argc, char ** argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: %s START COUNT\n", argv[0]);
@@ -1292,7 +1312,11 @@ int main(int argc, char ** argv) {
     ggml_log_set(on_log, NULL);
     ggml_set_abort_callback(on_abort);
 
+    const char * only = getenv("SCHED_DIFF_ONLY");
     for (uint64_t s = start; s < start + count; s++) {
+        if (only != NULL && !seed_listed(only, s)) {
+            continue;
+        }
         run_seed(s, perturb, getenv("SCHED_DIFF_CRASH_SEED"));
     }
     return 0;

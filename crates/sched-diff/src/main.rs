@@ -162,7 +162,7 @@ struct Pair {
 
 /// Runs one chunk of seeds in both arms and classifies them. Where A has an in-place hazard
 /// and B differs without one ([`inplace_candidate`]), B runs those seeds again with the
-/// rule off (one process from the first such seed to the last), and the difference is
+/// rule off (only those seeds, [`program::run_seeds`]), and the difference is
 /// explained only when that run matches A.
 fn run_chunk(
     prog: &Program,
@@ -181,13 +181,11 @@ fn run_chunk(
         .filter(|(a, b)| inplace_candidate(a, b, packed).is_some())
         .map(|(a, _)| a.seed)
         .collect();
-    let mut off: Vec<SeedRun> = match (candidates.first(), candidates.last()) {
-        (Some(&first), Some(&last)) => {
-            program::run_range(prog, arm_b_off, first, last - first + 1, o.timeout)?
-        }
-        _ => Vec::new(),
+    let off: Vec<SeedRun> = if candidates.is_empty() {
+        Vec::new()
+    } else {
+        program::run_seeds(prog, arm_b_off, &candidates, o.timeout)?
     };
-    off.retain(|r| candidates.contains(&r.seed));
     let mut off = off.into_iter().peekable();
     Ok(ra
         .into_iter()

@@ -174,17 +174,20 @@ fn describe_signal(sig: i32) -> String {
     }
 }
 
-fn run_once(
-    prog: &Program,
-    arm: &Arm,
-    start: u64,
-    count: u64,
-    timeout: Duration,
-) -> Result<ProcessResult> {
-    let mut child = arm
-        .command(&prog.exe)
-        .arg(start.to_string())
-        .arg(count.to_string())
+fn run_once(prog: &Program, arm: &Arm, seeds: &[u64], timeout: Duration) -> Result<ProcessResult> {
+    let (first, last) = match (seeds.first(), seeds.last()) {
+        (Some(&f), Some(&l)) => (f, l),
+        _ => bail!("no seeds to run"),
+    };
+    let mut cmd = arm.command(&prog.exe);
+    cmd.arg(first.to_string())
+        .arg((last - first + 1).to_string())
+        .env_remove("SCHED_DIFF_ONLY");
+    if last - first + 1 != seeds.len() as u64 {
+        let list: Vec<String> = seeds.iter().map(u64::to_string).collect();
+        cmd.env("SCHED_DIFF_ONLY", list.join(","));
+    }
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -246,19 +249,32 @@ pub fn run_range(
     count: u64,
     timeout: Duration,
 ) -> Result<Vec<SeedRun>> {
-    let end = start + count;
-    let mut next = start;
-    let mut runs = Vec::with_capacity(count as usize);
-    while next < end {
-        let res = run_once(prog, arm, next, end - next, timeout)?;
+    let seeds: Vec<u64> = (start..start + count).collect();
+    run_seeds(prog, arm, &seeds, timeout)
+}
+
+/// Runs the given seeds (ascending, without repeats) under `arm`, as [`run_range`] does a
+/// range: one process from the first to the last, told by `SCHED_DIFF_ONLY` which seeds to
+/// run when they are not contiguous; after a crash, a new process for the seeds left.
+pub fn run_seeds(
+    prog: &Program,
+    arm: &Arm,
+    seeds: &[u64],
+    timeout: Duration,
+) -> Result<Vec<SeedRun>> {
+    let mut next = 0;
+    let mut runs = Vec::with_capacity(seeds.len());
+    while next < seeds.len() {
+        let res = run_once(prog, arm, &seeds[next..], timeout)?;
         let blocks = parse_blocks(&res.stdout)
-            .with_context(|| format!("arm {}: output of seeds from {next}", arm.label))?;
+            .with_context(|| format!("arm {}: output of seeds from {}", arm.label, seeds[next]))?;
         let mut crashed_in_block = false;
         for b in blocks {
-            if b.seed != next {
+            if next >= seeds.len() || b.seed != seeds[next] {
                 bail!(
-                    "arm {}: expected seed {next}, the driver printed seed {}",
+                    "arm {}: expected seed {}, the driver printed seed {}",
                     arm.label,
+                    seeds.get(next).map_or("none".to_string(), u64::to_string),
                     b.seed
                 );
             }
@@ -282,10 +298,10 @@ pub fn run_range(
             });
             next += 1;
         }
-        if next < end && !crashed_in_block {
+        if next < seeds.len() && !crashed_in_block {
             // died (or stopped) between seeds: charge the next seed so the loop advances
             runs.push(SeedRun {
-                seed: next,
+                seed: seeds[next],
                 lines: Vec::new(),
                 crash: Some(Crash {
                     how: res
@@ -338,5 +354,70 @@ mod tests {
             failure_text(out.status, &out.stderr),
             "exit status: 127: file too short"
         );
+    }
+
+    /// A stand-in driver (sh) with the real one's contract: seeds START..START+COUNT, only
+    /// those in SCHED_DIFF_ONLY when set, a SIGSEGV inside SCHED_DIFF_CRASH_SEED.
+    fn fake_driver(dir: &Path) -> Program {
+        let exe = dir.join("fake_driver.sh");
+        std::fs::write(
+            &exe,
+            "#!/bin/sh\n\
+             s=$1; end=$(($1 + $2))\n\
+             while [ $s -lt $end ]; do\n\
+               case \",$SCHED_DIFF_ONLY,\" in\n\
+                 ,,|*,$s,*) echo \"SEED $s BEGIN\"; echo \"RAN $s\"\n\
+                   [ \"$s\" = \"$SCHED_DIFF_CRASH_SEED\" ] && kill -SEGV $$\n\
+                   echo \"SEED $s END\";;\n\
+               esac\n\
+               s=$((s + 1))\n\
+             done\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Program { exe }
+    }
+
+    /// The rule-off rerun runs only the seeds it is given, in one process, and resumes after
+    /// a crash with the listed seeds left (not the range's next seed).
+    #[test]
+    fn runs_only_the_listed_seeds_and_resumes_after_a_crash() {
+        let dir = std::env::temp_dir().join(format!("sched-diff-seeds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let prog = fake_driver(&dir);
+        let mut arm = Arm {
+            label: "B",
+            lib: dir.join("none"),
+            dir: dir.clone(),
+            env: vec![("SCHED_DIFF_CRASH_SEED".into(), "17".into())],
+        };
+        let t = Duration::from_secs(20);
+        let runs = run_seeds(&prog, &arm, &[3, 17, 40, 41], t).unwrap();
+        let seeds: Vec<u64> = runs.iter().map(|r| r.seed).collect();
+        assert_eq!(seeds, vec![3, 17, 40, 41]);
+        assert_eq!(runs[0].lines, vec!["RAN 3".to_string()]);
+        assert!(runs[0].crash.is_none());
+        assert_eq!(runs[1].lines, vec!["RAN 17".to_string()]);
+        assert_eq!(runs[1].crash.as_ref().unwrap().how, "signal 11 (SIGSEGV)");
+        assert_eq!(runs[2].lines, vec!["RAN 40".to_string()]);
+        assert!(runs[3].crash.is_none());
+        // a contiguous range needs no list
+        arm.env.clear();
+        let runs = run_range(&prog, &arm, 5, 3, t).unwrap();
+        let seeds: Vec<u64> = runs.iter().map(|r| r.seed).collect();
+        assert_eq!(seeds, vec![5, 6, 7]);
+        // with the rule off, B's environment says so, its other variables kept
+        arm.env.push(("GGML_ALLOC_LAYOUT".into(), "stock".into()));
+        arm.env.push(("GGML_SCHED_INPLACE_RULE".into(), "1".into()));
+        let off = arm.with_rule_off();
+        assert_eq!(
+            off.env,
+            vec![
+                ("GGML_ALLOC_LAYOUT".to_string(), "stock".to_string()),
+                ("GGML_SCHED_INPLACE_RULE".to_string(), "0".to_string())
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
