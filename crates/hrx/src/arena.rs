@@ -57,6 +57,10 @@ struct Entry {
     last_use: u64,
 }
 
+/// The generation of a copy whose host bytes the device writes ([`Arena::mark_written`]):
+/// no buffer's generation (those count up from 0 or 1), so the next use uploads again.
+const STALE: u64 = u64::MAX;
+
 /// Words of a weight's host bytes its fingerprint reads.
 pub(crate) const SAMPLES: usize = 16;
 
@@ -290,6 +294,19 @@ impl Arena {
         for k in keys {
             self.remove(rt, k);
             self.evicted.remove(&k);
+        }
+    }
+
+    /// Marks every copy of a weight overlapping host range `[base, base + len)` stale: the
+    /// device writes those bytes (a node of HRX's own graph whose output, or a source its op
+    /// updates, lies in a host weight), and the bytes it writes need not touch the sampled
+    /// words of the fingerprint. The next use uploads the weight again, in queue order, so
+    /// after the job that writes it; the copy stays allocated for the work queued before.
+    pub fn mark_written(&mut self, base: usize, len: usize) {
+        for (k, e) in self.entries.iter_mut() {
+            if k.ptr < base.saturating_add(len) && base < k.ptr.saturating_add(k.size) {
+                e.generation = STALE;
+            }
         }
     }
 

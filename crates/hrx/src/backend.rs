@@ -201,6 +201,7 @@ unsafe extern "C" fn be_synchronize(b: ggml_backend_t) {
         // SAFETY: ggml passes one of our backends.
         let s = unsafe { stream(b) };
         s.dev.host_writes_queued.store(false, Ordering::Relaxed);
+        s.dev.weight_writes_queued.store(false, Ordering::Relaxed);
         if let Err(e) = s.dev.rt.synchronize() {
             crate::log::error(&format!(
                 "HRX: {}: queued work failed: {e}\n",
@@ -331,8 +332,18 @@ fn compute(dev: &'static Device, g: &ggml_cgraph) -> Result<(), String> {
         let Prepared {
             job: mut nj,
             writes,
+            writes_weights,
         } = nj;
         nj.use_count = uses;
+        if writes_weights {
+            // the arena's copies of what the node writes are stale once the job has run
+            // (a graph may write its own weights: SET_ROWS into one, an optimizer step)
+            let mut arena = dev.arena.lock();
+            for &(at, n) in &writes {
+                arena.mark_written(at, n);
+            }
+            b.weight_writes = true;
+        }
         // the job runs in order: a later node reads these bytes in place, not from a copy
         // taken before this node wrote them
         b.host_writes.extend(writes);
@@ -357,6 +368,8 @@ struct Building {
     pinned: Vec<WeightKey>,
     /// Host memory the job's nodes write, `(address, bytes)`.
     host_writes: Vec<(usize, usize)>,
+    /// Whether some of `host_writes` lie in host weights.
+    weight_writes: bool,
 }
 
 impl Building {
@@ -377,6 +390,9 @@ impl Building {
         if !self.host_writes.is_empty() {
             dev.host_writes_queued.store(true, Ordering::Relaxed);
         }
+        if self.weight_writes {
+            dev.weight_writes_queued.store(true, Ordering::Relaxed);
+        }
         let done = std::mem::replace(self, Building::new(next)).job;
         if !done.nodes.is_empty() {
             dev.rt.execute(done);
@@ -390,6 +406,9 @@ struct Prepared {
     /// `(address, bytes)` of each host location the node writes: the node itself, and the
     /// sources its op updates in place ([`written_sources`]).
     writes: Vec<(usize, usize)>,
+    /// Whether one of `writes` lies in a host buffer of usage WEIGHTS (the arena may hold a
+    /// copy of those bytes).
+    writes_weights: bool,
 }
 
 /// Builds the shadow copies of `node` and its sources. A source that is a node of the
@@ -415,16 +434,27 @@ fn prepare(
         node_srcs: Vec::new(),
         use_count: None,
     };
-    let mut writes = Vec::new();
-    // SAFETY: live tensor.
-    let size = unsafe { crate::ggml::nbytes(node) };
-    job.sizes.push(size);
-    let loc = locate(dev, node, true, &mut b.pinned)?;
-    if let Loc::Host(p) = loc {
-        writes.push((p.0 as usize, size));
-    }
-    job.locs.push(loc);
     let written = written_sources(node.op);
+    // the host memory the node writes, known before its sources are located: a host weight
+    // it writes is read in place, not through the arena's copy (see `locate`)
+    let mut writes = Vec::new();
+    let mut writes_weights = false;
+    let outputs = node
+        .src
+        .iter()
+        .enumerate()
+        .filter(|&(slot, p)| written.contains(&slot) && !p.is_null())
+        .map(|(_, &p)| p as *const ggml_tensor);
+    for tp in std::iter::once(node as *const ggml_tensor).chain(outputs) {
+        // SAFETY: the node and its sources are live tensors.
+        if let Some((at, n, weights)) = unsafe { host_output(dev, &*tp) } {
+            writes.push((at, n));
+            writes_weights |= weights;
+        }
+    }
+    // SAFETY: live tensor.
+    job.sizes.push(unsafe { crate::ggml::nbytes(node) });
+    job.locs.push(locate(dev, node, true, &[], &mut b.pinned)?);
     for (slot, &sp) in node.src.iter().enumerate() {
         if sp.is_null() {
             continue;
@@ -442,16 +472,13 @@ fn prepare(
         if written.contains(&slot) {
             // the op writes this source: located as an output (its host memory in place,
             // never a copy the writes would be lost in, nor the arena's read-only copy of a
-            // weight), and noted as written like the node itself
-            let loc = locate(dev, s, true, &mut b.pinned)?;
-            if let Loc::Host(p) = loc {
-                writes.push((p.0 as usize, size));
-            }
+            // weight), and noted as written like the node itself (above)
             job.sizes.push(size);
-            job.locs.push(loc);
+            job.locs.push(locate(dev, s, true, &[], &mut b.pinned)?);
             continue;
         }
-        let mut loc = locate(dev, s, false, &mut b.pinned)?;
+        let written_by_job = [&b.host_writes[..], &writes[..]];
+        let mut loc = locate(dev, s, false, &written_by_job, &mut b.pinned)?;
         if let Loc::Host(p) = loc {
             let at = p.0 as usize;
             let written_here = b
@@ -467,7 +494,44 @@ fn prepare(
         job.sizes.push(size);
         job.locs.push(loc);
     }
-    Ok(Prepared { job, writes })
+    Ok(Prepared {
+        job,
+        writes,
+        writes_weights,
+    })
+}
+
+/// Where `t`, written by a node, lies in host memory: `(address, bytes, whether its buffer
+/// holds weights)`; `None` for device memory or a tensor `locate` refuses.
+///
+/// # Safety
+/// `t` is a live tensor.
+unsafe fn host_output(dev: &Device, t: &ggml_tensor) -> Option<(usize, usize, bool)> {
+    let buf = tensor_buffer(t);
+    // SAFETY: a live tensor's buffer is NULL or live, with a live type.
+    let host = !buf.is_null()
+        && !t.data.is_null()
+        && unsafe { !buffer::is_device_buffer_of(buf, dev) && buft_is_host((*buf).buft) };
+    if !host {
+        return None;
+    }
+    // SAFETY: live tensor and buffer.
+    let (n, usage) = unsafe { (crate::ggml::nbytes(t), (*buf).usage) };
+    Some((
+        t.data as usize,
+        n,
+        usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS,
+    ))
+}
+
+/// The buffer `t` is in: its own, or its view source's.
+fn tensor_buffer(t: &ggml_tensor) -> ggml_backend_buffer_t {
+    if t.buffer.is_null() && !t.view_src.is_null() {
+        // SAFETY: view_src of a live tensor is live.
+        unsafe { (*t.view_src).buffer }
+    } else {
+        t.buffer
+    }
 }
 
 /// The source slots an op writes as well as reads: ggml's optimizer steps update their
@@ -493,11 +557,15 @@ fn wait_for_host_writes(dev: &Device) -> Result<(), PrepError> {
     Ok(())
 }
 
-/// Where the bytes of `t` are for the device.
+/// Where the bytes of `t` are for the device. `written` are the host ranges `(address,
+/// bytes)` the job being built writes, this node's included: a host weight among them is
+/// read in place, as other host memory is, not through the arena, whose copy would be
+/// uploaded before the job runs (and would not see the writes).
 fn locate(
     dev: &'static Device,
     t: &ggml_tensor,
     is_dst: bool,
+    written: &[&[(usize, usize)]],
     pinned: &mut Vec<WeightKey>,
 ) -> Result<Loc, PrepError> {
     let root: &ggml_tensor = if t.view_src.is_null() {
@@ -506,11 +574,7 @@ fn locate(
         // SAFETY: view_src of a live tensor is live.
         unsafe { &*t.view_src }
     };
-    let buf = if t.buffer.is_null() {
-        root.buffer
-    } else {
-        t.buffer
-    };
+    let buf = tensor_buffer(t);
     // SAFETY: live tensor.
     let desc = || unsafe { crate::ggml::describe(t) };
     let fatal = |m: String| Err(PrepError::Fatal(m));
@@ -547,13 +611,23 @@ fn locate(
     if is_dst || usage != GGML_BACKEND_BUFFER_USAGE_WEIGHTS {
         return Ok(Loc::Host(SendPtr(t.data)));
     }
-    // a host weight read by a device op: materialize it through the arena
     // SAFETY: live tensor.
     let size = unsafe { crate::ggml::nbytes(root) };
     let key = WeightKey {
         ptr: root.data as usize,
         size,
     };
+    let overlaps = |&(w, n): &(usize, usize)| key.ptr < w + n && w < key.ptr + size;
+    if written.iter().any(|ws| ws.iter().any(overlaps)) {
+        return Ok(Loc::Host(SendPtr(t.data)));
+    }
+    // a host weight read by a device op: materialize it through the arena, once a queued
+    // job that writes host weights has run (a fresh copy may be uploaded beside the queue)
+    if dev.weight_writes_queued.swap(false, Ordering::Relaxed) {
+        dev.rt
+            .synchronize()
+            .map_err(|e| PrepError::Fatal(format!("queued work failed: {e}")))?;
+    }
     // SAFETY: live buffer.
     let generation = unsafe { buffer::host_generation(buf, dev) };
     let got = dev.arena.lock().acquire(&*dev.rt, key, generation, pinned);
@@ -1048,6 +1122,108 @@ mod tests {
             }
         }
         free_buffer(hrx_host);
+    }
+
+    /// A mock kernel for a 64 x 64 F32 weight: `MUL_MAT` (y = W x) and `SET_ROWS` (W[idx] :=
+    /// rows, one row, an I64 index).
+    fn weight_kernel() -> crate::runtime::mock::Kernel {
+        std::sync::Arc::new(|op, dst, src| {
+            // SAFETY: the job's locations of the tensors the test below builds (64 x 64 F32
+            // weight, 64 F32 vectors, one I64), valid while the job runs (now).
+            unsafe {
+                let f = |p: *mut u8, n: usize| std::slice::from_raw_parts_mut(p as *mut f32, n);
+                match op {
+                    GGML_OP_MUL_MAT => {
+                        let (w, x, y) = (f(src[0], 64 * 64), f(src[1], 64), f(dst, 64));
+                        for (i, yi) in y.iter_mut().enumerate() {
+                            *yi = (0..64).map(|k| w[i * 64 + k] * x[k]).sum();
+                        }
+                    }
+                    GGML_OP_SET_ROWS => {
+                        let row = *(src[2] as *const i64) as usize;
+                        f(dst, 64 * 64)[row * 64..][..64].copy_from_slice(f(src[1], 64));
+                    }
+                    _ => {}
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn a_host_weight_the_device_writes_is_not_read_from_a_stale_arena_copy() {
+        let m = MockRuntime::new(1 << 20);
+        m.set_kernel(weight_kernel());
+        let d = device(&m, 1 << 20);
+        let b = alloc_buffer(d.buft(), 1024);
+        let a = base(b);
+        let hrx_host = alloc_buffer(d.host_buft(), 64 * 64 * 4);
+        // SAFETY: the stand-in buffer struct is ours to set up, as ggml's
+        // `ggml_backend_buffer_set_usage` does.
+        unsafe { (*hrx_host).usage = GGML_BACKEND_BUFFER_USAGE_WEIGHTS };
+        let cpu = foreign_buffer(true, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        let inputs = foreign_buffer(true, GGML_BACKEND_BUFFER_USAGE_ANY);
+        let mut cpu_mem = vec![0f32; 64 * 64];
+        for (wb, in_hrx) in [(cpu, false), (hrx_host, true)] {
+            let wp = if in_hrx {
+                base(hrx_host) as *mut f32
+            } else {
+                cpu_mem.as_mut_ptr()
+            };
+            // SAFETY: 4096 floats of the host buffer or of this test's vector.
+            let wmem = unsafe { std::slice::from_raw_parts_mut(wp, 64 * 64) };
+            for (i, v) in wmem.iter_mut().enumerate() {
+                *v = 0.001 * (i % 97) as f32;
+            }
+            let w0 = wmem.to_vec();
+            // x = 1, rows = 5 then 7, idx = 1 then 2: inputs in a host buffer
+            let (xs, mut rows, mut idx) = (vec![1f32; 64], vec![5f32; 64], vec![1i64]);
+            let mut w = f32_tensor(GGML_OP_NONE, 64 * 64, wb, wp as usize);
+            let mut x = f32_tensor(GGML_OP_NONE, 64, inputs, xs.as_ptr() as usize);
+            let mut r = f32_tensor(GGML_OP_NONE, 64, inputs, rows.as_ptr() as usize);
+            let mut ix = f32_tensor(GGML_OP_NONE, 1, inputs, idx.as_ptr() as usize);
+            ix.type_ = GGML_TYPE_I64;
+            ix.nb = [8; 4];
+            let mut y = node("y", GGML_OP_MUL_MAT, b, a, &mut w, &mut x);
+            // as ggml builds it: SET_ROWS is a view of the weight it writes
+            let mut sr = named(f32_tensor(GGML_OP_SET_ROWS, 64 * 64, wb, wp as usize), "sr");
+            sr.view_src = &mut w;
+            sr.src = [std::ptr::null_mut(); GGML_MAX_SRC as usize];
+            sr.src[0] = &mut w;
+            sr.src[1] = &mut r;
+            sr.src[2] = &mut ix;
+            let mut ga = [&mut y as *mut _];
+            let mut gb = [&mut sr as *mut _];
+            let y_now = || {
+                let bytes = m.peek(a, 256);
+                bytes
+                    .chunks(4)
+                    .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+                    .collect::<Vec<f32>>()
+            };
+            let row_sum = |w: &[f32], i: usize| w[i * 64..][..64].iter().sum::<f32>();
+            // first use: the arena uploads the weight
+            compute(d, &graph(&mut ga)).unwrap();
+            assert!((y_now()[1] - row_sum(&w0, 1)).abs() < 1e-3);
+            // the device writes row 1 of the weight, in place in host memory ...
+            compute(d, &graph(&mut gb)).unwrap();
+            assert_eq!(wmem[64..128], [5.0; 64]);
+            // ... and the next use reads what it wrote: 64 x 5 (the fingerprint samples no
+            // word of row 1, so only the arena's invalidation makes the copy current)
+            compute(d, &graph(&mut ga)).unwrap();
+            assert_eq!(y_now()[1], 320.0, "weight in HRX0_HOST: {in_hrx}");
+            assert!((y_now()[0] - row_sum(&w0, 0)).abs() < 1e-3);
+            // the write and the read in one graph: the read sees row 2 written (64 x 7)
+            rows.fill(7.0);
+            idx[0] = 2;
+            let mut both = [&mut sr as *mut _, &mut y];
+            compute(d, &graph(&mut both)).unwrap();
+            assert_eq!(y_now()[2], 448.0, "weight in HRX0_HOST: {in_hrx}");
+            assert_eq!(y_now()[1], 320.0);
+            compute(d, &graph(&mut ga)).unwrap();
+            assert_eq!((y_now()[1], y_now()[2]), (320.0, 448.0));
+        }
+        free_buffer(hrx_host);
+        free_buffer(b);
     }
 
     #[test]

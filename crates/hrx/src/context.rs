@@ -36,6 +36,10 @@ pub struct Device {
     /// queue: a copy of host memory taken before that job ran could be stale
     /// ([`crate::runtime::ExecJob::host_copies`]).
     pub host_writes_queued: std::sync::atomic::AtomicBool,
+    /// Whether a job that writes host weights (a host buffer of usage WEIGHTS) was queued
+    /// since the layer last waited for the queue: the arena must not upload a copy of a
+    /// weight before that job has run (its fresh uploads may start beside the queue).
+    pub weight_writes_queued: std::sync::atomic::AtomicBool,
     handles: OnceLock<Handles>,
 }
 
@@ -67,6 +71,7 @@ impl Device {
             arena: Mutex::new(Arena::new(arena_limit)),
             reporter: Mutex::new(Reporter::new(index)),
             host_writes_queued: Default::default(),
+            weight_writes_queued: Default::default(),
             handles: OnceLock::new(),
         }))
     }
