@@ -135,11 +135,12 @@ unsafe extern "C" fn be_set_tensor_async(
         let buf = root_buffer(tr);
         // SAFETY: live buffer.
         if unsafe { buffer::is_device_buffer_of(buf, s.dev) } {
+            // checked as the buffer's own set_tensor checks it, before anything is read
+            // SAFETY: one of our device buffers.
+            let at = unsafe { buffer::device_range(buf, tr, offset, size) };
             // SAFETY: `size` readable bytes; copied now, so the caller may reuse them.
             let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, size) }.to_vec();
-            s.dev
-                .rt
-                .upload(tr.data as usize + offset, HostSrc::Owned(bytes));
+            s.dev.rt.upload(at, HostSrc::Owned(bytes));
         } else {
             // not ours: finish queued work, then the buffer's own synchronous path
             let _ = s.dev.rt.synchronize();
@@ -163,9 +164,9 @@ unsafe extern "C" fn be_get_tensor_async(
         let buf = root_buffer(tr);
         // SAFETY: live buffer.
         if unsafe { buffer::is_device_buffer_of(buf, s.dev) } {
-            s.dev
-                .rt
-                .download(tr.data as usize + offset, SendPtr(data), size);
+            // SAFETY: one of our device buffers.
+            let at = unsafe { buffer::device_range(buf, tr, offset, size) };
+            s.dev.rt.download(at, SendPtr(data), size);
         } else {
             let _ = s.dev.rt.synchronize();
             // SAFETY: a live buffer's interface.

@@ -243,15 +243,49 @@ pub unsafe fn host_generation(b: ggml_backend_buffer_t, dev: &Device) -> u64 {
     }
 }
 
-/// Checks that `[addr, addr + size)` is inside `buf` and returns `addr`.
+/// Checks that `[t.data + offset, t.data + offset + size)` lies inside `[base, base + len)`
+/// and returns its start; panics (caught by the entry point's guard) when it does not. The
+/// sums are checked: an offset near `SIZE_MAX` (stock libggml-base passes it on unchecked,
+/// and `offset + size` wraps past its own `<= nbytes` test) would otherwise wrap to an
+/// address inside the buffer, before the tensor, and write over its neighbour.
+fn checked_range(base: usize, len: usize, t: &ggml_tensor, offset: usize, size: usize) -> usize {
+    let start = (t.data as usize).checked_add(offset);
+    let end = start.and_then(|a| a.checked_add(size));
+    match (start, end) {
+        (Some(a), Some(e)) if a >= base && e <= base.saturating_add(len) => a,
+        _ => panic!(
+            "tensor {} range {:#x}+{offset:#x}+{size} is outside its HRX buffer",
+            crate::ggml::tensor_name(t),
+            t.data as usize
+        ),
+    }
+}
+
+/// Checks that the tensor's `[offset, offset + size)` is inside `buf` and returns its
+/// device address.
 fn dev_range(buf: &DevBuffer, t: &ggml_tensor, offset: usize, size: usize) -> DevAddr {
-    let addr = t.data as usize + offset;
-    assert!(
-        addr >= buf.addr && addr + size <= buf.addr + buf.size,
-        "tensor {} range {addr:#x}+{size} is outside its HRX buffer",
-        crate::ggml::tensor_name(t)
-    );
-    addr
+    checked_range(buf.addr, buf.size, t, offset, size)
+}
+
+/// [`dev_range`] for a device-local buffer of ours by handle: the async transfers of the
+/// backend check their ranges as the buffer's synchronous ones do.
+///
+/// # Safety
+/// `b` is one of our live device-local buffers.
+pub unsafe fn device_range(
+    b: ggml_backend_buffer_t,
+    t: &ggml_tensor,
+    offset: usize,
+    size: usize,
+) -> DevAddr {
+    // SAFETY: forwarded contract: one of our device buffers.
+    dev_range(unsafe { dev_ctx(b) }, t, offset, size)
+}
+
+/// Checks that the tensor's `[offset, offset + size)` is inside host buffer `buf` and
+/// returns its first byte.
+fn host_range(buf: &HostBuffer, t: &ggml_tensor, offset: usize, size: usize) -> *mut u8 {
+    checked_range(buf.ptr as usize, buf.layout.size(), t, offset, size) as *mut u8
 }
 
 fn sync(dev: &Device) {
@@ -450,9 +484,12 @@ unsafe extern "C" fn host_memset_tensor(
     size: usize,
 ) {
     guard("ggml_backend_hrx_host_buffer_memset_tensor", || {
+        // SAFETY: ggml passes our host buffer and a live tensor in it.
+        let (ctx, t) = unsafe { (host_ctx(b), non_null(t, "tensor")) };
+        let p = host_range(ctx, t, offset, size);
         host_write(b);
-        // SAFETY: ggml passes a live tensor whose [offset, offset+size) is in the buffer.
-        unsafe { std::ptr::write_bytes(((*t).data as *mut u8).add(offset), value, size) };
+        // SAFETY: [p, p + size) is inside the buffer (checked above).
+        unsafe { std::ptr::write_bytes(p, value, size) };
     })
 }
 
@@ -464,15 +501,12 @@ unsafe extern "C" fn host_set_tensor(
     size: usize,
 ) {
     guard("ggml_backend_hrx_host_buffer_set_tensor", || {
+        // SAFETY: ggml passes our host buffer and a live tensor in it.
+        let (ctx, t) = unsafe { (host_ctx(b), non_null(t, "tensor")) };
+        let p = host_range(ctx, t, offset, size);
         host_write(b);
         // SAFETY: as above, plus `size` readable bytes at `data`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data as *const u8,
-                ((*t).data as *mut u8).add(offset),
-                size,
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(data as *const u8, p, size) };
     })
 }
 
@@ -484,16 +518,13 @@ unsafe extern "C" fn host_get_tensor(
     size: usize,
 ) {
     guard("ggml_backend_hrx_host_buffer_get_tensor", || {
-        // SAFETY: ggml passes one of our host buffers.
-        sync(unsafe { host_ctx(b) }.dev);
-        // SAFETY: as above, plus `size` writable bytes at `data`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                ((*t).data as *const u8).add(offset),
-                data as *mut u8,
-                size,
-            )
-        };
+        // SAFETY: ggml passes our host buffer and a live tensor in it.
+        let (ctx, t) = unsafe { (host_ctx(b), non_null(t, "tensor")) };
+        let p = host_range(ctx, t, offset, size);
+        sync(ctx.dev);
+        // SAFETY: [p, p + size) is inside the buffer (checked above); `size` writable bytes
+        // at `data`.
+        unsafe { std::ptr::copy_nonoverlapping(p, data as *mut u8, size) };
     })
 }
 
@@ -685,6 +716,46 @@ mod tests {
         assert!(msg.contains("is outside its HRX buffer"), "{msg}");
         assert_eq!(dev_range(ctx, &t, 1024 - 256 - 4, 4), a + 1020);
         assert!(m.take_calls().is_empty());
+    }
+
+    #[test]
+    fn ranges_whose_sums_wrap_are_refused() {
+        let m = MockRuntime::new(1 << 20);
+        let d = device(&m, 1 << 20);
+        let b = alloc_buffer(d.buft(), 1024);
+        let a = base(b);
+        let h = alloc_buffer(d.host_buft(), 1024);
+        let hp = base(h);
+        m.take_calls();
+        // the second of two tensors: an offset of SIZE_MAX - 3 wraps `data + offset` to 4
+        // bytes before it, inside the buffer (over the first tensor), and the end to 4 after
+        let t = f32_tensor(GGML_OP_NONE, 64, b, a + 256);
+        let ht = f32_tensor(GGML_OP_NONE, 64, h, hp + 256);
+        let refused = |f: &dyn Fn() -> usize| {
+            let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+            let msg = e.downcast_ref::<String>().unwrap().clone();
+            assert!(msg.contains("is outside its HRX buffer"), "{msg}");
+        };
+        let wrap = usize::MAX - 3;
+        // SAFETY: live buffers of ours.
+        let (ctx, hctx) = unsafe { (dev_ctx(b), host_ctx(h)) };
+        refused(&|| dev_range(ctx, &t, wrap, 8));
+        refused(&|| dev_range(ctx, &t, 8, usize::MAX));
+        // the path the backend's set/get_tensor_async take
+        // SAFETY: a live device buffer of ours.
+        refused(&|| unsafe { device_range(b, &t, wrap, 8) });
+        refused(&|| host_range(hctx, &ht, wrap, 8) as usize);
+        refused(&|| host_range(hctx, &ht, 1024 - 256, 1) as usize);
+        // in range: the addresses
+        // SAFETY: as above.
+        assert_eq!(unsafe { device_range(b, &t, 768 - 4, 4) }, a + 1020);
+        assert_eq!(host_range(hctx, &ht, 4, 8) as usize, hp + 260);
+        assert!(
+            m.take_calls().is_empty(),
+            "nothing queued for a refused range"
+        );
+        free_buffer(h);
+        free_buffer(b);
     }
 
     #[test]
