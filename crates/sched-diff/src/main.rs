@@ -7,8 +7,9 @@
 //! tensor's data lives (buffer and byte offset), the compute dispatch and the data copies.
 //! See `docs/sched-diff.md`.
 //!
-//! Exit status: 0 when every seed passed (or, with `--self-test`, when the detector
-//! caught the perturbation and nothing else), 1 otherwise, 2 on a usage or setup error.
+//! Exit status: 0 when every seed passed (with `--self-test`: every perturbation that
+//! changed B was caught, at least one did, and nothing else failed), 1 otherwise, 2 on a
+//! usage or setup error. The last line, `N passed, M failed`, says the same.
 
 mod outcome;
 mod program;
@@ -57,8 +58,9 @@ enum LayoutArg {
     name = "sched-diff",
     about = "Scheduler differential test: one C driver over random graphs against two \
              libggml-base.so.0 files, diffing what each scheduler decided",
-    after_help = "Exit status: 0 when every seed passed (with --self-test: when the detector \
-                  caught the perturbation and nothing else), 1 otherwise, 2 on a usage or \
+    after_help = "Exit status: 0 when every seed passed (with --self-test: every perturbation \
+                  that changed B was caught, at least one did, and nothing else failed), 1 \
+                  otherwise, 2 on a usage or \
                   setup error. See docs/sched-diff.md.",
     // The hand-written parser this replaces let a repeated flag's last value win; scripts
     // that append an override to a default command line rely on that.
@@ -98,8 +100,9 @@ struct Cli {
     #[arg(long, value_name = "L", value_enum, default_value_t = LayoutArg::Stock)]
     b_layout: LayoutArg,
     /// Run B with SCHED_DIFF_PERTURB=7 (a silent extra backend assignment in every 7th
-    /// seed) and SCHED_DIFF_CRASH_SEED (a SIGSEGV in one of them); pass only if those
-    /// differences, and no others, are caught and the crash is confined to its seed.
+    /// seed) and SCHED_DIFF_CRASH_SEED (a SIGSEGV in one of them); pass only if every
+    /// perturbation that changed B is caught, nothing else fails, and the crash is confined
+    /// to its seed.
     #[arg(long)]
     self_test: bool,
 }
@@ -150,10 +153,21 @@ impl Cli {
     }
 }
 
+/// The processes a run starts: A, B, B with the in-place rule off, and with `--self-test`
+/// B without the perturbation (what B prints when nothing is planted).
+struct Arms {
+    a: Arm,
+    b: Arm,
+    b_off: Arm,
+    b_plain: Option<Arm>,
+}
+
 /// One seed's results in both arms.
 struct Pair {
     a: SeedRun,
     b: SeedRun,
+    /// With `--self-test`: B's run of the seed without the perturbation and the crash.
+    b_plain: Option<SeedRun>,
     /// B's run of the seed with the in-place rule off (`GGML_SCHED_INPLACE_RULE=0`), made
     /// only for a seed whose difference the rule might explain ([`inplace_candidate`]).
     b_off: Option<SeedRun>,
@@ -166,15 +180,19 @@ struct Pair {
 /// explained only when that run matches A.
 fn run_chunk(
     prog: &Program,
-    arms: (&Arm, &Arm, &Arm),
+    arms: &Arms,
     start: u64,
     count: u64,
     o: &Options,
 ) -> Result<Vec<Pair>> {
-    let (arm_a, arm_b, arm_b_off) = arms;
     let packed = o.b_layout == LayoutArg::Packed;
-    let ra = program::run_range(prog, arm_a, start, count, o.timeout)?;
-    let rb = program::run_range(prog, arm_b, start, count, o.timeout)?;
+    let ra = program::run_range(prog, &arms.a, start, count, o.timeout)?;
+    let rb = program::run_range(prog, &arms.b, start, count, o.timeout)?;
+    let mut plain = match &arms.b_plain {
+        Some(arm) => program::run_range(prog, arm, start, count, o.timeout)?,
+        None => Vec::new(),
+    }
+    .into_iter();
     let candidates: Vec<u64> = ra
         .iter()
         .zip(&rb)
@@ -184,7 +202,7 @@ fn run_chunk(
     let off: Vec<SeedRun> = if candidates.is_empty() {
         Vec::new()
     } else {
-        program::run_seeds(prog, arm_b_off, &candidates, o.timeout)?
+        program::run_seeds(prog, &arms.b_off, &candidates, o.timeout)?
     };
     let mut off = off.into_iter().peekable();
     Ok(ra
@@ -196,6 +214,7 @@ fn run_chunk(
             Pair {
                 a,
                 b,
+                b_plain: plain.next(),
                 b_off,
                 verdict,
             }
@@ -203,7 +222,7 @@ fn run_chunk(
         .collect())
 }
 
-fn run_all(prog: &Program, arms: (&Arm, &Arm, &Arm), o: &Options) -> Result<Vec<Pair>> {
+fn run_all(prog: &Program, arms: &Arms, o: &Options) -> Result<Vec<Pair>> {
     let chunk = o
         .chunk
         .unwrap_or_else(|| (o.seeds / (8 * o.jobs as u64)).clamp(25, 500));
@@ -392,8 +411,13 @@ fn real_main() -> Result<bool> {
     };
 
     let t0 = Instant::now();
-    let arm_b_off = arm_b.with_rule_off();
-    let pairs = run_all(&prog, (&arm_a, &arm_b, &arm_b_off), &o)?;
+    let arms = Arms {
+        b_off: arm_b.with_rule_off(),
+        b_plain: o.self_test.then(|| arm_b.without_self_test()),
+        a: arm_a,
+        b: arm_b,
+    };
+    let pairs = run_all(&prog, &arms, &o)?;
     let secs = t0.elapsed().as_secs_f64();
 
     let count = |f: &dyn Fn(&Pair) -> bool| pairs.iter().filter(|p| f(p)).count();
@@ -416,10 +440,8 @@ fn real_main() -> Result<bool> {
         .filter(|p| has_inplace_conflict(&p.b.lines))
         .collect();
 
-    let failed_seed = |p: &Pair| {
-        p.verdict == Verdict::Unexplained || (expect_b_clean && has_inplace_conflict(&p.b.lines))
-    };
-    let failed = count(&|p| failed_seed(p));
+    let perturbed = |s: u64| o.self_test && s % PERTURB_EVERY == 0;
+    let failed = count(&|p| seed_fails(p, expect_b_clean, perturbed(p.a.seed)));
     let passed = pairs.len() - failed;
 
     println!(
@@ -528,11 +550,21 @@ fn real_main() -> Result<bool> {
         }
     }
 
-    let ok = if o.self_test {
-        let perturbed = |s: u64| s % PERTURB_EVERY == 0;
-        let caught = unexplained.iter().filter(|p| perturbed(p.a.seed)).count();
-        let outside = count(&|p| p.verdict.differs() && !perturbed(p.a.seed));
+    // with --self-test, a problem of the run as a whole (no seed to charge it to)
+    let mut run_problem = None;
+    if o.self_test {
+        let planted: Vec<&Pair> = pairs
+            .iter()
+            .filter(|p| perturbed(p.a.seed) && planted_changed_b(p))
+            .collect();
+        let caught = planted
+            .iter()
+            .filter(|p| p.verdict == Verdict::Unexplained)
+            .count();
         let n_perturbed = pairs.iter().filter(|p| perturbed(p.a.seed)).count();
+        let outside = count(&|p| {
+            !(perturbed(p.a.seed) && planted_changed_b(p)) && seed_fails(p, expect_b_clean, false)
+        });
         // the crashed seed is recorded, and the seeds after it still ran in B
         let isolated = match crash_seed {
             Some(cs) => {
@@ -544,18 +576,63 @@ fn real_main() -> Result<bool> {
             }
             None => true,
         };
-        let ok = caught > 0 && outside == 0 && isolated;
+        run_problem = self_test_problem(planted.len(), isolated);
         println!(
-            "self-test: caught {caught} of {n_perturbed} perturbed seeds (a perturbation that does not change the schedule is invisible by design); differences outside them: {outside}; crash in seed {} isolated: {isolated}; {}",
+            "self-test: caught {caught} of {} planted perturbations (perturbed seeds: {n_perturbed}; in {} of them the perturbation left B's output as it is without it, invisible by design); failed seeds outside them: {outside}; crash in seed {} isolated: {isolated}; {}",
+            planted.len(),
+            n_perturbed - planted.len(),
             crash_seed.map_or("-".to_string(), |s| s.to_string()),
-            if ok { "PASS" } else { "FAIL" }
+            if failed == 0 && run_problem.is_none() {
+                "PASS"
+            } else {
+                "FAIL"
+            }
         );
-        ok
-    } else {
-        failed == 0
-    };
-    println!("{passed} passed, {failed} failed");
+    }
+    let (line, ok) = summary(passed, failed, run_problem.as_deref());
+    println!("{line}");
     Ok(ok)
+}
+
+/// Whether a seed fails. A seed the self-test perturbed (`planted`: the perturbation
+/// changed B's output) fails unless it is reported unexplained (the detector missed it);
+/// any other seed fails when its difference is unexplained, or when B shows an in-place
+/// hazard and B must have none (`expect_b_clean`).
+fn seed_fails(p: &Pair, expect_b_clean: bool, perturbed: bool) -> bool {
+    if perturbed && planted_changed_b(p) {
+        return p.verdict != Verdict::Unexplained;
+    }
+    p.verdict == Verdict::Unexplained || (expect_b_clean && has_inplace_conflict(&p.b.lines))
+}
+
+/// Whether the self-test's perturbation changed what B printed for this seed: B differs
+/// from B's run without the perturbation ([`Arms::b_plain`]). False without that run.
+fn planted_changed_b(p: &Pair) -> bool {
+    p.b_plain.as_ref().is_some_and(|plain| {
+        plain.lines != p.b.lines || plain.crash.is_some() != p.b.crash.is_some()
+    })
+}
+
+/// What fails a self-test as a whole beyond its seeds: no perturbation changed B (the run
+/// proved nothing), or the planted crash was not confined to its seed.
+fn self_test_problem(planted: usize, isolated: bool) -> Option<String> {
+    match (planted, isolated) {
+        (0, _) => Some("self-test: no perturbation changed B's output".to_string()),
+        (_, false) => Some("self-test: the planted crash was not confined to its seed".to_string()),
+        _ => None,
+    }
+}
+
+/// The last line and the run's result: it passes only when no seed failed and nothing
+/// failed the run as a whole, and the line says so in either case.
+fn summary(passed: usize, failed: usize, problem: Option<&str>) -> (String, bool) {
+    match problem {
+        None => (format!("{passed} passed, {failed} failed"), failed == 0),
+        Some(why) => (
+            format!("{passed} passed, {failed} failed; FAIL: {why}"),
+            false,
+        ),
+    }
 }
 
 fn main() {
@@ -686,5 +763,85 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::UnknownArgument);
         // clap exits with 2 on every usage error: the status this tool documents.
         assert_eq!(e.exit_code(), 2);
+    }
+
+    fn seed_run(seed: u64, lines: &[&str]) -> SeedRun {
+        SeedRun {
+            seed,
+            lines: lines.iter().map(|s| s.to_string()).collect(),
+            crash: None,
+        }
+    }
+
+    fn pair(b: &[&str], plain: Option<&[&str]>, verdict: Verdict) -> Pair {
+        Pair {
+            a: seed_run(49, &["NODE 0 t1 ADD T0"]),
+            b: seed_run(49, b),
+            b_plain: plain.map(|l| seed_run(49, l)),
+            b_off: None,
+            verdict,
+        }
+    }
+
+    /// The review's case: the self-test perturbed seed 49, the perturbation changed B, and
+    /// the seed was excused (not unexplained). That seed fails, so the run does: the
+    /// summary line and the exit status say the same.
+    #[test]
+    fn a_missed_perturbation_fails_the_seed_and_the_run() {
+        let missed = pair(
+            &["NODE 0 t1 ADD T1"],
+            Some(&["NODE 0 t1 ADD T0"]),
+            Verdict::ExplainedMoved,
+        );
+        assert!(planted_changed_b(&missed));
+        assert!(seed_fails(&missed, false, true));
+        let (line, ok) = summary(0, 1, None);
+        assert_eq!(line, "0 passed, 1 failed");
+        assert!(!ok);
+        // caught: the seed passes
+        let caught = pair(
+            &["NODE 0 t1 ADD T1"],
+            Some(&["NODE 0 t1 ADD T0"]),
+            Verdict::Unexplained,
+        );
+        assert!(!seed_fails(&caught, false, true));
+        assert_eq!(
+            summary(1, 0, None),
+            ("1 passed, 0 failed".to_string(), true)
+        );
+        // a perturbation that left B as it was: the seed is judged as any other
+        let unchanged = pair(
+            &["NODE 0 t1 ADD T0"],
+            Some(&["NODE 0 t1 ADD T0"]),
+            Verdict::Identical,
+        );
+        assert!(!planted_changed_b(&unchanged));
+        assert!(!seed_fails(&unchanged, false, true));
+        let unchanged_but_unexplained = pair(
+            &["NODE 0 t1 ADD T2"],
+            Some(&["NODE 0 t1 ADD T2"]),
+            Verdict::Unexplained,
+        );
+        assert!(seed_fails(&unchanged_but_unexplained, false, true));
+        // outside the self-test an unexplained seed fails, an explained one passes
+        assert!(seed_fails(&caught, false, false));
+        assert!(!seed_fails(&missed, false, false));
+    }
+
+    /// A self-test in which no perturbation changed B proved nothing; its seeds all pass,
+    /// yet the run fails, and the last line says why.
+    #[test]
+    fn a_self_test_that_planted_nothing_fails_and_says_so() {
+        let why = self_test_problem(0, true).unwrap();
+        let (line, ok) = summary(5, 0, Some(&why));
+        assert_eq!(
+            line,
+            "5 passed, 0 failed; FAIL: self-test: no perturbation changed B's output"
+        );
+        assert!(!ok);
+        assert!(self_test_problem(3, false)
+            .unwrap()
+            .contains("crash was not confined"));
+        assert_eq!(self_test_problem(3, true), None);
     }
 }

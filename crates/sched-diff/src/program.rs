@@ -68,11 +68,23 @@ impl Arm {
         arm
     }
 
+    /// The same library and environment without the self-test's perturbation and crash
+    /// (`SCHED_DIFF_PERTURB`, `SCHED_DIFF_CRASH_SEED`): what B prints when nothing is
+    /// planted, against which the self-test tells which perturbations changed B.
+    pub fn without_self_test(&self) -> Arm {
+        let mut arm = self.clone();
+        arm.label = "B (unperturbed)";
+        arm.env
+            .retain(|(k, _)| k != "SCHED_DIFF_PERTURB" && k != "SCHED_DIFF_CRASH_SEED");
+        arm
+    }
+
     fn command(&self, exe: &Path) -> Command {
         let mut cmd = Command::new(exe);
         cmd.env("LD_LIBRARY_PATH", &self.dir)
             .env("GGML_NO_BACKTRACE", "1")
             .env_remove("SCHED_DIFF_PERTURB")
+            .env_remove("SCHED_DIFF_CRASH_SEED")
             .env_remove("GGML_SCHED_DEBUG");
         for (k, v) in &self.env {
             cmd.env(k, v);

@@ -1,0 +1,100 @@
+//! The runner end to end against the real libraries, when they are built
+//! (`target/llama-stock/bin/libggml-base.so.0`, stock; `target/ours/lib/libggml-base.so.0`,
+//! ours); without them each test says so on stderr and checks nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Stock's and our library, when both exist.
+fn libs() -> Option<(PathBuf, PathBuf)> {
+    let stock = root().join("target/llama-stock/bin/libggml-base.so.0");
+    let ours = root().join("target/ours/lib/libggml-base.so.0");
+    if stock.exists() && ours.exists() {
+        Some((stock, ours))
+    } else {
+        eprintln!(
+            "skipped: {} or {} is not built",
+            stock.display(),
+            ours.display()
+        );
+        None
+    }
+}
+
+fn sched_diff(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sched-diff"));
+    cmd.args(args).env_remove("LD_PRELOAD");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// Seeds where stock has an in-place hazard and the self-test's perturbation changes ours:
+/// they were excused as "explained by the in-place rule" while the self-test said FAIL and
+/// the summary "1 passed, 0 failed". Now the perturbation is caught, and the summary, the
+/// verdict and the exit status agree.
+#[test]
+fn the_self_test_catches_perturbations_in_seeds_where_stock_has_a_hazard() {
+    let Some((stock, ours)) = libs() else { return };
+    for seed in ["49", "98", "168"] {
+        let args = [
+            "--self-test",
+            "--a",
+            stock.to_str().unwrap(),
+            "--b",
+            ours.to_str().unwrap(),
+            "--start",
+            seed,
+            "--seeds",
+            "1",
+        ];
+        let out = sched_diff(&args, &[]);
+        let t = text(&out);
+        assert!(
+            t.contains("explained by the in-place rule: 0 "),
+            "seed {seed}: {t}"
+        );
+        assert!(t.contains("  unexplained: 1\n"), "seed {seed}: {t}");
+        assert!(
+            t.contains("self-test: caught 1 of 1 planted"),
+            "seed {seed}: {t}"
+        );
+        assert!(
+            t.ends_with("PASS\n1 passed, 0 failed\n"),
+            "seed {seed}: {t}"
+        );
+        assert_eq!(out.status.code(), Some(0), "seed {seed}: {t}");
+    }
+}
+
+/// Seeds 1..5 hold no multiple of 7: nothing was planted, the self-test proved nothing and
+/// fails, and its last line says so.
+#[test]
+fn a_self_test_without_a_planted_change_fails_and_says_so() {
+    let Some((stock, _)) = libs() else { return };
+    let args = [
+        "--self-test",
+        "--a",
+        stock.to_str().unwrap(),
+        "--start",
+        "1",
+        "--seeds",
+        "5",
+    ];
+    let out = sched_diff(&args, &[]);
+    let t = text(&out);
+    assert!(
+        t.ends_with("5 passed, 0 failed; FAIL: self-test: no perturbation changed B's output\n"),
+        "{t}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{t}");
+}
