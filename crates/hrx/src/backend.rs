@@ -102,7 +102,14 @@ unsafe extern "C" fn be_free(b: ggml_backend_t) {
         // SAFETY: ggml frees each backend once; all parts came from Box::into_raw/leak.
         unsafe {
             let s = Box::from_raw((*b).context as *mut Stream);
-            let _ = s.dev.rt.synchronize();
+            // free has no error result and ggml's callers expect it to return: the failure
+            // of work queued since the last synchronize is logged, not dropped
+            if let Err(e) = s.dev.rt.synchronize() {
+                crate::log::error(&format!(
+                    "HRX: {}: queued work failed (found as the backend was freed): {e}\n",
+                    s.dev.name.to_string_lossy()
+                ));
+            }
             let stats = s.dev.arena.lock().stats();
             let mut r = s.dev.reporter.lock();
             r.finish(&stats);
@@ -204,7 +211,10 @@ unsafe extern "C" fn be_synchronize(b: ggml_backend_t) {
         s.dev.host_writes_queued.store(false, Ordering::Relaxed);
         s.dev.weight_writes_queued.store(false, Ordering::Relaxed);
         if let Err(e) = s.dev.rt.synchronize() {
-            crate::log::error(&format!(
+            // no error result: the caller would read what the failed work left (a download
+            // never made, a compute half done) as its results; abort as ggml does on a failed
+            // assertion, after saying why
+            crate::ffi::fatal(&format!(
                 "HRX: {}: queued work failed: {e}\n",
                 s.dev.name.to_string_lossy()
             ));
@@ -1443,11 +1453,9 @@ mod tests {
                 ]
             );
 
-            // synchronize: a failure is logged, not fatal
+            // synchronize waits for the queue (a failure aborts: the test below, in a child)
             i.synchronize.unwrap()(be);
-            m.fail_next_sync("lost");
-            i.synchronize.unwrap()(be);
-            assert_eq!(m.take_calls(), vec![Call::Synchronize; 2]);
+            assert_eq!(m.take_calls(), vec![Call::Synchronize]);
 
             // graph_compute returns ggml's statuses
             let mut x = leaf("x", b, a);
@@ -1465,5 +1473,59 @@ mod tests {
             i.free.unwrap()(be);
             assert_eq!(m.take_calls(), vec![Call::Synchronize]);
         }
+    }
+
+    /// Set in the child process of the test below: run the failing calls.
+    const SYNC_CHILD: &str = "HRX_TEST_FAILED_SYNC_CHILD";
+
+    /// The child's part of `failed_queued_work_is_logged_by_free_and_aborts_synchronize`:
+    /// does nothing unless run by it.
+    #[test]
+    fn failed_queued_work_child() {
+        if std::env::var_os(SYNC_CHILD).is_none() {
+            return;
+        }
+        let m = MockRuntime::new(1 << 16);
+        let d = device(&m, 1 << 16);
+        // SAFETY: backends of ours, each freed once; the mock completes every call at once.
+        unsafe {
+            let be = new_backend(d);
+            m.fail_next_sync("upload lost");
+            ((*be).iface.free.unwrap())(be);
+            eprintln!("child: free returned");
+            let be = new_backend(d);
+            m.fail_next_sync("compute lost");
+            ((*be).iface.synchronize.unwrap())(be);
+        }
+        eprintln!("child: synchronize returned");
+    }
+
+    #[test]
+    fn failed_queued_work_is_logged_by_free_and_aborts_synchronize() {
+        use std::os::unix::process::ExitStatusExt;
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "backend::tests::failed_queued_work_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(SYNC_CHILD, "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        // free logs the failure and returns; synchronize logs it and aborts (SIGABRT)
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{err}");
+        let at = |s: &str| err.find(s).unwrap_or_else(|| panic!("no '{s}' in: {err}"));
+        let freed =
+            at("HRX: HRX0: queued work failed (found as the backend was freed): upload lost");
+        let returned = at("child: free returned");
+        let failed = at("HRX: HRX0: queued work failed: compute lost");
+        let aborting = at("HRX: aborting");
+        assert!(
+            freed < returned && returned < failed && failed < aborting,
+            "{err}"
+        );
+        assert!(!err.contains("child: synchronize returned"), "{err}");
     }
 }

@@ -92,6 +92,16 @@ pub fn install_quiet_panic_hook() {
     });
 }
 
+/// Logs `msg` (which ends with a newline), then fails as a function without an error result
+/// does ([`Failed`] for `()`: logged, then the process aborts). For a failure that is not a
+/// panic of ours, such as queued device work reported failed, where going on would hand the
+/// caller wrong data.
+pub fn fatal(msg: &str) -> ! {
+    log::error(msg);
+    <() as Failed>::failed();
+    unreachable!("Failed::failed for () aborts")
+}
+
 /// Runs `body`, turning a panic into a logged [`Failed::failed`] value. `name` is the C
 /// function name used in the message.
 pub fn guard<T: Failed>(name: &str, body: impl FnOnce() -> T) -> T {
