@@ -612,8 +612,10 @@ fn locate(
     // SAFETY: live buffer type.
     if !unsafe { buft_is_host(buft) } {
         return fatal(format!(
-            "tensor {} is in a buffer type {} cannot access",
+            "tensor {} is in buffer type {}, which {} cannot access",
             desc(),
+            // SAFETY: live buffer type.
+            unsafe { crate::ggml::buft_name(buft) },
             dev.name.to_string_lossy()
         ));
     }
@@ -924,7 +926,7 @@ mod tests {
         let mut far = node("far", GGML_OP_ADD, foreign, 0x1000, xp, xp);
         assert_eq!(
             run(&mut far),
-            format!("tensor 'far' {desc} is in a buffer type HRX0 cannot access")
+            format!("tensor 'far' {desc} is in buffer type TEST_DEV, which HRX0 cannot access")
         );
         assert!(
             m.take_calls().is_empty(),

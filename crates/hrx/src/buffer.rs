@@ -139,16 +139,23 @@ unsafe extern "C" fn host_buft_alloc(
     guard("ggml_backend_hrx_host_buffer_type_alloc_buffer", || {
         // SAFETY: ggml passes one of our buffer types.
         let dev = unsafe { buft_device(buft) };
+        let failed = || {
+            crate::log::error(&format!(
+                "HRX: {}: cannot allocate {size} bytes ({:.2} MiB) of host memory\n",
+                dev.host_buft_name.to_string_lossy(),
+                size as f64 / 1048576.0
+            ));
+            std::ptr::null_mut()
+        };
+        // a size no allocation can have (over isize::MAX once aligned) fails as an
+        // allocation that found no memory does: logged, NULL
         let Ok(layout) = Layout::from_size_align(size.max(1), ALIGNMENT) else {
-            return std::ptr::null_mut();
+            return failed();
         };
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
-            crate::log::error(&format!(
-                "HRX: cannot allocate {size} bytes of host memory\n"
-            ));
-            return std::ptr::null_mut();
+            return failed();
         }
         let ctx = Box::into_raw(Box::new(HostBuffer {
             dev,
@@ -716,6 +723,23 @@ mod tests {
         assert!(msg.contains("is outside its HRX buffer"), "{msg}");
         assert_eq!(dev_range(ctx, &t, 1024 - 256 - 4, 4), a + 1020);
         assert!(m.take_calls().is_empty());
+    }
+
+    #[test]
+    fn a_host_allocation_that_fails_is_logged_with_its_size() {
+        let m = MockRuntime::new(1 << 20);
+        let d = device(&m, 1 << 20);
+        // more than any allocation may be (isize::MAX): refused by its layout
+        let size = usize::MAX - 4096;
+        let (b, log) = crate::testing::capture_log(|| alloc_buffer(d.host_buft(), size));
+        assert!(b.is_null());
+        assert_eq!(
+            log,
+            [format!(
+                "HRX: HRX0_HOST: cannot allocate {size} bytes ({:.2} MiB) of host memory\n",
+                size as f64 / 1048576.0
+            )]
+        );
     }
 
     #[test]

@@ -63,15 +63,32 @@ fn table() -> &'static Vec<AtomicBool> {
             set[op as usize] = true;
         }
         if let Ok(spec) = std::env::var("GGML_HRX_EAGER_OPS") {
-            match parse_spec(&spec, &set) {
-                Ok(s) => set = s,
-                Err(e) => {
-                    crate::log::error(&format!("HRX: GGML_HRX_EAGER_OPS='{spec}' ignored: {e}\n"))
-                }
-            }
+            set = apply_env_spec(&spec, set);
         }
         set.into_iter().map(AtomicBool::new).collect()
     })
+}
+
+/// `GGML_HRX_EAGER_OPS` applied to `set` (the default set), what is wrong with it logged:
+/// an unknown name ignores it, and so does a value that names no op (empty, or only
+/// separators), which would otherwise mean the default set without a word.
+fn apply_env_spec(spec: &str, set: Vec<bool>) -> Vec<bool> {
+    if spec
+        .split([',', ' ', '\t', '\n'])
+        .all(|s| s.trim().is_empty())
+    {
+        crate::log::warn(&format!(
+            "HRX: GGML_HRX_EAGER_OPS='{spec}' names no op; using the default set\n"
+        ));
+        return set;
+    }
+    match parse_spec(spec, &set) {
+        Ok(s) => s,
+        Err(e) => {
+            crate::log::error(&format!("HRX: GGML_HRX_EAGER_OPS='{spec}' ignored: {e}\n"));
+            set
+        }
+    }
 }
 
 /// Whether `op` is in the eager set.
@@ -295,6 +312,31 @@ pub fn offload(node: &ggml_tensor, kernels_support: &dyn Fn(&ggml_tensor) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_eager_spec_naming_no_op_is_warned_about() {
+        let default: Vec<bool> = (0..OP_NAMES.len())
+            .map(|i| DEFAULT_EAGER.contains(&(i as ggml_op)))
+            .collect();
+        for spec in ["", ",", " , \t"] {
+            let (set, log) = crate::testing::capture_log(|| apply_env_spec(spec, default.clone()));
+            assert_eq!(set, default);
+            assert_eq!(
+                log,
+                [format!(
+                    "HRX: GGML_HRX_EAGER_OPS='{spec}' names no op; using the default set\n"
+                )]
+            );
+        }
+        let (set, log) = crate::testing::capture_log(|| apply_env_spec("+CONCAT", default.clone()));
+        assert!(log.is_empty() && set[GGML_OP_CONCAT as usize]);
+        let (set, log) = crate::testing::capture_log(|| apply_env_spec("NOPE", default.clone()));
+        assert_eq!(set, default);
+        assert_eq!(
+            log,
+            ["HRX: GGML_HRX_EAGER_OPS='NOPE' ignored: unknown op 'NOPE'\n"]
+        );
+    }
 
     fn t(op: ggml_op, ty: ggml_type) -> ggml_tensor {
         ggml_tensor {

@@ -127,9 +127,24 @@ pub unsafe fn buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
     !buft.is_null() && unsafe { (*buft).iface.is_host.is_some_and(|f| f(buft)) }
 }
 
+/// The name a buffer type gives itself (its `get_name`), or `?` when it has none.
+///
+/// # Safety
+/// `buft` is a live buffer type.
+pub unsafe fn buft_name(buft: ggml_backend_buffer_type_t) -> String {
+    // SAFETY: a live buffer type; its get_name returns NULL or a NUL-terminated string that
+    // lives as long as the type.
+    unsafe {
+        match (*buft).iface.get_name.map(|f| f(buft)) {
+            Some(p) if !p.is_null() => std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned(),
+            _ => "?".to_string(),
+        }
+    }
+}
+
 /// The stand-in libggml-base of unit tests.
 #[cfg(test)]
-mod fake {
+pub(crate) mod fake {
     use std::ffi::{c_char, c_void, CString};
     use std::sync::OnceLock;
 
@@ -150,13 +165,34 @@ mod fake {
         &BASE
     }
 
-    /// No callback installed: messages go to stderr (where the test harness captures them).
+    std::thread_local! {
+        /// The messages logged on this thread while a test captures them
+        /// ([`crate::testing::capture_log`]); `None`: not capturing.
+        pub static CAPTURED: std::cell::RefCell<Option<Vec<String>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// The callback installed while the calling thread captures messages; else none, and
+    /// messages go to stderr (where the test harness captures them).
     unsafe extern "C" fn fake_log_get(cb: *mut ggml_log_callback, ud: *mut *mut c_void) {
+        let capturing = CAPTURED.with(|c| c.borrow().is_some());
         // SAFETY: the caller passes two writable out-parameters.
         unsafe {
-            *cb = None;
+            *cb = if capturing { Some(capture) } else { None };
             *ud = std::ptr::null_mut();
         }
+    }
+
+    unsafe extern "C" fn capture(_level: ggml_log_level, text: *const c_char, _: *mut c_void) {
+        // SAFETY: the logger passes a NUL-terminated string.
+        let t = unsafe { std::ffi::CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned();
+        CAPTURED.with(|c| {
+            if let Some(v) = c.borrow_mut().as_mut() {
+                v.push(t);
+            }
+        });
     }
 
     /// As ggml does: a heap `ggml_backend_buffer` holding the interface, type and context.

@@ -55,8 +55,9 @@ pub fn f32_tensor(op: ggml_op, ne: i64, buffer: ggml_backend_buffer_t, data: usi
     t
 }
 
-/// A host buffer not of HRX (a foreign host buffer type, `is_host` true), as the CPU
-/// backend's buffers look to the layer: only the buffer type's `is_host` is asked.
+/// A buffer not of HRX (a foreign buffer type, named `TEST_HOST` with `is_host` true or
+/// `TEST_DEV` with false), as the CPU backend's buffers look to the layer: only the buffer
+/// type's `is_host` and name are asked.
 pub fn foreign_buffer(host: bool, usage: ggml_backend_buffer_usage) -> ggml_backend_buffer_t {
     unsafe extern "C" fn yes(_: ggml_backend_buffer_type_t) -> bool {
         true
@@ -64,8 +65,15 @@ pub fn foreign_buffer(host: bool, usage: ggml_backend_buffer_usage) -> ggml_back
     unsafe extern "C" fn no(_: ggml_backend_buffer_type_t) -> bool {
         false
     }
+    unsafe extern "C" fn host_name(_: ggml_backend_buffer_type_t) -> *const std::ffi::c_char {
+        c"TEST_HOST".as_ptr()
+    }
+    unsafe extern "C" fn dev_name(_: ggml_backend_buffer_type_t) -> *const std::ffi::c_char {
+        c"TEST_DEV".as_ptr()
+    }
     let buft = Box::leak(Box::new(ggml_backend_buffer_type {
         iface: ggml_backend_buffer_type_i {
+            get_name: Some(if host { host_name } else { dev_name }),
             is_host: Some(if host { yes } else { no }),
             ..Default::default()
         },
@@ -97,4 +105,14 @@ pub fn graph(nodes: &mut [*mut ggml_tensor]) -> ggml_cgraph {
         nodes: nodes.as_mut_ptr(),
         ..Default::default()
     }
+}
+
+/// Runs `f`, returning what it returned and the messages it logged on this thread (through
+/// the stand-in libggml-base's logger), in order.
+pub fn capture_log<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
+    use crate::ggml::fake::CAPTURED;
+    CAPTURED.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let r = f();
+    let got = CAPTURED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (r, got)
 }

@@ -14,8 +14,9 @@
 //! kernel placed it; `GGML_HRX_FAKE_PTR_BASE=0x...` asks for that address (device N at
 //! base + N x capacity, rounded up to 64 KiB), taken only if free (`MAP_FIXED_NOREPLACE`),
 //! else the kernel's choice (the registry warns; it compares [`Reservation::base`] with
-//! the address it asked for). Low addresses such as 0x1000 are refused by
-//! Linux (`vm.mmap_min_addr`), and they would not fault for every offset anyway.
+//! the address it asked for). Whether a low address such as 0x1000 is taken is the kernel's
+//! decision: it refuses a base below `vm.mmap_min_addr` (65536 on many systems, 4096 on
+//! others) or a range overlapping a mapping; once reserved, every offset faults.
 
 use std::collections::BTreeMap;
 
