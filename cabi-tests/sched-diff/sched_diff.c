@@ -10,7 +10,10 @@
 // Usage: sched_diff START COUNT
 // Environment: SCHED_DIFF_PERTURB=K perturbs every seed divisible by K (self-test of the
 // detector: an unprinted user backend assignment the normal run does not make);
-// SCHED_DIFF_MAPS=1 first prints `MAPPED <path>` for each mapped file named *ggml*;
+// SCHED_DIFF_MAPS=1 first prints `MAPPED <path>` for each mapped file named *ggml*, then
+// `SYMBOL <name> <path>` for each scheduler and allocator function the run depends on: the
+// file that provides it as the loader resolves it (dlsym(RTLD_DEFAULT) + dladdr), which
+// an LD_PRELOAD'ed library would win;
 // SCHED_DIFF_CRASH_SEED=S raises SIGSEGV inside seed S (self-test of crash isolation);
 // SCHED_DIFF_ONLY=S1,S2,... runs only the listed seeds of the range (the runner's rerun of
 // arm B with the in-place rule off, for the seeds that need it; each seed's output does not
@@ -65,6 +68,9 @@
 // parent's memory in another backend's buffer (reused) - the one case where usable and
 // rule can disagree.
 
+// dladdr and RTLD_DEFAULT (glibc)
+#define _GNU_SOURCE
+
 #include "ggml-alloc.h"
 #include "ggml-backend-impl.h"
 #include "ggml-backend.h"
@@ -72,6 +78,7 @@
 
 #include "fake_backend.h"
 
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -1279,6 +1286,42 @@ static void print_mapped_libs(void) {
     fclose(f);
 }
 
+// prints `SYMBOL <name> <path>` for each function of the library under test that this run
+// calls (directly or through the scheduler): the file the loader resolves it to in the
+// global scope, as the driver's own calls resolve it. `?` when it is not found.
+static void print_symbol_providers(void) {
+    static const char * const names[] = {
+        "ggml_backend_sched_new",
+        "ggml_backend_sched_free",
+        "ggml_backend_sched_reserve",
+        "ggml_backend_sched_reset",
+        "ggml_backend_sched_alloc_graph",
+        "ggml_backend_sched_graph_compute",
+        "ggml_backend_sched_get_n_splits",
+        "ggml_backend_sched_get_n_copies",
+        "ggml_backend_sched_get_buffer_size",
+        "ggml_backend_sched_get_buffer_type",
+        "ggml_backend_sched_set_tensor_backend",
+        "ggml_backend_sched_get_tensor_backend",
+        "ggml_backend_sched_set_eval_callback",
+        "ggml_gallocr_new",
+        "ggml_gallocr_reserve_n",
+        "ggml_gallocr_alloc_graph",
+        "ggml_backend_alloc_ctx_tensors_from_buft",
+        "ggml_backend_tensor_alloc",
+        "ggml_backend_buffer_init",
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        void *  addr = dlsym(RTLD_DEFAULT, names[i]);
+        Dl_info info;
+        if (addr != NULL && dladdr(addr, &info) != 0 && info.dli_fname != NULL) {
+            printf("SYMBOL %s %s\n", names[i], info.dli_fname);
+        } else {
+            printf("SYMBOL %s ?\n", names[i]);
+        }
+    }
+}
+
 // whether `seed` is one of the comma-separated decimal numbers of `list`
 static bool seed_listed(const char * list, uint64_t seed) {
     const char * p = list;
@@ -1308,6 +1351,7 @@ int main(int argc, char ** argv) {
 
     if (getenv("SCHED_DIFF_MAPS")) {
         print_mapped_libs();
+        print_symbol_providers();
     }
     ggml_log_set(on_log, NULL);
     ggml_set_abort_callback(on_abort);

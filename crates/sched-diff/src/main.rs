@@ -266,7 +266,8 @@ fn run_all(prog: &Program, arms: &Arms, o: &Options) -> Result<Vec<Pair>> {
 
 fn describe_arm(prog: &Program, arm: &Arm) -> Result<String> {
     let sha = pins::sha256_file(&arm.lib)?;
-    let mapped = program::mapped_libs(prog, arm)?;
+    let probe = program::probe(prog, arm)?;
+    let mapped = &probe.mapped;
     let base: Vec<&PathBuf> = mapped
         .iter()
         .filter(|p| {
@@ -283,12 +284,24 @@ fn describe_arm(prog: &Program, arm: &Arm) -> Result<String> {
             arm.lib.display()
         );
     }
+    program::check_symbols(&probe, arm.label, &arm.lib)?;
     Ok(format!(
-        "arm {}: {} (sha256 {})\n       mapped by the driver: {}",
+        "arm {}: {} (sha256 {})\n       mapped by the driver: {}; its {} scheduler and allocator functions resolve to it",
         arm.label,
         arm.lib.display(),
         sha,
-        base[0].display()
+        base[0].display(),
+        probe.symbols.len()
+    ))
+}
+
+/// The line printed once on stderr when the caller's environment has `LD_PRELOAD`: the arms
+/// run without it, since a preloaded file's functions would replace the library under test.
+fn preload_note(preload: Option<&std::ffi::OsStr>) -> Option<String> {
+    let p = preload.filter(|p| !p.is_empty())?;
+    Some(format!(
+        "sched-diff: LD_PRELOAD={} is not passed to the arms (its functions would come before the library under test)",
+        p.to_string_lossy()
     ))
 }
 
@@ -401,6 +414,9 @@ fn real_main() -> Result<bool> {
     let src = root.join("cabi-tests/sched-diff/sched_diff.c");
     let prog = program::compile(&src, &llama.join("ggml"), &arm_a.dir, &work)?;
 
+    if let Some(note) = preload_note(std::env::var_os("LD_PRELOAD").as_deref()) {
+        eprintln!("{note}");
+    }
     println!("sched-diff: {}", describe_arm(&prog, &arm_a)?);
     println!("sched-diff: {}", describe_arm(&prog, &arm_b)?);
     let same_lib = pins::sha256_file(&arm_a.lib)? == pins::sha256_file(&arm_b.lib)?;
@@ -843,5 +859,16 @@ mod tests {
             .unwrap()
             .contains("crash was not confined"));
         assert_eq!(self_test_problem(3, true), None);
+    }
+
+    #[test]
+    fn an_ld_preload_is_named_once() {
+        let note = preload_note(Some(std::ffi::OsStr::new("/tmp/stock-copy.so"))).unwrap();
+        assert_eq!(
+            note,
+            "sched-diff: LD_PRELOAD=/tmp/stock-copy.so is not passed to the arms (its functions would come before the library under test)"
+        );
+        assert_eq!(preload_note(Some(std::ffi::OsStr::new(""))), None);
+        assert_eq!(preload_note(None), None);
     }
 }

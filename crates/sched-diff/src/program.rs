@@ -81,7 +81,10 @@ impl Arm {
 
     fn command(&self, exe: &Path) -> Command {
         let mut cmd = Command::new(exe);
+        // LD_PRELOAD would put another file's functions before the arm's library: not passed
+        // on (the runner says so once, `preload_note`)
         cmd.env("LD_LIBRARY_PATH", &self.dir)
+            .env_remove("LD_PRELOAD")
             .env("GGML_NO_BACKTRACE", "1")
             .env_remove("SCHED_DIFF_PERTURB")
             .env_remove("SCHED_DIFF_CRASH_SEED")
@@ -139,9 +142,57 @@ pub fn compile(src: &Path, ggml_dir: &Path, link_dir: &Path, work: &Path) -> Res
     Ok(Program { exe })
 }
 
+/// What the driver's process loaded, as it reports with `SCHED_DIFF_MAPS=1` (no seeds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// The mapped files named `*ggml*` (`MAPPED` records, from `/proc/self/maps`).
+    pub mapped: Vec<PathBuf>,
+    /// For each scheduler and allocator function the run calls, the file the loader
+    /// resolves it to (`SYMBOL <name> <path>` records; `?` when unresolved).
+    pub symbols: Vec<(String, String)>,
+}
+
+/// Reads the `MAPPED` and `SYMBOL` records of a probe's output.
+pub fn parse_probe(stdout: &str) -> Probe {
+    let mut probe = Probe {
+        mapped: Vec::new(),
+        symbols: Vec::new(),
+    };
+    for l in stdout.lines() {
+        if let Some(path) = l.strip_prefix("MAPPED ") {
+            probe.mapped.push(PathBuf::from(path));
+        } else if let Some((name, path)) = l.strip_prefix("SYMBOL ").and_then(|r| r.split_once(' '))
+        {
+            probe.symbols.push((name.to_string(), path.to_string()));
+        }
+    }
+    probe
+}
+
+/// Checks that every probed function comes from `lib` (compared after resolving
+/// symlinks): a function another file provides (an `LD_PRELOAD`, `/etc/ld.so.preload`)
+/// would mean the arm does not run the library it names. Errors name the first such
+/// function and its file; a probe without `SYMBOL` records is an error too.
+pub fn check_symbols(probe: &Probe, label: &str, lib: &Path) -> Result<()> {
+    if probe.symbols.is_empty() {
+        bail!("arm {label}: the driver reported no SYMBOL records (an old driver?)");
+    }
+    for (name, path) in &probe.symbols {
+        let real = Path::new(path).canonicalize().ok();
+        if real.as_deref() != Some(lib) {
+            bail!(
+                "arm {label}: {name} comes from {path}, not from the arm's library {} (LD_PRELOAD or /etc/ld.so.preload?)",
+                lib.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Asks the driver (`SCHED_DIFF_MAPS=1`, no seeds) which ggml library files its process
-/// mapped, as read from its own `/proc/self/maps`.
-pub fn mapped_libs(prog: &Program, arm: &Arm) -> Result<Vec<PathBuf>> {
+/// mapped, as read from its own `/proc/self/maps`, and which file provides each scheduler
+/// function it calls.
+pub fn probe(prog: &Program, arm: &Arm) -> Result<Probe> {
     let out = arm
         .command(&prog.exe)
         .args(["0", "0"])
@@ -155,11 +206,7 @@ pub fn mapped_libs(prog: &Program, arm: &Arm) -> Result<Vec<PathBuf>> {
             failure_text(out.status, &out.stderr)
         );
     }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.strip_prefix("MAPPED "))
-        .map(PathBuf::from)
-        .collect())
+    Ok(parse_probe(&String::from_utf8_lossy(&out.stdout)))
 }
 
 struct ProcessResult {
@@ -431,5 +478,64 @@ mod tests {
             ]
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A scheduler function that another file provides (an LD_PRELOAD'ed copy of stock under
+    /// another name, say) fails the arm's check, naming the function and the file.
+    #[test]
+    fn a_function_from_another_file_fails_the_arm() {
+        let dir = std::env::temp_dir().join(format!("sched-diff-sym-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join("libggml-base.so.0.1");
+        std::fs::write(&lib, b"x").unwrap();
+        let link = dir.join("libggml-base.so.0");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&lib, &link).unwrap();
+        let lib = lib.canonicalize().unwrap();
+        let text = format!(
+            "MAPPED {0}\nSYMBOL ggml_backend_sched_new {1}\nSYMBOL ggml_gallocr_new {1}\n",
+            lib.display(),
+            link.display()
+        );
+        let probe = parse_probe(&text);
+        assert_eq!(probe.mapped, vec![lib.clone()]);
+        assert_eq!(probe.symbols.len(), 2);
+        assert_eq!(probe.symbols[0].0, "ggml_backend_sched_new");
+        // through the arm's symlink: the arm's file
+        check_symbols(&probe, "B", &lib).unwrap();
+        // one function from a preloaded file
+        let text = format!(
+            "SYMBOL ggml_backend_sched_new /tmp/stock-copy.so\nSYMBOL ggml_gallocr_new {}\n",
+            link.display()
+        );
+        let e = check_symbols(&parse_probe(&text), "B", &lib)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("arm B: ggml_backend_sched_new comes from /tmp/stock-copy.so, not from"),
+            "{e}"
+        );
+        // unresolved, or no records at all
+        assert!(check_symbols(&parse_probe("SYMBOL ggml_gallocr_new ?\n"), "A", &lib).is_err());
+        assert!(check_symbols(&parse_probe("MAPPED /x\n"), "A", &lib).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The arms run without the caller's LD_PRELOAD.
+    #[test]
+    fn the_arms_run_without_ld_preload() {
+        let arm = Arm {
+            label: "A",
+            lib: PathBuf::from("/x"),
+            dir: PathBuf::from("/d"),
+            env: Vec::new(),
+        };
+        let cmd = arm.command(Path::new("/bin/true"));
+        let envs: Vec<_> = cmd.get_envs().collect();
+        assert!(envs.contains(&(std::ffi::OsStr::new("LD_PRELOAD"), None)));
+        assert!(envs.contains(&(
+            std::ffi::OsStr::new("LD_LIBRARY_PATH"),
+            Some(std::ffi::OsStr::new("/d"))
+        )));
     }
 }

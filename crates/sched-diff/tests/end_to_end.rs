@@ -98,3 +98,89 @@ fn a_self_test_without_a_planted_change_fails_and_says_so() {
     );
     assert_eq!(out.status.code(), Some(1), "{t}");
 }
+
+/// A copy of stock under another file name and SONAME, so that the loader maps it beside the
+/// arm's library when preloaded (the review's false pass: arm B ran stock's functions while
+/// the mapped `libggml-base` was ours).
+fn renamed_stock_copy(stock: &Path) -> PathBuf {
+    let bytes = std::fs::read(stock).unwrap();
+    let from = b"libggml-base.so.0\0";
+    let to = b"libggml-bXse.so.0\0";
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("stock's SONAME string");
+    let mut copy = bytes.clone();
+    copy[at..at + to.len()].copy_from_slice(to);
+    let dir = std::env::temp_dir().join(format!("sched-diff-preload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("stock-copy.so");
+    std::fs::write(&path, copy).unwrap();
+    path
+}
+
+/// The caller's LD_PRELOAD does not reach the arms, and the runner says so once; the driver's
+/// probe would have named the preloaded file as the provider of the scheduler's functions.
+#[test]
+fn an_ld_preload_does_not_reach_the_arms() {
+    let Some((stock, ours)) = libs() else { return };
+    let copy = renamed_stock_copy(&stock);
+    let args = [
+        "--a",
+        stock.to_str().unwrap(),
+        "--b",
+        ours.to_str().unwrap(),
+        "--seeds",
+        "20",
+        "--b-inplace",
+        "ignore",
+    ];
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sched-diff"));
+    cmd.args(args)
+        .env("LD_PRELOAD", &copy)
+        .env("GGML_SCHED_INPLACE_RULE", "0");
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let note = format!(
+        "sched-diff: LD_PRELOAD={} is not passed to the arms",
+        copy.display()
+    );
+    assert_eq!(err.matches(&note).count(), 1, "{err}");
+    let t = text(&out);
+    assert_eq!(
+        t.matches("scheduler and allocator functions resolve to it")
+            .count(),
+        2,
+        "{t}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).ends_with("20 passed, 0 failed\n"),
+        "{t}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{t}");
+
+    // the driver itself, with the preload and ours on its library path: the probe names the
+    // preloaded file, which the runner's check refuses
+    let dir = copy.parent().unwrap().join("arm");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libggml-base.so.0");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&ours, &link).unwrap();
+    let driver = root().join("target/sched-diff/sched_diff");
+    let out = Command::new(driver)
+        .args(["0", "0"])
+        .env("LD_PRELOAD", &copy)
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("SCHED_DIFF_MAPS", "1")
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        t.contains(&format!(
+            "SYMBOL ggml_backend_sched_new {}\n",
+            copy.display()
+        )),
+        "{t}"
+    );
+    let _ = std::fs::remove_dir_all(copy.parent().unwrap());
+}
