@@ -42,13 +42,15 @@ pub struct Block {
 }
 
 /// Splits a driver's stdout into seed blocks, in order. Lines outside blocks are ignored,
-/// except an `ABORT` record, which is attached to the block it follows.
+/// except an `ABORT` record, which is attached to the block it follows; lines after it in
+/// its block are the rest of its message, and the message's trailing whitespace is removed.
 ///
 /// Errors when a `BEGIN` line cannot be read or an `END` line names another seed than the
 /// open block: that is a broken driver, not a scheduler result.
 pub fn parse_blocks(stdout: &str) -> anyhow::Result<Vec<Block>> {
     let mut blocks: Vec<Block> = Vec::new();
     let mut open = false;
+    let mut in_abort = false;
     for line in stdout.lines() {
         if let Some(rest) = line.strip_prefix("SEED ") {
             let mut it = rest.split(' ');
@@ -65,6 +67,7 @@ pub fn parse_blocks(stdout: &str) -> anyhow::Result<Vec<Block>> {
                         complete: false,
                     });
                     open = true;
+                    in_abort = false;
                 }
                 Some("END") => {
                     let b = blocks
@@ -79,11 +82,25 @@ pub fn parse_blocks(stdout: &str) -> anyhow::Result<Vec<Block>> {
         } else if let Some(msg) = line.strip_prefix("ABORT ") {
             if let Some(b) = blocks.last_mut() {
                 b.abort = Some(strip_location(msg).to_string());
+                in_abort = open;
+            }
+        } else if in_abort && open {
+            // the message went on over more lines (stock's end in a newline): the process
+            // dies right after the abort record, so what follows is the message's
+            if let Some(m) = blocks.last_mut().and_then(|b| b.abort.as_mut()) {
+                m.push('\n');
+                m.push_str(line);
             }
         } else if open {
             if let Some(b) = blocks.last_mut() {
                 b.lines.push(line.to_string());
             }
+        }
+    }
+    for b in &mut blocks {
+        // the two libraries end their messages differently (stock with a newline)
+        if let Some(m) = &mut b.abort {
+            m.truncate(m.trim_end().len());
         }
     }
     Ok(blocks)
@@ -314,6 +331,49 @@ mod tests {
             b[1].abort.as_deref(),
             Some("pre-allocated tensor (t3) in a buffer")
         );
+    }
+
+    /// Stock's abort messages end in a newline, ours do not (GGML_SCHED_DEBUG_REALLOC=2):
+    /// the same abort is the same block and the same message in both arms.
+    #[test]
+    fn an_abort_message_ending_in_a_newline_is_the_same_abort() {
+        let stock = "SEED 1 BEGIN\nPRE w6 f32 [4,8,1,1] T1_BUF weights\n\
+                     ABORT /x/ggml-backend.cpp:1: ggml_backend_sched_alloc_splits: unexpected graph reallocation, debug_realloc = 2\n\n";
+        let ours = "SEED 1 BEGIN\nPRE w6 f32 [4,8,1,1] T1_BUF weights\n\
+                    ABORT src/sched/mod.rs:9: ggml_backend_sched_alloc_splits: unexpected graph reallocation, debug_realloc = 2\n";
+        let (a, b) = (
+            &parse_blocks(stock).unwrap()[0],
+            &parse_blocks(ours).unwrap()[0],
+        );
+        assert_eq!(
+            a.lines,
+            vec!["PRE w6 f32 [4,8,1,1] T1_BUF weights".to_string()]
+        );
+        assert_eq!(a.lines, b.lines);
+        assert_eq!(
+            a.abort.as_deref(),
+            Some(
+                "ggml_backend_sched_alloc_splits: unexpected graph reallocation, debug_realloc = 2"
+            )
+        );
+        assert_eq!(a.abort, b.abort);
+        let crashed = |blk: &Block| SeedRun {
+            seed: blk.seed,
+            lines: blk.lines.clone(),
+            crash: Some(Crash {
+                how: "signal 6 (SIGABRT)".into(),
+                abort: blk.abort.clone(),
+                stderr_tail: String::new(),
+            }),
+        };
+        assert_eq!(
+            classify(&crashed(a), &crashed(b), None, false),
+            Verdict::IdenticalBothCrashed
+        );
+        // a message over several lines keeps its inner line breaks
+        let multi = parse_blocks("SEED 2 BEGIN\nABORT a.c:1: first\nsecond  \n\n").unwrap();
+        assert_eq!(multi[0].abort.as_deref(), Some("first\nsecond"));
+        assert!(multi[0].lines.is_empty());
     }
 
     #[test]
