@@ -150,7 +150,7 @@ unsafe extern "C" fn be_set_tensor_async(
             s.dev.rt.upload(at, HostSrc::Owned(bytes));
         } else {
             // not ours: finish queued work, then the buffer's own synchronous path
-            let _ = s.dev.rt.synchronize();
+            sync_or_abort(s.dev);
             // SAFETY: a live buffer's interface.
             unsafe { ((*buf).iface.set_tensor.expect("set_tensor"))(buf, t, data, offset, size) };
         }
@@ -175,7 +175,7 @@ unsafe extern "C" fn be_get_tensor_async(
             let at = unsafe { buffer::device_range(buf, tr, offset, size) };
             s.dev.rt.download(at, SendPtr(data), size);
         } else {
-            let _ = s.dev.rt.synchronize();
+            sync_or_abort(s.dev);
             // SAFETY: a live buffer's interface.
             unsafe { ((*buf).iface.get_tensor.expect("get_tensor"))(buf, t, data, offset, size) };
         }
@@ -210,16 +210,21 @@ unsafe extern "C" fn be_synchronize(b: ggml_backend_t) {
         let s = unsafe { stream(b) };
         s.dev.host_writes_queued.store(false, Ordering::Relaxed);
         s.dev.weight_writes_queued.store(false, Ordering::Relaxed);
-        if let Err(e) = s.dev.rt.synchronize() {
-            // no error result: the caller would read what the failed work left (a download
-            // never made, a compute half done) as its results; abort as ggml does on a failed
-            // assertion, after saying why
-            crate::ffi::fatal(&format!(
-                "HRX: {}: queued work failed: {e}\n",
-                s.dev.name.to_string_lossy()
-            ));
-        }
+        sync_or_abort(s.dev);
     })
+}
+
+/// Waits for the device's queue. Work that failed there is fatal: the callers have no error
+/// result, and would hand on what the failed work left (a download never made, a compute
+/// half done) as results; so, as ggml does on a failed assertion, the failure is logged and
+/// the process aborts ([`crate::ffi::fatal`]).
+fn sync_or_abort(dev: &Device) {
+    if let Err(e) = dev.rt.synchronize() {
+        crate::ffi::fatal(&format!(
+            "HRX: {}: queued work failed: {e}\n",
+            dev.name.to_string_lossy()
+        ));
+    }
 }
 
 unsafe extern "C" fn be_event_record(b: ggml_backend_t, ev: ggml_backend_event_t) {
@@ -1481,15 +1486,21 @@ mod tests {
     const SYNC_CHILD: &str = "HRX_TEST_FAILED_SYNC_CHILD";
 
     /// The child's part of `failed_queued_work_is_logged_by_free_and_aborts_synchronize`:
-    /// does nothing unless run by it.
+    /// does nothing unless run by it; `SYNC_CHILD` says which call waits for the failed
+    /// work (`synchronize`, or `set_tensor_async` into a host buffer, which waits for the
+    /// queue before its synchronous copy).
     #[test]
     fn failed_queued_work_child() {
-        if std::env::var_os(SYNC_CHILD).is_none() {
+        let Some(how) = std::env::var_os(SYNC_CHILD) else {
             return;
-        }
+        };
         let m = MockRuntime::new(1 << 16);
         let d = device(&m, 1 << 16);
-        // SAFETY: backends of ours, each freed once; the mock completes every call at once.
+        let h = alloc_buffer(d.host_buft(), 256);
+        let mut ht = leaf("ht", h, base(h));
+        let data = [0u8; 16];
+        // SAFETY: backends of ours, each freed once; a live tensor of 256 bytes in our host
+        // buffer; the mock completes every call at once.
         unsafe {
             let be = new_backend(d);
             m.fail_next_sync("upload lost");
@@ -1497,13 +1508,24 @@ mod tests {
             eprintln!("child: free returned");
             let be = new_backend(d);
             m.fail_next_sync("compute lost");
-            ((*be).iface.synchronize.unwrap())(be);
+            if how == "async" {
+                let set = (*be).iface.set_tensor_async.unwrap();
+                set(be, &mut ht, data.as_ptr().cast(), 0, 16);
+            } else {
+                ((*be).iface.synchronize.unwrap())(be);
+            }
         }
-        eprintln!("child: synchronize returned");
+        eprintln!("child: the call returned");
     }
 
     #[test]
     fn failed_queued_work_is_logged_by_free_and_aborts_synchronize() {
+        for how in ["sync", "async"] {
+            failed_queued_work_in_a_child(how);
+        }
+    }
+
+    fn failed_queued_work_in_a_child(how: &str) {
         use std::os::unix::process::ExitStatusExt;
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
@@ -1512,7 +1534,7 @@ mod tests {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(SYNC_CHILD, "1")
+            .env(SYNC_CHILD, how)
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -1528,6 +1550,6 @@ mod tests {
             freed < returned && returned < failed && failed < aborting,
             "{err}"
         );
-        assert!(!err.contains("child: synchronize returned"), "{err}");
+        assert!(!err.contains("child: the call returned"), "{err}");
     }
 }
