@@ -366,6 +366,40 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_whose_host_bytes_the_device_writes_is_uploaded_again() {
+        let rt = SimDevice::new(0, 1 << 20, None, |_| {}).unwrap();
+        // one buffer, two weights side by side; the write below touches only bytes 600..610
+        // of the second, none of the words the fingerprint samples
+        let mut host = vec![5u8; 2048];
+        let (k0, k1) = (
+            WeightKey {
+                ptr: host.as_ptr() as usize,
+                size: 512,
+            },
+            WeightKey {
+                ptr: host.as_ptr() as usize + 512,
+                size: 1536,
+            },
+        );
+        let mut a = Arena::new(4096);
+        let x0 = a.acquire(&rt, k0, 0, &[]).unwrap();
+        let x1 = a.acquire(&rt, k1, 0, &[]).unwrap();
+        rt.synchronize().unwrap();
+        host[600..610].fill(9);
+        // unmarked, the same generation and fingerprint: served stale
+        assert_eq!(a.acquire(&rt, k1, 0, &[]).unwrap(), x1);
+        assert_eq!(read(&rt, x1 + 88, 10), vec![5u8; 10]);
+        a.mark_written(k0.ptr + 600, 10);
+        // the same generation is no longer enough: uploaded again, in place; the weight
+        // beside the written range stays a hit
+        assert_eq!(a.acquire(&rt, k1, 0, &[]).unwrap(), x1);
+        assert_eq!(read(&rt, x1 + 88, 10), vec![9u8; 10]);
+        assert_eq!(a.acquire(&rt, k0, 0, &[]).unwrap(), x0);
+        let s = a.stats();
+        assert_eq!((s.hits, s.misses), (2, 3));
+    }
+
+    #[test]
     fn a_new_generation_is_uploaded_again() {
         let rt = SimDevice::new(0, 1 << 20, None, |_| {}).unwrap();
         let mut w = vec![5u8; 512];

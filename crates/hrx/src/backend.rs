@@ -566,6 +566,8 @@ pub(crate) fn written_sources(op: ggml_op) -> &'static [usize] {
 /// of host memory taken next sees those writes. Errors: the queued work failed.
 fn wait_for_host_writes(dev: &Device) -> Result<(), PrepError> {
     if dev.host_writes_queued.swap(false, Ordering::Relaxed) {
+        // the wait covers the weights such a job writes too
+        dev.weight_writes_queued.store(false, Ordering::Relaxed);
         dev.rt
             .synchronize()
             .map_err(|e| PrepError::Fatal(format!("queued work failed: {e}")))?;
@@ -642,6 +644,8 @@ fn locate(
     // a host weight read by a device op: materialize it through the arena, once a queued
     // job that writes host weights has run (a fresh copy may be uploaded beside the queue)
     if dev.weight_writes_queued.swap(false, Ordering::Relaxed) {
+        // the wait covers every host write queued, not only the weights'
+        dev.host_writes_queued.store(false, Ordering::Relaxed);
         dev.rt
             .synchronize()
             .map_err(|e| PrepError::Fatal(format!("queued work failed: {e}")))?;
