@@ -381,6 +381,14 @@ fn real_main() -> Result<bool> {
     check_range(o.start, o.seeds)?;
     let work = root.join("target/sched-diff");
 
+    // per-process arm directories: concurrent runs must not swap each other's libraries.
+    // First of all: a file that is not a libggml-base is named in one line, before anything
+    // is fetched or compiled against it.
+    let arms = work.join(format!("run-{}", std::process::id()));
+    let _cleanup = RemoveOnDrop(arms.clone());
+    let mut arm_a = Arm::new("A", &o.a, &arms)?;
+    let mut arm_b = Arm::new("B", &o.b, &arms)?;
+
     let pins = pins::Pins::load(&root)?;
     // the extracted tree is enough; fetch and verify only when it is missing
     let cache = root.join("target");
@@ -388,11 +396,6 @@ fn real_main() -> Result<bool> {
     if !llama.join("ggml/include/ggml.h").exists() {
         llama = pins.ensure_upstream(&cache)?;
     }
-    // per-process arm directories: concurrent runs must not swap each other's libraries
-    let arms = work.join(format!("run-{}", std::process::id()));
-    let _cleanup = RemoveOnDrop(arms.clone());
-    let mut arm_a = Arm::new("A", &o.a, &arms)?;
-    let mut arm_b = Arm::new("B", &o.b, &arms)?;
     let layout = match o.b_layout {
         LayoutArg::Stock => "stock",
         LayoutArg::Packed => "packed",

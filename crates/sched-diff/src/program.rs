@@ -36,11 +36,16 @@ pub struct Arm {
 
 impl Arm {
     /// Prepares `<work>/arm-<label>/libggml-base.so.0` -> `lib` (`work` is private to this
-    /// process). Errors when `lib` does not exist.
+    /// process). Errors when `lib` does not exist or is not an ELF shared library exporting
+    /// [`SCHED_SYMBOL`] ([`check_library`]).
     pub fn new(label: &'static str, lib: &Path, work: &Path) -> Result<Arm> {
+        let given = lib;
         let lib = lib
             .canonicalize()
             .with_context(|| format!("library for arm {label}: {}", lib.display()))?;
+        let bytes = std::fs::read(&lib)
+            .with_context(|| format!("library for arm {label}: {}", given.display()))?;
+        check_library(label, given, &bytes)?;
         let dir = work.join(format!("arm-{}", label.to_ascii_lowercase()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let link = dir.join(SONAME);
@@ -93,6 +98,140 @@ impl Arm {
             cmd.env(k, v);
         }
         cmd
+    }
+}
+
+/// The function every arm's library must export: the scheduler's constructor.
+pub const SCHED_SYMBOL: &str = "ggml_backend_sched_new";
+
+/// Checks, before anything is compiled or run, that `bytes` (the contents of `path`, arm
+/// `label`'s library) is an ELF shared object whose dynamic symbol table defines
+/// [`SCHED_SYMBOL`]. The error is one line naming the arm, the file and what it is not.
+pub fn check_library(label: &str, path: &Path, bytes: &[u8]) -> Result<()> {
+    let what = |why: &str| anyhow::anyhow!("arm {label}: {} {why}", path.display());
+    if bytes.len() < 52 || &bytes[..4] != b"\x7fELF" {
+        return Err(what(
+            "is not an ELF file (a shared library libggml-base.so.0 is expected)",
+        ));
+    }
+    let elf = Elf {
+        bytes,
+        wide: match bytes[4] {
+            1 => false,
+            2 => true,
+            _ => return Err(what("is an ELF file of an unknown class")),
+        },
+        big: bytes[5] == 2,
+    };
+    const ET_DYN: u64 = 3;
+    let e_type = elf.uint(16, 2).unwrap_or(0);
+    if e_type != ET_DYN {
+        let kind = match e_type {
+            1 => "a relocatable object (.o)",
+            2 => "an executable",
+            4 => "a core dump",
+            _ => "not a shared object",
+        };
+        return Err(what(&format!(
+            "is {kind}, not a shared library (ELF type {e_type})"
+        )));
+    }
+    match elf.defines_dynamic(SCHED_SYMBOL) {
+        Some(true) => Ok(()),
+        Some(false) => Err(what(&format!(
+            "is an ELF shared object that does not export {SCHED_SYMBOL} (not a libggml-base)"
+        ))),
+        None => Err(what(&format!(
+            "is an ELF shared object without a readable dynamic symbol table (cannot tell whether it exports {SCHED_SYMBOL})"
+        ))),
+    }
+}
+
+/// Just enough of an ELF file to read its section headers and dynamic symbols.
+struct Elf<'a> {
+    bytes: &'a [u8],
+    /// ELFCLASS64
+    wide: bool,
+    /// ELFDATA2MSB
+    big: bool,
+}
+
+impl Elf<'_> {
+    /// The unsigned integer of `len` bytes (1, 2, 4 or 8) at `at`, in the file's byte order.
+    fn uint(&self, at: usize, len: usize) -> Option<u64> {
+        let b = self.bytes.get(at..at.checked_add(len)?)?;
+        let fold = |acc: u64, x: &u8| (acc << 8) | u64::from(*x);
+        Some(if self.big {
+            b.iter().fold(0, fold)
+        } else {
+            b.iter().rev().fold(0, fold)
+        })
+    }
+
+    /// An address-sized field (4 or 8 bytes by class) at `at32` / `at64`.
+    fn word(&self, at32: usize, at64: usize) -> Option<u64> {
+        if self.wide {
+            self.uint(at64, 8)
+        } else {
+            self.uint(at32, 4)
+        }
+    }
+
+    /// Whether the dynamic symbol table (SHT_DYNSYM) defines `name` (section index not
+    /// SHN_UNDEF); `None` when the file has no such table or it cannot be read.
+    fn defines_dynamic(&self, name: &str) -> Option<bool> {
+        let shoff = usize::try_from(self.word(0x20, 0x28)?).ok()?;
+        let (shentsize, shnum) = if self.wide {
+            (self.uint(0x3A, 2)?, self.uint(0x3C, 2)?)
+        } else {
+            (self.uint(0x2E, 2)?, self.uint(0x30, 2)?)
+        };
+        let section = |i: u64| shoff + (i * shentsize) as usize;
+        // (type, offset, size, link, entsize) of section i
+        let header = |i: u64| -> Option<(u64, usize, usize, u64, usize)> {
+            let h = section(i);
+            let (off, size, link, entsize) = if self.wide {
+                (
+                    self.uint(h + 0x18, 8)?,
+                    self.uint(h + 0x20, 8)?,
+                    self.uint(h + 0x28, 4)?,
+                    self.uint(h + 0x38, 8)?,
+                )
+            } else {
+                (
+                    self.uint(h + 0x10, 4)?,
+                    self.uint(h + 0x14, 4)?,
+                    self.uint(h + 0x18, 4)?,
+                    self.uint(h + 0x24, 4)?,
+                )
+            };
+            Some((
+                self.uint(h + 4, 4)?,
+                usize::try_from(off).ok()?,
+                usize::try_from(size).ok()?,
+                link,
+                usize::try_from(entsize).ok()?,
+            ))
+        };
+        const SHT_DYNSYM: u64 = 11;
+        let (_, off, size, link, entsize) =
+            (0..shnum).filter_map(header).find(|h| h.0 == SHT_DYNSYM)?;
+        let (_, str_off, str_size, _, _) = header(link)?;
+        let strtab = self.bytes.get(str_off..str_off.checked_add(str_size)?)?;
+        if entsize == 0 {
+            return None;
+        }
+        let shndx_at = if self.wide { 6 } else { 14 };
+        for i in 0..size / entsize {
+            let sym = off + i * entsize;
+            let name_at = usize::try_from(self.uint(sym, 4)?).ok()?;
+            let rest = strtab.get(name_at..)?;
+            let end = rest.iter().position(|&c| c == 0)?;
+            if &rest[..end] == name.as_bytes() && self.uint(sym + shndx_at, 2)? != 0 {
+                return Some(true);
+            }
+        }
+        Some(false)
     }
 }
 
@@ -537,5 +676,56 @@ mod tests {
             std::ffi::OsStr::new("LD_LIBRARY_PATH"),
             Some(std::ffi::OsStr::new("/d"))
         )));
+    }
+
+    /// A file that is not a libggml-base is refused up front, in one line that says what it
+    /// is (was: a page of linker errors from compiling the driver against it).
+    #[test]
+    fn a_library_that_is_not_a_libggml_base_is_named_in_one_line() {
+        let p = Path::new("/x/lib.so");
+        let e = check_library(
+            "A",
+            p,
+            b"not a library at all, a text file\n".repeat(4).as_slice(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "arm A: /x/lib.so is not an ELF file (a shared library libggml-base.so.0 is expected)"
+        );
+        assert!(check_library("A", p, b"\x7fELF").is_err());
+        // this test's own executable: an ELF file that exports no scheduler
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let e = check_library("B", p, &me).unwrap_err().to_string();
+        assert!(
+            e == "arm B: /x/lib.so is an ELF shared object that does not export ggml_backend_sched_new (not a libggml-base)"
+                || e == "arm B: /x/lib.so is an executable, not a shared library (ELF type 2)",
+            "{e}"
+        );
+        // the same bytes marked as an executable, and as an object file
+        let mut exec = me.clone();
+        exec[16] = 2;
+        exec[17] = 0;
+        assert_eq!(
+            check_library("B", p, &exec).unwrap_err().to_string(),
+            "arm B: /x/lib.so is an executable, not a shared library (ELF type 2)"
+        );
+        exec[16] = 1;
+        assert!(check_library("B", p, &exec)
+            .unwrap_err()
+            .to_string()
+            .contains("is a relocatable object (.o), not a shared library"));
+        // a real libggml-base, where one is built
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for lib in [
+            "target/llama-stock/bin/libggml-base.so.0",
+            "target/ours/lib/libggml-base.so.0",
+        ] {
+            match std::fs::read(root.join(lib)) {
+                Ok(bytes) => check_library("A", &root.join(lib), &bytes).unwrap(),
+                Err(_) => eprintln!("skipped: {lib} is not built"),
+            }
+        }
     }
 }

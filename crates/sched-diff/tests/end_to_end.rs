@@ -184,3 +184,24 @@ fn an_ld_preload_does_not_reach_the_arms() {
     );
     let _ = std::fs::remove_dir_all(copy.parent().unwrap());
 }
+
+/// A file that is not a shared library: one line on stderr, exit status 2, nothing compiled.
+#[test]
+fn a_text_file_as_a_library_is_one_line() {
+    let dir = std::env::temp_dir().join(format!("sched-diff-notlib-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("libggml-base.so.0");
+    std::fs::write(&file, "not a library\n").unwrap();
+    let out = sched_diff(&["--a", file.to_str().unwrap(), "--seeds", "1"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err,
+        format!(
+            "sched-diff: error: arm A: {} is not an ELF file (a shared library libggml-base.so.0 is expected)\n",
+            file.display()
+        )
+    );
+    assert!(out.stdout.is_empty());
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
