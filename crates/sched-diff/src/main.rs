@@ -655,6 +655,11 @@ fn summary(passed: usize, failed: usize, problem: Option<&str>) -> (String, bool
 }
 
 fn main() {
+    // A reader that goes away (`sched-diff ... | head`) ends the run as it ends any Unix
+    // tool, by SIGPIPE, instead of a panic in the next print ("Broken pipe"). Rust starts a
+    // program with SIGPIPE ignored; the drivers it starts get the default from `Command`.
+    // SAFETY: setting a signal's disposition to the default, before any other thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     // First, while this is the only thread: the folder the user's relative paths are taken
     // from (bundle::caller_path), for the arguments parsed in real_main.
     bundle::take_caller_dir();

@@ -205,3 +205,30 @@ fn a_text_file_as_a_library_is_one_line() {
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reader that went away (`sched-diff ... | head`) ends the runner by SIGPIPE at its next
+/// line, as a command-line tool ends; it panicked ("Broken pipe", exit 101). Needs no built
+/// library: the line is the refusal of a file that is not one.
+#[test]
+fn a_closed_output_ends_the_runner_by_sigpipe() {
+    use std::os::unix::io::FromRawFd;
+    use std::os::unix::process::ExitStatusExt;
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just made by pipe(2) and are owned here alone.
+    let (reader, writer) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    drop(reader);
+    let status = Command::new(env!("CARGO_BIN_EXE_sched-diff"))
+        .args(["--a", "/etc/passwd", "--b", "/etc/passwd"])
+        .stdout(std::process::Stdio::from(writer.try_clone().unwrap()))
+        .stderr(std::process::Stdio::from(writer))
+        .status()
+        .unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}");
+}
