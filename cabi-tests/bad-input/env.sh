@@ -88,9 +88,9 @@ outcome() {
 # value (GGML_SCHED_INPLACE_RULE, GGML_HRX_REPORT, GGML_HRX_AUTOREGISTER) and a sanitizer
 # level (GGML_SCHED_SANITIZE: 1, abort at the first report; none comes); an empty
 # GGML_SCHED_TEST_FAULT plants no fault; 1e9 and 4000000000
-# MiB are in GGML_HRX_HOST_WEIGHT_LIMIT_MB's range (0 to any finite size); an empty
-# GGML_HRX_EAGER_OPS is an edit list with no edits (the default set; the one empty value that
-# is not refused by name, see the bad-input report).
+# MiB are in GGML_HRX_HOST_WEIGHT_LIMIT_MB's range (0 to any finite size). An empty
+# GGML_HRX_EAGER_OPS names no op, so it is warned about like every other empty value (the
+# default set is kept).
 expected=$(cat <<'TABLE'
 GGML_SCHED_MAX_COPIES|on|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 GGML_SCHED_MAX_COPIES|empty|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
@@ -181,7 +181,7 @@ GGML_HRX_REPORT|4000000000|exit 0; warning: yes; output: same|exit 0; warning: y
 GGML_HRX_REPORT|0x|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
 GGML_HRX_REPORT|10kB|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
 GGML_HRX_EAGER_OPS|on|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
-GGML_HRX_EAGER_OPS|empty|exit 0; warning: no; output: same|exit 0; warning: no; output: same
+GGML_HRX_EAGER_OPS|empty|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
 GGML_HRX_EAGER_OPS|-5|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
 GGML_HRX_EAGER_OPS|inf|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
 GGML_HRX_EAGER_OPS|1e9|exit 0; warning: yes; output: same|exit 0; warning: yes; output: same
