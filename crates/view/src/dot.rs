@@ -463,6 +463,22 @@ mod tests {
     /// Names that dot would read as entities (`&lt;`), as escapes (`\N` the node's name, `\G`
     /// the graph's, `\L` the label, `\l` a line break) or that it refuses (NUL) are drawn
     /// as they are, in the labels and in the tooltips of both layouts.
+    /// The text of every `<text>` element of an SVG page, and every link title (tooltip).
+    fn texts_and_titles(svg: &str) -> (Vec<String>, Vec<String>) {
+        let doc = roxmltree::Document::parse(svg).unwrap();
+        let texts = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text().map(str::to_string))
+            .collect();
+        let titles = doc
+            .descendants()
+            .filter_map(|n| n.attribute(("http://www.w3.org/1999/xlink", "title")))
+            .map(str::to_string)
+            .collect();
+        (texts, titles)
+    }
+
     #[test]
     fn names_are_shown_literally() {
         if Command::new("dot").arg("-V").output().is_err() {
@@ -488,16 +504,11 @@ mod tests {
         let pal = Palette::default();
 
         let svg = render(&nodes(&rec, &pal).unwrap()).unwrap();
-        let doc = roxmltree::Document::parse(&svg).unwrap();
-        let texts: Vec<&str> = doc
-            .descendants()
-            .filter(|n| n.has_tag_name("text"))
-            .filter_map(|n| n.text())
-            .collect();
-        let titles: Vec<&str> = doc
-            .descendants()
-            .filter_map(|n| n.attribute(("http://www.w3.org/1999/xlink", "title")))
-            .collect();
+        let (texts, titles) = texts_and_titles(&svg);
+        let (texts, titles): (Vec<&str>, Vec<&str>) = (
+            texts.iter().map(String::as_str).collect(),
+            titles.iter().map(String::as_str).collect(),
+        );
         for (i, name) in names.iter().enumerate() {
             assert!(
                 texts.contains(&shown(name).as_str()),
@@ -511,16 +522,11 @@ mod tests {
         assert!(texts.contains(&"split #1 · B&lt;\\G"), "{texts:?}");
 
         let svg = render(&overview(&rec, &pal)).unwrap();
-        let doc = roxmltree::Document::parse(&svg).unwrap();
-        let texts: Vec<&str> = doc
-            .descendants()
-            .filter(|n| n.has_tag_name("text"))
-            .filter_map(|n| n.text())
-            .collect();
-        let titles: Vec<&str> = doc
-            .descendants()
-            .filter_map(|n| n.attribute(("http://www.w3.org/1999/xlink", "title")))
-            .collect();
+        let (texts, titles) = texts_and_titles(&svg);
+        let (texts, titles): (Vec<&str>, Vec<&str>) = (
+            texts.iter().map(String::as_str).collect(),
+            titles.iter().map(String::as_str).collect(),
+        );
         assert!(texts.contains(&"#1 B&lt;\\G"), "{texts:?}");
         assert!(
             titles.contains(&"split 1 on B&lt;\\G: click to list its nodes"),

@@ -161,10 +161,20 @@ impl Record {
 
     /// Reads a record file.
     pub fn read(path: &Path) -> Result<Record> {
-        // Only a regular file (or a link to one): opening a FIFO for reading waits for a
-        // writer, which may never come, and a device or socket is no record either.
-        let meta =
-            std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        // Only a regular file (or a link to one): reading a FIFO waits for a writer, which
+        // may never come, and a device or socket is no record either. Opened without
+        // blocking (a FIFO's open would wait too) and checked through the open file itself,
+        // so that a file replaced by a FIFO between a check and the open is refused as well.
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let meta = file
+            .metadata()
+            .with_context(|| format!("reading {}", path.display()))?;
         if !meta.is_file() {
             bail!(
                 "{}: not a regular file ({}), not read",
@@ -172,8 +182,9 @@ impl Record {
                 file_kind(&meta.file_type())
             );
         }
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)
+            .with_context(|| format!("reading {}", path.display()))?;
         Record::parse(path, &text)
     }
 
