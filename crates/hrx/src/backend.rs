@@ -120,6 +120,7 @@ unsafe extern "C" fn be_free(b: ggml_backend_t) {
     })
 }
 
+/// The buffer of `t`'s storage: its view source's for a view, else its own.
 fn root_buffer(t: &ggml_tensor) -> ggml_backend_buffer_t {
     if t.view_src.is_null() {
         t.buffer
@@ -523,7 +524,7 @@ fn prepare(
 /// # Safety
 /// `t` is a live tensor.
 unsafe fn host_output(dev: &Device, t: &ggml_tensor) -> Option<(usize, usize, bool)> {
-    let buf = tensor_buffer(t);
+    let buf = root_buffer(t);
     // SAFETY: a live tensor's buffer is NULL or live, with a live type.
     let host = !buf.is_null()
         && !t.data.is_null()
@@ -538,16 +539,6 @@ unsafe fn host_output(dev: &Device, t: &ggml_tensor) -> Option<(usize, usize, bo
         n,
         usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS,
     ))
-}
-
-/// The buffer `t` is in: its own, or its view source's.
-fn tensor_buffer(t: &ggml_tensor) -> ggml_backend_buffer_t {
-    if t.buffer.is_null() && !t.view_src.is_null() {
-        // SAFETY: view_src of a live tensor is live.
-        unsafe { (*t.view_src).buffer }
-    } else {
-        t.buffer
-    }
 }
 
 /// The source slots an op writes as well as reads: ggml's optimizer steps update their
@@ -565,14 +556,20 @@ pub(crate) fn written_sources(op: ggml_op) -> &'static [usize] {
 /// Waits for the device's queue when a job queued on it writes host memory, so that a copy
 /// of host memory taken next sees those writes. Errors: the queued work failed.
 fn wait_for_host_writes(dev: &Device) -> Result<(), PrepError> {
-    if dev.host_writes_queued.swap(false, Ordering::Relaxed) {
-        // the wait covers the weights such a job writes too
-        dev.weight_writes_queued.store(false, Ordering::Relaxed);
-        dev.rt
-            .synchronize()
-            .map_err(|e| PrepError::Fatal(format!("queued work failed: {e}")))?;
+    if dev.host_writes_queued.load(Ordering::Relaxed) {
+        wait_for_queued_writes(dev)?;
     }
     Ok(())
+}
+
+/// Waits for the device's queue, which covers every host write queued on it, weights
+/// included: both flags are cleared. Errors: the queued work failed.
+fn wait_for_queued_writes(dev: &Device) -> Result<(), PrepError> {
+    dev.host_writes_queued.store(false, Ordering::Relaxed);
+    dev.weight_writes_queued.store(false, Ordering::Relaxed);
+    dev.rt
+        .synchronize()
+        .map_err(|e| PrepError::Fatal(format!("queued work failed: {e}")))
 }
 
 /// Where the bytes of `t` are for the device. `written` are the host ranges `(address,
@@ -592,7 +589,7 @@ fn locate(
         // SAFETY: view_src of a live tensor is live.
         unsafe { &*t.view_src }
     };
-    let buf = tensor_buffer(t);
+    let buf = root_buffer(t);
     // SAFETY: live tensor.
     let desc = || unsafe { crate::ggml::describe(t) };
     let fatal = |m: String| Err(PrepError::Fatal(m));
@@ -643,12 +640,8 @@ fn locate(
     }
     // a host weight read by a device op: materialize it through the arena, once a queued
     // job that writes host weights has run (a fresh copy may be uploaded beside the queue)
-    if dev.weight_writes_queued.swap(false, Ordering::Relaxed) {
-        // the wait covers every host write queued, not only the weights'
-        dev.host_writes_queued.store(false, Ordering::Relaxed);
-        dev.rt
-            .synchronize()
-            .map_err(|e| PrepError::Fatal(format!("queued work failed: {e}")))?;
+    if dev.weight_writes_queued.load(Ordering::Relaxed) {
+        wait_for_queued_writes(dev)?;
     }
     // SAFETY: live buffer.
     let generation = unsafe { buffer::host_generation(buf, dev) };
