@@ -114,29 +114,37 @@ pub fn check_library(label: &str, path: &Path, bytes: &[u8]) -> Result<()> {
             "is not an ELF file (a shared library libggml-base.so.0 is expected)",
         ));
     }
-    let elf = Elf {
-        bytes,
-        wide: match bytes[4] {
-            1 => false,
-            2 => true,
-            _ => return Err(what("is an ELF file of an unknown class")),
-        },
-        big: bytes[5] == 2,
+    use object::read::elf::{ElfFile, FileHeader};
+    use object::{elf, Endianness, FileKind, Object, ObjectSymbol, ObjectSymbolTable};
+    /// The ELF type and whether the dynamic symbol table defines [`SCHED_SYMBOL`] (`None`:
+    /// no readable table), by the `object` crate's reader.
+    fn facts<H: FileHeader<Endian = Endianness>>(bytes: &[u8]) -> Option<(u16, Option<bool>)> {
+        let file = ElfFile::<H>::parse(bytes).ok()?;
+        let e_type = file.elf_header().e_type(file.endian());
+        let exports = file.dynamic_symbol_table().map(|t| {
+            t.symbols()
+                .any(|s| !s.is_undefined() && s.name() == Ok(SCHED_SYMBOL))
+        });
+        Some((e_type, exports))
+    }
+    let read = match FileKind::parse(bytes) {
+        Ok(FileKind::Elf32) => facts::<elf::FileHeader32<Endianness>>(bytes),
+        Ok(FileKind::Elf64) => facts::<elf::FileHeader64<Endianness>>(bytes),
+        _ => return Err(what("is an ELF file of an unknown class")),
     };
-    const ET_DYN: u64 = 3;
-    let e_type = elf.uint(16, 2).unwrap_or(0);
-    if e_type != ET_DYN {
+    let (e_type, exports) = read.unwrap_or((elf::ET_DYN, None));
+    if e_type != elf::ET_DYN {
         let kind = match e_type {
-            1 => "a relocatable object (.o)",
-            2 => "an executable",
-            4 => "a core dump",
+            elf::ET_REL => "a relocatable object (.o)",
+            elf::ET_EXEC => "an executable",
+            elf::ET_CORE => "a core dump",
             _ => "not a shared object",
         };
         return Err(what(&format!(
             "is {kind}, not a shared library (ELF type {e_type})"
         )));
     }
-    match elf.defines_dynamic(SCHED_SYMBOL) {
+    match exports {
         Some(true) => Ok(()),
         Some(false) => Err(what(&format!(
             "is an ELF shared object that does not export {SCHED_SYMBOL} (not a libggml-base)"
@@ -144,94 +152,6 @@ pub fn check_library(label: &str, path: &Path, bytes: &[u8]) -> Result<()> {
         None => Err(what(&format!(
             "is an ELF shared object without a readable dynamic symbol table (cannot tell whether it exports {SCHED_SYMBOL})"
         ))),
-    }
-}
-
-/// Just enough of an ELF file to read its section headers and dynamic symbols.
-struct Elf<'a> {
-    bytes: &'a [u8],
-    /// ELFCLASS64
-    wide: bool,
-    /// ELFDATA2MSB
-    big: bool,
-}
-
-impl Elf<'_> {
-    /// The unsigned integer of `len` bytes (1, 2, 4 or 8) at `at`, in the file's byte order.
-    fn uint(&self, at: usize, len: usize) -> Option<u64> {
-        let b = self.bytes.get(at..at.checked_add(len)?)?;
-        let fold = |acc: u64, x: &u8| (acc << 8) | u64::from(*x);
-        Some(if self.big {
-            b.iter().fold(0, fold)
-        } else {
-            b.iter().rev().fold(0, fold)
-        })
-    }
-
-    /// An address-sized field (4 or 8 bytes by class) at `at32` / `at64`.
-    fn word(&self, at32: usize, at64: usize) -> Option<u64> {
-        if self.wide {
-            self.uint(at64, 8)
-        } else {
-            self.uint(at32, 4)
-        }
-    }
-
-    /// Whether the dynamic symbol table (SHT_DYNSYM) defines `name` (section index not
-    /// SHN_UNDEF); `None` when the file has no such table or it cannot be read.
-    fn defines_dynamic(&self, name: &str) -> Option<bool> {
-        let shoff = usize::try_from(self.word(0x20, 0x28)?).ok()?;
-        let (shentsize, shnum) = if self.wide {
-            (self.uint(0x3A, 2)?, self.uint(0x3C, 2)?)
-        } else {
-            (self.uint(0x2E, 2)?, self.uint(0x30, 2)?)
-        };
-        let section = |i: u64| shoff + (i * shentsize) as usize;
-        // (type, offset, size, link, entsize) of section i
-        let header = |i: u64| -> Option<(u64, usize, usize, u64, usize)> {
-            let h = section(i);
-            let (off, size, link, entsize) = if self.wide {
-                (
-                    self.uint(h + 0x18, 8)?,
-                    self.uint(h + 0x20, 8)?,
-                    self.uint(h + 0x28, 4)?,
-                    self.uint(h + 0x38, 8)?,
-                )
-            } else {
-                (
-                    self.uint(h + 0x10, 4)?,
-                    self.uint(h + 0x14, 4)?,
-                    self.uint(h + 0x18, 4)?,
-                    self.uint(h + 0x24, 4)?,
-                )
-            };
-            Some((
-                self.uint(h + 4, 4)?,
-                usize::try_from(off).ok()?,
-                usize::try_from(size).ok()?,
-                link,
-                usize::try_from(entsize).ok()?,
-            ))
-        };
-        const SHT_DYNSYM: u64 = 11;
-        let (_, off, size, link, entsize) =
-            (0..shnum).filter_map(header).find(|h| h.0 == SHT_DYNSYM)?;
-        let (_, str_off, str_size, _, _) = header(link)?;
-        let strtab = self.bytes.get(str_off..str_off.checked_add(str_size)?)?;
-        if entsize == 0 {
-            return None;
-        }
-        let shndx_at = if self.wide { 6 } else { 14 };
-        for i in 0..size / entsize {
-            let sym = off + i * entsize;
-            let name_at = usize::try_from(self.uint(sym, 4)?).ok()?;
-            let rest = strtab.get(name_at..)?;
-            let end = rest.iter().position(|&c| c == 0)?;
-            if &rest[..end] == name.as_bytes() && self.uint(sym + shndx_at, 2)? != 0 {
-                return Some(true);
-            }
-        }
-        Some(false)
     }
 }
 
