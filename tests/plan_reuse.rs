@@ -559,3 +559,61 @@ fn plan_not_reused_when_an_unread_leaf_grows() {
         ],
     );
 }
+
+// ---- review 2026-12-07: sources outside the graph all hash to position 0 ---------------------
+
+/// A graph built by hand (`ggml_graph_add_node`, no leafs): `n1 = 2 s_a`, `n2 = 3 s_b`,
+/// `o = n1 + n2`, where `s_a` and `s_b` are input tensors that are not in the graph (the
+/// allocator gives them memory as sources). With `shared`, `s_a` and `s_b` are one tensor `s`
+/// (two readers). The plan key maps every source outside the graph to position 0, so both
+/// graphs have one key; the first graph's plan lets `n1` take `s_a`'s memory in place (its
+/// only reader), which in the second graph is `s`, still to be read by `n2`.
+fn run_outside(sched: sys::ggml_backend_sched_t, shared: bool) -> (Vec<f32>, Vec<f32>) {
+    let ctx = ctx_of(16);
+    // SAFETY: a live context and scheduler.
+    unsafe {
+        let sa = input_2d(ctx, 8, 1);
+        let sb = if shared { sa } else { input_2d(ctx, 8, 1) };
+        let n1 = sys::ggml_scale(ctx, sa, 2.0);
+        let n2 = sys::ggml_scale(ctx, sb, 3.0);
+        let o = sys::ggml_add(ctx, n1, n2);
+        sys::ggml_set_output(o);
+        let g = sys::ggml_new_graph(ctx);
+        sys::ggml_graph_add_node(g, n1);
+        sys::ggml_graph_add_node(g, n2);
+        sys::ggml_graph_add_node(g, o);
+        assert!(ggml_backend_sched_alloc_graph(sched, g));
+        let av: Vec<f32> = (0..8).map(|k| 1.0 + k as f32).collect();
+        let bv: Vec<f32> = (0..8).map(|k| 100.0 + k as f32).collect();
+        set(sa, &av);
+        if !shared {
+            set(sb, &bv);
+        }
+        let bv = if shared { av.clone() } else { bv };
+        assert_eq!(
+            ggml_backend_sched_graph_compute(sched, g),
+            sys::GGML_STATUS_SUCCESS
+        );
+        let want = av.iter().zip(&bv).map(|(a, b)| 2.0 * a + 3.0 * b).collect();
+        let got = get(o);
+        ggml_backend_sched_reset(sched);
+        sys::ggml_free(ctx);
+        (got, want)
+    }
+}
+
+#[test]
+fn plan_not_reused_when_an_outside_source_gains_a_reader() {
+    let _l = serial();
+    second_after_first(
+        cpu_backend(),
+        |sched, shared| vec![run_outside(sched, shared)],
+        false,
+        true,
+        [
+            "a fresh scheduler, one outside source read twice",
+            "two outside sources, one reader each",
+            "one outside source read twice, after the plan of two (same plan key)",
+        ],
+    );
+}

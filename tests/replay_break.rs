@@ -1558,3 +1558,82 @@ fn reserved_graph_allocated_itself() {
     }
     REVERSE_OPT.store(false, Ordering::SeqCst);
 }
+
+// ---- pipeline copies met out of turn ----------------------------------------------------------
+
+/// Pipeline copies with an irregular current copy: `ggml_backend_sched_synchronize` after a
+/// reset sends the next graph back to copy 0, so the replays meet the copies out of turn.
+/// Lockstep against a scheduler given new memory each time, as above.
+#[test]
+fn parallel_replays_with_irregular_copies() {
+    let _l = serial();
+    let f = |ctx: *mut sys::ggml_context| {
+        // SAFETY: a live context.
+        unsafe {
+            let (xs, ys) = scaled_inputs(ctx);
+            let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
+            let s23 = sys::ggml_mul(ctx, ys[2], xs[3]);
+            let s = sys::ggml_add(ctx, s01, s23);
+            let t = sys::ggml_mul(ctx, s, xs[0]);
+            let mut w = ys.clone();
+            w.extend([s01, s23, s, t]);
+            (finish(ctx, &[t, ys[0], s23]), w, vec![t, ys[0], s23])
+        }
+    };
+    let syncs = [
+        false, false, false, false, true, false, true, true, false, false, false, true, false,
+        false, false, false, false, true, false, true,
+    ];
+    for reverse in [false, true] {
+        REVERSE_OPT.store(reverse, Ordering::SeqCst);
+        let mut env = Env::new(false);
+        env.parallel = true;
+        let user = [(0, 0), (1, 0), (4, 1), (6, 0), (7, 1)];
+        let (a, b) = (env.sched(), env.sched());
+        let mut arena = Vec::new();
+        let mut b_arenas: Vec<Vec<u8>> = Vec::new();
+        let mut replayed = 0;
+        for (step, &sync) in syncs.iter().enumerate() {
+            if sync {
+                // SAFETY: live schedulers, reset (nothing allocated).
+                unsafe {
+                    ggml_backend_sched_synchronize(a);
+                    ggml_backend_sched_synchronize(b);
+                }
+            }
+            let (ga, gb) = (build(&mut arena, &f), {
+                b_arenas.push(Vec::new());
+                build(b_arenas.last_mut().unwrap(), &f)
+            });
+            for (s, g) in [(a, &ga), (b, &gb)] {
+                for &(w, be) in &user {
+                    // SAFETY: live scheduler and tensor.
+                    unsafe {
+                        ggml_backend_sched_set_tensor_backend(s, g.watch[w], env.backends[be])
+                    };
+                }
+            }
+            let r0 = replays();
+            let got = run(&env, a, &ga, false).expect("allocation");
+            let fa = fingerprint(&env, a, &ga);
+            let r = replays() - r0;
+            let want = run(&env, b, &gb, false).expect("allocation");
+            let fb = fingerprint(&env, b, &gb);
+            replayed += r;
+            assert_eq!(fa, fb, "reverse={reverse} step {step} (replayed: {r})");
+            assert_eq!(got, want, "reverse={reverse} step {step} (replayed: {r})");
+            // SAFETY: live schedulers.
+            unsafe {
+                ggml_backend_sched_reset(a);
+                ggml_backend_sched_reset(b);
+            }
+        }
+        eprintln!("irregular copies reverse={reverse}: {replayed} replayed");
+        assert!(replayed >= 10);
+        // SAFETY: made above.
+        unsafe {
+            ggml_backend_sched_free(a);
+            ggml_backend_sched_free(b);
+        }
+    }
+}

@@ -12,7 +12,10 @@
 #   stock  leaf   abort: ggml_backend_tensor_alloc's       no fit check of a leaf no node reads:
 #                 GGML_ASSERT that the tensor fits its     it grew past the buffer's end
 #                 buffer
-#   ours   both   OK: 0 wrong values                       planned again
+#   stock  outside  8 wrong values (exit 1)                two sources outside the graph and
+#                                                          one read twice share a plan: n1 takes
+#                                                          the memory n2 still reads (outside.c)
+#   ours   all    OK: 0 wrong values                       planned again
 #
 # Stock's outcomes are its gaps, kept as measured (stock and ours differ there on purpose).
 #
@@ -30,6 +33,9 @@ mkdir -p "$out"
 cc -std=c11 -Wall -Wextra -Werror -O1 -g -I"$up/include" \
    "$root/cabi-tests/plan-reuse/plan_reuse.c" -o "$out/plan_reuse" \
    -L"$stock" -lggml-base -lggml-cpu -lggml || exit 2
+cc -std=c11 -Wall -Wextra -Werror -O1 -g -I"$up/include" \
+   "$root/cabi-tests/plan-reuse/outside.c" -o "$out/outside" \
+   -L"$stock" -lggml-base -lggml-cpu -lggml || exit 2
 
 fail=0
 # check ARM LIBDIR CASE WANT_EXIT WANT_TEXT: one run, its exit status and a line of its output
@@ -37,7 +43,11 @@ check() {
   local arm=$1 lib=$2 case=$3 want_exit=$4 want=$5 log rc
   log=$out/$arm-$case.out
   # The shell's own note of an abort goes nowhere (the log has the program's message).
-  { LD_LIBRARY_PATH="$lib" timeout 60 "$out/plan_reuse" "$case" < /dev/null > "$log" 2>&1; } 2> /dev/null
+  if [ "$case" = outside ]; then
+    { LD_LIBRARY_PATH="$lib" timeout 60 "$out/outside" < /dev/null > "$log" 2>&1; } 2> /dev/null
+  else
+    { LD_LIBRARY_PATH="$lib" timeout 60 "$out/plan_reuse" "$case" < /dev/null > "$log" 2>&1; } 2> /dev/null
+  fi
   rc=$?
   if [ "$rc" = "$want_exit" ] && grep -qF -- "$want" "$log"; then
     printf '[plan-reuse] %-5s %-5s exit %s, %s: as expected\n' "$arm" "$case" "$rc" "$want"
@@ -51,5 +61,7 @@ check stock "$stock" bcast 1 "FAIL: 9 wrong values"
 check stock "$stock" leaf 134 "ggml_backend_buffer_get_alloc_size(buffer, tensor) <="
 check ours "$ours:$stock" bcast 0 "OK: 0 wrong values"
 check ours "$ours:$stock" leaf 0 "OK: 0 wrong values"
+check stock "$stock" outside 1 "second after first: shared=1 o[0]=8 want 5, 8 wrong"
+check ours "$ours:$stock" outside 0 "second after first: shared=1 o[0]=5 want 5, 0 wrong"
 [ "$fail" = 0 ] && echo "[plan-reuse] PASS" || echo "[plan-reuse] FAIL"
 exit "$fail"

@@ -34,6 +34,9 @@ pub struct Plan {
 #[derive(Default)]
 pub struct KeyScratch {
     pos: Vec<u32>,
+    /// Ids given a position past the graph's while hashing: sources and view sources that
+    /// are not leafs or nodes of the graph (cleared with `pos` at the end of each key).
+    outside: Vec<u32>,
 }
 
 impl KeyScratch {
@@ -47,7 +50,10 @@ impl KeyScratch {
         let n = super::table::id_list_capacity(graph_size);
         let mut pos: Vec<u32> = super::table::room_for(n, "plan-key positions");
         super::table::prefault(&mut pos, 0);
-        KeyScratch { pos }
+        KeyScratch {
+            pos,
+            outside: Vec::new(),
+        }
     }
 }
 
@@ -56,7 +62,8 @@ impl KeyScratch {
 /// copies, the user's nodes in the backends' order, dependencies) its counts, and per leaf and
 /// node its op, flags, type and whether it has storage already (`data`), with the backend of
 /// every position (`node_ids`, `leaf_ids`); of the user's graph, whose ids `ix` holds (table
-/// ids below `n_ids`), who reads whom: each node's source and view-source positions; of the
+/// ids below `n_ids`), who reads whom: each node's source and view-source positions (a tensor
+/// read but not in the graph numbered past the graph's, in the order it is first read); of the
 /// splits, their backends, bounds and input positions; the backends' allocation dependencies
 /// (`dep_keeps`: each dependency node's position in `alloc` and the table id of a tensor it
 /// keeps alive); and the number of pipeline copies.
@@ -118,7 +125,26 @@ pub unsafe fn plan_key(
     for (i, &id) in ix.nodes.iter().enumerate() {
         pos[id] = (n_leafs + i) as u32 + 1;
     }
-    let at = |id: u32| if id == NO_ID { 0 } else { pos[id as usize] };
+    // A source or view source outside the graph (a graph built with `ggml_graph_add_node`
+    // alone) takes the next position past the graph's where it is first read, so that two
+    // such tensors read once each and one read twice differ: one position for all of them
+    // let a plan in which the only reader of one takes its memory in place serve a graph in
+    // which that memory is still to be read by another node.
+    let outside = &mut scratch.outside;
+    outside.clear();
+    let mut next = (n_leafs + ix.nodes.len()) as u32 + 1;
+    let mut at = |id: u32| {
+        if id == NO_ID {
+            return 0;
+        }
+        let p = &mut pos[id as usize];
+        if *p == 0 {
+            *p = next;
+            next += 1;
+            outside.push(id);
+        }
+        *p
+    };
     for (i, srcs) in ix.srcs.iter().enumerate() {
         h.write_u32(at(ix.view_srcs[i]));
         for &s in &srcs[..ix.n_srcs[i] as usize] {
@@ -145,6 +171,9 @@ pub unsafe fn plan_key(
         for &id in ids {
             pos[id] = 0;
         }
+    }
+    for &id in outside.iter() {
+        pos[id as usize] = 0;
     }
     h.finish()
 }
@@ -213,5 +242,37 @@ mod tests {
         assert_ne!(key(&mut n, &mut l), base, "an output flag more");
         let (mut n, mut l) = chain(&mut d, false, true);
         assert_ne!(key(&mut n, &mut l), base, "another source");
+    }
+
+    /// Sources that are not in the graph (a graph built node by node): two of them read once
+    /// each and one read twice must not share a key, while the same shape built again elsewhere
+    /// does. One position for every such source gave both the first graph's plan, in which
+    /// `n1` takes its only source's memory in place (`tests/plan_reuse.rs`,
+    /// `plan_not_reused_when_an_outside_source_gains_a_reader`).
+    #[test]
+    fn sources_outside_the_graph_keep_their_identity() {
+        let outside = |a: &mut Arena, shared: bool| {
+            let sa = a.input("sa");
+            let sb = if shared { sa } else { a.input("sb") };
+            let n1 = a.tensor("n1", GGML_OP_SCALE, &[sa]);
+            let n2 = a.tensor("n2", GGML_OP_SCALE, &[sb]);
+            let o = a.tensor("o", GGML_OP_ADD, &[n1, n2]);
+            (vec![n1, n2, o], Vec::new())
+        };
+        let (mut a, mut b, mut c) = (Arena::default(), Arena::default(), Arena::default());
+        let (mut n, mut l) = outside(&mut a, false);
+        let two = key(&mut n, &mut l);
+        let (mut n, mut l) = outside(&mut b, true);
+        let one = key(&mut n, &mut l);
+        assert_ne!(
+            two, one,
+            "one outside source read twice against two read once"
+        );
+        let (mut n, mut l) = outside(&mut c, false);
+        assert_eq!(
+            key(&mut n, &mut l),
+            two,
+            "the same graph elsewhere in memory"
+        );
     }
 }
