@@ -985,6 +985,109 @@ fn gallocr_c_api_sizes_and_shared_buffer_types() {
     }
 }
 
+/// Buffer ids are read where a tensor is placed, as stock reads them: an id out of range given
+/// for a view or for a leaf that has memory already is never read, and the graph is planned
+/// (ours aborted up front on any such entry, where stock plans the graph; a review's
+/// differential of 2026-12-07). An out-of-range id for a tensor that is placed still aborts,
+/// naming the entry (`cabi-tests/bad-input`, `gallocr_reserve_n(node buffer id 5 of 1)`).
+#[test]
+fn gallocr_ids_read_only_for_tensors_it_places() {
+    // SAFETY: exported API with valid arguments throughout.
+    unsafe {
+        let ctx = ctx_of(16);
+        let x = sys::ggml_new_tensor_1d(ctx, sys::GGML_TYPE_F32, 16);
+        sys::ggml_set_input(x);
+        let w = sys::ggml_new_tensor_1d(ctx, sys::GGML_TYPE_F32, 16);
+        let y = sys::ggml_add(ctx, x, w);
+        let v = sys::ggml_view_1d(ctx, y, 8, 0);
+        let z = sys::ggml_scale(ctx, v, 2.0);
+        sys::ggml_set_output(z);
+        let g = sys::ggml_new_graph(ctx);
+        sys::ggml_build_forward_expand(g, z);
+        // w has memory of its own before the plan: a leaf the allocator does not place.
+        let wbuf = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), 64);
+        assert_eq!(
+            ggml_backend_tensor_alloc(wbuf, w, ggml_backend_buffer_get_base(wbuf)),
+            sys::GGML_STATUS_SUCCESS
+        );
+        let nodes: Vec<*mut ggml_tensor> = (0..(*g).n_nodes)
+            .map(|i| *(*g).nodes.add(i as usize))
+            .collect();
+        let leafs: Vec<*mut ggml_tensor> = (0..(*g).n_leafs)
+            .map(|i| *(*g).leafs.add(i as usize))
+            .collect();
+        assert_eq!(nodes, vec![y, v, z]);
+        let cpu = ggml_backend_cpu_buffer_type();
+        let mut bufts = [cpu, cpu];
+        let ga = sys::ggml_gallocr_new_n(bufts.as_mut_ptr(), 2);
+        // The view's id (2) and w's (5) are past the two buffer types.
+        let node_ids = [1i32, 2, 0];
+        let leaf_ids: Vec<i32> = leafs.iter().map(|&l| if l == w { 5 } else { 1 }).collect();
+        assert!(sys::ggml_gallocr_reserve_n(
+            ga,
+            g,
+            node_ids.as_ptr(),
+            leaf_ids.as_ptr()
+        ));
+        assert!(sys::ggml_gallocr_alloc_graph(ga, g));
+        for t in [x, y, z] {
+            assert!(!(*t).data.is_null());
+        }
+        assert_eq!((*v).data, (*y).data, "the view shares its source's memory");
+        assert_eq!((*w).buffer, wbuf, "w keeps its own memory");
+        sys::ggml_gallocr_free(ga);
+        ggml_backend_buffer_free(wbuf);
+        sys::ggml_free(ctx);
+    }
+}
+
+unsafe extern "C" fn refuse_alloc(
+    _: ggml_backend_buffer_type_t,
+    _: usize,
+) -> ggml_backend_buffer_t {
+    null_mut()
+}
+
+/// A buffer type whose every allocation fails.
+static mut REFUSING_BUFT: sys::ggml_backend_buffer_type = sys::ggml_backend_buffer_type {
+    iface: sys::ggml_backend_buffer_type_i {
+        get_name: Some(dev_buft_name),
+        alloc_buffer: Some(refuse_alloc),
+        get_alignment: Some(dev_buft_align),
+        get_max_size: None,
+        get_alloc_size: None,
+        is_host: None,
+    },
+    device: null_mut(),
+    context: null_mut(),
+};
+
+/// After a reserve whose buffer could not be allocated, `alloc_graph` tries once more and
+/// returns false, leaving every tensor without memory. Stock places the tensors into the buffer
+/// it never got (SIGSEGV in a review's differential of 2026-12-07; docs/alloc.md, "Where it
+/// differs from stock, on purpose").
+#[test]
+fn gallocr_alloc_graph_after_a_failed_reserve_returns_false() {
+    // SAFETY: exported API with valid arguments throughout.
+    unsafe {
+        let ctx = ctx_of(8);
+        let a = sys::ggml_new_tensor_1d(ctx, sys::GGML_TYPE_F32, 64);
+        sys::ggml_set_input(a);
+        let b = sys::ggml_scale(ctx, a, 2.0);
+        sys::ggml_set_output(b);
+        let g = sys::ggml_new_graph(ctx);
+        sys::ggml_build_forward_expand(g, b);
+        let ga = sys::ggml_gallocr_new(&raw mut REFUSING_BUFT);
+        assert!(!sys::ggml_gallocr_reserve(ga, g), "the buffer is refused");
+        assert!(!sys::ggml_gallocr_alloc_graph(ga, g), "still no buffer");
+        for t in [a, b] {
+            assert!((*t).data.is_null() && (*t).buffer.is_null());
+        }
+        sys::ggml_gallocr_free(ga);
+        sys::ggml_free(ctx);
+    }
+}
+
 // ---- buffer types with a larger alloc size -----------------------------------------------------
 
 unsafe extern "C" fn pad_alloc_size(_: ggml_backend_buffer_type_t, t: *const ggml_tensor) -> usize {

@@ -1038,6 +1038,79 @@ fn gallocr_random_graphs_packed_and_stock() {
     );
 }
 
+/// A node listed twice (a graph built with `ggml_graph_add_node`, never by ggml's builder) gets
+/// memory twice in the walk; the plan keeps its second block, alive only in its second life,
+/// so a packed layout could put another block over the first life (a review's differential
+/// of 2026-12-07 found such overlaps). Such a plan keeps the walk's offsets: the packed
+/// buffer is then the stock layout's, byte for byte, on a graph whose packing is smaller
+/// without the duplicate.
+#[test]
+fn gallocr_node_listed_twice_keeps_the_walks_offsets() {
+    let _l = serial();
+    let size_of = |seed: u64, layout: &str, twice: bool| -> usize {
+        // SAFETY: exported API with valid arguments throughout.
+        unsafe {
+            let mem = 700 * sys::ggml_tensor_overhead() + sys::ggml_graph_overhead();
+            let ctx = sys::ggml_init(sys::ggml_init_params {
+                mem_size: mem,
+                mem_buffer: null_mut(),
+                no_alloc: true,
+            });
+            let (g, _, _) = random_graph(ctx, seed);
+            if twice {
+                // The first node that owns its memory and is freed after its last reader: not
+                // an output, read by a later node, and the source of no view (which would
+                // keep it alive).
+                let n = (*g).n_nodes as usize;
+                let nodes: Vec<*mut ggml_tensor> = (0..n).map(|i| *(*g).nodes.add(i)).collect();
+                let read = |t: *mut ggml_tensor| nodes.iter().any(|&r| (*r).src.contains(&t));
+                let again = *nodes
+                    .iter()
+                    .find(|&&t| {
+                        (*t).view_src.is_null()
+                            && (*t).flags & sys::GGML_TENSOR_FLAG_OUTPUT as i32 == 0
+                            && (*t).op != sys::GGML_OP_NONE
+                            && read(t)
+                            && !nodes.iter().any(|&r| (*r).view_src == t)
+                    })
+                    .expect("a node with memory of its own");
+                sys::ggml_graph_add_node(g, again);
+            }
+            std::env::set_var("GGML_ALLOC_LAYOUT", layout);
+            std::env::set_var("GGML_ALLOC_REUSE_DELAY", "0");
+            let galloc =
+                ggml_base::alloc::exports::ggml_gallocr_new(ggml_backend_cpu_buffer_type());
+            std::env::remove_var("GGML_ALLOC_LAYOUT");
+            std::env::remove_var("GGML_ALLOC_REUSE_DELAY");
+            assert!(ggml_base::alloc::exports::ggml_gallocr_alloc_graph(
+                galloc, g
+            ));
+            let size = ggml_base::alloc::exports::ggml_gallocr_get_buffer_size(galloc, 0);
+            ggml_base::alloc::exports::ggml_gallocr_free(galloc);
+            sys::ggml_free(ctx);
+            size
+        }
+    };
+    let (mut checked, mut packed_smaller) = (0, 0);
+    for seed in 0..2000 {
+        if size_of(seed, "packed", false) >= size_of(seed, "stock", false) {
+            continue;
+        }
+        checked += 1;
+        let (packed, stock) = (size_of(seed, "packed", true), size_of(seed, "stock", true));
+        assert_eq!(
+            packed,
+            stock,
+            "seed {seed}: a node listed twice, packed against stock (plain {} {})",
+            size_of(seed, "packed", false),
+            size_of(seed, "stock", false)
+        );
+        packed_smaller += usize::from(packed < stock);
+    }
+    assert!(checked >= 5, "only {checked} graphs packed smaller");
+    assert_eq!(packed_smaller, 0);
+}
+
 // ---- more replay cases ----------------------------------------------------------------------
 
 fn chain(

@@ -75,9 +75,12 @@ static void case_dev_memory_null(void) {
     ggml_backend_dev_memory(ggml_backend_get_device(cpu_backend()), NULL, NULL);
 }
 
-/* A node buffer id past the allocator's buffer types: stock indexes its array with it and
- * reads whatever lies there (here it went on and exited 0; GGML_ASSERT(buft) or a crash
- * when that memory is NULL or unmapped); ours aborts naming the entry. */
+/* A node buffer id past the allocator's buffer types, for a node the allocator places (SUM_ROWS
+ * cannot run in place, so the node gets memory of its own with that id): stock indexes its
+ * array with it and reads whatever lies there (exit 0, GGML_ASSERT(buft) or a crash when that
+ * memory is NULL or unmapped); ours aborts naming the entry. An id that is never read (a
+ * view's, an allocated tensor's, an in-place node's) is no error in either
+ * (tests/layer_dispatch.rs, gallocr_ids_read_only_for_tensors_it_places). */
 static void case_gallocr_reserve_n_bad_id(void) {
     ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(cpu_backend());
     ggml_gallocr_t galloc = ggml_gallocr_new_n(&buft, 1);
@@ -85,7 +88,7 @@ static void case_gallocr_reserve_n_bad_id(void) {
     struct ggml_context * ctx = ggml_init(gp);
     struct ggml_tensor * a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 16);
     ggml_set_input(a);
-    struct ggml_tensor * out = ggml_scale(ctx, a, 2.0f);
+    struct ggml_tensor * out = ggml_sum_rows(ctx, a);
     struct ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     const int node_ids[1] = { 5 };

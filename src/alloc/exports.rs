@@ -39,27 +39,6 @@ unsafe fn ids<'a>(ids: *const c_int, n: c_int) -> Option<&'a [i32]> {
     Some(unsafe { std::slice::from_raw_parts(ids, n.max(0) as usize) })
 }
 
-/// Aborts, naming the array and the entry, unless every id of `ids` (`what`: the argument's
-/// name) is a buffer id of an allocator with `n_bufts` buffer types. Stock indexes its
-/// buffer-type array with the id unchecked (`GGML_ASSERT(buft)` or a crash further on).
-fn check_ids(ids: Option<&[i32]>, n_bufts: usize, func: &str, what: &str) {
-    let Some(ids) = ids else { return };
-    if let Some((i, &id)) = ids
-        .iter()
-        .enumerate()
-        .find(|&(_, &id)| id < 0 || id as usize >= n_bufts)
-    {
-        crate::ffi::fatal(
-            func,
-            &format!(
-                "{what}[{i}] is {id}; this allocator's buffer ids are 0 to {} (one per buffer \
-                 type given to ggml_gallocr_new_n)",
-                n_bufts as i64 - 1
-            ),
-        );
-    }
-}
-
 export! {
     /// Whether `op` may write its result over a source of the same layout (stock
     /// `ggml_op_can_inplace`).
@@ -176,8 +155,6 @@ export! {
         let (g, gr) = unsafe { (gallocr(galloc, F), non_null(graph, F, "graph")) };
         // SAFETY: as above.
         let (n, l) = unsafe { (ids(node_buffer_ids, gr.n_nodes), ids(leaf_buffer_ids, gr.n_leafs)) };
-        check_ids(n, g.n_buffers(), F, "node_buffer_ids");
-        check_ids(l, g.n_buffers(), F, "leaf_buffer_ids");
         // SAFETY: as above.
         unsafe { g.reserve(gr, n, l, false) }.is_ok()
     }
@@ -202,8 +179,6 @@ export! {
         crate::ffi::require_non_null(sizes, F, "sizes");
         // SAFETY: as above.
         let (n, l) = unsafe { (ids(node_buffer_ids, gr.n_nodes), ids(leaf_buffer_ids, gr.n_leafs)) };
-        check_ids(n, g.n_buffers(), F, "node_buffer_ids");
-        check_ids(l, g.n_buffers(), F, "leaf_buffer_ids");
         // SAFETY: as above.
         let ok = unsafe { g.reserve(gr, n, l, true) }.is_ok();
         crate::ggml_assert!(F, ok, "GGML_ASSERT(ggml_gallocr_reserve_n_impl(...)) failed");

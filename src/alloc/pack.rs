@@ -153,7 +153,7 @@ impl Memo {
 /// [`MAX_REUSE_DELAY`]) after its last use, where the packing is kept; a chunk left with the
 /// greedy offsets keeps stock's reuse.
 pub fn lay_out(p: &mut Planner, layout: Layout, delay: u32, scratch: &mut Scratch) {
-    if layout == Layout::Stock || p.slots.is_empty() {
+    if layout == Layout::Stock || p.slots.is_empty() || p.placed_twice {
         return;
     }
     let delay = delay.min(MAX_REUSE_DELAY);

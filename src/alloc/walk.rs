@@ -75,6 +75,11 @@ pub struct Planner {
     /// reuse holds only while the two keep one layout, which a later graph of the same
     /// structure may not ([`crate::alloc::gallocr`] checks it before reusing the plan).
     pub reuses: Vec<(*mut ggml_tensor, *mut ggml_tensor)>,
+    /// Whether the last walk gave some tensor memory twice: a graph ggml's builder never makes
+    /// (a node listed twice, or a view listed before its source). The plan keeps the tensor's
+    /// last block, whose lifetime is only the second one, so the packing could place another
+    /// block over the first; such a plan keeps the walk's own offsets, as stock's would be.
+    pub placed_twice: bool,
     step: u32,
 }
 
@@ -119,6 +124,35 @@ pub fn op_can_inplace(op: ggml_sys::ggml_op) -> bool {
     )
 }
 
+/// Which entry of the caller's buffer-id arrays gave an id: `node_buffer_ids[i]` or
+/// `leaf_buffer_ids[i]` (a graph input read by node `i` is placed with node `i`'s id, as in
+/// stock).
+#[derive(Clone, Copy, Debug)]
+pub enum IdFrom {
+    Leaf(usize),
+    Node(usize),
+}
+
+/// Aborts, naming the array entry and the tensor, for a buffer id past the allocator's
+/// `n_bufts` buffer types. Stock indexes its buffer-type array with it unchecked.
+#[cold]
+#[inline(never)]
+fn bad_buffer_id(id: i32, from: IdFrom, n_bufts: usize, t: &ggml_tensor) -> ! {
+    let (array, i) = match from {
+        IdFrom::Leaf(i) => ("leaf_buffer_ids", i),
+        IdFrom::Node(i) => ("node_buffer_ids", i),
+    };
+    crate::ffi::fatal(
+        "ggml_gallocr_reserve_n",
+        &format!(
+            "{array}[{i}] is {id}, for tensor '{}'; this allocator's buffer ids are 0 to {} \
+             (one per buffer type given to ggml_gallocr_new_n)",
+            crate::tensor::meta::name(t),
+            n_bufts as i64 - 1
+        ),
+    );
+}
+
 impl Planner {
     /// A planner for `bufts` (stock `ggml_gallocr_new_n`): buffer ids of the same buffer type
     /// share one allocator, made with the type's alignment and maximum size.
@@ -150,6 +184,7 @@ impl Planner {
             slots: Vec::new(),
             edges: Vec::new(),
             reuses: Vec::new(),
+            placed_twice: false,
             step: 0,
         }
     }
@@ -268,17 +303,17 @@ impl Planner {
     ///
     /// # Safety
     /// `t`, its sources and their view sources must be live tensors.
-    unsafe fn allocate(&mut self, t: *mut ggml_tensor, buffer_id: i32) {
+    unsafe fn allocate(&mut self, t: *mut ggml_tensor, buffer_id: i32, from: IdFrom) {
         let i = self.index(t);
         // SAFETY: forwarded.
-        unsafe { self.allocate_at(i, t, buffer_id) }
+        unsafe { self.allocate_at(i, t, buffer_id, from) }
     }
 
     /// [`Planner::allocate`] for the tensor of table entry `i`.
     ///
     /// # Safety
     /// As [`Planner::allocate`]; `i` is `t`'s entry.
-    unsafe fn allocate_at(&mut self, i: usize, t: *mut ggml_tensor, buffer_id: i32) {
+    unsafe fn allocate_at(&mut self, i: usize, t: *mut ggml_tensor, buffer_id: i32, from: IdFrom) {
         crate::ggml_assert!(
             "ggml_gallocr_alloc_graph",
             buffer_id >= 0,
@@ -294,6 +329,9 @@ impl Planner {
         {
             return;
         }
+        // A tensor placed before (and freed since) is placed again only in a graph that
+        // lists it twice or a view before its source ([`Planner::placed_twice`]).
+        self.placed_twice |= self.nodes[i].slot != 0;
         self.nodes[i].allocated = true;
         if op_can_inplace(r.op) {
             for &parent in r.src.iter().filter(|p| !p.is_null()) {
@@ -302,6 +340,11 @@ impl Planner {
                     return;
                 }
             }
+        }
+        // Checked here, where the id is used, as stock reads it only here: an id given for a
+        // view or a tensor with memory is never read, whatever it is.
+        if buffer_id as usize >= self.bufts.len() {
+            bad_buffer_id(buffer_id, from, self.bufts.len(), r);
         }
         let size = self.alloc_size(buffer_id, r);
         let (addr, slot) = self.take(self.talloc_of[buffer_id as usize], size);
@@ -375,6 +418,7 @@ impl Planner {
         self.nodes.clear();
         self.slots.clear();
         self.reuses.clear();
+        self.placed_twice = false;
         self.step = 0;
         for b in &mut self.blocks {
             b.reset();
@@ -391,7 +435,7 @@ impl Planner {
 
         for (i, &leaf) in leafs.iter().enumerate() {
             // SAFETY: live (the caller's contract).
-            unsafe { self.allocate(leaf, id(leaf_ids, i)) };
+            unsafe { self.allocate(leaf, id(leaf_ids, i), IdFrom::Leaf(i)) };
         }
         // Count readers and views; graph inputs get memory first, so nothing overwrites them.
         // Each node's and source's table entry is looked up once here, for the loop below.
@@ -406,7 +450,7 @@ impl Planner {
             }
             if r.flags & INPUT != 0 {
                 // SAFETY: live (the caller's contract).
-                unsafe { self.allocate(node, id(node_ids, i)) };
+                unsafe { self.allocate(node, id(node_ids, i), IdFrom::Node(i)) };
             }
             for &src in r.src.iter().filter(|s| !s.is_null()) {
                 let si = self.index(src);
@@ -415,7 +459,7 @@ impl Planner {
                 // SAFETY: a source of a live node is live.
                 if unsafe { tensor(src) }.flags & INPUT != 0 {
                     // SAFETY: as above.
-                    unsafe { self.allocate_at(si, src, id(node_ids, i)) };
+                    unsafe { self.allocate_at(si, src, id(node_ids, i), IdFrom::Node(i)) };
                 }
             }
         }
@@ -430,10 +474,10 @@ impl Planner {
                 let si = self.edges[edge] as usize;
                 edge += 1;
                 // SAFETY: a source of a live node is live.
-                unsafe { self.allocate_at(si, src, buffer_id) };
+                unsafe { self.allocate_at(si, src, buffer_id, IdFrom::Node(i)) };
             }
             // SAFETY: live (the caller's contract).
-            unsafe { self.allocate(node, buffer_id) };
+            unsafe { self.allocate(node, buffer_id, IdFrom::Node(i)) };
             self.step += 1;
             for (k, &parent) in r.src.iter().filter(|s| !s.is_null()).enumerate() {
                 let pi = self.edges[first + k] as usize;

@@ -129,21 +129,52 @@ pub unsafe fn plan_key(
     // alone) takes the next position past the graph's where it is first read, so that two
     // such tensors read once each and one read twice differ: one position for all of them
     // let a plan in which the only reader of one takes its memory in place serve a graph in
-    // which that memory is still to be read by another node.
+    // which that memory is still to be read by another node. llama.cpp's graphs have none, so
+    // the reads are hashed with the positions as they are, and only a graph that has such a
+    // source numbers them and hashes its reads again.
     let outside = &mut scratch.outside;
     outside.clear();
-    let mut next = (n_leafs + ix.nodes.len()) as u32 + 1;
+    let mut reads = FxHasher::default();
+    if hash_reads(&mut reads, pos, ix, splits, dep_keeps) {
+        let first = (n_leafs + ix.nodes.len()) as u32 + 1;
+        number_outside(pos, outside, first, ix, splits, dep_keeps);
+        reads = FxHasher::default();
+        hash_reads(&mut reads, pos, ix, splits, dep_keeps);
+    }
+    h.write_u64(reads.finish());
+    h.write_usize(dep_keeps.len());
+    // Leave no position behind for the next graph, whose tensors may take other ids.
+    for ids in [&ix.leafs, &ix.nodes] {
+        for &id in ids {
+            pos[id] = 0;
+        }
+    }
+    for &id in outside.iter() {
+        pos[id as usize] = 0;
+    }
+    h.finish()
+}
+
+/// Hashes who reads whom into `h`: each node's view-source and source positions (`pos`, by
+/// table id; 0 for none), the splits' backends, bounds and input positions, and the dependency
+/// nodes' kept tensors. Returns whether some tensor read had no position (a tensor outside
+/// the graph: see [`number_outside`]).
+#[inline(always)]
+fn hash_reads(
+    h: &mut FxHasher,
+    pos: &[u32],
+    ix: &GraphIds,
+    splits: &[Split],
+    dep_keeps: &[(u32, u32)],
+) -> bool {
+    let mut missing = false;
     let mut at = |id: u32| {
         if id == NO_ID {
             return 0;
         }
-        let p = &mut pos[id as usize];
-        if *p == 0 {
-            *p = next;
-            next += 1;
-            outside.push(id);
-        }
-        *p
+        let p = pos[id as usize];
+        missing |= p == 0;
+        p
     };
     for (i, srcs) in ix.srcs.iter().enumerate() {
         h.write_u32(at(ix.view_srcs[i]));
@@ -165,17 +196,46 @@ pub unsafe fn plan_key(
         h.write_u32(node);
         h.write_u32(at(id));
     }
-    h.write_usize(dep_keeps.len());
-    // Leave no position behind for the next graph, whose tensors may take other ids.
-    for ids in [&ix.leafs, &ix.nodes] {
-        for &id in ids {
-            pos[id] = 0;
+    missing
+}
+
+/// Gives every tensor that [`hash_reads`] reads but that has no position (not a leaf or node
+/// of the graph) the next position from `first` on, in the order `hash_reads` first reads it,
+/// noting each in `outside` so that its position is cleared with the graph's. Out of line:
+/// llama.cpp's graphs have no such tensor, and the key is computed on every new graph's
+/// first call.
+#[cold]
+#[inline(never)]
+fn number_outside(
+    pos: &mut [u32],
+    outside: &mut Vec<u32>,
+    first: u32,
+    ix: &GraphIds,
+    splits: &[Split],
+    dep_keeps: &[(u32, u32)],
+) {
+    let mut next = first;
+    let mut number = |id: u32| {
+        if id != NO_ID && pos[id as usize] == 0 {
+            pos[id as usize] = next;
+            next += 1;
+            outside.push(id);
+        }
+    };
+    for (i, srcs) in ix.srcs.iter().enumerate() {
+        number(ix.view_srcs[i]);
+        for &s in &srcs[..ix.n_srcs[i] as usize] {
+            number(s);
         }
     }
-    for &id in outside.iter() {
-        pos[id as usize] = 0;
+    for s in splits {
+        for &id in &s.input_ids {
+            number(id as u32);
+        }
     }
-    h.finish()
+    for &(_, id) in dep_keeps {
+        number(id);
+    }
 }
 
 #[cfg(test)]
