@@ -7,7 +7,9 @@
 //! tried only when it may save at least 1/256 of the greedy extent, and kept only when it
 //! needs fewer bytes than the greedy offsets, so a compute buffer is never larger than
 //! stock's. Lifetimes, and the blocks that in-place ops share, are the walk's:
-//! two tensors alive at the same step never overlap in either layout.
+//! two tensors alive at the same step never overlap in either layout, in a graph that lists
+//! each tensor once, sources first (a plan that placed a tensor twice is not packed:
+//! [`Planner::placed_twice`]).
 //!
 //! `GGML_ALLOC_LAYOUT=stock` selects stock's offsets byte for byte (for the differential
 //! test); any other value but `packed` is named in a warning and reads `packed`.
