@@ -31,6 +31,95 @@ pub fn is_inplace_writer(t: &ggml_tensor) -> bool {
     !t.view_src.is_null() && t.op != ggml_sys::GGML_OP_NONE && !meta::is_view_op(t.op)
 }
 
+/// The sources an in-place writer also writes in place, besides its view root:
+/// OPT_STEP_ADAMW updates its first and second moments (sources 2 and 3) as well as the
+/// parameter it is a view of (upstream `ggml_opt_step_adamw`). Empty for every other op.
+pub fn written_sources(t: &ggml_tensor) -> &[*mut ggml_tensor] {
+    if t.op == ggml_sys::GGML_OP_OPT_STEP_ADAMW {
+        &t.src[2..4]
+    } else {
+        &[]
+    }
+}
+
+/// Whether backend `b` writes every source `w` writes in place ([`written_sources`]) where
+/// it lives: it reads each without a copy (the split pass's own test: the source on `b`, or
+/// in a buffer type `b` can use). A copy would take the update and lose it.
+///
+/// # Safety
+/// `w` must be a live tensor with live sources.
+unsafe fn writes_sources_directly(
+    caps: &dyn Caps,
+    table: &Table,
+    w: &ggml_tensor,
+    b: usize,
+) -> bool {
+    written_sources(w)
+        .iter()
+        .filter(|s| !s.is_null())
+        .all(|&s| {
+            // SAFETY: a non-NULL source of a live tensor is live (this function's contract).
+            table.backend(s) == Some(b) || unsafe { buffer_supported(caps, table, s, b) }
+        })
+}
+
+/// Stops the process: no backend can use the storage of `w`'s view root (allocated in
+/// `root_buft`, or produced in this graph when NULL) and of the sources it writes in place,
+/// and run its op.
+///
+/// # Safety
+/// `w` must be a live in-place writer with live sources; `root_buft` NULL or live.
+#[cold]
+unsafe fn stop_written(
+    caps: &dyn Caps,
+    table: &Table,
+    w: *mut ggml_tensor,
+    root_buft: ggml_sys::ggml_backend_buffer_type_t,
+) -> ! {
+    // SAFETY: `w` is live (this function's contract); only read.
+    let wr = unsafe { &*w };
+    // SAFETY: as above; `ggml_op_desc` returns a static NUL-terminated name.
+    let op = unsafe { inspect::cstr(ggml_sys::ggml_op_desc(w)) };
+    let written: Vec<String> = written_sources(wr)
+        .iter()
+        .filter(|s| !s.is_null())
+        // SAFETY: non-NULL sources of a live tensor are live.
+        .map(|&s| format!("'{}'", inspect::name(unsafe { &*s })))
+        .collect();
+    let report = (0..caps.n_backends())
+        .map(|b| {
+            // SAFETY: `root_buft` is live when non-NULL (this function's contract).
+            let root = root_buft.is_null() || unsafe { caps.supports_buft(b, root_buft) };
+            // SAFETY: `w` and its sources are live (as above).
+            let sources = unsafe { writes_sources_directly(caps, table, wr, b) };
+            // SAFETY: `w` is live.
+            let runs = unsafe { caps.supports_op(b, w) };
+            format!(
+                "{} (uses the root's buffer: {}, the written sources' without a copy: {}, runs op: {})",
+                caps.backend_name(b),
+                if root { "yes" } else { "no" },
+                if sources { "yes" } else { "no" },
+                if runs { "yes" } else { "no" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    // SAFETY: an in-place writer's view source is set and live.
+    let root = unsafe { &*wr.view_src };
+    crate::ffi::fatal(
+        c_name!(sched::ggml_backend_sched_split_graph),
+        &format!(
+            "in-place node '{}' (op {}) writes the storage of '{}' and of its sources {}, and \
+             no backend can write all of them where they are and run the op; backends: {}",
+            inspect::name(wr),
+            op,
+            inspect::name(root),
+            written.join(", "),
+            report
+        ),
+    )
+}
+
 /// One line per backend for the stop message: name, whether it can use `buft`, whether it
 /// runs `op`.
 ///
@@ -566,6 +655,15 @@ unsafe fn group_ok(
     if !placed().all(placed_ok) {
         return false;
     }
+    let sources_ok = writers.iter().all(|&w| {
+        table.backend(w).is_none_or(|wb| {
+            // SAFETY: the writers and their sources are live (this function's contract).
+            unsafe { writes_sources_directly(caps, table, &*w, wb) }
+        })
+    });
+    if !sources_ok {
+        return false;
+    }
     // ...and where ggml-alloc will most likely put it must both be usable. First the cheap
     // bound: when every backend the memory could come from is usable, no need to replay
     // ggml-alloc's counts.
@@ -629,17 +727,22 @@ pub unsafe fn colocate(
             let Some(cur) = table.backend(n) else {
                 continue;
             };
-            // SAFETY: a live buffer's type.
-            if unsafe { caps.supports_buft(cur, buft) } {
+            // SAFETY: `buft` is a live buffer's type; `node` and its sources are live.
+            let writes_here = |b: usize| unsafe {
+                caps.supports_buft(b, buft) && writes_sources_directly(caps, table, node, b)
+            };
+            if writes_here(cur) {
                 continue;
             }
-            // SAFETY: `buft` is live and `n` is a live node.
+            // SAFETY: `n` is a live node.
             let to = (0..caps.n_backends())
-                .find(|&b| unsafe { caps.supports_buft(b, buft) && caps.supports_op(b, n) });
+                .find(|&b| writes_here(b) && unsafe { caps.supports_op(b, n) });
             match to {
                 Some(b) => table.set(n, b, Cause::InPlaceColocation),
                 // SAFETY: `n` is a live in-place writer, `buft` live.
-                None => unsafe { stop(caps, n, buft, &[n]) },
+                None if written_sources(node).is_empty() => unsafe { stop(caps, n, buft, &[n]) },
+                // SAFETY: as above, with live sources.
+                None => unsafe { stop_written(caps, table, n, buft) },
             }
         } else {
             groups.push(root, n);
@@ -698,11 +801,35 @@ pub unsafe fn colocate(
         // Later nodes whose memory may come from a moved member: forget all predictions.
         reuse.memo.clear();
         reuse.masks.clear();
+        // The fallback, when no candidate made the group sound, still keeps the sources a
+        // writer updates in place (OPT_STEP_ADAMW's moments) out of copies, or stops.
+        for &w in writers {
+            // SAFETY: a live in-place writer with live sources (as above).
+            if !unsafe { writes_sources_directly(caps, table, &*w, chosen) } {
+                // SAFETY: as above; the root is produced in this graph (no buffer type).
+                unsafe { stop_written(caps, table, w, std::ptr::null_mut()) };
+            }
+        }
         // Members already on the chosen backend keep their original cause.
         for (&m, old) in members.iter().zip(before) {
             match old {
                 Some(p) if p.backend == chosen => table.set(m, p.backend, p.cause),
                 _ => table.set(m, chosen, Cause::InPlaceColocation),
+            }
+        }
+        // The root's pure views (VIEW, RESHAPE, PERMUTE, TRANSPOSE) go with it: they have no
+        // bytes of their own, and a reader judges where a view's bytes are by the view's
+        // placement (on its own backend it takes them as readable, with no copy). Left where
+        // the fill pass or an earlier pass put them, next to the root's old place, a reader
+        // there would read the moved root's memory in a buffer it may not use.
+        for &n in nodes {
+            // SAFETY: a node of the live graph, non-NULL, so live; only read.
+            let node = unsafe { &*n };
+            if node.view_src == root
+                && meta::is_view_op(node.op)
+                && table.backend(n).is_some_and(|b| b != chosen)
+            {
+                table.set(n, chosen, Cause::InPlaceColocation);
             }
         }
     }
@@ -920,5 +1047,162 @@ mod tests {
         groups.clear();
         groups.sort();
         assert_eq!(groups.len(), 0);
+    }
+
+    /// Review: runs the scheduler's passes 1-4 with the rule (place.rs's order) over
+    /// `case`, then lists every read or write of storage that a node's backend cannot use
+    /// and that no input copy covers: (node, tensor whose storage it touches).
+    fn hazards_after_placement(case: &Case) -> Vec<(String, String)> {
+        use crate::sched::table::GraphIds;
+        use crate::sched::{assign, expand, fill, upgrade};
+        let mut b = build(case);
+        let g = b.graph();
+        let caps = &b.caps;
+        let mut t = Table::default();
+        for &(n, backend, cause) in case.before {
+            t.set(b.t(n), backend, cause);
+        }
+        let mut out = Vec::new();
+        // SAFETY: every tensor of the graph is owned by `b.arena`, alive for the test.
+        unsafe {
+            let ix = GraphIds::new(&mut t, &g);
+            let mut reuse = Reuse::new(&g, false);
+            assign::assign_current(caps, &mut t, &g, &ix, false, true);
+            expand::expand(caps, &mut t, &g, &ix);
+            upgrade::upgrade(caps, &mut t, &g, &ix);
+            colocate(caps, &mut t, &g, false, &mut reuse);
+            fill::fill(caps, &mut t, &g, &ix);
+            colocate(caps, &mut t, &g, true, &mut reuse);
+            // Where a tensor's bytes really are: its root's buffer, else its root's backend's.
+            let storage = |s: *mut ggml_tensor| {
+                let root = if (*s).view_src.is_null() {
+                    s
+                } else {
+                    (*s).view_src
+                };
+                if !(*root).buffer.is_null() {
+                    Some((*(*root).buffer).buft)
+                } else {
+                    t.backend(root).map(|rb| caps.buft(rb))
+                }
+            };
+            for &n in inspect::nodes(&g) {
+                let node = &*n;
+                if meta::is_view_op(node.op) {
+                    continue;
+                }
+                let nb = t.backend(n).expect("placed");
+                let name = |x: *mut ggml_tensor| inspect::name(&*x).to_string();
+                // Its own storage (an in-place writer writes its root's).
+                if let Some(bt) = storage(n) {
+                    if !caps.supports_buft(nb, bt) {
+                        out.push((name(n), name(n)));
+                    }
+                }
+                for (j, s) in inspect::sources(node) {
+                    let sb = t.backend(s);
+                    let copied = sb != Some(nb) && !buffer_supported(caps, &t, s, nb);
+                    // ADAMW updates its m and v (sources 2 and 3) in place: a copy of
+                    // them is a lost write.
+                    let written = node.op == ggml_sys::GGML_OP_OPT_STEP_ADAMW && (j == 2 || j == 3);
+                    if copied && !written {
+                        continue;
+                    }
+                    if let Some(bt) = storage(s) {
+                        if !caps.supports_buft(nb, bt) {
+                            out.push((name(n), name(s)));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Review finding: OPT_STEP_ADAMW writes its moments m and v (sources 2 and 3) in
+    /// place, not only its view root (the parameter). The rule looks at the view root only:
+    /// with the parameter in D0's buffer and m, v in D1's (ggml-opt allocates them on the
+    /// scheduler's backend 0; here D1 can use both buffer types, D0 only its own), the step
+    /// stays on D0, which reads m and v through copies and updates the copies: the moments
+    /// are never written. D1 can use all three and runs the op.
+    #[test]
+    fn adamw_moments_are_written_where_they_live() {
+        fn peers(m: &mut Mock) {
+            // D0 uses only its own buffers; D1 also D0's (peer access); nobody the CPU's
+            // except the CPU.
+            m.backends[0].bufts.remove(&0x300);
+            m.backends[1].bufts.remove(&0x300);
+            m.backends[1].bufts.insert(0x100);
+        }
+        let case = Case {
+            name: "adamw: parameter in D0's buffer, moments in D1's",
+            ops: &[
+                &[GGML_OP_OPT_STEP_ADAMW],
+                &[GGML_OP_OPT_STEP_ADAMW],
+                &[GGML_OP_OPT_STEP_ADAMW],
+            ],
+            tweak: peers,
+            graph: &[
+                Leaf("param", Some((0x100, GGML_BACKEND_BUFFER_USAGE_WEIGHTS))),
+                Leaf("grad", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Leaf("m", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Leaf("v", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Leaf("hp", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                View(
+                    "step",
+                    GGML_OP_OPT_STEP_ADAMW,
+                    "param",
+                    &["param", "grad", "m", "v", "hp"],
+                ),
+            ],
+            before: &[],
+            want: &[],
+        };
+        let h = hazards_after_placement(&case);
+        assert!(
+            h.is_empty(),
+            "storage used by a backend that cannot reach it: {h:?}"
+        );
+    }
+
+    /// Review finding: the second call of the rule (after the fill pass) moves a view root
+    /// and its writers, but not the pure views of that root that the fill pass has just
+    /// placed next to the root's old backend. A reader of such a view on that old backend
+    /// then reads it without a copy: from the moved root's memory, in a buffer it cannot
+    /// use. Here `scratch` (a leaf without storage) is first placed on D by its reader `y`;
+    /// `v` = VIEW(scratch) follows it to D, `x` reads `v` on D; `w` (SET_ROWS into
+    /// `scratch`, which only the CPU runs) makes the rule move `scratch` to the CPU: `x`
+    /// then reads CPU memory on D, which cannot use it.
+    #[test]
+    fn views_follow_a_root_moved_after_fill() {
+        let case = Case {
+            name: "scratch leaf moved after fill, its view left behind",
+            ops: &[
+                &[GGML_OP_ADD, GGML_OP_VIEW],
+                &[GGML_OP_ADD, GGML_OP_VIEW, GGML_OP_SET_ROWS],
+            ],
+            tweak: device_only,
+            graph: &[
+                Leaf("scratch", None),
+                GraphInput("x_in"),
+                GraphInput("idx"),
+                Node("y", GGML_OP_ADD, &["scratch", "scratch"]),
+                View("v", GGML_OP_VIEW, "scratch", &["scratch"]),
+                Node("x", GGML_OP_ADD, &["v", "v"]),
+                View(
+                    "w",
+                    GGML_OP_SET_ROWS,
+                    "scratch",
+                    &["x_in", "idx", "scratch"],
+                ),
+            ],
+            before: &[("y", 0, UserAssigned), ("x", 0, UserAssigned)],
+            want: &[],
+        };
+        let h = hazards_after_placement(&case);
+        assert!(
+            h.is_empty(),
+            "storage used by a backend that cannot reach it: {h:?}"
+        );
     }
 }
