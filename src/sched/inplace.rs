@@ -44,7 +44,9 @@ pub fn written_sources(t: &ggml_tensor) -> &[*mut ggml_tensor] {
 
 /// Whether backend `b` writes every source `w` writes in place ([`written_sources`]) where
 /// it lives: it reads each without a copy (the split pass's own test: the source on `b`, or
-/// in a buffer type `b` can use). A copy would take the update and lose it.
+/// in a buffer type `b` can use). A copy would take the update and lose it. A source with
+/// no storage and no placement yet counts as written where it lives: the fill pass gives it
+/// its reader's backend, and the rule's call after that pass checks it placed.
 ///
 /// # Safety
 /// `w` must be a live tensor with live sources.
@@ -58,24 +60,51 @@ unsafe fn writes_sources_directly(
         .iter()
         .filter(|s| !s.is_null())
         .all(|&s| {
-            // SAFETY: a non-NULL source of a live tensor is live (this function's contract).
-            table.backend(s) == Some(b) || unsafe { buffer_supported(caps, table, s, b) }
+            // SAFETY: a non-NULL source of a live tensor is live, with its view source (this
+            // function's contract).
+            let (sr, storage) = unsafe { (&*s, meta::storage_buffer(&*s)) };
+            let placed = table.backend(s).or_else(|| table.backend(sr.view_src));
+            placed == Some(b)
+                || (placed.is_none() && storage.is_null())
+                // SAFETY: as above.
+                || unsafe { buffer_supported(caps, table, s, b) }
         })
 }
 
-/// Stops the process: no backend can use the storage of `w`'s view root (allocated in
-/// `root_buft`, or produced in this graph when NULL) and of the sources it writes in place,
-/// and run its op.
+/// Where a tensor's bytes are, for a message: its buffer's type when allocated, else the
+/// backend it (or its view source) is placed on, else "not placed yet".
 ///
 /// # Safety
-/// `w` must be a live in-place writer with live sources; `root_buft` NULL or live.
-#[cold]
-unsafe fn stop_written(
+/// `t` and its view source must be live.
+unsafe fn whereabouts(caps: &dyn Caps, table: &Table, t: *mut ggml_tensor) -> String {
+    // SAFETY: the caller's contract.
+    let (tr, buf) = unsafe { (&*t, meta::storage_buffer(&*t)) };
+    if !buf.is_null() {
+        // SAFETY: a live tensor's storage buffer is live, and so is its type.
+        return format!("in buffer type {}", unsafe { caps.buft_name((*buf).buft) });
+    }
+    match table.backend(t).or_else(|| table.backend(tr.view_src)) {
+        Some(b) => format!("in {}'s compute buffer", caps.backend_name(b)),
+        None => "not placed yet".to_string(),
+    }
+}
+
+/// The message of [`stop_written`]: the writer, its root and the sources it writes in place
+/// with where each is, then per backend whether it can hold the root where it is (uses the
+/// allocated root's buffer type, or, for a root produced in this graph, runs every op of
+/// the `group`: the root's producer and its writers, which must share one backend), reads
+/// the written sources without a copy, and runs the writer's op.
+///
+/// # Safety
+/// `w` must be a live in-place writer with live sources; `root_buft` NULL or live; the
+/// `group`'s tensors live.
+unsafe fn written_stop_message(
     caps: &dyn Caps,
     table: &Table,
     w: *mut ggml_tensor,
     root_buft: ggml_sys::ggml_backend_buffer_type_t,
-) -> ! {
+    group: &[*mut ggml_tensor],
+) -> String {
     // SAFETY: `w` is live (this function's contract); only read.
     let wr = unsafe { &*w };
     // SAFETY: as above; `ggml_op_desc` returns a static NUL-terminated name.
@@ -83,41 +112,80 @@ unsafe fn stop_written(
     let written: Vec<String> = written_sources(wr)
         .iter()
         .filter(|s| !s.is_null())
-        // SAFETY: non-NULL sources of a live tensor are live.
-        .map(|&s| format!("'{}'", inspect::name(unsafe { &*s })))
+        .map(|&s| {
+            // SAFETY: non-NULL sources of a live tensor are live, with their view sources.
+            let (name, place) = unsafe { (inspect::name(&*s), whereabouts(caps, table, s)) };
+            format!("'{name}' ({place})")
+        })
         .collect();
+    let root_column = if root_buft.is_null() {
+        "runs the root's producer and every writer"
+    } else {
+        "uses the root's buffer type"
+    };
     let report = (0..caps.n_backends())
         .map(|b| {
-            // SAFETY: `root_buft` is live when non-NULL (this function's contract).
-            let root = root_buft.is_null() || unsafe { caps.supports_buft(b, root_buft) };
+            let root = if root_buft.is_null() {
+                // SAFETY: the group's tensors are live (this function's contract).
+                group.iter().all(|&m| unsafe { caps.supports_op(b, m) })
+            } else {
+                // SAFETY: `root_buft` is live (this function's contract).
+                unsafe { caps.supports_buft(b, root_buft) }
+            };
             // SAFETY: `w` and its sources are live (as above).
             let sources = unsafe { writes_sources_directly(caps, table, wr, b) };
             // SAFETY: `w` is live.
             let runs = unsafe { caps.supports_op(b, w) };
+            let yn = |x: bool| if x { "yes" } else { "no" };
             format!(
-                "{} (uses the root's buffer: {}, the written sources' without a copy: {}, runs op: {})",
+                "{} ({root_column}: {}, reads the written sources without a copy: {}, runs the \
+                 op: {})",
                 caps.backend_name(b),
-                if root { "yes" } else { "no" },
-                if sources { "yes" } else { "no" },
-                if runs { "yes" } else { "no" }
+                yn(root),
+                yn(sources),
+                yn(runs)
             )
         })
         .collect::<Vec<_>>()
         .join(", ");
     // SAFETY: an in-place writer's view source is set and live.
     let root = unsafe { &*wr.view_src };
-    crate::ffi::fatal(
-        c_name!(sched::ggml_backend_sched_split_graph),
-        &format!(
-            "in-place node '{}' (op {}) writes the storage of '{}' and of its sources {}, and \
-             no backend can write all of them where they are and run the op; backends: {}",
-            inspect::name(wr),
-            op,
-            inspect::name(root),
-            written.join(", "),
-            report
-        ),
+    let root_where = if root_buft.is_null() {
+        "produced in this graph".to_string()
+    } else {
+        // SAFETY: non-NULL here, and live (this function's contract).
+        format!("in buffer type {}", unsafe { caps.buft_name(root_buft) })
+    };
+    format!(
+        "in-place node '{}' (op {}) writes the storage of '{}' ({}) and of its sources {}; no \
+         backend can hold all of them where they are and run the op, and a copy of a written \
+         source would take its update; backends: {}",
+        inspect::name(wr),
+        op,
+        inspect::name(root),
+        root_where,
+        written.join(", "),
+        report
     )
+}
+
+/// Stops the process with [`written_stop_message`]: no backend can write the storage of
+/// `w`'s view root (allocated in `root_buft`, or produced in this graph when NULL, with the
+/// rest of its `group`) and the sources `w` writes in place, and run its op.
+///
+/// # Safety
+/// As [`written_stop_message`].
+#[cold]
+unsafe fn stop_written(
+    caps: &dyn Caps,
+    table: &Table,
+    w: *mut ggml_tensor,
+    root_buft: ggml_sys::ggml_backend_buffer_type_t,
+    group: &[*mut ggml_tensor],
+) -> ! {
+    // SAFETY: the caller's contract, forwarded.
+    let msg = unsafe { written_stop_message(caps, table, w, root_buft, group) };
+    crate::ffi::fatal(c_name!(sched::ggml_backend_sched_split_graph), &msg)
 }
 
 /// One line per backend for the stop message: name, whether it can use `buft`, whether it
@@ -742,7 +810,7 @@ pub unsafe fn colocate(
                 // SAFETY: `n` is a live in-place writer, `buft` live.
                 None if written_sources(node).is_empty() => unsafe { stop(caps, n, buft, &[n]) },
                 // SAFETY: as above, with live sources.
-                None => unsafe { stop_written(caps, table, n, buft) },
+                None => unsafe { stop_written(caps, table, n, buft, &[n]) },
             }
         } else {
             groups.push(root, n);
@@ -806,8 +874,9 @@ pub unsafe fn colocate(
         for &w in writers {
             // SAFETY: a live in-place writer with live sources (as above).
             if !unsafe { writes_sources_directly(caps, table, &*w, chosen) } {
-                // SAFETY: as above; the root is produced in this graph (no buffer type).
-                unsafe { stop_written(caps, table, w, std::ptr::null_mut()) };
+                // SAFETY: as above; the root is produced in this graph (no buffer type), and
+                // the members are live.
+                unsafe { stop_written(caps, table, w, std::ptr::null_mut(), &members) };
             }
         }
         // Members already on the chosen backend keep their original cause.
@@ -817,18 +886,19 @@ pub unsafe fn colocate(
                 _ => table.set(m, chosen, Cause::InPlaceColocation),
             }
         }
-        // The root's pure views (VIEW, RESHAPE, PERMUTE, TRANSPOSE) go with it: they have no
-        // bytes of their own, and a reader judges where a view's bytes are by the view's
+        // The root's pure views (VIEW, RESHAPE, PERMUTE, TRANSPOSE nodes, op-NONE leafs) go
+        // with it: they have no bytes of their own, and a reader judges where a view's bytes are by the view's
         // placement (on its own backend it takes them as readable, with no copy). Left where
         // the fill pass or an earlier pass put them, next to the root's old place, a reader
         // there would read the moved root's memory in a buffer it may not use.
-        for &n in nodes {
-            // SAFETY: a node of the live graph, non-NULL, so live; only read.
-            let node = unsafe { &*n };
-            if node.view_src == root
-                && meta::is_view_op(node.op)
-                && table.backend(n).is_some_and(|b| b != chosen)
-            {
+        // SAFETY: `graph` is live (this function's contract).
+        let leafs = unsafe { inspect::leafs(graph) };
+        for &n in nodes.iter().chain(leafs) {
+            // SAFETY: a node or leaf of the live graph, non-NULL, so live; only read.
+            let t = unsafe { &*n };
+            // A view made by `ggml_view_tensor` has op NONE and is a leaf of the graph.
+            let pure_view = meta::is_view_op(t.op) || t.op == ggml_sys::GGML_OP_NONE;
+            if t.view_src == root && pure_view && table.backend(n).is_some_and(|b| b != chosen) {
                 table.set(n, chosen, Cause::InPlaceColocation);
             }
         }
@@ -1053,9 +1123,24 @@ mod tests {
     /// `case`, then lists every read or write of storage that a node's backend cannot use
     /// and that no input copy covers: (node, tensor whose storage it touches).
     fn hazards_after_placement(case: &Case) -> Vec<(String, String)> {
+        placement_and_hazards(case, |_| {}, true).0
+    }
+
+    /// [`hazards_after_placement`] after `edit` changed the built graph, with the rule on or
+    /// off (off: stock's placement); also every named tensor's placement.
+    #[allow(clippy::type_complexity)]
+    fn placement_and_hazards(
+        case: &Case,
+        edit: fn(&mut crate::sched::mock::Built),
+        rule: bool,
+    ) -> (
+        Vec<(String, String)>,
+        std::collections::BTreeMap<String, Option<(usize, Cause)>>,
+    ) {
         use crate::sched::table::GraphIds;
         use crate::sched::{assign, expand, fill, upgrade};
         let mut b = build(case);
+        edit(&mut b);
         let g = b.graph();
         let caps = &b.caps;
         let mut t = Table::default();
@@ -1067,12 +1152,16 @@ mod tests {
         unsafe {
             let ix = GraphIds::new(&mut t, &g);
             let mut reuse = Reuse::new(&g, false);
-            assign::assign_current(caps, &mut t, &g, &ix, false, true);
+            assign::assign_current(caps, &mut t, &g, &ix, false, rule);
             expand::expand(caps, &mut t, &g, &ix);
             upgrade::upgrade(caps, &mut t, &g, &ix);
-            colocate(caps, &mut t, &g, false, &mut reuse);
+            if rule {
+                colocate(caps, &mut t, &g, false, &mut reuse);
+            }
             fill::fill(caps, &mut t, &g, &ix);
-            colocate(caps, &mut t, &g, true, &mut reuse);
+            if rule {
+                colocate(caps, &mut t, &g, true, &mut reuse);
+            }
             // Where a tensor's bytes really are: its root's buffer, else its root's backend's.
             let storage = |s: *mut ggml_tensor| {
                 let root = if (*s).view_src.is_null() {
@@ -1116,7 +1205,12 @@ mod tests {
                 }
             }
         }
-        out
+        let placed = b
+            .by_name
+            .iter()
+            .map(|(&n, &p)| (n.to_string(), t.get(p).map(|p| (p.backend, p.cause))))
+            .collect();
+        (out, placed)
     }
 
     /// Review finding: OPT_STEP_ADAMW writes its moments m and v (sources 2 and 3) in
@@ -1204,5 +1298,153 @@ mod tests {
             h.is_empty(),
             "storage used by a backend that cannot reach it: {h:?}"
         );
+    }
+
+    /// Review (7b2e275): moments without storage (graph-allocated: the scheduler's gallocr
+    /// allocates them) get their backend only in the fill pass, from their reader, the step
+    /// (stock's "4.cur"): the step then reads them without a copy and writes them where they
+    /// live. Stock has no hazard here. The rule's first call (before the fill pass) asks
+    /// `writes_sources_directly` with `m` and `v` still unplaced, which is false for every
+    /// backend, and stops the process instead of leaving the step where stock puts it.
+    #[test]
+    fn adamw_moments_placed_by_the_fill_pass_need_no_move() {
+        let case = Case {
+            name: "adamw: moments without storage, placed by their reader",
+            ops: &[&[GGML_OP_OPT_STEP_ADAMW], &[GGML_OP_OPT_STEP_ADAMW]],
+            tweak: no_tweak,
+            graph: &[
+                Leaf("param", Some((0x100, GGML_BACKEND_BUFFER_USAGE_WEIGHTS))),
+                Leaf("grad", Some((0x100, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Leaf("m", None),
+                Leaf("v", None),
+                Leaf("hp", Some((0x100, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                View(
+                    "step",
+                    GGML_OP_OPT_STEP_ADAMW,
+                    "param",
+                    &["param", "grad", "m", "v", "hp"],
+                ),
+            ],
+            before: &[],
+            want: &[],
+        };
+        let (h_stock, stock) = placement_and_hazards(&case, |_| {}, false);
+        assert!(h_stock.is_empty(), "stock has a hazard: {h_stock:?}");
+        let (h, ours) = placement_and_hazards(&case, |_| {}, true);
+        assert!(
+            h.is_empty(),
+            "storage used by a backend that cannot reach it: {h:?}"
+        );
+        assert_eq!(
+            ours, stock,
+            "no hazard in stock: the rule must change nothing"
+        );
+    }
+
+    /// Review (7b2e275): "the root's pure views go with it" covers only views in the node
+    /// list (VIEW, RESHAPE, PERMUTE, TRANSPOSE). A view made by `ggml_view_tensor` has op
+    /// NONE and is a leaf of the graph (ggml_visit_parents), yet the fill pass places it
+    /// by its view source exactly as a VIEW node. The case of
+    /// `views_follow_a_root_moved_after_fill` with `v` such a leaf: the rule moves `scratch`
+    /// to the CPU after the fill pass, `v` stays on D, and `x` on D reads `v` without a copy
+    /// from CPU memory D cannot use.
+    #[test]
+    fn leaf_views_follow_a_root_moved_after_fill() {
+        fn v_is_a_leaf(b: &mut crate::sched::mock::Built) {
+            let v = b.t("v");
+            b.nodes.retain(|&n| n != v);
+            b.leafs.push(v);
+        }
+        let case = Case {
+            name: "scratch leaf moved after fill, its op-NONE view left behind",
+            ops: &[
+                &[GGML_OP_ADD, GGML_OP_VIEW],
+                &[GGML_OP_ADD, GGML_OP_VIEW, GGML_OP_SET_ROWS],
+            ],
+            tweak: device_only,
+            graph: &[
+                Leaf("scratch", None),
+                GraphInput("x_in"),
+                GraphInput("idx"),
+                Node("y", GGML_OP_ADD, &["scratch", "scratch"]),
+                // ggml_view_tensor(scratch): op NONE, no sources, view_src scratch.
+                View("v", GGML_OP_NONE, "scratch", &[]),
+                Node("x", GGML_OP_ADD, &["v", "v"]),
+                View(
+                    "w",
+                    GGML_OP_SET_ROWS,
+                    "scratch",
+                    &["x_in", "idx", "scratch"],
+                ),
+            ],
+            before: &[("y", 0, UserAssigned), ("x", 0, UserAssigned)],
+            want: &[],
+        };
+        let (h, placed) = placement_and_hazards(&case, v_is_a_leaf, true);
+        assert!(
+            h.is_empty(),
+            "storage used by a backend that cannot reach it: {h:?}; placements {placed:?}"
+        );
+    }
+
+    /// A step whose root is computed in this graph (`p` on B0, by the user) and whose
+    /// moments are in B1's buffer: the rule keeps a produced root's writers on the root's
+    /// backend unless its buffer type is host memory (B1 could use B0's buffer, but the rule
+    /// does not take that), so the group needs one backend that runs ADD and the step and
+    /// reads the moments without a copy. None does: the process stops (a review of
+    /// 7b2e275 found the first message listing B1 with "yes" in every column). The message
+    /// must say what each backend lacks, and where the moments are.
+    #[test]
+    fn adamw_group_stop_says_what_each_backend_lacks() {
+        fn peer(m: &mut Mock) {
+            m.backends[1].bufts.insert(0x100);
+        }
+        let case = Case {
+            name: "adamw: computed root on B0, step on B1 by the user",
+            ops: &[
+                &[GGML_OP_ADD, GGML_OP_OPT_STEP_ADAMW],
+                &[GGML_OP_OPT_STEP_ADAMW],
+                &[GGML_OP_ADD, GGML_OP_OPT_STEP_ADAMW],
+            ],
+            tweak: peer,
+            graph: &[
+                Leaf("a", Some((0x100, GGML_BACKEND_BUFFER_USAGE_WEIGHTS))),
+                Leaf("grad", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Leaf("m", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Leaf("v", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Leaf("hp", Some((0x300, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Node("p", GGML_OP_ADD, &["a", "a"]),
+                View(
+                    "step",
+                    GGML_OP_OPT_STEP_ADAMW,
+                    "p",
+                    &["p", "grad", "m", "v", "hp"],
+                ),
+            ],
+            before: &[("p", 0, UserAssigned), ("step", 1, UserAssigned)],
+            want: &[],
+        };
+        let b = build(&case);
+        let mut t = Table::default();
+        for &(n, backend, cause) in case.before {
+            t.set(b.t(n), backend, cause);
+        }
+        let group = [b.t("p"), b.t("step")];
+        // SAFETY: the arena's tensors are live for the test.
+        let msg =
+            unsafe { written_stop_message(&b.caps, &t, b.t("step"), std::ptr::null_mut(), &group) };
+        for want in [
+            "in-place node 'step' (op OPT_STEP_ADAMW) writes the storage of 'p' (produced in \
+             this graph) and of its sources 'm' (in buffer type buft0x200), 'v' (in buffer type \
+             buft0x200)",
+            "B0 (runs the root's producer and every writer: yes, reads the written sources \
+             without a copy: no, runs the op: yes)",
+            "B1 (runs the root's producer and every writer: no, reads the written sources \
+             without a copy: yes, runs the op: yes)",
+            "B2 (runs the root's producer and every writer: yes, reads the written sources \
+             without a copy: no, runs the op: yes)",
+        ] {
+            assert!(msg.contains(want), "{want:?} not in {msg:?}");
+        }
     }
 }

@@ -331,11 +331,15 @@ pub unsafe fn collect(inp: &Input) -> Record {
         let inplace = is_inplace_writer(r).then(|| {
             let rb = table.backend(r.view_src);
             let same_backend = rb.is_some() && rb == p.map(|p| p.backend);
+            // Allocated storage is usable from any backend that can use its buffer type (the
+            // rule moves a writer only when its backend cannot); storage produced in the
+            // graph from the root's backend, or from one that can use that backend's buffer
+            // type when it is host memory.
             let usable = same_backend
                 || match (p, storage_bt) {
                     // SAFETY: a live buffer's type or a backend's compute buffer type.
                     (Some(p), Some(bt)) => unsafe {
-                        caps.buft_is_host(bt) && caps.supports_buft(p.backend, bt)
+                        (allocated || caps.buft_is_host(bt)) && caps.supports_buft(p.backend, bt)
                     },
                     _ => false,
                 };
@@ -853,5 +857,52 @@ mod tests {
         assert_eq!(back["settings"]["inplace_rule"], false);
         assert_eq!(back["nodes"].as_array().unwrap().len(), 4);
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Review (7b2e275): the rule now moves OPT_STEP_ADAMW to the backend that reads its
+    /// moments without a copy and can use the parameter's (allocated) buffer type: here D1,
+    /// with the parameter in D0's buffer (D1 has peer access) and the moments in D1's
+    /// (`adamw_moments_are_written_where_they_live`). That placement writes everything where
+    /// it lives, but the record calls it the defect of issue 5 (`usable` false): for an
+    /// allocated root, `usable` counts only a writer on the root's backend or host memory,
+    /// while the rule (and sched-diff's `usable`) accept any writer whose backend can use
+    /// the root's buffer type.
+    #[test]
+    fn a_step_moved_to_its_moments_is_usable() {
+        fn peers(m: &mut Mock) {
+            m.backends[0].bufts.remove(&0x300);
+            m.backends[1].bufts.remove(&0x300);
+            m.backends[1].bufts.insert(0x100);
+        }
+        let case = Case {
+            name: "adamw: parameter in D0's buffer, moments in D1's",
+            ops: &[
+                &[GGML_OP_OPT_STEP_ADAMW],
+                &[GGML_OP_OPT_STEP_ADAMW],
+                &[GGML_OP_OPT_STEP_ADAMW],
+            ],
+            tweak: peers,
+            graph: &[
+                Leaf("param", Some((0x100, GGML_BACKEND_BUFFER_USAGE_WEIGHTS))),
+                Leaf("grad", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Leaf("m", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Leaf("v", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                Leaf("hp", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+                View(
+                    "step",
+                    GGML_OP_OPT_STEP_ADAMW,
+                    "param",
+                    &["param", "grad", "m", "v", "hp"],
+                ),
+            ],
+            before: &[],
+            want: &[],
+        };
+        // SAFETY: `with_case` gives the input of a graph just split, all live.
+        let rec = serde_json::to_value(with_case(&case, true, |i| unsafe { collect(i) })).unwrap();
+        let step = find(&rec, "nodes", "step");
+        assert_eq!(step["backend"], 1, "the rule moved the step to its moments");
+        assert_eq!(step["cause"], "inplace");
+        assert_eq!(step["inplace"]["usable"], true, "{}", step["inplace"]);
     }
 }
