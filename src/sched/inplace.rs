@@ -1119,7 +1119,7 @@ mod tests {
         assert_eq!(groups.len(), 0);
     }
 
-    /// Review: runs the scheduler's passes 1-4 with the rule (place.rs's order) over
+    /// Runs the scheduler's passes 1-4 with the rule (place.rs's order) over
     /// `case`, then lists every read or write of storage that a node's backend cannot use
     /// and that no input copy covers: (node, tensor whose storage it touches).
     fn hazards_after_placement(case: &Case) -> Vec<(String, String)> {
@@ -1213,45 +1213,13 @@ mod tests {
         (out, placed)
     }
 
-    /// Review finding: OPT_STEP_ADAMW writes its moments m and v (sources 2 and 3) in
-    /// place, not only its view root (the parameter). The rule looks at the view root only:
-    /// with the parameter in D0's buffer and m, v in D1's (ggml-opt allocates them on the
-    /// scheduler's backend 0; here D1 can use both buffer types, D0 only its own), the step
-    /// stays on D0, which reads m and v through copies and updates the copies: the moments
-    /// are never written. D1 can use all three and runs the op.
+    /// OPT_STEP_ADAMW writes its moments m and v (sources 2 and 3) in place, not only its
+    /// view root (the parameter). Placed by the parameter's buffer alone, the step stays on
+    /// B0, reads m and v through copies and updates the copies: the moments never change.
+    /// B1 can use all three and runs the op (`mock::adamw_moments_case`).
     #[test]
     fn adamw_moments_are_written_where_they_live() {
-        fn peers(m: &mut Mock) {
-            // D0 uses only its own buffers; D1 also D0's (peer access); nobody the CPU's
-            // except the CPU.
-            m.backends[0].bufts.remove(&0x300);
-            m.backends[1].bufts.remove(&0x300);
-            m.backends[1].bufts.insert(0x100);
-        }
-        let case = Case {
-            name: "adamw: parameter in D0's buffer, moments in D1's",
-            ops: &[
-                &[GGML_OP_OPT_STEP_ADAMW],
-                &[GGML_OP_OPT_STEP_ADAMW],
-                &[GGML_OP_OPT_STEP_ADAMW],
-            ],
-            tweak: peers,
-            graph: &[
-                Leaf("param", Some((0x100, GGML_BACKEND_BUFFER_USAGE_WEIGHTS))),
-                Leaf("grad", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
-                Leaf("m", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
-                Leaf("v", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
-                Leaf("hp", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
-                View(
-                    "step",
-                    GGML_OP_OPT_STEP_ADAMW,
-                    "param",
-                    &["param", "grad", "m", "v", "hp"],
-                ),
-            ],
-            before: &[],
-            want: &[],
-        };
+        let case = crate::sched::mock::adamw_moments_case();
         let h = hazards_after_placement(&case);
         assert!(
             h.is_empty(),
@@ -1259,7 +1227,7 @@ mod tests {
         );
     }
 
-    /// Review finding: the second call of the rule (after the fill pass) moves a view root
+    /// The second call of the rule (after the fill pass) moves a view root
     /// and its writers, but not the pure views of that root that the fill pass has just
     /// placed next to the root's old backend. A reader of such a view on that old backend
     /// then reads it without a copy: from the moved root's memory, in a buffer it cannot
@@ -1300,12 +1268,11 @@ mod tests {
         );
     }
 
-    /// Review (7b2e275): moments without storage (graph-allocated: the scheduler's gallocr
-    /// allocates them) get their backend only in the fill pass, from their reader, the step
-    /// (stock's "4.cur"): the step then reads them without a copy and writes them where they
-    /// live. Stock has no hazard here. The rule's first call (before the fill pass) asks
-    /// `writes_sources_directly` with `m` and `v` still unplaced, which is false for every
-    /// backend, and stops the process instead of leaving the step where stock puts it.
+    /// Moments without storage (graph-allocated: the scheduler's gallocr allocates them) get
+    /// their backend only in the fill pass, from their reader, the step: it then reads them
+    /// without a copy and writes them where they live. Stock has no hazard here, and the rule
+    /// must change nothing (its first call, before the fill pass, took the unplaced moments
+    /// as unreadable from every backend and stopped the process).
     #[test]
     fn adamw_moments_placed_by_the_fill_pass_need_no_move() {
         let case = Case {
@@ -1341,10 +1308,10 @@ mod tests {
         );
     }
 
-    /// Review (7b2e275): "the root's pure views go with it" covers only views in the node
-    /// list (VIEW, RESHAPE, PERMUTE, TRANSPOSE). A view made by `ggml_view_tensor` has op
-    /// NONE and is a leaf of the graph (ggml_visit_parents), yet the fill pass places it
-    /// by its view source exactly as a VIEW node. The case of
+    /// "The root's pure views go with it" covers views outside the node list (VIEW,
+    /// RESHAPE, PERMUTE, TRANSPOSE) too: a view made by `ggml_view_tensor` has op NONE and is
+    /// a leaf of the graph, and the fill pass places it by its view source as a VIEW node.
+    /// The case of
     /// `views_follow_a_root_moved_after_fill` with `v` such a leaf: the rule moves `scratch`
     /// to the CPU after the fill pass, `v` stays on D, and `x` on D reads `v` without a copy
     /// from CPU memory D cannot use.

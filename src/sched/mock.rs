@@ -231,6 +231,44 @@ pub struct Case {
 /// A [`Case`]'s mock without changes.
 pub fn no_tweak(_: &mut Mock) {}
 
+/// OPT_STEP_ADAMW with its parameter in B0's buffer type (0x100) and its moments `m`, `v` in
+/// B1's (0x200): B1 can use B0's buffer type as well (peer access), no device the CPU's
+/// (0x300). Only B1 writes all three where they live; the parameter's buffer alone places the
+/// step on B0, which would read the moments through copies.
+pub fn adamw_moments_case() -> Case {
+    fn peers(m: &mut Mock) {
+        m.backends[0].bufts.remove(&0x300);
+        m.backends[1].bufts.remove(&0x300);
+        m.backends[1].bufts.insert(0x100);
+    }
+    use ggml_sys::*;
+    use Def::*;
+    Case {
+        name: "adamw: parameter in B0's buffer, moments in B1's",
+        ops: &[
+            &[GGML_OP_OPT_STEP_ADAMW],
+            &[GGML_OP_OPT_STEP_ADAMW],
+            &[GGML_OP_OPT_STEP_ADAMW],
+        ],
+        tweak: peers,
+        graph: &[
+            Leaf("param", Some((0x100, GGML_BACKEND_BUFFER_USAGE_WEIGHTS))),
+            Leaf("grad", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+            Leaf("m", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+            Leaf("v", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+            Leaf("hp", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
+            View(
+                "step",
+                GGML_OP_OPT_STEP_ADAMW,
+                "param",
+                &["param", "grad", "m", "v", "hp"],
+            ),
+        ],
+        before: &[],
+        want: &[],
+    }
+}
+
 /// A built [`Case`]: the mock, the tensors and the graph's lists (the graph points into them,
 /// so they stay here).
 pub struct Built {

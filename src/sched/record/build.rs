@@ -859,45 +859,15 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
-    /// Review (7b2e275): the rule now moves OPT_STEP_ADAMW to the backend that reads its
-    /// moments without a copy and can use the parameter's (allocated) buffer type: here D1,
-    /// with the parameter in D0's buffer (D1 has peer access) and the moments in D1's
-    /// (`adamw_moments_are_written_where_they_live`). That placement writes everything where
-    /// it lives, but the record calls it the defect of issue 5 (`usable` false): for an
-    /// allocated root, `usable` counts only a writer on the root's backend or host memory,
-    /// while the rule (and sched-diff's `usable`) accept any writer whose backend can use
-    /// the root's buffer type.
+    /// The rule moves OPT_STEP_ADAMW to the backend that reads its moments without a copy
+    /// and can use the parameter's (allocated) buffer type (`mock::adamw_moments_case`: B1,
+    /// off the parameter's backend B0). That placement writes everything where it lives, and
+    /// the record must say so (`usable`): for allocated storage any backend that can use its
+    /// buffer type, as the rule and sched-diff judge it (it counted only the root's backend
+    /// or host memory).
     #[test]
     fn a_step_moved_to_its_moments_is_usable() {
-        fn peers(m: &mut Mock) {
-            m.backends[0].bufts.remove(&0x300);
-            m.backends[1].bufts.remove(&0x300);
-            m.backends[1].bufts.insert(0x100);
-        }
-        let case = Case {
-            name: "adamw: parameter in D0's buffer, moments in D1's",
-            ops: &[
-                &[GGML_OP_OPT_STEP_ADAMW],
-                &[GGML_OP_OPT_STEP_ADAMW],
-                &[GGML_OP_OPT_STEP_ADAMW],
-            ],
-            tweak: peers,
-            graph: &[
-                Leaf("param", Some((0x100, GGML_BACKEND_BUFFER_USAGE_WEIGHTS))),
-                Leaf("grad", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
-                Leaf("m", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
-                Leaf("v", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
-                Leaf("hp", Some((0x200, GGML_BACKEND_BUFFER_USAGE_ANY))),
-                View(
-                    "step",
-                    GGML_OP_OPT_STEP_ADAMW,
-                    "param",
-                    &["param", "grad", "m", "v", "hp"],
-                ),
-            ],
-            before: &[],
-            want: &[],
-        };
+        let case = crate::sched::mock::adamw_moments_case();
         // SAFETY: `with_case` gives the input of a graph just split, all live.
         let rec = serde_json::to_value(with_case(&case, true, |i| unsafe { collect(i) })).unwrap();
         let step = find(&rec, "nodes", "step");
