@@ -167,7 +167,29 @@ fn hash_reads(
     splits: &[Split],
     dep_keeps: &[(u32, u32)],
 ) -> bool {
-    let mut missing = false;
+    // The smallest position read (an empty slot, NO_ID, counted as the largest): 0 when some
+    // tensor read has no position. A running minimum, not a flag set in a branch: this loop runs
+    // over every source of every node on a new graph's first call.
+    let mut lowest = u32::MAX;
+    let at = |id: u32| if id == NO_ID { 0 } else { pos[id as usize] };
+    let seen = |id: u32| {
+        if id == NO_ID {
+            u32::MAX
+        } else {
+            pos[id as usize]
+        }
+    };
+    for (i, srcs) in ix.srcs.iter().enumerate() {
+        let v = ix.view_srcs[i];
+        h.write_u32(at(v));
+        lowest = lowest.min(seen(v));
+        for &s in &srcs[..ix.n_srcs[i] as usize] {
+            h.write_u32(at(s));
+            lowest = lowest.min(seen(s));
+        }
+        h.write_u8(ix.n_srcs[i]);
+    }
+    let mut missing = lowest == 0;
     let mut at = |id: u32| {
         if id == NO_ID {
             return 0;
@@ -176,13 +198,6 @@ fn hash_reads(
         missing |= p == 0;
         p
     };
-    for (i, srcs) in ix.srcs.iter().enumerate() {
-        h.write_u32(at(ix.view_srcs[i]));
-        for &s in &srcs[..ix.n_srcs[i] as usize] {
-            h.write_u32(at(s));
-        }
-        h.write_u8(ix.n_srcs[i]);
-    }
     for s in splits {
         h.write_usize(s.backend);
         h.write_usize(s.i_start);
