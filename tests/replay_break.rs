@@ -1494,6 +1494,28 @@ fn fingerprint(env: &Env, sched: sys::ggml_backend_sched_t, g: &G) -> Vec<String
     out
 }
 
+/// The graph of the pipeline-copy lockstep tests, built in `ctx`: sums and products of the
+/// scaled inputs; returns the graph, the tensors watched and the outputs.
+fn parallel_graph(
+    ctx: *mut sys::ggml_context,
+) -> (
+    *mut ggml_cgraph,
+    Vec<*mut ggml_tensor>,
+    Vec<*mut ggml_tensor>,
+) {
+    // SAFETY: a live context (the caller's).
+    unsafe {
+        let (xs, ys) = scaled_inputs(ctx);
+        let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
+        let s23 = sys::ggml_mul(ctx, ys[2], xs[3]);
+        let s = sys::ggml_add(ctx, s01, s23);
+        let t = sys::ggml_mul(ctx, s, xs[0]);
+        let mut w = ys.clone();
+        w.extend([s01, s23, s, t]);
+        (finish(ctx, &[t, ys[0], s23]), w, vec![t, ys[0], s23])
+    }
+}
+
 /// Pipeline copies, replayed against placed afresh, in lockstep: two parallel schedulers
 /// (4 copies) get the same graph step after step, one rebuilt in the same memory (it
 /// replays from the fourth step on, the copies rotating), the other built each time in new
@@ -1503,19 +1525,7 @@ fn fingerprint(env: &Env, sched: sys::ggml_backend_sched_t, g: &G) -> Vec<String
 #[test]
 fn parallel_replays_equal_fresh_splits() {
     let _l = serial();
-    let f = |ctx: *mut sys::ggml_context| {
-        // SAFETY: a live context.
-        unsafe {
-            let (xs, ys) = scaled_inputs(ctx);
-            let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
-            let s23 = sys::ggml_mul(ctx, ys[2], xs[3]);
-            let s = sys::ggml_add(ctx, s01, s23);
-            let t = sys::ggml_mul(ctx, s, xs[0]);
-            let mut w = ys.clone();
-            w.extend([s01, s23, s, t]);
-            (finish(ctx, &[t, ys[0], s23]), w, vec![t, ys[0], s23])
-        }
-    };
+    let f = parallel_graph;
     for reverse in [false, true] {
         REVERSE_OPT.store(reverse, Ordering::SeqCst);
         let mut env = Env::new(false);
@@ -1640,19 +1650,7 @@ fn reserved_graph_allocated_itself() {
 #[test]
 fn parallel_replays_with_irregular_copies() {
     let _l = serial();
-    let f = |ctx: *mut sys::ggml_context| {
-        // SAFETY: a live context.
-        unsafe {
-            let (xs, ys) = scaled_inputs(ctx);
-            let s01 = sys::ggml_add(ctx, ys[0], ys[1]);
-            let s23 = sys::ggml_mul(ctx, ys[2], xs[3]);
-            let s = sys::ggml_add(ctx, s01, s23);
-            let t = sys::ggml_mul(ctx, s, xs[0]);
-            let mut w = ys.clone();
-            w.extend([s01, s23, s, t]);
-            (finish(ctx, &[t, ys[0], s23]), w, vec![t, ys[0], s23])
-        }
-    };
+    let f = parallel_graph;
     let syncs = [
         false, false, false, false, true, false, true, true, false, false, false, true, false,
         false, false, false, false, true, false, true,

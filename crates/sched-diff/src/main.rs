@@ -224,9 +224,7 @@ fn run_chunk(
             .filter(|((a, b), pl)| {
                 a.seed % PERTURB_EVERY == 0
                     && inplace_candidate(a, b, packed).is_some()
-                    && pl.as_ref().is_some_and(|pl| {
-                        pl.lines == b.lines && pl.crash.is_some() == b.crash.is_some()
-                    })
+                    && pl.as_ref().is_some_and(|pl| same_output(pl, b))
             })
             .map(|((a, _), _)| a.seed)
             .collect(),
@@ -676,9 +674,14 @@ fn seed_fails(p: &Pair, expect_b_clean: bool, perturbed: bool) -> bool {
 /// Whether the self-test's perturbation changed what B printed for this seed: B differs
 /// from B's run without the perturbation ([`Arms::b_plain`]). False without that run.
 fn planted_changed_b(p: &Pair) -> bool {
-    p.b_plain.as_ref().is_some_and(|plain| {
-        plain.lines != p.b.lines || plain.crash.is_some() != p.b.crash.is_some()
-    })
+    p.b_plain
+        .as_ref()
+        .is_some_and(|plain| !same_output(plain, &p.b))
+}
+
+/// Whether two runs of one seed printed the same records and both crashed or neither did.
+fn same_output(x: &SeedRun, y: &SeedRun) -> bool {
+    x.lines == y.lines && x.crash.is_some() == y.crash.is_some()
 }
 
 /// What fails a self-test as a whole beyond its seeds: no perturbation changed B (the run
