@@ -30,3 +30,15 @@ else
   echo "transcripts differ" >&2
   exit 1
 fi
+# edge.c: the layer's callbacks over a logging test device, fixed and seeded cases.
+cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O1 -g -I"$up/include" -I"$up/src" \
+   "$root/cabi-tests/layer/edge.c" -o "$out/edge" \
+   -L"$stock" -lggml-base -lggml -lggml-cpu
+LD_LIBRARY_PATH="$stock" "$out/edge" > "$out/edge-stock.txt"
+LD_LIBRARY_PATH="$ours:$stock" "$out/edge" > "$out/edge-ours.txt"
+if diff -u "$out/edge-stock.txt" "$out/edge-ours.txt"; then
+  echo "edge cases: identical transcripts ($(wc -l < "$out/edge-ours.txt") lines)"
+else
+  echo "edge cases: transcripts differ" >&2
+  exit 1
+fi
