@@ -21,6 +21,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 stock=${HRX_STOCK_BIN:-$root/target/llama-stock/bin}
 ours=${1:-$root/target/ours/lib}
+[ -z "${1:-}" ] || ours=$(cd "$ours" && pwd) || exit 2
 seeds=${2:-60}
 up=$root/target/upstream/llama_cpp_python-0.3.36/vendor/llama.cpp/ggml
 out=$root/target/compute-diff
@@ -28,6 +29,13 @@ mkdir -p "$out"
 cc -std=c11 -Wall -Wextra -Wno-unused-function -Werror -O1 -g -I"$up/include" -I"$up/src" \
    "$root/cabi-tests/compute-diff/compute_diff.c" -o "$out/compute_diff" \
    -L"$stock" -lggml-base -lggml-cpu -lggml || exit 2
+[ -f "$ours/libggml-base.so.0" ] || { echo "install ours first: $ours/libggml-base.so.0" >&2; exit 2; }
+# Prove that the second arm maps our library (a wrong folder would compare stock with itself).
+mapped=$(LD_DEBUG=libs LD_LIBRARY_PATH="$ours:$stock" "$out/compute_diff" 0 1 2>&1 >/dev/null \
+  | grep "calling init: .*libggml-base" | sed 's/.*calling init: //')
+echo "our arm mapped: $mapped"
+[ "$(readlink -f "$mapped")" = "$(readlink -f "$ours/libggml-base.so.0")" ] \
+  || { echo "compute-diff: our arm did not map $ours/libggml-base.so.0" >&2; exit 1; }
 fail=0; n=0
 one() { # MODE(exact|default) then KEY=VALUE...
   local mode=$1; shift

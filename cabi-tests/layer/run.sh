@@ -8,6 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 stock=$root/target/llama-stock/bin
 ours=${1:-$root/target/ours/lib}
+[ -z "${1:-}" ] || ours=$(cd "$ours" && pwd) || exit 2
 up=$root/target/upstream/llama_cpp_python-0.3.36/vendor/llama.cpp/ggml
 out=$root/target/layer-cabi
 mkdir -p "$out"
