@@ -134,6 +134,14 @@ impl Sched {
 
         self.graph_nodes.clear();
         self.graph_leafs.clear();
+        // `graph_size` bounds both arrays and both id lists. The id lists are swapped with
+        // the last split's at every split, so the one filled now is often the empty one of a
+        // new scheduler: grown by pushes it was reallocated and copied a dozen times.
+        for ids in [&mut self.node_ids, &mut self.leaf_ids] {
+            ids.reserve(graph_size.saturating_sub(ids.len()));
+        }
+        self.graph_nodes.reserve(graph_size);
+        self.graph_leafs.reserve(graph_size);
         // SAFETY: `g` is live and its node count does not change while this runs (the
         // backends' `graph_optimize` above only reorders nodes in place).
         let nodes = unsafe { inspect::nodes(g) };
