@@ -318,7 +318,8 @@ impl Sched {
         unsafe { self.replay.apply_rewrites(cur_copy) };
         if self.n_copies > 1 {
             // SAFETY: the scheduler's own lists (see `Sched::backend`).
-            let live = unsafe { super::caps::Live::new(&self.backends, &self.bufts) };
+            let live =
+                unsafe { super::caps::Live::new(&self.backends, &self.bufts, &mut self.caps_devs) };
             let live: &dyn super::caps::Caps = &live;
             let pool = &mut self.pool;
             let make_copy = |leaf, backend, c| {
@@ -535,7 +536,8 @@ impl Sched {
     /// The graph split last must be allocated and live.
     pub(crate) unsafe fn note_direct_writes(&mut self) {
         // SAFETY: the scheduler's own lists (see `Sched::backend`).
-        let live = unsafe { super::caps::Live::new(&self.backends, &self.bufts) };
+        let live =
+            unsafe { super::caps::Live::new(&self.backends, &self.bufts, &mut self.caps_devs) };
         let backends = &self.backends;
         // A backend without `synchronize` (ggml-cpu) has finished a split when its compute
         // returns.

@@ -2,7 +2,12 @@
 //! plain functions over a [`Table`](super::table::Table) and unit tests can run them against
 //! a mock without any device. [`Live`] answers through the ggml backend layer.
 
-use ggml_sys::{ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_t, ggml_tensor};
+use std::cell::Cell;
+
+use ggml_sys::{
+    ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_dev_t, ggml_backend_t,
+    ggml_tensor,
+};
 
 use super::inspect::cstr;
 use crate::backend;
@@ -63,6 +68,27 @@ pub trait Caps {
     }
 }
 
+/// A device's `supports_op` callback.
+type SupportsOp = unsafe extern "C" fn(ggml_backend_dev_t, *const ggml_tensor) -> bool;
+/// A device's `supports_buft` callback.
+type SupportsBuft = unsafe extern "C" fn(ggml_backend_dev_t, ggml_backend_buffer_type_t) -> bool;
+
+/// What [`Live`] asks of one backend's device, read when the `Live` is made. The passes ask
+/// about two thousand questions of a 900-node graph, and each went from the backend to its
+/// device to the device's interface with a check at every step, three times the
+/// instructions of stock's path.
+pub struct Dev {
+    /// The backend's device, with its two callbacks; `None` when the device or a callback
+    /// is NULL, and then every such question takes the checked path, which aborts naming
+    /// what is missing as it always did.
+    fns: Option<(ggml_backend_dev_t, SupportsOp, SupportsBuft)>,
+    /// The last two buffer types asked of this device, newest first, with the answers (NULL:
+    /// none yet). `supports_buft` reads the device and the buffer type only, and pass 1 asks
+    /// it for every weight and its reader: about 1,060 questions of a SmolLM2 graph, of 3
+    /// distinct pairs. Kept for one `Live`, so one placement.
+    bufts: [Cell<(ggml_backend_buffer_type_t, bool)>; 2],
+}
+
 /// [`Caps`] over real backends, through the layer's internal functions (not through its
 /// exported entry points).
 pub struct Live<'a> {
@@ -70,10 +96,14 @@ pub struct Live<'a> {
     pub backends: &'a [ggml_backend_t],
     /// The scheduler's buffer type per backend.
     pub bufts: &'a [ggml_backend_buffer_type_t],
+    /// Per backend, its device's callbacks and the buffer types asked.
+    devs: &'a [Dev],
 }
 
 impl<'a> Live<'a> {
-    /// Answers for `backends`, each allocating compute tensors in the matching `bufts` entry.
+    /// Answers for `backends`, each allocating compute tensors in the matching `bufts` entry;
+    /// `devs` is the scheduler's scratch list, refilled here (its memory kept from call to
+    /// call).
     ///
     /// # Safety
     /// Every backend must be non-NULL and live while the result is: a scheduler's own list
@@ -81,12 +111,55 @@ impl<'a> Live<'a> {
     pub unsafe fn new(
         backends: &'a [ggml_backend_t],
         bufts: &'a [ggml_backend_buffer_type_t],
+        devs: &'a mut Vec<Dev>,
     ) -> Self {
-        Live { backends, bufts }
+        devs.clear();
+        devs.extend(backends.iter().map(|&b| {
+            // SAFETY: non-NULL and live (this function's contract); a live backend's device
+            // is NULL or live for the process.
+            let dev = unsafe { (*b).device };
+            // SAFETY: as above; `as_ref` handles NULL.
+            let fns = unsafe { dev.as_ref() }
+                .and_then(|d| Some((dev, d.iface.supports_op?, d.iface.supports_buft?)));
+            Dev {
+                fns,
+                bufts: [const { Cell::new((std::ptr::null_mut(), false)) }; 2],
+            }
+        }));
+        Live {
+            backends,
+            bufts,
+            devs,
+        }
     }
 }
 
 impl Live<'_> {
+    /// [`Caps::supports_buft`] when the buffer type is not among the last two asked of
+    /// backend `b`: asks the device and remembers the answer. Out of line, so that the
+    /// remembered answers (nearly every question) take a few instructions.
+    ///
+    /// # Safety
+    /// `buft` must be live for the call.
+    #[inline(never)]
+    unsafe fn ask_buft(&self, b: usize, buft: ggml_backend_buffer_type_t) -> bool {
+        let d = &self.devs[b];
+        let answer = match d.fns {
+            // SAFETY: the device's own callback with the device it belongs to, read from the
+            // live device in `Live::new`; buft is live (this function's contract): a
+            // tensor's or the scheduler's own.
+            Some((dev, _, f)) => unsafe { f(dev, buft) },
+            // SAFETY: as above.
+            None => unsafe { backend::supports_buft(self.backend(b), buft) },
+        };
+        if !buft.is_null() {
+            let [newest, older] = &d.bufts;
+            older.set(newest.get());
+            newest.set((buft, answer));
+        }
+        answer
+    }
+
     /// Backend `b`, borrowed.
     fn backend(&self, b: usize) -> &ggml_sys::ggml_backend {
         // SAFETY: non-NULL and live by the contract of `Live::new`.
@@ -104,13 +177,29 @@ impl Caps for Live<'_> {
     fn buft(&self, b: usize) -> ggml_backend_buffer_type_t {
         self.bufts[b]
     }
+    #[inline]
     unsafe fn supports_op(&self, b: usize, op: *const ggml_tensor) -> bool {
-        // SAFETY: op is a live graph tensor (the trait's contract).
-        unsafe { backend::supports_op(self.backend(b), op) }
+        match self.devs[b].fns {
+            // SAFETY: the device's own callback with the device it belongs to, read from the
+            // live device in `Live::new`; op is a live graph tensor (the trait's contract).
+            Some((dev, f, _)) => unsafe { f(dev, op) },
+            // SAFETY: as above.
+            None => unsafe { backend::supports_op(self.backend(b), op) },
+        }
     }
+    #[inline]
     unsafe fn supports_buft(&self, b: usize, buft: ggml_backend_buffer_type_t) -> bool {
-        // SAFETY: buft is live (the trait's contract): a tensor's or the scheduler's own.
-        unsafe { backend::supports_buft(self.backend(b), buft) }
+        let [newest, older] = &self.devs[b].bufts;
+        if !buft.is_null() {
+            for m in [newest, older] {
+                let (asked, answer) = m.get();
+                if asked == buft {
+                    return answer;
+                }
+            }
+        }
+        // SAFETY: forwards this function's contract.
+        unsafe { self.ask_buft(b, buft) }
     }
     unsafe fn offload_op(&self, b: usize, op: *const ggml_tensor) -> bool {
         // SAFETY: op is a live graph tensor (the trait's contract).

@@ -63,6 +63,9 @@ pub const DEFAULT_COPIES: usize = 4;
 pub struct Sched {
     pub(crate) backends: Vec<ggml_backend_t>,
     pub(crate) bufts: Vec<ggml_backend_buffer_type_t>,
+    /// The backends' devices as the passes ask them ([`caps::Live`]), refilled for each
+    /// `Live`; kept so that making one allocates nothing.
+    pub(crate) caps_devs: Vec<caps::Dev>,
     pub(crate) galloc: Gallocr,
     pub(crate) table: Table,
     /// The ids of the last split graph's tensors in `table`, reused by the next split.
@@ -432,6 +435,7 @@ export! {
         let mut s = Box::new(Sched {
             backends: list,
             bufts: buft_list,
+            caps_devs: Vec::new(),
             galloc,
             table: Table::with_capacity(graph_size),
             graph_ids: GraphIds::with_capacity(graph_size),

@@ -16,7 +16,7 @@ impl Sched {
     /// `g` must be a live graph of live tensors.
     pub(crate) unsafe fn place(&mut self, g: &ggml_cgraph) {
         // SAFETY: the scheduler's own lists (see `Sched::backend`).
-        let live = unsafe { Live::new(&self.backends, &self.bufts) };
+        let live = unsafe { Live::new(&self.backends, &self.bufts, &mut self.caps_devs) };
         let caps = &live;
         let t = &mut self.table;
         let mut ids = std::mem::take(&mut self.graph_ids);
