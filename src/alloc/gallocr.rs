@@ -512,7 +512,37 @@ impl Gallocr {
     ///
     /// # Safety
     /// `t` and its view source must be live.
+    #[inline(always)]
     unsafe fn init_tensor(
+        &self,
+        t: *mut ggml_tensor,
+        placed: &Placed,
+        actions: Option<&mut Vec<Action>>,
+    ) {
+        // Most calls are for a tensor that has its memory already (a source met again, a
+        // weight, a view made before): those are answered here, inline, and only the rest
+        // pays a call (a tensor is met about three times a graph, as a node and as sources).
+        // SAFETY: the caller's contract; only read.
+        let (view_src, buffer, data) = unsafe { ((*t).view_src, (*t).buffer, (*t).data) };
+        let done = if view_src.is_null() {
+            !data.is_null()
+        } else {
+            // SAFETY: a view source of a live tensor is live (the caller's contract).
+            !buffer.is_null() || unsafe { (*view_src).buffer }.is_null()
+        };
+        if !done {
+            // SAFETY: forwarded.
+            unsafe { self.init_tensor_slow(t, placed, actions) };
+        }
+    }
+
+    /// [`Gallocr::init_tensor`] for a tensor it has something to do for: a view without a
+    /// buffer of an allocated source, or a tensor without memory and without view source.
+    ///
+    /// # Safety
+    /// As [`Gallocr::init_tensor`].
+    #[inline(never)]
+    unsafe fn init_tensor_slow(
         &self,
         t: *mut ggml_tensor,
         placed: &Placed,
