@@ -524,46 +524,46 @@ impl Gallocr {
         // pays a call (a tensor is met about three times a graph, as a node and as sources).
         // SAFETY: the caller's contract; only read.
         let (view_src, buffer, data) = unsafe { ((*t).view_src, (*t).buffer, (*t).data) };
-        let done = if view_src.is_null() {
-            !data.is_null()
-        } else {
+        if !view_src.is_null() {
             // SAFETY: a view source of a live tensor is live (the caller's contract).
-            !buffer.is_null() || unsafe { (*view_src).buffer }.is_null()
-        };
-        if !done {
-            // SAFETY: forwarded.
-            unsafe { self.init_tensor_slow(t, placed, actions) };
+            if buffer.is_null() && !unsafe { (*view_src).buffer }.is_null() {
+                // SAFETY: forwarded; a view without a buffer of an allocated source.
+                unsafe { Self::init_view(t, actions) };
+            }
+        } else if data.is_null() {
+            // SAFETY: forwarded; a tensor without memory and without view source.
+            unsafe { self.place_planned(t, placed, actions) };
         }
     }
 
-    /// [`Gallocr::init_tensor`] for a tensor it has something to do for: a view without a
-    /// buffer of an allocated source, or a tensor without memory and without view source.
+    /// [`Gallocr::init_tensor`] for a view without a buffer whose source has one: inits it
+    /// over its source's memory. Out of line, as `place_planned`: most calls have nothing to do.
     ///
     /// # Safety
-    /// As [`Gallocr::init_tensor`].
+    /// `t` must be a live view without a buffer, of a live source that has one.
     #[inline(never)]
-    unsafe fn init_tensor_slow(
+    unsafe fn init_view(t: *mut ggml_tensor, actions: Option<&mut Vec<Action>>) {
+        // SAFETY: this function's contract; no other borrow of `t` is held.
+        unsafe { tensor::view_init(&mut *t, "ggml_gallocr_alloc_graph") };
+        if let Some(a) = actions {
+            a.push(Action::View(t));
+        }
+    }
+
+    /// [`Gallocr::init_tensor`] for a tensor without memory and without view source: gives
+    /// it the memory the plan placed it at.
+    ///
+    /// # Safety
+    /// `t` must be live, without memory and without view source.
+    #[inline(never)]
+    unsafe fn place_planned(
         &self,
         t: *mut ggml_tensor,
         placed: &Placed,
         actions: Option<&mut Vec<Action>>,
     ) {
-        // SAFETY: the caller's contract; no other borrow of it is held.
+        // SAFETY: this function's contract; no other borrow of it is held.
         let r = unsafe { &mut *t };
-        if !r.view_src.is_null() {
-            // SAFETY: live (the caller's contract).
-            if r.buffer.is_null() && !unsafe { (*r.view_src).buffer }.is_null() {
-                // SAFETY: a view of an allocated, live source, without a buffer.
-                unsafe { tensor::view_init(r, "ggml_gallocr_alloc_graph") };
-                if let Some(a) = actions {
-                    a.push(Action::View(t));
-                }
-            }
-            return;
-        }
-        if !r.data.is_null() {
-            return;
-        }
         if placed.buffer_id < 0 {
             ffi::fatal(
                 "ggml_gallocr_alloc_graph",

@@ -168,36 +168,26 @@ fn hash_reads(
     dep_keeps: &[(u32, u32)],
 ) -> bool {
     // The smallest position read (an empty slot, NO_ID, counted as the largest): 0 when some
-    // tensor read has no position. A running minimum, not a flag set in a branch: this loop runs
-    // over every source of every node on a new graph's first call.
+    // tensor read has no position. A running minimum, not a flag set in a branch: the first
+    // loop runs over every source of every node on a new graph's first call.
     let mut lowest = u32::MAX;
-    let at = |id: u32| if id == NO_ID { 0 } else { pos[id as usize] };
-    let seen = |id: u32| {
-        if id == NO_ID {
-            u32::MAX
+    let mut at = |id: u32| {
+        let (hashed, seen) = if id == NO_ID {
+            (0, u32::MAX)
         } else {
-            pos[id as usize]
-        }
+            let p = pos[id as usize];
+            (p, p)
+        };
+        lowest = lowest.min(seen);
+        hashed
     };
     for (i, srcs) in ix.srcs.iter().enumerate() {
-        let v = ix.view_srcs[i];
-        h.write_u32(at(v));
-        lowest = lowest.min(seen(v));
+        h.write_u32(at(ix.view_srcs[i]));
         for &s in &srcs[..ix.n_srcs[i] as usize] {
             h.write_u32(at(s));
-            lowest = lowest.min(seen(s));
         }
         h.write_u8(ix.n_srcs[i]);
     }
-    let mut missing = lowest == 0;
-    let mut at = |id: u32| {
-        if id == NO_ID {
-            return 0;
-        }
-        let p = pos[id as usize];
-        missing |= p == 0;
-        p
-    };
     for s in splits {
         h.write_usize(s.backend);
         h.write_usize(s.i_start);
@@ -211,7 +201,7 @@ fn hash_reads(
         h.write_u32(node);
         h.write_u32(at(id));
     }
-    missing
+    lowest == 0
 }
 
 /// Gives every tensor that [`hash_reads`] reads but that has no position (not a leaf or node
