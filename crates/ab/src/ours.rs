@@ -156,10 +156,7 @@ pub fn build(paths: &Paths) -> Result<Installed> {
         "libggml-base.so".to_string(),
         format!("libggml-base.so.{GGML_VERSION}"),
     ] {
-        let l = lib.join(link);
-        let _ = std::fs::remove_file(&l);
-        std::os::unix::fs::symlink("libggml-base.so.0", &l)
-            .with_context(|| format!("linking {}", l.display()))?;
+        link_atomically("libggml-base.so.0", &lib.join(link))?;
     }
     check_soname(&base);
     // Every build is kept by content, so an arm can still be named by its sha256 later.
@@ -187,10 +184,43 @@ pub fn build(paths: &Paths) -> Result<Installed> {
     Ok(Installed { base })
 }
 
+/// A name beside `dst` that no other process installing at the same time uses: two
+/// `build-ours` in one tree (a test's bundle build beside `gpu/pack.sh`, say) each copy to
+/// their own file and rename it over `dst`, so either finishes with a whole file in place
+/// (the same bytes: both copy the one cargo output). A shared name let one rename the
+/// other's half-written copy, or find it gone ("installing ...: No such file or directory").
+fn private_tmp(dst: &Path) -> std::path::PathBuf {
+    // The process id tells processes apart, the counter threads of one process.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = dst.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".part.{}.{n}", std::process::id()));
+    dst.with_file_name(name)
+}
+
+/// Copies `src` to `dst` through a private temporary file and a rename, so that a reader
+/// (or a second install) never sees a partial file.
 fn install(src: &Path, dst: &Path) -> Result<()> {
-    let tmp = dst.with_extension("part");
+    let tmp = private_tmp(dst);
     std::fs::copy(src, &tmp).with_context(|| format!("copying {}", src.display()))?;
-    std::fs::rename(&tmp, dst).with_context(|| format!("installing {}", dst.display()))?;
+    std::fs::rename(&tmp, dst).with_context(|| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("installing {}", dst.display())
+    })?;
+    Ok(())
+}
+
+/// Makes `link` a symlink to `target`, replacing what is there by a rename, so that a
+/// concurrent install never finds the name missing or fails on one that already exists.
+fn link_atomically(target: &str, link: &Path) -> Result<()> {
+    let tmp = private_tmp(link);
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)
+        .with_context(|| format!("linking {}", link.display()))?;
+    std::fs::rename(&tmp, link).with_context(|| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("linking {}", link.display())
+    })?;
     Ok(())
 }
 
@@ -206,5 +236,47 @@ fn check_soname(lib: &Path) {
             "build-ours: warning: {} has no SONAME libggml-base.so.0",
             lib.display()
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Installs of one file by many threads at once (as two `build-ours` in one tree race)
+    /// each succeed, and what is left is the whole file and a working link, with no
+    /// temporary file beside them. With one shared temporary name this failed with
+    /// "installing ...: No such file or directory" or left a truncated copy.
+    #[test]
+    fn concurrent_installs_each_succeed_and_leave_the_whole_file() {
+        let dir = std::env::temp_dir().join(format!("ab-install-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("built.so");
+        let bytes: Vec<u8> = (0..4 << 20)
+            .map(|i: u32| (i * 7 + i / 4096) as u8)
+            .collect();
+        std::fs::write(&src, &bytes).unwrap();
+        let dst = dir.join("libggml-base.so.0");
+        let link = dir.join("libggml-base.so");
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..10 {
+                        install(&src, &dst).unwrap();
+                        link_atomically("libggml-base.so.0", &link).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(std::fs::read(&dst).unwrap(), bytes);
+        assert_eq!(std::fs::read(&link).unwrap(), bytes);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["built.so", "libggml-base.so", "libggml-base.so.0"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

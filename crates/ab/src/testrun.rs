@@ -86,7 +86,9 @@ pub fn run(paths: &Paths) -> Result<u8> {
             }
             Run::CargoTest => {
                 let mut c = Command::new("cargo");
-                c.args(["test", "--workspace", "--release"]);
+                // Every test binary runs even after one fails: cargo's default stops at the
+                // first failing binary, and the counts then hide the hundreds never run.
+                c.args(["test", "--workspace", "--release", "--no-fail-fast"]);
                 c
             }
             Run::Cargo(args) => {
