@@ -7,8 +7,12 @@
 #
 #   cabi-tests/bad-input/all.sh [OURS_LIB_DIR]     (default target/ours/lib)
 #
-# Measured on 2 shared cores: 144 s with the GGUF copies written first (gguf.sh 31 s,
-# env.sh 113 s under load; 47 s alone), about 60 s once they are cached.
+# gguf.sh and env.sh run their cases one per core (BAD_INPUT_JOBS=N to choose; 1 runs them
+# one after another). Measured on a 2-core Intel Xeon (2026-12-07): the three together 131 s
+# in a fresh-clone `./ab test` with the GGUF copies written first; gguf.sh 14 s one at a
+# time and 6-7 s two at a time; env.sh 312 s one at a time and 258 s two at a time with
+# another job beside both, 111 s two at a time in `./ab test`. The same step took 4 min
+# 18 s one at a time on the slower AMD EPYC.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 fail=0

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Every GGML_* environment variable ours reads (ggml-base's GGML_SCHED_* in src/, HRX's
-# GGML_HRX_* in crates/hrx/src), each set to garbage, in both arms (the stock libggml-base
-# and ours), against what each arm is expected to do.
+# Every GGML_* environment variable ours reads (ggml-base's GGML_SCHED_* and GGML_ALLOC_* in
+# src/, HRX's GGML_HRX_* in crates/hrx/src), but GGML_SCHED_DUMP (a folder to write, whose
+# refusals are unit tests in src/sched/record/mod.rs), each set to garbage, in both arms (the
+# stock libggml-base and ours), against what each arm is expected to do. The list of what
+# ours reads is src/env.rs's KNOWN and HRX's variables.
 #
 #   cabi-tests/bad-input/env.sh [OURS_LIB_DIR]           (default target/ours/lib)
 #   cabi-tests/bad-input/env.sh --print [OURS_LIB_DIR]   print what happened as table rows
@@ -29,7 +31,9 @@
 # with the variable unset, i.e. the garbage changed nothing but the warning. Stock reads
 # GGML_SCHED_DEBUG and GGML_SCHED_DEBUG_REALLOC with atoi (garbage reads as a number, no
 # word), and GGML_SCHED_MAX_COPIES / GGML_SCHED_INPLACE_RULE / GGML_ALLOC_LAYOUT not at all
-# (a build-time constant; no such rule; one layout), so its rows say "warning: no"; libggml-hrx is the same file in
+# (a build-time constant; no such rule; one layout), nor GGML_ALLOC_REUSE_DELAY and
+# GGML_SCHED_INPUT_WAITS (no packed layout; its waits are the only ones), so its rows say
+# "warning: no"; libggml-hrx is the same file in
 # both arms, so HRX's rows are the same in both.
 set -uo pipefail
 print=no
@@ -41,6 +45,13 @@ logs=$out/env-logs
 [ -f "$hrx" ] && [ -f "$ours/libggml-base.so.0" ] || { echo "build first: ./ab build-ours" >&2; exit 2; }
 [ -f "$model" ] || { echo "no model: $model (./ab fetches it)" >&2; exit 2; }
 mkdir -p "$logs"
+# One run at a time per tree: two would write the same logs (each case's output is compared
+# with its baseline's file) and fail each other's cases.
+exec {lock}>"$out/.env.lock"
+if ! flock -n "$lock"; then
+  echo "[env] waiting for another run of env.sh in this tree to end"
+  flock "$lock"
+fi
 cc -std=gnu11 -Wall -Wextra -Werror -O1 -shared -fPIC "$here/logflush.c" \
    -o "$out/liblogflush.so" -ldl || exit 2
 
@@ -48,11 +59,24 @@ long=$(printf 'x%.0s' $(seq 10240))
 labels=(on empty -5 inf 1e9 4000000000 0x 10kB)
 value() { case $1 in empty) echo -n "" ;; 10kB) echo -n "$long" ;; *) echo -n "$1" ;; esac; }
 sched_vars=(GGML_SCHED_MAX_COPIES GGML_SCHED_DEBUG GGML_SCHED_DEBUG_REALLOC GGML_SCHED_INPLACE_RULE
-            GGML_SCHED_SANITIZE GGML_SCHED_TEST_FAULT GGML_ALLOC_LAYOUT)
+            GGML_SCHED_SANITIZE GGML_SCHED_TEST_FAULT GGML_ALLOC_LAYOUT GGML_ALLOC_REUSE_DELAY
+            GGML_SCHED_INPUT_WAITS)
 hrx_vars=(GGML_HRX_DEVICES GGML_HRX_SIM_MEMORY_MB GGML_HRX_HOST_WEIGHT_LIMIT_MB
           GGML_HRX_FAKE_PTR_BASE GGML_HRX_SIM_THREADS GGML_HRX_REPORT GGML_HRX_EAGER_OPS
           GGML_HRX_AUTOREGISTER GGML_HRX_RUNTIME GGML_HRX_PROFILE GGML_HRX_CUDA_GRAPHS
           GGML_HRX_PREFETCH GGML_HRX_MMV_BLOCKS GGML_HRX_CUDA_FUSE)
+
+# The lists above must be every variable ours reads: src/env.rs's KNOWN (less GGML_SCHED_DUMP,
+# see the top) and every GGML_HRX_* name in HRX's sources. A variable added there without a
+# row here fails the step instead of going untested.
+read_by_ours=$( { sed -n '/^pub const KNOWN/,/^];/p' "$root/src/env.rs" | grep -o '"GGML_[A-Z0-9_]*"';
+                  grep -rhoE '"GGML_HRX_[A-Z0-9_]+"' "$root/crates/hrx/src"; } | tr -d '"' | grep -vx GGML_SCHED_DUMP | sort -u)
+listed=$(printf '%s\n' "${sched_vars[@]}" "${hrx_vars[@]}" | sort -u)
+if [ "$read_by_ours" != "$listed" ]; then
+  echo "[env] the variables ours reads and the ones this script sets differ (< read by ours, > listed here):" >&2
+  diff <(echo "$read_by_ours") <(echo "$listed") >&2
+  exit 1
+fi
 
 # work ARM TAG [NAME VALUE]: runs the variable's workload, stdout and stderr into logs/TAG.*;
 # prints the exit code
@@ -124,6 +148,22 @@ GGML_ALLOC_LAYOUT|1e9|exit 0; warning: no; output: same|exit 0; warning: yes; ou
 GGML_ALLOC_LAYOUT|4000000000|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 GGML_ALLOC_LAYOUT|0x|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 GGML_ALLOC_LAYOUT|10kB|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_REUSE_DELAY|on|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_REUSE_DELAY|empty|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_REUSE_DELAY|-5|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_REUSE_DELAY|inf|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_REUSE_DELAY|1e9|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_REUSE_DELAY|4000000000|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_REUSE_DELAY|0x|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_ALLOC_REUSE_DELAY|10kB|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_INPUT_WAITS|on|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_INPUT_WAITS|empty|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_INPUT_WAITS|-5|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_INPUT_WAITS|inf|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_INPUT_WAITS|1e9|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_INPUT_WAITS|4000000000|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_INPUT_WAITS|0x|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
+GGML_SCHED_INPUT_WAITS|10kB|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 GGML_SCHED_INPLACE_RULE|on|exit 0; warning: no; output: same|exit 0; warning: no; output: same
 GGML_SCHED_INPLACE_RULE|empty|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
 GGML_SCHED_INPLACE_RULE|-5|exit 0; warning: no; output: same|exit 0; warning: yes; output: same
@@ -265,24 +305,50 @@ TABLE
 
 start=$(date +%s)
 fail=0
+# The runs are short and mostly load the model and register backends on one thread, so they
+# go JOBS at a time (default: one per core; BAD_INPUT_JOBS=1 runs them one after another).
+# Each writes its outcome to a file and the table is printed afterwards in its fixed order,
+# so the output is the same whatever the interleaving. A run's baseline is made first.
+jobs=${BAD_INPUT_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "[env] BAD_INPUT_JOBS='$jobs' is not a positive count" >&2; exit 2; }
+# throttle: waits until fewer than $jobs runs are in flight
+throttle() { while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done; }
 for arm in stock ours; do
   # the baselines: the same work with none of the variables set; each must succeed
   for kind in sched hrx; do
-    rc=$(work "$arm" "$kind-base-$arm")
+    throttle
+    work "$arm" "$kind-base-$arm" >"$logs/$kind-base-$arm.rc" 2>/dev/null &
+  done
+done
+wait
+for arm in stock ours; do
+  for kind in sched hrx; do
+    rc=$(cat "$logs/$kind-base-$arm.rc")
     if [ "$rc" -ne 0 ]; then
       echo "[env] $arm: the $kind workload fails with no variable set (exit $rc); see $logs/$kind-base-$arm.err"
       fail=1
     fi
   done
 done
+kind_of() { if [[ $1 == GGML_SCHED_* || $1 == GGML_ALLOC_* ]]; then echo sched; else echo hrx; fi; }
 for name in "${sched_vars[@]}" "${hrx_vars[@]}"; do
-  if [[ $name == GGML_SCHED_* || $name == GGML_ALLOC_* ]]; then kind=sched prefix=ggml_backend_sched; else kind=hrx prefix=HRX; fi
+  kind=$(kind_of "$name")
+  [ "$kind" = sched ] && prefix=ggml_backend_sched || prefix=HRX
   for label in "${labels[@]}"; do
     val=$(value "$label")
     for arm in stock ours; do
-      have=$(outcome "$arm" "$kind-$name-$label-$arm" "$name" "$val" "$prefix" "$kind-base-$arm")
-      [ $arm = stock ] && have_stock=$have || have_ours=$have
+      tag=$kind-$name-$label-$arm
+      throttle
+      outcome "$arm" "$tag" "$name" "$val" "$prefix" "$kind-base-$arm" >"$logs/$tag.outcome" 2>/dev/null &
     done
+  done
+done
+wait
+for name in "${sched_vars[@]}" "${hrx_vars[@]}"; do
+  kind=$(kind_of "$name")
+  for label in "${labels[@]}"; do
+    have_stock=$(cat "$logs/$kind-$name-$label-stock.outcome")
+    have_ours=$(cat "$logs/$kind-$name-$label-ours.outcome")
     if [ $print = yes ]; then
       echo "$name|$label|$have_stock|$have_ours"
       continue
@@ -302,6 +368,6 @@ for name in "${sched_vars[@]}" "${hrx_vars[@]}"; do
   done
 done
 [ $print = yes ] && exit 0
-echo "[env] $(( (${#sched_vars[@]} + ${#hrx_vars[@]}) * ${#labels[@]} )) cases x 2 arms in $(( $(date +%s) - start )) s"
+echo "[env] $(( (${#sched_vars[@]} + ${#hrx_vars[@]}) * ${#labels[@]} )) cases x 2 arms in $(( $(date +%s) - start )) s, $jobs at a time"
 [ $fail -eq 0 ] && echo "[env] PASS" || echo "[env] FAIL"
 exit $fail

@@ -33,6 +33,13 @@ files=$out/gguf
 [ -f "$model" ] || { echo "no model: $model (./ab fetches it)" >&2; exit 2; }
 [ -f "$ours/libggml-base.so.0" ] || { echo "build first: ./ab build-ours" >&2; exit 2; }
 mkdir -p "$files" "$out/gguf-logs"
+# One run at a time per tree: two would write the same logs (each case's output is compared
+# with its baseline's file) and fail each other's cases.
+exec {lock}>"$out/.gguf.lock"
+if ! flock -n "$lock"; then
+  echo "[gguf] waiting for another run of gguf.sh in this tree to end"
+  flock "$lock"
+fi
 cc -std=gnu11 -Wall -Wextra -Werror -O1 -shared -fPIC "$here/logflush.c" \
    -o "$out/liblogflush.so" -ldl || exit 2
 
@@ -125,10 +132,22 @@ run() {
 }
 
 start=$(date +%s)
+# As in env.sh: JOBS runs at a time, each outcome to a file, the table printed afterwards in
+# its fixed order.
+jobs=${BAD_INPUT_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "[gguf] BAD_INPUT_JOBS='$jobs' is not a positive count" >&2; exit 2; }
+while IFS='|' read -r name words _ _; do
+  for arm in stock ours; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+    # (stderr: the shell's own "Aborted" line for the case that must abort)
+    run "$arm" "$name" "$words" >"$out/gguf-logs/$name.$arm.outcome" 2>/dev/null &
+  done
+done <<<"$expected"
+wait
 while IFS='|' read -r name words want_stock want_ours; do
   for arm in stock ours; do
     want=$([ $arm = stock ] && echo "$want_stock" || echo "$want_ours")
-    have=$(run "$arm" "$name" "$words")
+    have=$(cat "$out/gguf-logs/$name.$arm.outcome")
     if [ "$have" = "$want" ]; then
       printf '[gguf] %-5s %-26s %s\n' "$arm" "$name" "$have"
     else
@@ -143,6 +162,6 @@ while IFS='|' read -r name words want_stock want_ours; do
     fail=1
   fi
 done <<<"$expected"
-echo "[gguf] $(wc -l <<<"$expected") cases x 2 arms in $(( $(date +%s) - start )) s"
+echo "[gguf] $(wc -l <<<"$expected") cases x 2 arms in $(( $(date +%s) - start )) s, $jobs at a time"
 [ $fail -eq 0 ] && echo "[gguf] PASS" || echo "[gguf] FAIL"
 exit $fail
