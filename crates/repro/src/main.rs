@@ -462,11 +462,11 @@ fn repro_result(r: &Run) -> String {
             r.out.ok.len(),
             N_CASES,
             // The reproducer prints its own errors on stdout; a crash leaves its trace on
-            // stderr.
-            why_it_stopped(match end {
-                End::Exit(_) => &r.fin.stdout,
-                _ => &r.fin.stderr,
-            })
+            // stderr, among the libraries' log lines.
+            match end {
+                End::Exit(_) => why_it_stopped(&r.fin.stdout),
+                _ => why_it_crashed(&r.fin.stderr),
+            }
         ),
     }
 }
@@ -484,6 +484,23 @@ fn why_it_stopped(stderr: &str) -> String {
     }
     let cut: String = line.chars().take(MOST).collect();
     format!(": {cut}...")
+}
+
+/// For a run killed by a signal: the last line of `stderr` that says what went wrong (an
+/// assertion, an abort, an error, a panic), shortened, after `: `; else nothing. A SIGSEGV
+/// prints no such line, and the last line on stderr was then whatever a library logged
+/// before it ("load_backend: loaded HRX backend from ..."), which the table showed as if it
+/// were the cause.
+fn why_it_crashed(stderr: &str) -> String {
+    const WORDS: [&str; 6] = ["error", "assert", "abort", "panick", "fail", "fatal"];
+    let says_why = |l: &&str| {
+        let l = l.to_ascii_lowercase();
+        WORDS.iter().any(|w| l.contains(w))
+    };
+    match stderr.lines().map(str::trim).rfind(says_why) {
+        Some(line) => why_it_stopped(line),
+        None => String::new(),
+    }
 }
 
 fn run_json(r: &Run, arm: &Arm) -> Value {
@@ -894,6 +911,22 @@ mod tests {
             super::why_it_stopped(&long),
             format!(": {}...", "x".repeat(160))
         );
+    }
+
+    #[test]
+    fn a_crash_says_only_a_line_that_names_what_went_wrong() {
+        // What stock's SIGSEGV on HRX0 left on stderr: a loader line, no reason.
+        assert_eq!(
+            super::why_it_crashed("load_backend: loaded HRX backend from /x/libggml_hrx.so\n"),
+            ""
+        );
+        assert_eq!(
+            super::why_it_crashed(
+                "ggml.c:12: GGML_ASSERT(n > 0) failed\nload_backend: loaded CPU backend\n"
+            ),
+            ": ggml.c:12: GGML_ASSERT(n > 0) failed"
+        );
+        assert_eq!(super::why_it_crashed(""), "");
     }
 
     use super::*;
