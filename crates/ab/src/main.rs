@@ -8,6 +8,7 @@
 //! `test_steps.rs`.
 
 mod abi;
+mod build_origin;
 mod cxxrt;
 mod job;
 mod machine;

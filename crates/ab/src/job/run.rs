@@ -345,6 +345,22 @@ pub fn run(paths: &Paths, opts: &AbOptions) -> Result<Report> {
     };
     let mut left_out = Vec::new();
     let works = works(paths, &build, &plan, &mut left_out)?;
+    let programs: Vec<&Path> = works
+        .iter()
+        .map(|w| w.program.as_path())
+        .filter(|p| p.starts_with(&build))
+        .collect();
+    let elsewhere = crate::build_origin::outside(&build, &programs);
+    if !elsewhere.is_empty() {
+        say(&format!(
+            "warning: the llama.cpp build {} does not run from where it is ({}): a build copied \
+             or moved after it was built runs the old folder's libggml and libllama, and ctest \
+             the old folder's tests; only libggml-base is swapped per arm. Configure and build \
+             it where it is (cmake -B DIR), or name the original with --llama-build",
+            build.display(),
+            elsewhere.join("; ")
+        ));
+    }
     crate::ensure_probe(paths)?;
     let files = arm_files(paths, opts, &build)?;
     let ab_dir = paths.ab_dir();

@@ -151,13 +151,17 @@ fn write_libraries(out: &mut String, a: &ArmReport, b: &ArmReport) -> std::fmt::
         .map(|l| l.name.as_str())
         .collect();
     for n in names {
+        // One hash once: the same file mapped from two paths (a build run from a copy of
+        // itself) is the same bytes, and listing it twice broke the columns.
         let list = |arm: &ArmReport| {
-            arm.libraries
-                .iter()
-                .filter(|l| l.name == n)
-                .map(|l| short(l.sha256.as_deref().unwrap_or("?")).to_string())
-                .collect::<Vec<_>>()
-                .join(",")
+            let mut hashes: Vec<&str> = Vec::new();
+            for l in arm.libraries.iter().filter(|l| l.name == n) {
+                let h = short(l.sha256.as_deref().unwrap_or("?"));
+                if !hashes.contains(&h) {
+                    hashes.push(h);
+                }
+            }
+            hashes.join(",")
         };
         writeln!(out, "{:<18} {:<18} | {}", n, list(a), list(b))?;
     }
@@ -341,6 +345,34 @@ ours generated: "The capital of France is Lyon."
     /// The README quotes the table: the quote must stay what the code prints.
     /// Without a generation work no output was compared, and the summary says so instead of
     /// "yes".
+    /// One file mapped from two paths (a build run from a copy of itself: the copy's
+    /// programs load the original's libraries too) is one hash in its cell; two different
+    /// files stay two.
+    #[test]
+    fn a_library_mapped_from_two_paths_with_the_same_bytes_is_listed_once() {
+        let mut r = readme_report();
+        let cpu = r.arms[0]
+            .libraries
+            .iter()
+            .find(|l| l.name == "libggml-cpu")
+            .unwrap()
+            .clone();
+        let mut elsewhere = cpu.clone();
+        elsewhere.path = "/elsewhere/bin/libggml-cpu.so.0".into();
+        r.arms[0].libraries.push(elsewhere);
+        let mut other = cpu;
+        other.path = "/other/bin/libggml-cpu.so.0".into();
+        other.sha256 = Some("ab".repeat(32));
+        r.arms[1].libraries.push(other);
+        let t = render_table(&r);
+        assert!(
+            t.contains(
+                "libggml-cpu        965b9db953804433   | 965b9db953804433,abababababababab\n"
+            ),
+            "{t}"
+        );
+    }
+
     #[test]
     fn no_generation_means_no_output_compared() {
         let mut r = readme_report();
