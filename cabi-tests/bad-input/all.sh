@@ -8,11 +8,11 @@
 #   cabi-tests/bad-input/all.sh [OURS_LIB_DIR]     (default target/ours/lib)
 #
 # gguf.sh and env.sh run their cases one per core (BAD_INPUT_JOBS=N to choose; 1 runs them
-# one after another). Measured on a 2-core Intel Xeon (2026-12-07): the three together 131 s
-# in a fresh-clone `./ab test` with the GGUF copies written first; gguf.sh 14 s one at a
-# time and 6-7 s two at a time; env.sh 312 s one at a time and 258 s two at a time with
-# another job beside both, 111 s two at a time in `./ab test`. The same step took 4 min
-# 18 s one at a time on the slower AMD EPYC.
+# one after another). Measured on a 2-core Intel Xeon (2026-12-07), nothing beside it:
+# env.sh's 184 cases 177 s one at a time and 135 s two at a time; gguf.sh 14 s and 6-7 s;
+# the whole step 2 min 32 s in a fresh-clone `./ab test`, GGUF copies written first. The
+# same step took 4 min 18 s one at a time, with 32 fewer env.sh cases, on the slower AMD
+# EPYC.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 fail=0
