@@ -66,10 +66,13 @@ hrx_vars=(GGML_HRX_DEVICES GGML_HRX_SIM_MEMORY_MB GGML_HRX_HOST_WEIGHT_LIMIT_MB
           GGML_HRX_AUTOREGISTER GGML_HRX_RUNTIME GGML_HRX_PROFILE GGML_HRX_CUDA_GRAPHS
           GGML_HRX_PREFETCH GGML_HRX_MMV_BLOCKS GGML_HRX_CUDA_FUSE)
 
-# The lists above must be every variable ours reads: src/env.rs's KNOWN (less GGML_SCHED_DUMP,
-# see the top) and every GGML_HRX_* name in HRX's sources. A variable added there without a
-# row here fails the step instead of going untested.
+# The lists above must be every variable ours reads: src/env.rs's KNOWN, every quoted
+# GGML_SCHED_* or GGML_ALLOC_* name in the rest of src/ (a reader need not be listed in KNOWN;
+# env.rs itself is left out for its test's misspellings), less GGML_SCHED_DUMP (see the top),
+# and every GGML_HRX_* name in HRX's sources. A variable added there without a row here fails
+# the step instead of going untested.
 read_by_ours=$( { sed -n '/^pub const KNOWN/,/^];/p' "$root/src/env.rs" | grep -o '"GGML_[A-Z0-9_]*"';
+                  grep -rhoE --include='*.rs' --exclude=env.rs '"GGML_(SCHED|ALLOC)_[A-Z0-9_]+"' "$root/src";
                   grep -rhoE '"GGML_HRX_[A-Z0-9_]+"' "$root/crates/hrx/src"; } | tr -d '"' | grep -vx GGML_SCHED_DUMP | sort -u)
 listed=$(printf '%s\n' "${sched_vars[@]}" "${hrx_vars[@]}" | sort -u)
 if [ "$read_by_ours" != "$listed" ]; then

@@ -80,17 +80,24 @@ pub fn outside(build: &Path, programs: &[&Path]) -> Vec<String> {
     }
     let mut seen: Vec<PathBuf> = Vec::new();
     for p in programs {
-        for dir in search_folders(p) {
-            if seen.contains(&dir) || !dir.is_dir() || same(&dir) || !has_ggml_libraries(&dir) {
-                continue;
-            }
-            found.push(format!(
-                "{} loads libggml and libllama from {} (its RUNPATH)",
-                p.file_name().unwrap_or_default().to_string_lossy(),
-                dir.display()
-            ));
-            seen.push(dir);
+        // The loader takes each library from the first folder that has it: only the first
+        // folder with ggml or llama libraries counts (a later one, a conda env's say, is
+        // never reached for them).
+        let Some(dir) = search_folders(p)
+            .into_iter()
+            .find(|d| d.is_dir() && has_ggml_libraries(d))
+        else {
+            continue;
+        };
+        if seen.contains(&dir) || same(&dir) {
+            continue;
         }
+        found.push(format!(
+            "{} loads libggml and libllama from {} (its RUNPATH)",
+            p.file_name().unwrap_or_default().to_string_lossy(),
+            dir.display()
+        ));
+        seen.push(dir);
     }
     found
 }
@@ -160,6 +167,20 @@ mod tests {
         let found = outside(&copy, &[prog.as_path()]);
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found[1].starts_with("llama-simple loads libggml and libllama from"));
+        // A RUNPATH that names the build's own bin/ first is searched there first.
+        let own_first = copy.join("bin/llama-own-first");
+        assert!(std::process::Command::new("cc")
+            .arg(&src)
+            .arg("-o")
+            .arg(&own_first)
+            .arg(format!(
+                "-Wl,-rpath,{}/bin:{}/bin,--enable-new-dtags",
+                copy.display(),
+                orig.display()
+            ))
+            .status()
+            .is_ok_and(|s| s.success()));
+        assert_eq!(outside(&copy, &[own_first.as_path()]).len(), 1);
         // The same program in the original folder finds its own libraries there.
         std::fs::copy(&prog, orig.join("bin/llama-simple")).unwrap();
         assert!(outside(&orig, &[orig.join("bin/llama-simple").as_path()]).is_empty());

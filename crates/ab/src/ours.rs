@@ -202,12 +202,17 @@ fn private_tmp(dst: &Path) -> std::path::PathBuf {
 /// (or a second install) never sees a partial file.
 fn install(src: &Path, dst: &Path) -> Result<()> {
     let tmp = private_tmp(dst);
-    std::fs::copy(src, &tmp).with_context(|| format!("copying {}", src.display()))?;
-    std::fs::rename(&tmp, dst).with_context(|| {
+    // The name is this call's alone, so nothing later would clear a partial copy left by a
+    // failure (a full disk): it is removed on every error.
+    let copied = std::fs::copy(src, &tmp)
+        .with_context(|| format!("copying {}", src.display()))
+        .and_then(|_| {
+            std::fs::rename(&tmp, dst).with_context(|| format!("installing {}", dst.display()))
+        });
+    if copied.is_err() {
         let _ = std::fs::remove_file(&tmp);
-        format!("installing {}", dst.display())
-    })?;
-    Ok(())
+    }
+    copied
 }
 
 /// Makes `link` a symlink to `target`, replacing what is there by a rename, so that a
@@ -215,13 +220,13 @@ fn install(src: &Path, dst: &Path) -> Result<()> {
 fn link_atomically(target: &str, link: &Path) -> Result<()> {
     let tmp = private_tmp(link);
     let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(target, &tmp)
-        .with_context(|| format!("linking {}", link.display()))?;
-    std::fs::rename(&tmp, link).with_context(|| {
+    let linked = std::os::unix::fs::symlink(target, &tmp)
+        .and_then(|()| std::fs::rename(&tmp, link))
+        .with_context(|| format!("linking {}", link.display()));
+    if linked.is_err() {
         let _ = std::fs::remove_file(&tmp);
-        format!("linking {}", link.display())
-    })?;
-    Ok(())
+    }
+    linked
 }
 
 /// Warns when the library's SONAME is not `libggml-base.so.0` (stock programs would still
@@ -242,6 +247,27 @@ fn check_soname(lib: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An install that fails after its copy (here the rename: the destination is a folder)
+    /// returns the error and leaves no temporary file: its name is private, so nothing
+    /// would ever clear it.
+    #[test]
+    fn a_failed_install_leaves_no_temporary_file() {
+        let dir = std::env::temp_dir().join(format!("ab-install-fail-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("libggml-base.so.0/inside")).unwrap();
+        let src = dir.join("built.so");
+        std::fs::write(&src, b"bytes").unwrap();
+        let e = install(&src, &dir.join("libggml-base.so.0")).unwrap_err();
+        assert!(format!("{e:#}").contains("installing"), "{e:#}");
+        let left = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".part."))
+            .count();
+        assert_eq!(left, 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// Installs of one file by many threads at once (as two `build-ours` in one tree race)
     /// each succeed, and what is left is the whole file and a working link, with no

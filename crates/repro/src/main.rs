@@ -492,7 +492,18 @@ fn why_it_stopped(stderr: &str) -> String {
 /// before it ("load_backend: loaded HRX backend from ..."), which the table showed as if it
 /// were the cause.
 fn why_it_crashed(stderr: &str) -> String {
-    const WORDS: [&str; 6] = ["error", "assert", "abort", "panick", "fail", "fatal"];
+    // "what():" is the message of an uncaught C++ exception (after "terminate called after
+    // throwing an instance of ...").
+    const WORDS: [&str; 8] = [
+        "error",
+        "assert",
+        "abort",
+        "panick",
+        "fail",
+        "fatal",
+        "what():",
+        "terminate called",
+    ];
     let says_why = |l: &&str| {
         let l = l.to_ascii_lowercase();
         WORDS.iter().any(|w| l.contains(w))
@@ -927,6 +938,12 @@ mod tests {
             ": ggml.c:12: GGML_ASSERT(n > 0) failed"
         );
         assert_eq!(super::why_it_crashed(""), "");
+        assert_eq!(
+            super::why_it_crashed(
+                "terminate called after throwing an instance of 'std::out_of_range'\n  what():  vector::_M_range_check\n"
+            ),
+            ": what():  vector::_M_range_check"
+        );
     }
 
     use super::*;
