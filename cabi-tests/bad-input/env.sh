@@ -312,10 +312,7 @@ fail=0
 # go JOBS at a time (default: one per core; BAD_INPUT_JOBS=1 runs them one after another).
 # Each writes its outcome to a file and the table is printed afterwards in its fixed order,
 # so the output is the same whatever the interleaving. A run's baseline is made first.
-jobs=${BAD_INPUT_JOBS:-$(nproc 2>/dev/null || echo 1)}
-[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "[env] BAD_INPUT_JOBS='$jobs' is not a positive count" >&2; exit 2; }
-# throttle: waits until fewer than $jobs runs are in flight
-throttle() { while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done; }
+# ($jobs and throttle come from common.sh.)
 for arm in stock ours; do
   # the baselines: the same work with none of the variables set; each must succeed
   for kind in sched hrx; do

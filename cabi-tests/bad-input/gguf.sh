@@ -134,11 +134,9 @@ run() {
 start=$(date +%s)
 # As in env.sh: JOBS runs at a time, each outcome to a file, the table printed afterwards in
 # its fixed order.
-jobs=${BAD_INPUT_JOBS:-$(nproc 2>/dev/null || echo 1)}
-[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "[gguf] BAD_INPUT_JOBS='$jobs' is not a positive count" >&2; exit 2; }
 while IFS='|' read -r name words _ _; do
   for arm in stock ours; do
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+    throttle
     # (stderr: the shell's own "Aborted" line for the case that must abort)
     run "$arm" "$name" "$words" >"$out/gguf-logs/$name.$arm.outcome" 2>/dev/null &
   done
