@@ -214,9 +214,12 @@ fn a_closed_output_ends_the_runner_by_sigpipe() {
     use std::os::unix::io::FromRawFd;
     use std::os::unix::process::ExitStatusExt;
     let mut fds = [0i32; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: both descriptors were just made by pipe(2) and are owned here alone.
+    // Close-on-exec: a process that another test thread starts between pipe2 and the drop
+    // below would otherwise inherit the read end and keep it open, so the write would not
+    // fail (CI saw exit 2 in place of SIGPIPE).
+    // SAFETY: `fds` has room for the two descriptors pipe2(2) writes.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just made by pipe2(2) and are owned here alone.
     let (reader, writer) = unsafe {
         (
             std::fs::File::from_raw_fd(fds[0]),
