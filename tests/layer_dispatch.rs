@@ -10,7 +10,7 @@
 //! memory and records every data callback, so the layer's dispatch can be observed. Abort paths
 //! run in a child process (the test binary re-executed with `LAYER_ABORT_CASE`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::raw::{c_char, c_void};
 use std::ptr::{null, null_mut};
 
@@ -36,6 +36,11 @@ use ggml_sys::{ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_tensor};
 
 thread_local! {
     static LOG: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    // Whether the test device's `cpy_tensor` and `cpy_tensor_async` accept a copy. Per thread,
+    // as the log is: the layer calls them on the test's own thread, and two tests set them
+    // (a shared static was a data race between test threads).
+    static CPY_ACCEPTS: Cell<bool> = const { Cell::new(false) };
+    static CPY_ASYNC_ACCEPTS: Cell<bool> = const { Cell::new(false) };
 }
 
 fn log(s: String) {
@@ -115,14 +120,12 @@ unsafe extern "C" fn dev_buf_set_2d(
         }
     }
 }
-static mut CPY_ACCEPTS: bool = false;
 unsafe extern "C" fn dev_buf_cpy(
     _: ggml_backend_buffer_t,
     src: *const ggml_tensor,
     dst: *mut ggml_tensor,
 ) -> bool {
-    // SAFETY: test-only static read.
-    let accept = unsafe { CPY_ACCEPTS };
+    let accept = CPY_ACCEPTS.get();
     log(format!("cpy {accept}"));
     if accept {
         // SAFETY: host memory behind both.
@@ -263,7 +266,7 @@ fn copy_between_device_buffers_uses_cpy_tensor_then_falls_back() {
         let (b, bb) = dev_tensor(ctx, 4);
         set_f32s(a, &[1.0, 2.0, 3.0, 4.0]);
         take_log();
-        CPY_ACCEPTS = false;
+        CPY_ACCEPTS.set(false);
         ggml_backend_tensor_copy(a, b);
         // Neither is host: cpy_tensor of dst's buffer, declined, then get + set via host memory.
         assert_eq!(take_log(), vec!["cpy false", "get 0 16", "set 0 16"]);
@@ -783,15 +786,13 @@ unsafe extern "C" fn q_get_2d_async(
 ) {
     log(format!("get_2d_async {off} {size} {n} {st} {sd}"));
 }
-static mut CPY_ASYNC_ACCEPTS: bool = false;
 unsafe extern "C" fn q_cpy_async(
     _: sys::ggml_backend_t,
     _: sys::ggml_backend_t,
     _: *const ggml_tensor,
     _: *mut ggml_tensor,
 ) -> bool {
-    // SAFETY: test-only static read.
-    let a = unsafe { CPY_ASYNC_ACCEPTS };
+    let a = CPY_ASYNC_ACCEPTS.get();
     log(format!("cpy_async {a}"));
     a
 }
@@ -886,17 +887,17 @@ fn queued_accesses_dispatch_as_stock() {
 
         // Copies: accepted async copy: nothing else; declined: both synchronized, then blocking.
         let (u, ubuf) = dev_tensor(ctx, 16);
-        CPY_ASYNC_ACCEPTS = true;
+        CPY_ASYNC_ACCEPTS.set(true);
         ggml_backend_tensor_copy_async(be, be, t, u);
         assert_eq!(take_log(), vec!["cpy_async true"]);
-        CPY_ASYNC_ACCEPTS = false;
-        CPY_ACCEPTS = true;
+        CPY_ASYNC_ACCEPTS.set(false);
+        CPY_ACCEPTS.set(true);
         ggml_backend_tensor_copy_async(be, be, t, u);
         assert_eq!(
             take_log(),
             vec!["cpy_async false", "sync", "sync", "cpy true"]
         );
-        CPY_ACCEPTS = false;
+        CPY_ACCEPTS.set(false);
         ggml_backend_tensor_copy_async(null_mut(), null_mut(), t, t); // same tensor: nothing
         assert!(take_log().is_empty());
 

@@ -20,13 +20,11 @@ fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(d.join("bin")).unwrap();
     for tool in ["cargo", "apt-get"] {
         let f = d.join("bin").join(tool);
-        std::fs::write(
+        bundle::write_script(
             &f,
-            format!("#!/bin/sh\necho 'stand-in {tool} called' >&2\nexit 97\n"),
+            &format!("#!/bin/sh\necho 'stand-in {tool} called' >&2\nexit 97\n"),
         )
         .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     d
 }

@@ -18,13 +18,11 @@ fn a_relative_cc_is_taken_from_the_callers_folder() {
     std::fs::create_dir_all(d.join("fake-build/bin")).unwrap();
     std::fs::write(d.join("fake-build/bin/libggml-base.so.0"), b"any").unwrap();
     let cc = d.join("mycc");
-    std::fs::write(
+    bundle::write_script(
         &cc,
         "#!/bin/sh\ntouch \"$(dirname \"$0\")/mycc-ran\"\nexit 1\n",
     )
     .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&cc, std::fs::Permissions::from_mode(0o755)).unwrap();
     // As the ./ab script runs the harness: from the root, told the caller's folder.
     let out = Command::new(env!("CARGO_BIN_EXE_ab"))
         .current_dir(root())

@@ -27,7 +27,9 @@ pub use caller::{
 };
 pub use lock::{lock_dir, lock_file, lock_file_waiting};
 pub use manifest::{verify, CORE_FILES};
-pub use process::{check_loader_path, die_with_parent, loader_split_char, GroupGuard};
+pub use process::{
+    check_loader_path, die_with_parent, loader_split_char, write_script, GroupGuard,
+};
 
 use std::path::{Path, PathBuf};
 

@@ -41,8 +41,16 @@ impl GroupGuard {
     pub fn start(pgid: libc::pid_t) -> std::io::Result<GroupGuard> {
         // SAFETY: getpid has no preconditions.
         let harness = unsafe { libc::getpid() };
+        // Where close_range(2) is missing (before Linux 5.9) or refused (a seccomp profile),
+        // the guard closes each descriptor up to the limit instead; read here, as sysconf is
+        // not async-signal-safe.
+        // SAFETY: sysconf has no preconditions.
+        let max_fd = match unsafe { libc::sysconf(libc::_SC_OPEN_MAX) } {
+            n if n > 0 => n.min(1 << 20) as libc::c_int,
+            _ => 1024,
+        };
         // SAFETY: fork in a threaded process: the child runs only async-signal-safe calls
-        // (setsid, signal, close_range, getppid, kill, nanosleep, _exit) and touches no lock
+        // (setsid, signal, close_range or close, getppid, kill, nanosleep, _exit) and touches no lock
         // or allocator.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
@@ -51,14 +59,17 @@ impl GroupGuard {
         if pid == 0 {
             // SAFETY: the forked child; see above. The harness's handlers are not its own, and
             // it holds no descriptor of the harness, so no pipe of another child stays open
-            // for it (where close_range is missing, before Linux 5.9, the descriptors stay
-            // open for as long as the run).
+            // for it.
             unsafe {
                 libc::setsid();
                 for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
                     libc::signal(sig, libc::SIG_DFL);
                 }
-                libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+                if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0 {
+                    for fd in 0..max_fd {
+                        libc::close(fd);
+                    }
+                }
                 let pause = libc::timespec {
                     tv_sec: 0,
                     tv_nsec: 100_000_000,
@@ -90,6 +101,37 @@ impl Drop for GroupGuard {
             libc::waitpid(self.pid, std::ptr::null_mut(), 0);
         }
     }
+}
+
+/// Writes `text` to `path` as an executable script (mode 0755), so that it can be run at
+/// once from a process with other threads that start programs (a test binary, the harness).
+///
+/// A file written by this process and run by it next can fail with "Text file busy"
+/// (ETXTBSY): a program another thread starts between `fork` and `exec` holds a copy of the
+/// descriptor the file was written through. So the text is written to a side file
+/// (`path` + `.text`, left beside it), and `install(1)`, a process that starts nothing, writes
+/// the script. Errors: the side file cannot be written, or `install` cannot run or fails
+/// (its status and stderr in the message).
+pub fn write_script(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut side = path.as_os_str().to_owned();
+    side.push(".text");
+    std::fs::write(&side, text)?;
+    let out = std::process::Command::new("install")
+        // -T: a destination that is a folder is an error, not a folder to write into.
+        .args(["-T", "-m", "755"])
+        .arg(&side)
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "install {} failed ({}): {}",
+            path.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
 }
 
 /// The first character of `path` at which the dynamic loader splits the variable `var`
@@ -143,10 +185,11 @@ mod tests {
         (sh, line.trim().parse().unwrap())
     }
 
-    /// Waits up to 5 s for `pid` to stop running.
+    /// Waits up to 30 s for `pid` to stop running (the guard looks every 100 ms; the margin
+    /// is for a loaded machine).
     fn wait_until_gone(pid: i32) {
         let t0 = std::time::Instant::now();
-        while runs(pid) && t0.elapsed() < std::time::Duration::from_secs(5) {
+        while runs(pid) && t0.elapsed() < std::time::Duration::from_secs(30) {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
@@ -205,32 +248,97 @@ mod tests {
         sh.wait().unwrap();
     }
 
+    /// The session id of `pid` (field 6 of `/proc/PID/stat`), `None` once it is gone.
+    fn session_of(pid: i32) -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(3)?
+            .parse()
+            .ok()
+    }
+
     #[test]
     fn a_signal_to_the_harness_group_leaves_the_guard_watching() {
         // The stand-in harness is a group leader; the signal goes to its whole group, as
         // `kill -KILL -- -PGID`, a closed terminal or `timeout -s KILL` send it.
         let (mut sh, grandchild) = group_with_grandchild();
         let pgid = sh.id() as i32;
+        let mut fds = [0i32; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2(2) writes; close-on-exec so
+        // that no process another test starts keeps them.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
         // SAFETY: the forked child only makes itself a group leader, forks the guard
-        // (async-signal-safe calls) and waits to be killed; the parent kills and reaps it.
-        unsafe {
+        // (async-signal-safe calls), writes the guard's pid to the pipe and waits to be
+        // killed; the parent kills and reaps it.
+        let stand_in = unsafe {
             let stand_in = libc::fork();
             assert!(stand_in >= 0);
             if stand_in == 0 {
                 libc::setpgid(0, 0);
                 let g = GroupGuard::start(pgid);
+                let guard = g.as_ref().map_or(-1, |g| g.pid);
+                libc::write(fds[1], (&raw const guard).cast(), 4);
                 std::mem::forget(g);
                 loop {
                     libc::pause();
                 }
             }
-            std::thread::sleep(std::time::Duration::from_millis(200));
-            libc::kill(-stand_in, libc::SIGKILL);
+            // The group exists from here on, whichever of the two calls runs first.
+            libc::setpgid(stand_in, stand_in);
+            stand_in
+        };
+        let mut guard = -1i32;
+        // SAFETY: both ends are ours; the read fills at most the 4 bytes of `guard`.
+        let n = unsafe {
+            libc::close(fds[1]);
+            let n = libc::read(fds[0], (&raw mut guard).cast(), 4);
+            libc::close(fds[0]);
+            n
+        };
+        assert!(n == 4 && guard > 0, "the stand-in started no guard");
+        // The signal must come after the guard has left the stand-in's session (and group):
+        // sent before its setsid, it would kill the guard too.
+        let t0 = std::time::Instant::now();
+        while session_of(guard) != Some(guard) {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(30),
+                "the guard {guard} did not start a session of its own"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // SAFETY: the stand-in is our own forked child and a group leader (setpgid above),
+        // reaped only here.
+        unsafe {
+            assert_eq!(libc::kill(-stand_in, libc::SIGKILL), 0);
             libc::waitpid(stand_in, std::ptr::null_mut(), 0);
         }
         wait_until_gone(grandchild);
         assert!(!runs(grandchild), "the guard died with its harness's group");
         sh.wait().unwrap();
+    }
+
+    #[test]
+    fn a_written_script_runs_and_a_failed_write_names_the_path() {
+        let dir = std::env::temp_dir().join(format!("bundle-script-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("s.sh");
+        write_script(&script, "#!/bin/sh\necho ran \"$1\"\n").unwrap();
+        // written again over itself, as the tests that use it do
+        write_script(&script, "#!/bin/sh\necho ran again \"$1\"\n").unwrap();
+        let out = std::process::Command::new(&script)
+            .arg("x")
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran again x\n");
+        // install(1) writes the script: a destination it cannot write fails with its words.
+        std::fs::create_dir_all(dir.join("a-folder")).unwrap();
+        let e = write_script(&dir.join("a-folder"), "#!/bin/sh\n").unwrap_err();
+        assert!(e.to_string().contains("a-folder"), "{e}");
+        let e = write_script(&dir.join("missing/s.sh"), "#!/bin/sh\n").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

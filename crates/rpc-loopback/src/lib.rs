@@ -155,14 +155,37 @@ mod tests {
         assert!(e.contains("exited before it listened"), "{e}");
     }
 
+    /// A loopback TCP port that nothing listens on and no other socket can take while the
+    /// returned descriptor is open: bound, never listening. (A port bound and released could
+    /// be taken by another test's listener, or be a connect's own source port, a TCP
+    /// self-connection that would look like a listener.)
+    fn reserved_port() -> (std::os::fd::OwnedFd, u16) {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket calls on a descriptor made here; `addr` and `len` are a valid
+        // sockaddr_in and its size for bind and getsockname.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+            let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+            let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let p = (&raw mut addr).cast::<libc::sockaddr>();
+            assert_eq!(
+                libc::bind(fd, p, len),
+                0,
+                "bind: {}",
+                std::io::Error::last_os_error()
+            );
+            assert_eq!(libc::getsockname(fd, p, &mut len), 0);
+            (owned, u16::from_be(addr.sin_port))
+        }
+    }
+
     #[test]
     fn gives_up_after_the_timeout() {
-        // a port nothing listens on: bound, then released
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let (_reserved, port) = reserved_port();
         let mut sleeper = Command::new("sleep").arg("5").spawn().unwrap();
         let e = wait_listening(&mut sleeper, port, Duration::from_millis(300)).unwrap_err();
         let _ = sleeper.kill();

@@ -478,7 +478,7 @@ mod tests {
     /// those in SCHED_DIFF_ONLY when set, a SIGSEGV inside SCHED_DIFF_CRASH_SEED.
     fn fake_driver(dir: &Path) -> Program {
         let exe = dir.join("fake_driver.sh");
-        std::fs::write(
+        bundle::write_script(
             &exe,
             "#!/bin/sh\n\
              s=$1; end=$(($1 + $2))\n\
@@ -492,8 +492,6 @@ mod tests {
              done\n",
         )
         .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
         Program { exe }
     }
 

@@ -465,9 +465,9 @@ mod tests {
         std::fs::create_dir_all(&bin).unwrap();
         for tool in ["llama-bench", "llama-batched-bench"] {
             let p = bin.join(tool);
-            std::fs::write(
+            bundle::write_script(
                 &p,
-                format!(
+                &format!(
                     "#!/bin/sh\n[ -e {o}/seen.md ] || cp {o}/report.md {o}/seen.md 2>/dev/null || \
                      echo none > {o}/seen.md\n\
                      echo fake tool fails >&2\nexit 1\n",
@@ -475,8 +475,6 @@ mod tests {
                 ),
             )
             .unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         std::fs::write(bin.join("libggml-base.so.0"), b"stock").unwrap();
         std::fs::write(dir.join("b.so"), b"ours").unwrap();
