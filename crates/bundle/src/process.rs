@@ -35,6 +35,20 @@ pub struct GroupGuard {
     pgid: libc::pid_t,
 }
 
+/// Tests make the guard close its descriptors one by one, as it does where close_range(2) is
+/// missing, to check that path on a kernel that has it.
+#[cfg(test)]
+static CLOSE_LOOP_FORCED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the guard must take the one-by-one path (tests only; an atomic load, which the
+/// forked guard may make).
+fn close_loop_forced() -> bool {
+    #[cfg(test)]
+    return CLOSE_LOOP_FORCED.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(test))]
+    false
+}
+
 impl GroupGuard {
     /// Starts the watch of the process group `pgid` (a child started with a group of its own:
     /// `Command::process_group(0)`, so its pid). Errors: `fork` failed.
@@ -42,16 +56,22 @@ impl GroupGuard {
         // SAFETY: getpid has no preconditions.
         let harness = unsafe { libc::getpid() };
         // Where close_range(2) is missing (before Linux 5.9) or refused (a seccomp profile),
-        // the guard closes each descriptor up to the limit instead; read here, as sysconf is
-        // not async-signal-safe.
-        // SAFETY: sysconf has no preconditions.
-        let max_fd = match unsafe { libc::sysconf(libc::_SC_OPEN_MAX) } {
-            n if n > 0 => n.min(1 << 20) as libc::c_int,
-            _ => 1024,
+        // the guard closes each descriptor below the soft limit instead (a descriptor above it
+        // exists only if the limit was lowered after it was opened). The limit is read here,
+        // before the fork.
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is a valid rlimit for getrlimit to fill.
+        let max_fd = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+            limit.rlim_cur.clamp(3, 1 << 20) as libc::c_int
+        } else {
+            1024
         };
         // SAFETY: fork in a threaded process: the child runs only async-signal-safe calls
-        // (setsid, signal, close_range or close, getppid, kill, nanosleep, _exit) and touches no lock
-        // or allocator.
+        // (setsid, signal, close_range or close, getppid, kill, nanosleep, _exit) and touches
+        // no lock or allocator.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(std::io::Error::last_os_error());
@@ -65,7 +85,9 @@ impl GroupGuard {
                 for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
                     libc::signal(sig, libc::SIG_DFL);
                 }
-                if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0 {
+                if close_loop_forced()
+                    || libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0
+                {
                     for fd in 0..max_fd {
                         libc::close(fd);
                     }
@@ -105,24 +127,42 @@ impl Drop for GroupGuard {
 
 /// Writes `text` to `path` as an executable script (mode 0755), so that it can be run at
 /// once from a process with other threads that start programs (a test binary, the harness).
+/// `path` is replaced, not followed, when it is a link or a read-only file.
 ///
 /// A file written by this process and run by it next can fail with "Text file busy"
 /// (ETXTBSY): a program another thread starts between `fork` and `exec` holds a copy of the
-/// descriptor the file was written through. So the text is written to a side file
-/// (`path` + `.text`, left beside it), and `install(1)`, a process that starts nothing, writes
-/// the script. Errors: the side file cannot be written, or `install` cannot run or fails
-/// (its status and stderr in the message).
+/// descriptor the file was written through. So the text goes to a side file private to this
+/// call (created new, beside `path`, removed after), and GNU `install(1)`, a process that
+/// starts nothing, writes the script. Errors: the side file cannot be created, `install`
+/// cannot be run (the message names it and `path`), or it fails (its status and stderr).
 pub fn write_script(path: &Path, text: &str) -> std::io::Result<()> {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut side = path.as_os_str().to_owned();
-    side.push(".text");
-    std::fs::write(&side, text)?;
+    side.push(format!(".text-{}-{n}", std::process::id()));
+    let side = std::path::PathBuf::from(side);
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&side)?;
+        f.write_all(text.as_bytes())?;
+    }
     let out = std::process::Command::new("install")
         // -T: a destination that is a folder is an error, not a folder to write into.
         .args(["-T", "-m", "755"])
         .arg(&side)
         .arg(path)
         .stdin(std::process::Stdio::null())
-        .output()?;
+        .output();
+    let _ = std::fs::remove_file(&side);
+    let out = out.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("running install(1) to write {}: {e}", path.display()),
+        )
+    })?;
     if !out.status.success() {
         return Err(std::io::Error::other(format!(
             "install {} failed ({}): {}",
@@ -259,6 +299,22 @@ mod tests {
             .ok()
     }
 
+    /// A forked stand-in for the harness, a group leader: dropping it kills its group and
+    /// reaps it, so a failed assertion leaves no process behind (one that waits for ever in
+    /// pause() would keep the test binary's output open).
+    struct StandIn(libc::pid_t);
+
+    impl Drop for StandIn {
+        fn drop(&mut self) {
+            // SAFETY: our own forked child, reaped only here; its group is its own.
+            unsafe {
+                libc::kill(-self.0, libc::SIGKILL);
+                libc::kill(self.0, libc::SIGKILL);
+                libc::waitpid(self.0, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+
     #[test]
     fn a_signal_to_the_harness_group_leaves_the_guard_watching() {
         // The stand-in harness is a group leader; the signal goes to its whole group, as
@@ -269,13 +325,18 @@ mod tests {
         // SAFETY: `fds` has room for the two descriptors pipe2(2) writes; close-on-exec so
         // that no process another test starts keeps them.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: the forked child only makes itself a group leader, forks the guard
-        // (async-signal-safe calls), writes the guard's pid to the pipe and waits to be
-        // killed; the parent kills and reaps it.
+        // SAFETY: the forked child closes every descriptor but the pipe's write end (none of
+        // another test's pipes stays open for it), makes itself a group leader, forks the
+        // guard (GroupGuard::start: getpid, getrlimit and fork, then async-signal-safe calls
+        // only), writes the guard's pid and waits to be killed; the parent owns it through
+        // `StandIn`.
         let stand_in = unsafe {
-            let stand_in = libc::fork();
-            assert!(stand_in >= 0);
-            if stand_in == 0 {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                let w = fds[1] as u32;
+                libc::syscall(libc::SYS_close_range, 0u32, w - 1, 0u32);
+                libc::syscall(libc::SYS_close_range, w + 1, u32::MAX, 0u32);
                 libc::setpgid(0, 0);
                 let g = GroupGuard::start(pgid);
                 let guard = g.as_ref().map_or(-1, |g| g.pid);
@@ -286,14 +347,24 @@ mod tests {
                 }
             }
             // The group exists from here on, whichever of the two calls runs first.
-            libc::setpgid(stand_in, stand_in);
-            stand_in
+            libc::setpgid(pid, pid);
+            StandIn(pid)
         };
         let mut guard = -1i32;
-        // SAFETY: both ends are ours; the read fills at most the 4 bytes of `guard`.
+        // SAFETY: both ends are ours; poll waits at most 30 s for the pid; the read fills at
+        // most the 4 bytes of `guard`.
         let n = unsafe {
             libc::close(fds[1]);
-            let n = libc::read(fds[0], (&raw mut guard).cast(), 4);
+            let mut p = libc::pollfd {
+                fd: fds[0],
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let n = if libc::poll(&mut p, 1, 30_000) == 1 {
+                libc::read(fds[0], (&raw mut guard).cast(), 4)
+            } else {
+                -1
+            };
             libc::close(fds[0]);
             n
         };
@@ -308,15 +379,47 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        // SAFETY: the stand-in is our own forked child and a group leader (setpgid above),
-        // reaped only here.
-        unsafe {
-            assert_eq!(libc::kill(-stand_in, libc::SIGKILL), 0);
-            libc::waitpid(stand_in, std::ptr::null_mut(), 0);
-        }
+        // SAFETY: the stand-in is a group leader (setpgid above).
+        assert_eq!(unsafe { libc::kill(-stand_in.0, libc::SIGKILL) }, 0);
+        drop(stand_in);
         wait_until_gone(grandchild);
         assert!(!runs(grandchild), "the guard died with its harness's group");
         sh.wait().unwrap();
+    }
+
+    /// How many descriptors `pid` has open, once it has closed what it inherited: waits up
+    /// to 30 s for the count to reach 0, and returns the last count seen.
+    fn open_descriptors_settled(pid: i32) -> usize {
+        let t0 = std::time::Instant::now();
+        loop {
+            let n = std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .map(|d| d.count())
+                .unwrap_or(usize::MAX);
+            if n == 0 || t0.elapsed() > std::time::Duration::from_secs(30) {
+                return n;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn the_guard_keeps_no_descriptor_of_the_harness_with_or_without_close_range() {
+        for forced in [false, true] {
+            CLOSE_LOOP_FORCED.store(forced, std::sync::atomic::Ordering::Relaxed);
+            let (mut sh, _grandchild) = group_with_grandchild();
+            // A descriptor the guard inherits and must close: an open file of this process.
+            let held = std::fs::File::open("/proc/self/stat").unwrap();
+            let guard = GroupGuard::start(sh.id() as i32).unwrap();
+            CLOSE_LOOP_FORCED.store(false, std::sync::atomic::Ordering::Relaxed);
+            let n = open_descriptors_settled(guard.pid);
+            drop(held);
+            drop(guard);
+            sh.wait().unwrap();
+            assert_eq!(
+                n, 0,
+                "the guard kept {n} descriptors (one by one: {forced})"
+            );
+        }
     }
 
     #[test]
