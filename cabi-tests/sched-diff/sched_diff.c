@@ -1178,6 +1178,47 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
                buf_name(root->buffer), alloc, usable, rule);
     }
 
+    // Reads of memory a backend cannot use: every source each computing node reads (a
+    // view's bytes are its view root's), judged twice as INPLACE lines judge writes: by
+    // where the allocator put the root's memory (usable), and by the scheduler's own
+    // placement (rule: the root's pre-allocated buffer type, else the compute buffer type
+    // of the root's backend, must be the reader's or usable by it). A line only for a read
+    // that fails either. ggml-alloc may place a node over a source's memory in another
+    // backend's buffer (usable=no), and a view placed apart from its root is judged by
+    // stock by the view's placement (rule=violated).
+    for (int i = 0; i < n_nodes; i++) {
+        struct ggml_tensor * node = ggml_graph_node(gf, i);
+        ggml_backend_t       nb   = ggml_backend_sched_get_tensor_backend(sched, node);
+        if (nb == NULL || is_view_op(node->op) || node->op == GGML_OP_NONE) {
+            continue;
+        }
+        for (int j = 0; j < GGML_MAX_SRC; j++) {
+            struct ggml_tensor * s = node->src[j];
+            if (s == NULL) {
+                continue;
+            }
+            struct ggml_tensor * root = s;
+            while (root->view_src != NULL) {
+                root = root->view_src;
+            }
+            if (root->buffer == NULL) {
+                continue;
+            }
+            ggml_backend_t rb  = ggml_backend_sched_get_tensor_backend(sched, root);
+            bool           pre = ggml_backend_buffer_get_usage(root->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE;
+            bool can = tdev_supports_buft_impl(tdev_of_backend(nb), root->buffer->buft);
+            ggml_backend_buffer_type_t sbuft =
+                pre ? root->buffer->buft : rb ? ggml_backend_sched_get_buffer_type(sched, rb) : NULL;
+            bool ok = sbuft == NULL || nb == rb || sbuft == ggml_backend_sched_get_buffer_type(sched, nb) ||
+                      tdev_supports_buft_impl(tdev_of_backend(nb), sbuft);
+            if (!can || !ok) {
+                printf("READ %d %s node=%s src=%s root=%s root_backend=%s root_buft=%s usable=%s rule=%s\n", i,
+                       node->name, backend_name_or_dash(nb), s->name, root->name, backend_name_or_dash(rb),
+                       buf_name(root->buffer), can ? "yes" : "no", ok ? "ok" : "violated");
+            }
+        }
+    }
+
     print_sched_sizes(sched, backends, n_backends);
 
     if (ok) {

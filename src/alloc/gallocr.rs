@@ -138,6 +138,15 @@ impl Gallocr {
         }
     }
 
+    /// Keeps in-place reuse from moving memory away from a backend that uses it
+    /// ([`crate::alloc::walk::Planner::set_access`]): `access[b]` has bit `x` set when buffer
+    /// id `b`'s backend can use buffer id `x`'s type. Drops every recorded placement, as the
+    /// next plan may differ.
+    pub fn set_access(&mut self, access: Option<Vec<u64>>) {
+        self.drop_actions();
+        self.planner.set_access(access);
+    }
+
     /// Buffer ids.
     pub fn n_buffers(&self) -> usize {
         self.planner.bufts.len()

@@ -34,6 +34,9 @@ pub struct Node {
     /// The [`Slot`] its memory belongs to, as index + 1 (0: none; several tensors share one
     /// through in-place reuse).
     pub slot: u32,
+    /// Buffer ids (bit masks) of the nodes that read this memory, write it or write through a
+    /// view of it; counted only with [`Planner::set_access`].
+    pub accessors: u64,
 }
 
 /// One block handed out by a buffer type's [`Blocks`]: its size after alignment, its
@@ -80,6 +83,11 @@ pub struct Planner {
     /// last block, whose lifetime is only the second one, so the packing could place another
     /// block over the first; such a plan keeps the walk's own offsets, as stock's would be.
     pub placed_twice: bool,
+    /// Which buffers each buffer id's backend can use, as bit masks over buffer ids (bit `x`
+    /// of entry `b`: buffer id `b`'s backend can use buffer id `x`'s type), when the
+    /// scheduler asks that in-place reuse never move memory away from a backend that uses it
+    /// ([`Planner::set_access`]); `None`: stock's reuse.
+    access: Option<Vec<u64>>,
     step: u32,
 }
 
@@ -185,8 +193,22 @@ impl Planner {
             edges: Vec::new(),
             reuses: Vec::new(),
             placed_twice: false,
+            access: None,
             step: 0,
         }
+    }
+
+    /// Makes in-place reuse keep memory where every backend that uses it can use it: a tensor
+    /// takes over a source's memory in another buffer only when the backend of each node that
+    /// reads it, writes it or writes through a view of it can use that buffer's type. Stock's
+    /// ggml-alloc lets a node take a parent's memory in another backend's buffer whoever reads
+    /// the node later, so a reader on a third backend that cannot use that buffer type reads
+    /// memory it cannot reach (`docs/sched.md`, "reads of memory that ggml-alloc moved").
+    ///
+    /// `access[b]`: bit `x` set when buffer id `b`'s backend can use buffer id `x`'s buffer
+    /// type (bit `b` is always taken as set). `None`, or more than 64 buffer ids, turns it off.
+    pub fn set_access(&mut self, access: Option<Vec<u64>>) {
+        self.access = access.filter(|a| a.len() == self.bufts.len() && a.len() <= 64);
     }
 
     /// Bytes `t` needs in a buffer of buffer id `id`'s type.
@@ -385,11 +407,16 @@ impl Planner {
                 if !(vh.n_views == 1 && vh.n_children == 0 && v.data == p.data) {
                     return false;
                 }
-                self.node(vs).allocated = false;
                 vs
             }
             None => parent,
         };
+        if !self.usable_by_accessors(t, owner) {
+            return false;
+        }
+        if owner != parent {
+            self.node(owner).allocated = false;
+        }
         let n = self.node(t);
         n.buffer_id = ph.buffer_id;
         n.addr = ph.addr;
@@ -398,6 +425,73 @@ impl Planner {
         // SAFETY: both live with table entries (made above).
         unsafe { self.free_extra_space(t, owner) };
         self.reuses.push((t, parent));
+        true
+    }
+
+    /// Notes `node`'s backend (buffer id `b`) as an accessor of the memory it writes (its own,
+    /// or through a view its view root's) and of the memory of each source it reads (a
+    /// view's is its view root's). Pure views access nothing themselves.
+    ///
+    /// # Safety
+    /// `node`, its sources and their view sources must be live tensors.
+    unsafe fn note_accesses(&mut self, node: *mut ggml_tensor, b: i32) {
+        if !(0..64).contains(&b) {
+            return;
+        }
+        let bit = 1u64 << b;
+        /// The tensor whose memory `t` is (its last view source).
+        ///
+        /// # Safety
+        /// `t` and its view sources must be live.
+        unsafe fn root(mut t: *mut ggml_tensor) -> *mut ggml_tensor {
+            // SAFETY: the caller's contract; a chain of view sources ends (ggml builds views
+            // of earlier tensors only).
+            loop {
+                // SAFETY: as above.
+                let v = unsafe { tensor(t) }.view_src;
+                if v.is_null() {
+                    return t;
+                }
+                t = v;
+            }
+        }
+        // SAFETY: the caller's contract.
+        let r = unsafe { tensor(node) };
+        // A view op makes no access; nor does a NONE node (the scheduler's way to keep its
+        // sources alive, or a view tensor). Their readers do, and are counted at the root.
+        if crate::tensor::meta::is_view_op(r.op) || r.op == ggml_sys::GGML_OP_NONE {
+            return;
+        }
+        // SAFETY: as above.
+        let w = unsafe { root(node) };
+        self.node(w).accessors |= bit;
+        for &src in r.src.iter().filter(|s| !s.is_null()) {
+            // SAFETY: as above.
+            let m = unsafe { root(src) };
+            self.node(m).accessors |= bit;
+        }
+    }
+
+    /// Whether `t` may take over the memory of `owner` (the tensor whose memory it is): with
+    /// [`Planner::set_access`], the memory stays in `owner`'s buffer, so every backend that
+    /// will access `t`'s memory must be able to use that buffer's type.
+    fn usable_by_accessors(&mut self, t: *mut ggml_tensor, owner: *mut ggml_tensor) -> bool {
+        let Some(access) = &self.access else {
+            return true;
+        };
+        let x = self.nodes[self.hash[&owner] as usize].buffer_id;
+        let acc = self.nodes[self.hash[&t] as usize].accessors;
+        if !(0..64).contains(&x) {
+            return true;
+        }
+        let mut rest = acc & !(1u64 << x);
+        while rest != 0 {
+            let b = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if access.get(b).is_some_and(|m| m & (1u64 << x) == 0) {
+                return false;
+            }
+        }
         true
     }
 
@@ -441,6 +535,14 @@ impl Planner {
         // Each node's and source's table entry is looked up once here, for the loop below.
         self.edges.clear();
         self.edges.reserve(2 * nodes.len());
+        // Who accesses which memory, before any node can take over a source's memory (graph
+        // inputs below included).
+        if self.access.is_some() {
+            for (i, &node) in nodes.iter().enumerate() {
+                // SAFETY: live (the caller's contract), with its sources and view sources.
+                unsafe { self.note_accesses(node, id(node_ids, i)) };
+            }
+        }
         for (i, &node) in nodes.iter().enumerate() {
             // SAFETY: live (the caller's contract).
             let r = unsafe { tensor(node) };

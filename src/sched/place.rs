@@ -33,6 +33,7 @@ impl Sched {
             cur_copy: self.cur_copy,
             rewrites: &mut self.replay.rewrites,
             originals: &mut self.originals,
+            view_roots: rule,
         };
         sc.rewrites.clear();
         sc.originals.clear();

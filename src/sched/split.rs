@@ -63,6 +63,10 @@ pub struct SplitCtx<'a> {
     /// source), so that a graph split only to be measured can be given its sources back
     /// ([`super::Sched::restore_sources`]).
     pub originals: &'a mut Vec<(*mut ggml_tensor, u8, *mut ggml_tensor)>,
+    /// Whether a view source is also judged by where its bytes are, its view root's storage
+    /// or placement, besides its own placement (on with the in-place rule; stock judges a
+    /// view by its own placement only, see [`view_root_usable`]).
+    pub view_roots: bool,
 }
 
 /// A new tensor with `src`'s type, shape and strides (stock's `ggml_dup_tensor_layout`),
@@ -172,6 +176,41 @@ fn backend_names(caps: &dyn Caps) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Whether backend `b` can use the memory of `s`'s view root (the end of its view-source
+/// chain), where a view's bytes are: the root's buffer when it has storage, else the compute
+/// buffer type of the backend the root is placed on. True for a tensor that is no view, and
+/// for a root with no storage and no place (nothing to judge it by). A view placed apart from
+/// its root (a user's assignment of the view, say) is otherwise judged by its own placement,
+/// as stock judges it, and a reader beside it is given no copy of memory it cannot use.
+///
+/// # Safety
+/// `s` and its view sources must be live tensors.
+unsafe fn view_root_usable(caps: &dyn Caps, table: &Table, s: *mut ggml_tensor, b: usize) -> bool {
+    let mut root = s;
+    // SAFETY: the caller's contract; a chain of view sources ends (ggml makes a view of an
+    // earlier tensor only).
+    while let Some(v) = unsafe { (*root).view_src.as_mut() } {
+        root = v;
+    }
+    if root == s {
+        return true;
+    }
+    // SAFETY: as above.
+    let buf = unsafe { (*root).buffer };
+    let buft = if !buf.is_null() {
+        // SAFETY: a live tensor's non-NULL buffer is live.
+        unsafe { (*buf).buft }
+    } else {
+        match table.backend(root) {
+            Some(rb) if rb == b => return true,
+            Some(rb) => caps.buft(rb),
+            None => return true,
+        }
+    };
+    // SAFETY: a live buffer type (a live buffer's, or a backend's own).
+    buft == caps.buft(b) || unsafe { caps.supports_buft(b, buft) }
+}
+
 /// Pass 5 over `graph`: replaces the contents of `splits` with the graph's splits. Sources
 /// that need a copy are replaced in the nodes by the copy for `cur_copy` (as stock does,
 /// this edits the user's graph). `first_fallback` is the backend of the first split when
@@ -264,7 +303,11 @@ pub unsafe fn split_graph(
             };
             // SAFETY: `s` is a non-NULL source of a live node, so live, as is its view source
             // (this function's contract).
-            if sb == cur || unsafe { buffer_supported_at(caps, table, s, sid, cur) } {
+            // SAFETY: `s` is a non-NULL source of a live node, so live, as is its view source
+            // (this function's contract).
+            let direct = (sb == cur || unsafe { buffer_supported_at(caps, table, s, sid, cur) })
+                && (!sc.view_roots || unsafe { view_root_usable(caps, table, s, cur) });
+            if direct {
                 continue;
             }
             if !table.has_copies_at(sid, cur) {
@@ -449,6 +492,65 @@ mod tests {
         pool.reset();
     }
 
+    /// A view placed apart from its root (a user's assignment of the view) is read where its
+    /// bytes are, the root's memory: with the in-place rule on, a reader that cannot use the
+    /// root's buffer type gets a copy; stock (and the rule off) judges the view by its own
+    /// placement and gives none. A reader that can use the root's buffer type needs none.
+    #[test]
+    fn a_view_placed_apart_from_its_root_is_read_where_its_bytes_are() {
+        for (view_roots, reader_uses_root, copy) in [
+            (true, false, true),
+            (false, false, false),
+            (true, true, false),
+        ] {
+            let mut caps = Mock::new(&[&[GGML_OP_ADD], &[GGML_OP_ADD], &[GGML_OP_ADD]]);
+            if !reader_uses_root {
+                // B0 cannot use the CPU's host buffer type, where the root is.
+                caps.backends[0].bufts.remove(&0x300);
+            }
+            let mut a = Arena::default();
+            let x = a.input("x");
+            let r = a.tensor("r", GGML_OP_ADD, &[x, x]);
+            let v = a.view_node("v", ggml_sys::GGML_OP_VIEW, r, &[r]);
+            let n = a.tensor("n", GGML_OP_ADD, &[v, v]);
+            let mut nodes = vec![r, v, n];
+            let mut leafs = vec![x];
+            let g = graph(&mut nodes, &mut leafs);
+            let mut t = Table::default();
+            t.set(x, 2, Cause::Input);
+            t.set(r, 2, Cause::UserAssigned);
+            t.set(v, 0, Cause::UserAssigned);
+            t.set(n, 0, Cause::UserAssigned);
+            let mut pool = CtxPool::new(4);
+            let mut sc = SplitCtx {
+                caps: &caps,
+                pool: &mut pool,
+                n_copies: 1,
+                cur_copy: 0,
+                rewrites: &mut Vec::new(),
+                originals: &mut Vec::new(),
+                view_roots,
+            };
+            // SAFETY: tensors live in the arena; the copies in the pool.
+            let ix = unsafe { GraphIds::new(&mut t, &g) };
+            let mut splits = Vec::new();
+            // SAFETY: as above; every node is placed.
+            unsafe { split_graph(&mut sc, &mut t, &g, &ix, 0, &mut splits, &mut Vec::new()) };
+            // SAFETY: as above.
+            let read = unsafe { (*n).src[0] };
+            let case = format!("view_roots {view_roots}, reader uses root {reader_uses_root}");
+            if copy {
+                assert_eq!(name_of(read), "B0#v#0", "{case}");
+                let inputs: Vec<_> = splits.iter().flat_map(|s| s.inputs.clone()).collect();
+                assert_eq!(inputs, vec![v], "{case}");
+            } else {
+                assert_eq!(read, v, "{case}");
+                assert!(splits.iter().all(|s| s.inputs.is_empty()), "{case}");
+            }
+            pool.reset();
+        }
+    }
+
     #[test]
     fn splits_inputs_and_copies() {
         let mut caps = Mock::new(&[&[GGML_OP_ADD], &[GGML_OP_ADD, GGML_OP_MUL]]);
@@ -474,6 +576,7 @@ mod tests {
             cur_copy: 1,
             rewrites: &mut Vec::new(),
             originals: &mut Vec::new(),
+            view_roots: false,
         };
         // SAFETY: tensors live in the arena; the copies in the pool.
         let ix = unsafe { GraphIds::new(&mut t, &g) };
@@ -524,6 +627,7 @@ mod tests {
             cur_copy: 1,
             rewrites: &mut Vec::new(),
             originals: &mut Vec::new(),
+            view_roots: false,
         };
         // SAFETY: as above.
         let inputs = unsafe { graph_inputs(&mut sc, &mut t, &g) };
@@ -566,6 +670,7 @@ mod tests {
             cur_copy: 2,
             rewrites: &mut Vec::new(),
             originals: &mut Vec::new(),
+            view_roots: false,
         };
         // SAFETY: tensors live in the arena; the copies in the pool.
         let inputs = unsafe { graph_inputs(&mut sc, &mut t, &g) };
@@ -657,6 +762,7 @@ mod tests {
                 cur_copy: 0,
                 rewrites: &mut Vec::new(),
                 originals: &mut Vec::new(),
+                view_roots: false,
             };
             let mut splits = Vec::new();
             // SAFETY: the graph's tensors are owned by `b.arena`, every node is placed; the

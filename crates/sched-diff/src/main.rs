@@ -18,8 +18,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use outcome::{
     buffer_sizes, classify, data_differs, differs_only_in_allocation, has_inplace_conflict,
-    has_unusable_write, hazards_only_via_reuse, inplace_candidate, matches_parity, SeedRun,
-    Verdict,
+    has_unusable_read, has_unusable_write, hazards_only_via_reuse, inplace_candidate,
+    matches_parity, SeedRun, Verdict,
 };
 use program::{Arm, Program};
 use std::path::{Path, PathBuf};
@@ -489,6 +489,8 @@ fn real_main() -> Result<bool> {
     let conflict_a = count(&|p| has_inplace_conflict(&p.a.lines));
     let unusable_a = count(&|p| has_unusable_write(&p.a.lines));
     let unusable_b = count(&|p| has_unusable_write(&p.b.lines));
+    let read_a = count(&|p| has_unusable_read(&p.a.lines));
+    let read_b = count(&|p| has_unusable_read(&p.b.lines));
     let conflict_b: Vec<&Pair> = pairs
         .iter()
         .filter(|p| has_inplace_conflict(&p.b.lines))
@@ -553,7 +555,7 @@ fn real_main() -> Result<bool> {
     );
     println!("crashes: A {crash_a}, B {crash_b}");
     println!(
-        "in-place hazards (rule=violated or usable=no): A in {conflict_a} seeds, B in {} seeds ({})",
+        "in-place hazards (rule=violated or usable=no, writes or reads): A in {conflict_a} seeds, B in {} seeds ({})",
         conflict_b.len(),
         if expect_b_clean {
             "each fails: B must enforce the in-place rule"
@@ -563,6 +565,9 @@ fn real_main() -> Result<bool> {
     );
     println!(
         "  of which a writer cannot use the written buffer type (usable=no): A in {unusable_a} seeds, B in {unusable_b} seeds"
+    );
+    println!(
+        "  of which a node reads memory its backend cannot use (READ lines, usable=no or rule=violated): A in {read_a} seeds, B in {read_b} seeds"
     );
     let reuse_b = conflict_b
         .iter()
@@ -579,11 +584,9 @@ fn real_main() -> Result<bool> {
             .collect();
         println!("  B conflict seeds (first 20): {}", list.join(" "));
         if let Some(p) = conflict_b.first() {
-            for l in
-                p.b.lines
-                    .iter()
-                    .filter(|l| l.ends_with(" rule=violated") || l.contains(" usable=no "))
-            {
+            for l in p.b.lines.iter().filter(|l| {
+                l.ends_with(" rule=violated") || l.contains(" usable=no ") || l.starts_with("READ ")
+            }) {
                 println!("  seed {}: {l}", p.b.seed);
             }
         }

@@ -134,11 +134,28 @@ fn unusable(l: &str) -> bool {
     l.contains(" usable=no ")
 }
 
+/// A node's read that fails a judgement (`READ ... usable=no` or `rule=violated`; the driver
+/// writes no other).
+fn read_lines(lines: &[String]) -> impl Iterator<Item = &String> {
+    lines
+        .iter()
+        .filter(|l| l.starts_with("READ ") && (breaks_rule(l) || unusable(l)))
+}
+
 /// Whether a seed's records show an in-place hazard: a writer placed against the
 /// co-location rule (`rule=violated`) or a writer on a backend that cannot use the
-/// buffer type of the memory it writes (`usable=no`). See `docs/sched-diff.md`.
+/// buffer type of the memory it writes (`usable=no`); or a read judged so (a `READ` line).
+/// See `docs/sched-diff.md`.
 pub fn has_inplace_conflict(lines: &[String]) -> bool {
-    inplace_lines(lines).any(|l| breaks_rule(l) || unusable(l))
+    inplace_lines(lines).any(|l| breaks_rule(l) || unusable(l)) || has_unusable_read(lines)
+}
+
+/// Whether a seed's records show a node reading memory its backend cannot use (`READ`
+/// lines): by where the memory is (`usable=no`: ggml-alloc moved it into another backend's
+/// buffer), or by the scheduler's placement of the read root (`rule=violated`: a view
+/// placed apart from its root, judged by the view's placement).
+pub fn has_unusable_read(lines: &[String]) -> bool {
+    read_lines(lines).next().is_some()
 }
 
 /// Whether a seed's records show a writer on a backend that cannot use the buffer type

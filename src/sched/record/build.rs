@@ -620,6 +620,7 @@ mod tests {
                 cur_copy: 0,
                 rewrites: &mut Vec::new(),
                 originals: &mut Vec::new(),
+                view_roots: rule,
             };
             split::split_graph(&mut sc, &mut t, &g, &ix, 0, &mut splits, &mut Vec::new());
             let gi = split::graph_inputs(&mut sc, &mut t, &g);
