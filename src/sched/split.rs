@@ -306,7 +306,9 @@ pub unsafe fn split_graph(
             // SAFETY: `s` is a non-NULL source of a live node, so live, as is its view source
             // (this function's contract).
             let direct = (sb == cur || unsafe { buffer_supported_at(caps, table, s, sid, cur) })
-                && (!sc.view_roots || unsafe { view_root_usable(caps, table, s, cur) });
+                && (!sc.view_roots
+                    || unsafe { (*s).view_src.is_null() }
+                    || unsafe { view_root_usable(caps, table, s, cur) });
             if direct {
                 continue;
             }
