@@ -206,7 +206,8 @@ impl Planner {
     /// memory it cannot reach (`docs/sched.md`, "reads of memory that ggml-alloc moved").
     ///
     /// `access[b]`: bit `x` set when buffer id `b`'s backend can use buffer id `x`'s buffer
-    /// type (bit `b` is always taken as set). `None`, or more than 64 buffer ids, turns it off.
+    /// type (a node of buffer id `x` itself is not asked about `x`). `None`, or more than 64
+    /// buffer ids, turns it off: with more than 64 backends reuse is stock's.
     pub fn set_access(&mut self, access: Option<Vec<u64>>) {
         self.access = access.filter(|a| a.len() == self.bufts.len() && a.len() <= 64);
     }
@@ -634,4 +635,103 @@ pub unsafe fn graph_tensors(graph: &ggml_cgraph) -> (&[*mut ggml_tensor], &[*mut
         part(graph.leafs, graph.n_leafs),
         part(graph.nodes, graph.n_nodes),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::mock::{graph, Arena};
+    use ggml_sys::{GGML_OP_ADD, GGML_OP_MUL, GGML_OP_VIEW};
+
+    unsafe extern "C" fn align_32(_: ggml_backend_buffer_type_t) -> usize {
+        32
+    }
+
+    /// Three distinct buffer types (ids 0, 1, 2), with default sizes (`ggml_nbytes`); the
+    /// vector is not grown after, so their addresses hold.
+    fn bufts() -> Vec<ggml_sys::ggml_backend_buffer_type> {
+        (0..3)
+            .map(|_| {
+                let mut b = ggml_sys::ggml_backend_buffer_type::default();
+                b.iface.get_alignment = Some(align_32);
+                b
+            })
+            .collect()
+    }
+
+    /// Plans `nodes` (buffer ids `ids`) over leaf `x` (buffer id 2) with `access`, and
+    /// returns the buffer id each node's memory is in.
+    fn plan(
+        access: Option<Vec<u64>>,
+        x: *mut ggml_tensor,
+        nodes: &mut [*mut ggml_tensor],
+        ids: &[i32],
+    ) -> Vec<i32> {
+        let types = bufts();
+        let list: Vec<ggml_backend_buffer_type_t> =
+            types.iter().map(|b| b as *const _ as *mut _).collect();
+        // SAFETY: the buffer types live in `types` for the planner's lifetime.
+        let mut p = unsafe { Planner::new(&list, "test") };
+        p.set_access(access);
+        let mut leafs = vec![x];
+        let g = graph(nodes, &mut leafs);
+        // SAFETY: the arena's tensors are live; the id slices cover the nodes and leafs.
+        unsafe { p.walk(&g, Some(ids), Some(&[2])) };
+        nodes
+            .iter()
+            .map(|&n| {
+                // A view's memory is its root's.
+                // SAFETY: live arena tensors.
+                let root = unsafe { (*n).view_src.as_ref() }.map_or(n, |v| v as *const _ as *mut _);
+                p.node(root).buffer_id
+            })
+            .collect()
+    }
+
+    /// D0 (id 0) uses D1's buffers but not host memory; D1 (id 1) uses host memory; the
+    /// CPU (id 2) only its own.
+    fn access() -> Option<Vec<u64>> {
+        Some(vec![0b011, 0b110, 0b100])
+    }
+
+    #[test]
+    fn reuse_keeps_memory_where_every_backend_that_reads_it_can_use_it() {
+        let mut a = Arena::default();
+        let x = a.input("x");
+        // q on the CPU; p on D1 reads it directly and may take its memory (ADD runs in
+        // place); r on D0 reads p.
+        let q = a.tensor("q", GGML_OP_ADD, &[x, x]);
+        let p = a.tensor("p", GGML_OP_ADD, &[q, x]);
+        let r = a.tensor("r", GGML_OP_MUL, &[p, p]);
+        let ids = [2, 1, 0];
+        // Stock's reuse: p's memory is q's, in the CPU's buffer, which D0 cannot use.
+        assert_eq!(plan(None, x, &mut [q, p, r], &ids), vec![2, 2, 0]);
+        // With the access masks: p gets memory of its own, in D1's buffer.
+        assert_eq!(plan(access(), x, &mut [q, p, r], &ids), vec![2, 1, 0]);
+        // A reader that can use host memory (D1 for r) lets the reuse stand.
+        assert_eq!(plan(access(), x, &mut [q, p, r], &[2, 1, 1]), vec![2, 2, 1]);
+    }
+
+    #[test]
+    fn a_reader_of_a_view_and_a_writer_through_one_count_for_the_root() {
+        let mut a = Arena::default();
+        let x = a.input("x");
+        let q = a.tensor("q", GGML_OP_ADD, &[x, x]);
+        let p = a.tensor("p", GGML_OP_ADD, &[q, x]);
+        // r on D0 reads p only through a view of it.
+        let v = a.view_node("v", GGML_OP_VIEW, p, &[p]);
+        let r = a.tensor("r", GGML_OP_MUL, &[v, v]);
+        assert_eq!(
+            plan(access(), x, &mut [q, p, v, r], &[2, 1, 1, 0]),
+            vec![2, 1, 1, 0]
+        );
+        // w on D0 writes p's memory through a view, reading only x: counted at p.
+        let mut a = Arena::default();
+        let x = a.input("x");
+        let q = a.tensor("q", GGML_OP_ADD, &[x, x]);
+        let p = a.tensor("p", GGML_OP_ADD, &[q, x]);
+        let w = a.view_node("w", GGML_OP_ADD, p, &[x, x]);
+        assert_eq!(plan(access(), x, &mut [q, p, w], &[2, 1, 0]), vec![2, 1, 1]);
+        assert_eq!(plan(None, x, &mut [q, p, w], &[2, 1, 0]), vec![2, 2, 2]);
+    }
 }

@@ -328,6 +328,28 @@ impl Sched {
         copy(first, last);
     }
 
+    /// The backend a split input's copy is ordered after: the input's own placement (stock),
+    /// or with the in-place rule on, for a view, its view root's, which writes the bytes the
+    /// copy reads (the split pass copies a view placed apart from its root when the reader
+    /// cannot use the root's memory, `split::view_root_usable`; the view's own backend
+    /// computes nothing).
+    fn input_backend(&self, input: *mut ggml_tensor, id: usize) -> Option<usize> {
+        let own = self.table.backend_at(id);
+        if !self.inplace_rule {
+            return own;
+        }
+        let mut root = input;
+        // SAFETY: a split input is live, and so are its view sources (the graph split last
+        // is alive: `compute_splits`' contract); a chain of view sources ends.
+        while let Some(v) = unsafe { (*root).view_src.as_mut() } {
+            root = v;
+        }
+        if root == input {
+            return own;
+        }
+        self.table.backend(root).or(own)
+    }
+
     /// Computes the splits of the allocated graph (stock `ggml_backend_sched_compute_splits`).
     /// Returns the first failing backend status, else `GGML_STATUS_SUCCESS`.
     ///
@@ -394,8 +416,7 @@ impl Sched {
             for (k, (&input, &id)) in split.inputs.iter().zip(&split.input_ids).enumerate() {
                 crate::sanitize::sched_input(Some(k));
                 let input_backend = self
-                    .table
-                    .backend_at(id)
+                    .input_backend(input, id)
                     .map_or(ptr::null_mut(), |b| self.backends[b]);
                 let cpy = self
                     .table
