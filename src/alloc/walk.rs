@@ -440,22 +440,6 @@ impl Planner {
             return;
         }
         let bit = 1u64 << b;
-        /// The tensor whose memory `t` is (its last view source).
-        ///
-        /// # Safety
-        /// `t` and its view sources must be live.
-        unsafe fn root(mut t: *mut ggml_tensor) -> *mut ggml_tensor {
-            // SAFETY: the caller's contract; a chain of view sources ends (ggml builds views
-            // of earlier tensors only).
-            loop {
-                // SAFETY: as above.
-                let v = unsafe { tensor(t) }.view_src;
-                if v.is_null() {
-                    return t;
-                }
-                t = v;
-            }
-        }
         // SAFETY: the caller's contract.
         let r = unsafe { tensor(node) };
         // A view op makes no access; nor does a NONE node (the scheduler's way to keep its
@@ -464,11 +448,11 @@ impl Planner {
             return;
         }
         // SAFETY: as above.
-        let w = unsafe { root(node) };
+        let w = unsafe { crate::tensor::meta::view_root(node) };
         self.node(w).accessors |= bit;
         for &src in r.src.iter().filter(|s| !s.is_null()) {
             // SAFETY: as above.
-            let m = unsafe { root(src) };
+            let m = unsafe { crate::tensor::meta::view_root(src) };
             self.node(m).accessors |= bit;
         }
     }

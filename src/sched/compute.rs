@@ -338,12 +338,9 @@ impl Sched {
         if !self.inplace_rule {
             return own;
         }
-        let mut root = input;
         // SAFETY: a split input is live, and so are its view sources (the graph split last
-        // is alive: `compute_splits`' contract); a chain of view sources ends.
-        while let Some(v) = unsafe { (*root).view_src.as_mut() } {
-            root = v;
-        }
+        // is alive: `compute_splits`' contract).
+        let root = unsafe { meta::view_root(input) };
         if root == input {
             return own;
         }

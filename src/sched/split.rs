@@ -13,6 +13,7 @@ use super::inspect;
 use super::query::{buffer_supported_at, sources_at};
 use super::table::{GraphIds, Table};
 use crate::ffi::c_name;
+use crate::tensor::meta;
 
 /// A run of consecutive nodes `[i_start, i_end)` of the user's graph computed by one backend.
 pub struct Split {
@@ -186,12 +187,8 @@ fn backend_names(caps: &dyn Caps) -> Vec<Vec<u8>> {
 /// # Safety
 /// `s` and its view sources must be live tensors.
 unsafe fn view_root_usable(caps: &dyn Caps, table: &Table, s: *mut ggml_tensor, b: usize) -> bool {
-    let mut root = s;
-    // SAFETY: the caller's contract; a chain of view sources ends (ggml makes a view of an
-    // earlier tensor only).
-    while let Some(v) = unsafe { (*root).view_src.as_mut() } {
-        root = v;
-    }
+    // SAFETY: the caller's contract.
+    let root = unsafe { meta::view_root(s) };
     if root == s {
         return true;
     }

@@ -92,6 +92,22 @@ pub unsafe fn storage_buffer(t: &ggml_tensor) -> ggml_backend_buffer_t {
     }
 }
 
+/// The tensor whose memory `t` is: the end of its chain of view sources (`t` itself when it
+/// is no view). ggml makes a view only of an earlier tensor, so the chain ends.
+///
+/// # Safety
+/// `t` and every view source on its chain must be live tensors.
+pub unsafe fn view_root(mut t: *mut ggml_tensor) -> *mut ggml_tensor {
+    loop {
+        // SAFETY: the caller's contract.
+        let v = unsafe { (*t).view_src };
+        if v.is_null() {
+            return t;
+        }
+        t = v;
+    }
+}
+
 /// A C string as an owned Rust string ("" for NULL).
 ///
 /// # Safety
