@@ -461,23 +461,20 @@ impl Planner {
     /// [`Planner::set_access`], the memory stays in `owner`'s buffer, so every backend that
     /// will access `t`'s memory must be able to use that buffer's type.
     fn usable_by_accessors(&mut self, t: *mut ggml_tensor, owner: *mut ggml_tensor) -> bool {
-        let Some(access) = &self.access else {
+        if self.access.is_none() {
             return true;
-        };
-        let x = self.nodes[self.hash[&owner] as usize].buffer_id;
-        let acc = self.nodes[self.hash[&t] as usize].accessors;
+        }
+        let (x, acc) = (self.node(owner).buffer_id, self.node(t).accessors);
+        let access = self.access.as_deref().unwrap_or_default();
         if !(0..64).contains(&x) {
             return true;
         }
-        let mut rest = acc & !(1u64 << x);
-        while rest != 0 {
-            let b = rest.trailing_zeros() as usize;
-            rest &= rest - 1;
-            if access.get(b).is_some_and(|m| m & (1u64 << x) == 0) {
-                return false;
-            }
-        }
-        true
+        // Every accessor but those of the owner's own buffer id must be able to use it.
+        let others = acc & !(1u64 << x);
+        access
+            .iter()
+            .enumerate()
+            .all(|(b, m)| others & (1u64 << b) == 0 || m & (1u64 << x) != 0)
     }
 
     /// Plans `graph` (stock `ggml_gallocr_alloc_graph_impl`): leafs first, then graph inputs,

@@ -10,7 +10,7 @@ use ggml_sys::{ggml_cgraph, ggml_tensor};
 use super::caps::Caps;
 use super::ctx::CtxPool;
 use super::inspect;
-use super::query::{buffer_supported_at, sources_at};
+use super::query::{buffer_supported, buffer_supported_at, sources_at};
 use super::table::{GraphIds, Table};
 use crate::ffi::c_name;
 use crate::tensor::meta;
@@ -189,23 +189,10 @@ fn backend_names(caps: &dyn Caps) -> Vec<Vec<u8>> {
 unsafe fn view_root_usable(caps: &dyn Caps, table: &Table, s: *mut ggml_tensor, b: usize) -> bool {
     // SAFETY: the caller's contract.
     let root = unsafe { meta::view_root(s) };
-    if root == s {
-        return true;
-    }
     // SAFETY: as above.
-    let buf = unsafe { (*root).buffer };
-    let buft = if !buf.is_null() {
-        // SAFETY: a live tensor's non-NULL buffer is live.
-        unsafe { (*buf).buft }
-    } else {
-        match table.backend(root) {
-            Some(rb) if rb == b => return true,
-            Some(rb) => caps.buft(rb),
-            None => return true,
-        }
-    };
-    // SAFETY: a live buffer type (a live buffer's, or a backend's own).
-    buft == caps.buft(b) || unsafe { caps.supports_buft(b, buft) }
+    let unknown = unsafe { (*root).buffer.is_null() } && table.backend(root).is_none();
+    // SAFETY: `root` is live and no view.
+    root == s || unknown || unsafe { buffer_supported(caps, table, root, b) }
 }
 
 /// Pass 5 over `graph`: replaces the contents of `splits` with the graph's splits. Sources
@@ -298,8 +285,6 @@ pub unsafe fn split_graph(
                     "GGML_ASSERT(src_backend_id != -1) failed: all inputs should be assigned by now",
                 );
             };
-            // SAFETY: `s` is a non-NULL source of a live node, so live, as is its view source
-            // (this function's contract).
             // SAFETY: `s` is a non-NULL source of a live node, so live, as is its view source
             // (this function's contract).
             let direct = (sb == cur || unsafe { buffer_supported_at(caps, table, s, sid, cur) })
