@@ -16,6 +16,7 @@
 //! false turn the in-place co-location rule off; default on; see `crate::env`),
 //! `GGML_SCHED_DUMP=DIR` (a JSON placement record per distinct graph; see [`record`]).
 
+pub mod access;
 pub mod alloc;
 pub mod assign;
 pub mod caps;
@@ -335,41 +336,6 @@ impl Drop for Sched {
     }
 }
 
-/// Which buffer types each backend can use, as the graph allocator's access masks (bit `x`
-/// of entry `b`: backend `b` can use backend `x`'s buffer type), when in-place reuse could
-/// move memory to where some backend that uses it cannot reach it: a backend `x` that can
-/// use another backend `y`'s buffer type (so a node on `x` reads `y`'s tensors directly and
-/// may take over their memory), and a third that cannot use `y`'s. `None` where no such
-/// three exist (ggml-cuda's devices and the CPU, HRX0 beside the CPU, RPC0 beside CUDA0):
-/// the allocator then reuses as stock does, at no cost.
-///
-/// # Safety
-/// `backends` must hold live backends and `bufts` their buffer types, one each.
-unsafe fn reuse_access(
-    backends: &[ggml_backend_t],
-    bufts: &[ggml_sys::ggml_backend_buffer_type_t],
-) -> Option<Vec<u64>> {
-    let n = backends.len();
-    if n > 64 {
-        return None;
-    }
-    let mut access = vec![0u64; n];
-    for (b, row) in access.iter_mut().enumerate() {
-        // SAFETY: a live backend (this function's contract).
-        let be = unsafe { &*backends[b] };
-        for x in 0..n {
-            // SAFETY: a live buffer type (this function's contract).
-            if bufts[x] == bufts[b] || unsafe { crate::backend::supports_buft(be, bufts[x]) } {
-                *row |= 1 << x;
-            }
-        }
-    }
-    let uses = |b: usize, x: usize| access[b] & (1 << x) != 0;
-    let harm = (0..n)
-        .any(|y| (0..n).any(|x| bufts[x] != bufts[y] && uses(x, y)) && (0..n).any(|b| !uses(b, y)));
-    harm.then_some(access)
-}
-
 /// # Safety
 /// `p` must be NULL or a scheduler made by [`ggml_backend_sched_new`] and not freed.
 unsafe fn sched_ref<'a>(p: ggml_backend_sched_t, func: &str) -> &'a Sched {
@@ -470,7 +436,7 @@ export! {
         let inplace_rule = crate::env::safety_rule("GGML_SCHED_INPLACE_RULE");
         if inplace_rule {
             // SAFETY: `list` holds live backends and `buft_list` their live buffer types.
-            galloc.set_access(unsafe { reuse_access(&list, &buft_list) });
+            galloc.set_access(unsafe { access::reuse_access(&list, &buft_list) });
         }
         let mut s = Box::new(Sched {
             backends: list,
