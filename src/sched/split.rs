@@ -189,10 +189,23 @@ fn backend_names(caps: &dyn Caps) -> Vec<Vec<u8>> {
 unsafe fn view_root_usable(caps: &dyn Caps, table: &Table, s: *mut ggml_tensor, b: usize) -> bool {
     // SAFETY: the caller's contract.
     let root = unsafe { meta::view_root(s) };
+    if root == s {
+        return true;
+    }
     // SAFETY: as above.
-    let unknown = unsafe { (*root).buffer.is_null() } && table.backend(root).is_none();
+    if unsafe { (*root).buffer.is_null() } {
+        // Judged by its placement: none settles nothing, and the reader's own backend uses
+        // its own buffer type (`ggml_backend_sched_new` checked it). Most views read in a
+        // graph (a reshape or permute of a node beside its reader) end here, one lookup each,
+        // without asking the shared rule, which looks the placement up again.
+        match table.backend(root) {
+            None => return true,
+            Some(rb) if rb == b => return true,
+            Some(_) => {}
+        }
+    }
     // SAFETY: `root` is live and no view.
-    root == s || unknown || unsafe { buffer_supported(caps, table, root, b) }
+    unsafe { buffer_supported(caps, table, root, b) }
 }
 
 /// Pass 5 over `graph`: replaces the contents of `splits` with the graph's splits. Sources
