@@ -46,6 +46,14 @@
 //                                       COMPUTE (pre-allocated weight or cache)
 //   INPLACE <i> <name> <op> node=<b> root=<name> root_backend=<b> root_buft=<t>
 //           root_alloc=pre|sched|reused|none usable=yes|no|unknown rule=ok|violated|unknown
+//   READ <i> <name> node=<b> src=<name> root=<name> root_backend=<b> root_buft=<t>
+//           usable=yes|no rule=ok|violated    a node's read of memory its backend cannot use,
+//                                       by where it is (usable) or by the scheduler's
+//                                       placement of the root (rule); only failing reads
+//   VIEWCOPY <i> <name> node=<b> src=<view> view_backend=<b> root=<name> root_backend=<b>
+//           root_buft=<t>               a node reads a split-input copy of a view whose root
+//                                       its backend could use (stale when the reader's split
+//                                       computes the root, needless otherwise)
 //   SPLITS <n> COPIES <n>
 //   BUFSIZE <backend> <bytes>
 //   ASK <name> / SEE <name>             eval callback calls, in order
@@ -1075,8 +1083,12 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
     // remember the original sources: the scheduler replaces inputs of splits by copies
     struct ggml_tensor ** orig = (struct ggml_tensor **) calloc((size_t) (n_nodes ? n_nodes : 1) * GGML_MAX_SRC,
                                                                sizeof(struct ggml_tensor *));
+    // and the node order (a test device's graph_optimize may reorder its split's nodes)
+    struct ggml_tensor ** orig_nodes =
+        (struct ggml_tensor **) calloc((size_t) (n_nodes ? n_nodes : 1), sizeof(struct ggml_tensor *));
     for (int i = 0; i < n_nodes; i++) {
         memcpy(&orig[i * GGML_MAX_SRC], ggml_graph_node(gf, i)->src, sizeof(struct ggml_tensor *) * GGML_MAX_SRC);
+        orig_nodes[i] = ggml_graph_node(gf, i);
     }
 
     bool ok = ggml_backend_sched_alloc_graph(sched, gf);
@@ -1197,6 +1209,34 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
             if (s == NULL) {
                 continue;
             }
+            // A split-input copy of a view whose root the reader's backend could use, by the
+            // scheduler's placement of the root (as READ's rule judges): stock judges a view
+            // by its own placement, and a view placed apart from its root gets a copy, made
+            // at the start of the reader's split, so stale when that split computes the
+            // root, and needless otherwise.
+            int k = 0;
+            while (k < n_nodes && orig_nodes[k] != node) {
+                k++;
+            }
+            struct ggml_tensor * o = k < n_nodes ? orig[k * GGML_MAX_SRC + j] : NULL;
+            if (o != NULL && o != s && o->view_src != NULL) {
+                struct ggml_tensor * oroot = o->view_src;
+                while (oroot->view_src != NULL) {
+                    oroot = oroot->view_src;
+                }
+                ggml_backend_t             orb  = ggml_backend_sched_get_tensor_backend(sched, oroot);
+                bool                       opre = oroot->buffer != NULL &&
+                            ggml_backend_buffer_get_usage(oroot->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE;
+                ggml_backend_buffer_type_t obuft =
+                    opre ? oroot->buffer->buft : orb ? ggml_backend_sched_get_buffer_type(sched, orb) : NULL;
+                if (obuft != NULL && (nb == orb || obuft == ggml_backend_sched_get_buffer_type(sched, nb) ||
+                                      tdev_supports_buft_impl(tdev_of_backend(nb), obuft))) {
+                    printf("VIEWCOPY %d %s node=%s src=%s view_backend=%s root=%s root_backend=%s root_buft=%s\n", i,
+                           node->name, backend_name_or_dash(nb), o->name,
+                           backend_name_or_dash(ggml_backend_sched_get_tensor_backend(sched, o)), oroot->name,
+                           backend_name_or_dash(orb), ggml_backend_buft_name(obuft));
+                }
+            }
             struct ggml_tensor * root = s;
             while (root->view_src != NULL) {
                 root = root->view_src;
@@ -1229,6 +1269,7 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
     }
 
     free(orig);
+    free(orig_nodes);
     free_graph(g);
 }
 

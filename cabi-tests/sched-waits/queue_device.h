@@ -1,5 +1,5 @@
-// queue_device.h: the two test devices of cabi-tests/sched-waits, for queued_copy.c and
-// direct_write.c (each includes it once; everything is static).
+// queue_device.h: the test devices of cabi-tests/sched-waits, for queued_copy.c,
+// direct_write.c and view_input.c (each includes it once; everything is static).
 //
 // Device TA (GPU type, its own buffer type in host memory) has a backend whose work waits in
 // a queue until synchronize (or an event's synchronize), like a GPU that has not reached it:
@@ -10,8 +10,10 @@
 //     and written when the queue runs it), set_tensor_async and get_tensor_async are queued
 //     too.
 // Device TCPU (CPU type, CPU buffer type) computes at once and, like ggml-cpu, has no
-// synchronize. init_devices() puts the interfaces in place, with TA's events when PIPELINE is
-// set; other supports_buft answers are the caller's to put in TA's interface.
+// synchronize. Device TB (GPU type, for view_input.c) computes at once too, in a buffer type
+// of its own that no device shares. init_devices() puts the interfaces in place, with TA's
+// events when PIPELINE is set; other supports_buft answers are the caller's to put in TA's
+// interface.
 
 #ifndef SCHED_WAITS_QUEUE_DEVICE_H
 #define SCHED_WAITS_QUEUE_DEVICE_H
@@ -59,14 +61,14 @@ static void run_to(int upto) {
 }
 static void drain(void) { run_to(nq); }
 
-static struct ggml_backend_device dev_a, dev_cpu;
+static struct ggml_backend_device dev_a, dev_cpu, dev_b;
 
-static const char * dev_name(ggml_backend_dev_t d) { return d == &dev_a ? "TA" : "TCPU"; }
+static const char * dev_name(ggml_backend_dev_t d) { return d == &dev_a ? "TA" : d == &dev_b ? "TB" : "TCPU"; }
 static const char * be_name(ggml_backend_t b) { return dev_name(b->device); }
 static void         be_free(ggml_backend_t b) { free(b); }
 static void         dev_memory(ggml_backend_dev_t d, size_t * f, size_t * t) { (void) d; *f = *t = 1u << 30; }
 static enum ggml_backend_dev_type dev_type(ggml_backend_dev_t d) {
-    return d == &dev_a ? GGML_BACKEND_DEVICE_TYPE_GPU : GGML_BACKEND_DEVICE_TYPE_CPU;
+    return d == &dev_cpu ? GGML_BACKEND_DEVICE_TYPE_CPU : GGML_BACKEND_DEVICE_TYPE_GPU;
 }
 static void dev_props(ggml_backend_dev_t d, struct ggml_backend_dev_props * p) {
     p->name = p->description = dev_name(d);
@@ -88,8 +90,22 @@ static bool   buft_a_is_host(ggml_backend_buffer_type_t b) { (void) b; return tr
 static struct ggml_backend_buffer_type buft_a = {
     { buft_a_name, buft_a_alloc, buft_a_align, NULL, NULL, buft_a_is_host }, &dev_a, NULL };
 
+// TB's buffer type: CPU buffers relabelled, not host-addressable (no other device may use it,
+// and TB uses no other): a device that reads everything of another's through a copy.
+static struct ggml_backend_buffer_type buft_b;
+static const char * buft_b_name(ggml_backend_buffer_type_t b) { (void) b; return "TB"; }
+static ggml_backend_buffer_t buft_b_alloc(ggml_backend_buffer_type_t bt, size_t size) {
+    (void) bt;
+    ggml_backend_buffer_t b = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), size);
+    if (b) b->buft = &buft_b;
+    return b;
+}
+static bool   buft_b_is_host(ggml_backend_buffer_type_t b) { (void) b; return false; }
+static struct ggml_backend_buffer_type buft_b = {
+    { buft_b_name, buft_b_alloc, buft_a_align, NULL, NULL, buft_b_is_host }, &dev_b, NULL };
+
 static ggml_backend_buffer_type_t dev_buft(ggml_backend_dev_t d) {
-    return d == &dev_a ? &buft_a : ggml_backend_cpu_buffer_type();
+    return d == &dev_a ? &buft_a : d == &dev_b ? &buft_b : ggml_backend_cpu_buffer_type();
 }
 static bool dev_supports_op(ggml_backend_dev_t d, const struct ggml_tensor * t) { (void) d; (void) t; return true; }
 static bool dev_supports_buft(ggml_backend_dev_t d, ggml_backend_buffer_type_t b) { return b == dev_buft(d); }
@@ -100,12 +116,17 @@ static const struct ggml_backend_device_i dev_iface = {
     .supports_op = dev_supports_op, .supports_buft = dev_supports_buft,
 };
 
-// TCPU: synchronous ADD.
+// Whether an op computes nothing (its result is a view of its source's bytes).
+static int is_view_op(enum ggml_op op) {
+    return op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE || op == GGML_OP_TRANSPOSE;
+}
+
+// TCPU (and TB): synchronous ADD.
 static enum ggml_status cpu_compute(ggml_backend_t b, struct ggml_cgraph * g) {
     (void) b;
     for (int i = 0; i < ggml_graph_n_nodes(g); i++) {
         struct ggml_tensor * n = ggml_graph_node(g, i);
-        if (n->op == GGML_OP_NONE) continue;
+        if (n->op == GGML_OP_NONE || is_view_op(n->op)) continue;
         if (n->op != GGML_OP_ADD) return GGML_STATUS_FAILED;
         for (int64_t k = 0; k < ggml_nelements(n); k++) {
             ((float *) n->data)[k] = ((float *) n->src[0]->data)[k] + ((float *) n->src[1]->data)[k];
@@ -119,7 +140,7 @@ static enum ggml_status a_compute(ggml_backend_t b, struct ggml_cgraph * g) {
     (void) b;
     for (int i = 0; i < ggml_graph_n_nodes(g); i++) {
         struct ggml_tensor * n = ggml_graph_node(g, i);
-        if (n->op == GGML_OP_NONE) continue;
+        if (n->op == GGML_OP_NONE || is_view_op(n->op)) continue;
         if (n->op == GGML_OP_OPT_STEP_ADAMW) {
             // only its write of the first moment, modelled as m = grad (src[2] = src[1])
             push((struct op){ OP_COPY, n->src[2]->data, n->src[1]->data, NULL, ggml_nbytes(n->src[2]) });
@@ -177,11 +198,12 @@ static ggml_backend_t new_backend(ggml_backend_dev_t d) {
     return b;
 }
 
-// Puts both devices' interfaces in place and, when PIPELINE is set in the environment, gives
+// Puts the devices' interfaces in place and, when PIPELINE is set in the environment, gives
 // TA its events. Returns whether PIPELINE is set (make the scheduler parallel then).
 static int init_devices(void) {
     dev_a.iface = dev_iface;
     dev_cpu.iface = dev_iface;
+    dev_b.iface = dev_iface;
     int parallel = getenv("PIPELINE") != NULL;
     if (parallel) {
         dev_a.iface.event_new = ev_new;

@@ -48,7 +48,7 @@ out=$root/target/sched-waits
 mkdir -p "$out"
 [ -f "$ours/libggml-base.so.0" ] || { echo "install ours first: $ours/libggml-base.so.0" >&2; exit 2; }
 [ -f "$stock/libggml-base.so.0" ] || { echo "build stock first: $stock/libggml-base.so.0" >&2; exit 2; }
-for prog in queued_copy direct_write; do
+for prog in queued_copy direct_write view_input; do
   cc -std=c11 -Wall -Wextra -Werror -O1 -g -I"$up/include" -I"$up/src" \
      "$root/cabi-tests/sched-waits/$prog.c" -o "$out/$prog" -L"$stock" -lggml-base || exit 2
 done
@@ -62,16 +62,20 @@ cmd_of() {
     reuse) cmd=("$out/direct_write" 3 reuse) ;;
     adamw) cmd=("$out/direct_write" 3 adamw) ;;
     copy) cmd=("$out/direct_write" 3 copy) ;;
+    order | apart) cmd=("$out/view_input" 3 "$1") ;;
     *) cmd=("$out/queued_copy" 3 "$1") ;;
   esac
 }
 # check ARM LIBDIR GRAPH PIPELINE WANT [CB]: one run (CB=1: with an eval callback), its
-# wrong-value count against WANT
+# wrong-value count against WANT; with the settings in the array `extra` (names both arms)
+extra=()
 check() {
   local arm=$1 lib=$2 graph=$3 pipe=$4 want=$5 cb=${6:-0} log got envs=() cmd
   [ "$pipe" = 1 ] && envs+=(PIPELINE=1)
   [ "$cb" = 1 ] && envs+=(CB=1)
-  log=$out/$arm-$graph-pipeline$pipe-cb$cb.out
+  envs+=("${extra[@]}")
+  [ ${#extra[@]} = 0 ] || arm="$arm ${extra[*]}"
+  log=$out/${arm// /_}-$graph-pipeline$pipe-cb$cb.out
   cmd_of "$graph"
   env "${envs[@]}" LD_LIBRARY_PATH="$lib" timeout 60 "${cmd[@]}" > "$log" 2>&1
   got=$(sed -n 's/^\(OK\|FAIL\): \([0-9]*\) wrong values$/\2/p' "$log")
@@ -107,6 +111,31 @@ done
 # serial only (the table's why); direct_write refuses to run where no CPU node gets the bytes
 check stock "$stock" copy 0 12
 check ours "$ours:$stock" copy 0 0
+# view_input.c: a view split input is read where its bytes are. Its copy waits for the
+# backend that wrote them (order: TA's in-place write, not its root's TCPU; ours with stock's
+# waits, GGML_SCHED_INPUT_WAITS=input, gave 24 wrong values before 2026-12-08, every token),
+# and a view placed apart from a root beside its reader is read without a copy (apart: stock
+# copies it at the start of the split that computes the root, before the root is written,
+# 24 wrong values; ours with the in-place rule off does as stock, on purpose).
+#
+#   arm                 graph  wrong
+#   stock               order   0
+#   ours, either waits  order   0
+#   stock               apart  24
+#   ours                apart   0
+#   ours, rule off      apart  24
+for pipe in 0 1; do
+  check stock "$stock" order "$pipe" 0
+  check ours "$ours:$stock" order "$pipe" 0
+  extra=(GGML_SCHED_INPUT_WAITS=input)
+  check ours "$ours:$stock" order "$pipe" 0
+  extra=()
+  check stock "$stock" apart "$pipe" 24
+  check ours "$ours:$stock" apart "$pipe" 0
+  extra=(GGML_SCHED_INPLACE_RULE=0)
+  check ours "$ours:$stock" apart "$pipe" 24
+  extra=()
+done
 # The sanitizer (ours only) must see the race where it happens and nothing where it does not:
 # our waits, every variant, no report; stock's waits (GGML_SCHED_INPUT_WAITS=input) with the
 # copy last or with pipeline copies, one report for each token whose CPU split overwrote the
@@ -134,6 +163,8 @@ sanitize() {
     named="read after unordered write.*split 1 on TCPU.*earlier: write of .* on TA"
   [ "$graph" = reuse ] &&
     named="write after unordered write.*now: *write of .* of split 2 on TCPU.*earlier: write of .* on TA"
+  [ "$graph" = apart ] &&
+    named="stale split input copy: node .* 's' (ADD) of split 0 on TB reads 'TB#v#0'.*written again after that copy: write of 'r'"
   [ "$graph" = copy ] &&
     named="write after unordered write.*now: *write of 'y' .* of split 1 on TCPU.*earlier: write of .*(cpy_tensor_async).* on TA"
   got=$(sed -n 's/^ggml_backend_sched_sanitize: [0-9]* accesses checked, \([0-9]*\) reports$/\1/p' "$log")
@@ -166,5 +197,13 @@ sanitize GGML_SCHED_INPUT_WAITS=input -- reuse 1 6
 sanitize GGML_SCHED_INPUT_WAITS=input -- adamw 0 3
 sanitize GGML_SCHED_INPUT_WAITS=input -- adamw 1 3
 sanitize GGML_SCHED_INPUT_WAITS=input -- copy 0 12
+# view_input.c: no report in ours, with either waits; with the rule off the apart graph's
+# stale copy is reported once a token
+for pipe in 0 1; do
+  sanitize -- order "$pipe" 0
+  sanitize GGML_SCHED_INPUT_WAITS=input -- order "$pipe" 0
+  sanitize -- apart "$pipe" 0
+  sanitize GGML_SCHED_INPLACE_RULE=0 -- apart "$pipe" 3
+done
 [ "$fail" = 0 ] && echo "[sched-waits] PASS" || echo "[sched-waits] FAIL"
 exit "$fail"

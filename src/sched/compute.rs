@@ -329,22 +329,29 @@ impl Sched {
     }
 
     /// The backend a split input's copy is ordered after: the input's own placement (stock),
-    /// or with the in-place rule on, for a view, its view root's, which writes the bytes the
-    /// copy reads (the split pass copies a view placed apart from its root when the reader
-    /// cannot use the root's memory, `split::view_root_usable`; the view's own backend
-    /// computes nothing).
+    /// or with the in-place rule on, for a view, the backend of the tensor that wrote the
+    /// bytes the copy reads: down the view-source chain past every pure view (a view op, or
+    /// NONE, computes nothing where it is placed) to the first tensor that computes, an
+    /// in-place writer or the view root. The split pass copies a view placed apart from its
+    /// root when the reader cannot use the root's memory (`split::view_root_usable`); a view
+    /// an in-place writer made (`add_inplace` of a root on the CPU, run on a device that can
+    /// use host memory) holds that writer's bytes, not its root's producer's.
     fn input_backend(&self, input: *mut ggml_tensor, id: usize) -> Option<usize> {
         let own = self.table.backend_at(id);
         if !self.inplace_rule {
             return own;
         }
+        let mut writer = input;
         // SAFETY: a split input is live, and so are its view sources (the graph split last
-        // is alive: `compute_splits`' contract).
-        let root = unsafe { meta::view_root(input) };
-        if root == input {
+        // is alive: `compute_splits`' contract). The chain is as long as the views stacked
+        // on the root, each a live tensor of the graph.
+        while let Some(src) = unsafe { pure_view_source(writer) } {
+            writer = src;
+        }
+        if writer == input {
             return own;
         }
-        self.table.backend(root).or(own)
+        self.table.backend(writer).or(own)
     }
 
     /// Computes the splits of the allocated graph (stock `ggml_backend_sched_compute_splits`).
@@ -608,6 +615,17 @@ impl Sched {
         crate::sanitize::sched_graph(false);
         ggml_sys::GGML_STATUS_SUCCESS
     }
+}
+
+/// The view source of `t` when `t` is a pure view (it has a view source and computes
+/// nothing: a view op, or NONE), else `None` (no view, or an in-place writer).
+///
+/// # Safety
+/// `t` must be a live tensor.
+unsafe fn pure_view_source(t: *mut ggml_tensor) -> Option<*mut ggml_tensor> {
+    // SAFETY: the caller's contract; only read.
+    let tr = unsafe { &*t };
+    (!tr.view_src.is_null() && !super::inplace::is_inplace_writer(tr)).then_some(tr.view_src)
 }
 
 #[cfg(test)]

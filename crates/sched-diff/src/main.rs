@@ -18,8 +18,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use outcome::{
     buffer_sizes, classify, data_differs, differs_only_in_allocation, has_inplace_conflict,
-    has_unusable_read, has_unusable_write, hazards_only_via_reuse, inplace_candidate,
-    matches_parity, SeedRun, Verdict,
+    has_unusable_read, has_unusable_write, has_view_copy, hazards_only_via_reuse,
+    inplace_candidate, matches_parity, SeedRun, Verdict,
 };
 use program::{Arm, Program};
 use std::path::{Path, PathBuf};
@@ -491,6 +491,8 @@ fn real_main() -> Result<bool> {
     let unusable_b = count(&|p| has_unusable_write(&p.b.lines));
     let read_a = count(&|p| has_unusable_read(&p.a.lines));
     let read_b = count(&|p| has_unusable_read(&p.b.lines));
+    let view_copy_a = count(&|p| has_view_copy(&p.a.lines));
+    let view_copy_b = count(&|p| has_view_copy(&p.b.lines));
     let conflict_b: Vec<&Pair> = pairs
         .iter()
         .filter(|p| has_inplace_conflict(&p.b.lines))
@@ -569,6 +571,9 @@ fn real_main() -> Result<bool> {
     println!(
         "  of which a node reads memory its backend cannot use (READ lines, usable=no or rule=violated): A in {read_a} seeds, B in {read_b} seeds"
     );
+    println!(
+        "  of which a node reads a copy of a view whose root its backend could use (VIEWCOPY lines: stale when its split computes the root, else needless): A in {view_copy_a} seeds, B in {view_copy_b} seeds"
+    );
     let reuse_b = conflict_b
         .iter()
         .filter(|p| hazards_only_via_reuse(&p.b.lines))
@@ -585,7 +590,10 @@ fn real_main() -> Result<bool> {
         println!("  B conflict seeds (first 20): {}", list.join(" "));
         if let Some(p) = conflict_b.first() {
             for l in p.b.lines.iter().filter(|l| {
-                l.ends_with(" rule=violated") || l.contains(" usable=no ") || l.starts_with("READ ")
+                l.ends_with(" rule=violated")
+                    || l.contains(" usable=no ")
+                    || l.starts_with("READ ")
+                    || l.starts_with("VIEWCOPY ")
             }) {
                 println!("  seed {}: {l}", p.b.seed);
             }

@@ -144,10 +144,22 @@ fn read_lines(lines: &[String]) -> impl Iterator<Item = &String> {
 
 /// Whether a seed's records show an in-place hazard: a writer placed against the
 /// co-location rule (`rule=violated`) or a writer on a backend that cannot use the
-/// buffer type of the memory it writes (`usable=no`); or a read judged so (a `READ` line).
+/// buffer type of the memory it writes (`usable=no`); a read judged so (a `READ` line); or
+/// a copy of a view whose root the reader could use ([`has_view_copy`]).
 /// See `docs/sched-diff.md`.
 pub fn has_inplace_conflict(lines: &[String]) -> bool {
-    inplace_lines(lines).any(|l| breaks_rule(l) || unusable(l)) || has_unusable_read(lines)
+    inplace_lines(lines).any(|l| breaks_rule(l) || unusable(l))
+        || has_unusable_read(lines)
+        || has_view_copy(lines)
+}
+
+/// Whether a seed's records show a node reading a split-input copy of a view whose root its
+/// backend could use (`VIEWCOPY` lines): the view judged by its own placement, as stock
+/// judges it. The copy is made at the start of the reader's split, so it is stale when that
+/// split computes the root (a view placed apart from a root beside its reader), and
+/// needless otherwise.
+pub fn has_view_copy(lines: &[String]) -> bool {
+    lines.iter().any(|l| l.starts_with("VIEWCOPY "))
 }
 
 /// Whether a seed's records show a node reading memory its backend cannot use (`READ`

@@ -12,10 +12,12 @@ use super::super::table::{PtrIndex, Table};
 use crate::tensor::meta;
 
 /// For each node that ggml-alloc may give the memory of one of its sources (an
-/// "inplace-able" op, a source of the same layout that is gallocr's own, not an output, and
-/// whose last reader it is, with no live view), that source. A structural replay of
-/// `ggml_gallocr_alloc_graph`'s counting over the user's graph, before input copies exist:
-/// a prediction, used only to judge where produced storage will really live.
+/// "inplace-able" op, a source of the same layout that is gallocr's own (no view, no memory
+/// yet), not an output, and whose last reader it is, with no live view), that source. A
+/// source read through a copy counts as the copy, in the node's own buffer: taken over, it
+/// ends the search with no candidate. A structural replay of `ggml_gallocr_alloc_graph`'s
+/// counting over the user's graph, before input copies exist: a prediction, used only to
+/// judge where produced storage will really live.
 ///
 /// # Safety
 /// `graph` must be a live graph of live tensors.
@@ -50,10 +52,14 @@ unsafe fn reuse_candidates(
             [(std::ptr::null_mut(), false, false); ggml_sys::GGML_MAX_SRC as usize];
         for (j, s) in inspect::sources(node) {
             let direct = match nb {
-                Some(b) => {
-                    // SAFETY: a non-NULL source of a live node, live with its view source.
-                    table.backend(s) == Some(b) || unsafe { buffer_supported(caps, table, s, b) }
-                }
+                // SAFETY: a non-NULL source of a live node, live with its view sources. The
+                // rule is on (this runs only for it), so a view is judged by its root.
+                Some(b) => unsafe {
+                    super::super::split::reads_directly(caps, table, s, b, true, || {
+                        // SAFETY: as above.
+                        table.backend(s) == Some(b) || buffer_supported(caps, table, s, b)
+                    })
+                },
                 None => true,
             };
             // (source, read directly, counts as a reader)
@@ -62,6 +68,9 @@ unsafe fn reuse_candidates(
         }
         out
     };
+    // Readers of each copy, by (source, backend): the split pass makes one copy of a source
+    // per backend, and every node of that backend that cannot use the source reads it.
+    let mut copy_readers: HashMap<(usize, usize), i32> = HashMap::default();
     for &n in nodes {
         // SAFETY: a node of the live graph, non-NULL (as in `reads`).
         let node = unsafe { &*n };
@@ -69,10 +78,14 @@ unsafe fn reuse_candidates(
             let i = slot(node.view_src, &mut counts);
             counts[i].1 += 1;
         }
-        for (s, _, counted) in reads(n, &mut copied) {
+        let nb = table.backend(n).unwrap_or(usize::MAX);
+        for (s, direct, counted) in reads(n, &mut copied) {
             if counted {
                 let i = slot(s, &mut counts);
                 counts[i].0 += 1;
+            }
+            if !s.is_null() && !direct {
+                *copy_readers.entry((s as usize, nb)).or_default() += 1;
             }
         }
     }
@@ -85,41 +98,50 @@ unsafe fn reuse_candidates(
         // SAFETY: a node of the live graph, non-NULL (as in `reads`).
         let t = unsafe { &*n };
         let held = reads(n, &mut copied);
+        let nb = table.backend(n).unwrap_or(usize::MAX);
         if t.view_src.is_null() && t.buffer.is_null() && caps.op_can_inplace(t.op) {
             for &(p, direct, _) in &held {
-                if p.is_null() || !direct {
-                    // Through a copy: the copy's memory is in this backend's buffer anyway.
+                if p.is_null() {
                     continue;
                 }
                 // SAFETY: a non-NULL source of a live node, so live.
                 let pr = unsafe { &*p };
-                // SAFETY: a live tensor's view source is NULL or live.
-                let own = unsafe { meta::storage_buffer(pr) }.is_null();
-                // SAFETY: as above: `as_ref` gives `None` for NULL, else a live tensor.
-                let view_src = unsafe { pr.view_src.as_ref() };
-                let is_output = pr.flags & output != 0
-                    || (pipeline && pr.flags & input != 0)
-                    || view_src.is_some_and(|v| v.flags & output != 0);
+                if !direct {
+                    // Through a copy, which is in this backend's buffer. ggml-alloc takes it
+                    // over, and looks no further, when this node is its last reader and the
+                    // layouts match (a copy has its source's; with pipeline copies each is
+                    // flagged an output, and never taken over).
+                    let last = copy_readers.get(&(p as usize, nb)) == Some(&1);
+                    if last && !pipeline && meta::same_layout(pr, t) {
+                        break;
+                    }
+                    continue;
+                }
+                // ggml-alloc takes over only memory it placed for a tensor of its own, and a
+                // view has none (`ggml_gallocr_is_own`: a view is never allocated).
+                if !pr.view_src.is_null() {
+                    continue;
+                }
+                // Memory ggml-alloc places: none yet, neither a buffer nor data.
+                let own = pr.buffer.is_null() && pr.data.is_null();
+                let is_output = pr.flags & output != 0 || (pipeline && pr.flags & input != 0);
                 let same_layout = meta::same_layout(pr, t);
                 if !own || is_output || !same_layout {
                     continue;
                 }
                 let pi = slot(p, &mut counts);
                 if counts[pi] == (1, 0) {
-                    if pr.view_src.is_null() {
-                        cand.insert(n, p);
-                        break;
-                    }
-                    let vs = pr.view_src;
-                    let vi = slot(vs, &mut counts);
-                    if counts[vi] == (0, 1) && pr.view_offs == 0 {
-                        cand.insert(n, vs);
-                        break;
-                    }
+                    cand.insert(n, p);
+                    break;
                 }
             }
         }
-        for (p, _, counted) in held {
+        for (p, direct, counted) in held {
+            if !p.is_null() && !direct {
+                if let Some(r) = copy_readers.get_mut(&(p as usize, nb)) {
+                    *r -= 1;
+                }
+            }
             if !counted {
                 continue;
             }
@@ -447,4 +469,81 @@ unsafe fn memory_buft_uncached(
         }
     }
     Some(caps.buft(tb))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::mock::{graph, Arena, Mock};
+    use crate::sched::table::Cause;
+    use ggml_sys::GGML_OP_ADD;
+
+    /// The prediction for `nodes` (every one placed as given) over backends B0, which cannot
+    /// use the CPU's memory, and the CPU: node name to the source whose memory it takes.
+    fn predict(
+        nodes: &mut [*mut ggml_tensor],
+        leafs: &mut [*mut ggml_tensor],
+        placed: &[(*mut ggml_tensor, usize)],
+    ) -> Vec<(String, String)> {
+        let mut caps = Mock::new(&[&[GGML_OP_ADD], &[GGML_OP_ADD]]);
+        caps.backends[0].bufts.remove(&0x200);
+        let g = graph(nodes, leafs);
+        let mut t = Table::default();
+        for &(x, b) in placed {
+            t.set(x, b, Cause::UserAssigned);
+        }
+        // SAFETY: every tensor is the arena's, alive for the test.
+        let cand = unsafe { reuse_candidates(&caps, &t, &g, false) };
+        // SAFETY: as above.
+        let name = |x: *mut ggml_tensor| unsafe { inspect::name(&*x) }.to_string();
+        let mut out: Vec<_> = cand.into_iter().map(|(n, p)| (name(n), name(p))).collect();
+        out.sort();
+        out
+    }
+
+    /// A node on B0 reading a CPU tensor through a copy: ggml-alloc takes over the copy (in
+    /// B0's buffer) when the node is its last reader, and looks at no later source; while
+    /// another B0 node still reads the copy, it goes on to the next source.
+    #[test]
+    fn a_copy_read_last_is_taken_over_and_ends_the_search() {
+        for later_reader in [false, true] {
+            let mut a = Arena::default();
+            let x = a.input("x");
+            let cpu_node = a.tensor("a", GGML_OP_ADD, &[x, x]);
+            let c = a.tensor("c", GGML_OP_ADD, &[x, x]);
+            let t = a.tensor("t", GGML_OP_ADD, &[cpu_node, c]);
+            let u = a.tensor("u", GGML_OP_ADD, &[cpu_node, t]);
+            let mut nodes = vec![cpu_node, c, t];
+            let mut placed = vec![(x, 1), (cpu_node, 1), (c, 0), (t, 0)];
+            if later_reader {
+                nodes.push(u);
+                placed.push((u, 0));
+            }
+            let got = predict(&mut nodes, &mut [x], &placed);
+            let t_takes: Vec<_> = got.iter().filter(|(n, _)| n == "t").collect();
+            if later_reader {
+                // The copy has a reader after t: t takes c's memory (B0's own).
+                assert_eq!(t_takes, [&("t".to_string(), "c".to_string())]);
+            } else {
+                // t takes the copy: no candidate (the memory is B0's), and not c's.
+                assert!(t_takes.is_empty(), "{got:?}");
+            }
+        }
+    }
+
+    /// A view is never ggml-alloc's own allocation, so a node never takes over a view's
+    /// memory (nor, through it, its root's): the search goes on to the next source.
+    #[test]
+    fn a_view_source_is_never_taken_over() {
+        let mut a = Arena::default();
+        let x = a.input("x");
+        let r = a.tensor("r", GGML_OP_ADD, &[x, x]);
+        let v = a.view_node("v", ggml_sys::GGML_OP_VIEW, r, &[r]);
+        let y = a.tensor("y", GGML_OP_ADD, &[x, x]);
+        let t = a.tensor("t", GGML_OP_ADD, &[v, y]);
+        let placed = [(x, 1), (r, 1), (v, 1), (y, 1), (t, 1)];
+        let got = predict(&mut [r, v, y, t], &mut [x], &placed);
+        assert!(got.contains(&("t".to_string(), "y".to_string())), "{got:?}");
+        assert!(!got.iter().any(|(_, p)| p == "r" || p == "v"), "{got:?}");
+    }
 }

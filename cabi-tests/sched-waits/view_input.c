@@ -1,0 +1,108 @@
+// view_input.c: split inputs that are views (a break helper's two cases, 2026-12-08). A view
+// computes nothing: its bytes are its view root's, written by the root's producer or by an
+// in-place writer of it. Two graphs, N tokens of 8 values each; prints "OK|FAIL: K wrong
+// values".
+//
+//   order  TA (queued until synchronize, may use the CPU's buffer type), TB (its own buffer
+//          type only), TCPU. c = x + x on TCPU, w = add_inplace(c, x) on TA (writes c's
+//          bytes, queued), r = w + w on TB, which reads w through a copy. The copy must wait
+//          for TA, the backend that wrote the bytes, not for c's (TCPU). Expected r = 6x.
+//   apart  TB, TCPU. r = x + x on TB; v, a view of all of r, assigned to TCPU; s = v + v on
+//          TB. Judged by its own placement, v is copied for s at the start of the split that
+//          computes r (stale: the copy runs before r is written); judged by its root's, s
+//          reads it where it is. Expected s = 4x.
+//
+//   view_input N order|apart      (PIPELINE=1: a parallel scheduler, TA with events)
+
+#include "queue_device.h"
+
+#define N 8
+
+static bool a_uses_host(ggml_backend_dev_t d, ggml_backend_buffer_type_t b) {
+    return b == dev_buft(d) || b == ggml_backend_cpu_buffer_type();
+}
+
+static struct ggml_tensor * named(struct ggml_tensor * t, const char * name) {
+    ggml_set_name(t, name);
+    return t;
+}
+
+int main(int argc, char ** argv) {
+    if (argc != 3 || (strcmp(argv[2], "order") != 0 && strcmp(argv[2], "apart") != 0)) {
+        fprintf(stderr, "usage: view_input N order|apart\n");
+        return 2;
+    }
+    int  n_tokens = atoi(argv[1]);
+    bool order    = strcmp(argv[2], "order") == 0;
+    int  parallel = init_devices();
+    dev_a.iface.supports_buft = a_uses_host;
+
+    ggml_backend_t ta = new_backend(&dev_a), tb = new_backend(&dev_b), tcpu = new_backend(&dev_cpu);
+    ggml_backend_t list_order[3] = { ta, tb, tcpu };
+    ggml_backend_t list_apart[2] = { tb, tcpu };
+    ggml_backend_sched_t sched =
+        order ? ggml_backend_sched_new(list_order, NULL, 3, 64, parallel, false)
+              : ggml_backend_sched_new(list_apart, NULL, 2, 64, parallel, false);
+
+    struct ggml_init_params ip  = { 32 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true };
+    struct ggml_context *   ctx = ggml_init(ip);
+    struct ggml_tensor *    x   = named(ggml_new_tensor_1d(ctx, GGML_TYPE_F32, N), "x");
+    ggml_set_input(x);
+    struct ggml_tensor * out;
+    float                factor;
+    ggml_backend_sched_reset(sched);
+    if (order) {
+        struct ggml_tensor * c = named(ggml_add(ctx, x, x), "c");
+        struct ggml_tensor * w = named(ggml_add_inplace(ctx, c, x), "w");
+        out                    = named(ggml_add(ctx, w, w), "r");
+        factor                 = 6.0f;
+        ggml_backend_sched_set_tensor_backend(sched, x, tcpu);
+        ggml_backend_sched_set_tensor_backend(sched, c, tcpu);
+        ggml_backend_sched_set_tensor_backend(sched, w, ta);
+        ggml_backend_sched_set_tensor_backend(sched, out, tb);
+    } else {
+        struct ggml_tensor * r = named(ggml_add(ctx, x, x), "r");
+        struct ggml_tensor * v = named(ggml_view_1d(ctx, r, N, 0), "v");
+        out                    = named(ggml_add(ctx, v, v), "s");
+        factor                 = 4.0f;
+        ggml_backend_sched_set_tensor_backend(sched, x, tb);
+        ggml_backend_sched_set_tensor_backend(sched, r, tb);
+        ggml_backend_sched_set_tensor_backend(sched, v, tcpu);
+        ggml_backend_sched_set_tensor_backend(sched, out, tb);
+    }
+    ggml_set_output(out);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    if (!ggml_backend_sched_alloc_graph(sched, gf)) {
+        fprintf(stderr, "alloc_graph failed\n");
+        return 2;
+    }
+    printf("splits %d; %s reads %s\n", ggml_backend_sched_get_n_splits(sched), out->name, out->src[0]->name);
+
+    int bad = 0;
+    for (int t = 0; t < n_tokens; t++) {
+        float xs[N], got[N];
+        for (int k = 0; k < N; k++) {
+            xs[k] = 1.0f + (float) k + 1000.0f * (float) t;
+        }
+        ggml_backend_tensor_set(x, xs, 0, sizeof xs);
+        if (ggml_backend_sched_graph_compute_async(sched, gf) != GGML_STATUS_SUCCESS) {
+            fprintf(stderr, "compute failed\n");
+            return 2;
+        }
+        ggml_backend_sched_synchronize(sched);
+        ggml_backend_tensor_get(out, got, 0, sizeof got);
+        for (int k = 0; k < N; k++) {
+            if (got[k] != factor * xs[k]) {
+                if (bad < 2) {
+                    printf("token %d value %d: %g, expected %g\n", t, k, got[k], factor * xs[k]);
+                }
+                bad++;
+            }
+        }
+    }
+    printf("%s: %d wrong values\n", bad ? "FAIL" : "OK", bad);
+    ggml_backend_sched_free(sched);
+    ggml_free(ctx);
+    return 0;
+}
