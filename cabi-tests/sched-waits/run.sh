@@ -62,7 +62,7 @@ cmd_of() {
     reuse) cmd=("$out/direct_write" 3 reuse) ;;
     adamw) cmd=("$out/direct_write" 3 adamw) ;;
     copy) cmd=("$out/direct_write" 3 copy) ;;
-    order | apart) cmd=("$out/view_input" 3 "$1") ;;
+    order | apart | viewof | prealloc) cmd=("$out/view_input" 3 "$1") ;;
     *) cmd=("$out/queued_copy" 3 "$1") ;;
   esac
 }
@@ -112,24 +112,29 @@ done
 check stock "$stock" copy 0 12
 check ours "$ours:$stock" copy 0 0
 # view_input.c: a view split input is read where its bytes are. Its copy waits for the
-# backend that wrote them (order: TA's in-place write, not its root's TCPU; ours with stock's
-# waits, GGML_SCHED_INPUT_WAITS=input, gave 24 wrong values before 2026-12-08, every token),
-# and a view placed apart from a root beside its reader is read without a copy (apart: stock
-# copies it at the start of the split that computes the root, before the root is written,
-# 24 wrong values; ours with the in-place rule off does as stock, on purpose).
+# backend that last wrote them: TA's in-place write, not the root's producer on TCPU (order;
+# viewof, where the view is of the writer's result but names the root as its view_src;
+# prealloc, a pre-allocated root assigned to TCPU that TA writes in place). Ours gave 24
+# wrong values before 2026-12-08 with stock's waits (GGML_SCHED_INPUT_WAITS=input) in order
+# and viewof, and with its own in prealloc (three break helpers' cases). A view placed apart
+# from a root beside its reader is read without a copy (apart: stock copies it at the start
+# of the split that computes the root, before the root is written, 24 wrong values; ours
+# with the in-place rule off does as stock, on purpose).
 #
-#   arm                 graph  wrong
-#   stock               order   0
-#   ours, either waits  order   0
-#   stock               apart  24
-#   ours                apart   0
-#   ours, rule off      apart  24
+#   arm                 graph                     wrong
+#   stock               order, viewof, prealloc    0
+#   ours, either waits  order, viewof, prealloc    0
+#   stock               apart                     24
+#   ours                apart                      0
+#   ours, rule off      apart                     24
 for pipe in 0 1; do
-  check stock "$stock" order "$pipe" 0
-  check ours "$ours:$stock" order "$pipe" 0
-  extra=(GGML_SCHED_INPUT_WAITS=input)
-  check ours "$ours:$stock" order "$pipe" 0
-  extra=()
+  for graph in order viewof prealloc; do
+    check stock "$stock" "$graph" "$pipe" 0
+    check ours "$ours:$stock" "$graph" "$pipe" 0
+    extra=(GGML_SCHED_INPUT_WAITS=input)
+    check ours "$ours:$stock" "$graph" "$pipe" 0
+    extra=()
+  done
   check stock "$stock" apart "$pipe" 24
   check ours "$ours:$stock" apart "$pipe" 0
   extra=(GGML_SCHED_INPLACE_RULE=0)
@@ -200,8 +205,10 @@ sanitize GGML_SCHED_INPUT_WAITS=input -- copy 0 12
 # view_input.c: no report in ours, with either waits; with the rule off the apart graph's
 # stale copy is reported once a token
 for pipe in 0 1; do
-  sanitize -- order "$pipe" 0
-  sanitize GGML_SCHED_INPUT_WAITS=input -- order "$pipe" 0
+  for graph in order viewof prealloc; do
+    sanitize -- "$graph" "$pipe" 0
+    sanitize GGML_SCHED_INPUT_WAITS=input -- "$graph" "$pipe" 0
+  done
   sanitize -- apart "$pipe" 0
   sanitize GGML_SCHED_INPLACE_RULE=0 -- apart "$pipe" 3
 done

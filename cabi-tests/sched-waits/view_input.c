@@ -11,8 +11,16 @@
 //          TB. Judged by its own placement, v is copied for s at the start of the split that
 //          computes r (stale: the copy runs before r is written); judged by its root's, s
 //          reads it where it is. Expected s = 4x.
+//   viewof as order, but TB reads v, a view of w assigned to TA: v's view_src is c (ggml
+//          points every view at its root), so only the graph tells that TA wrote the bytes
+//          last. Expected r = 6x.
+//   prealloc  K, pre-allocated in TA's buffer type and zeroed, is assigned to TCPU (which
+//          cannot use that buffer type; the scheduler keeps the assignment);
+//          w = add_inplace(K, x) on TA (queued), v a view of K, s = v + w on TB. K
+//          accumulates x token by token; expected s = 2K.
 //
-//   view_input N order|apart      (PIPELINE=1: a parallel scheduler, TA with events)
+//   view_input N order|apart|viewof|prealloc   (PIPELINE=1: a parallel scheduler, TA with
+//                                               events)
 
 #include "queue_device.h"
 
@@ -28,12 +36,14 @@ static struct ggml_tensor * named(struct ggml_tensor * t, const char * name) {
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 3 || (strcmp(argv[2], "order") != 0 && strcmp(argv[2], "apart") != 0)) {
-        fprintf(stderr, "usage: view_input N order|apart\n");
+    const char * graph = argc == 3 ? argv[2] : "";
+    bool         order = strcmp(graph, "order") == 0, apart = strcmp(graph, "apart") == 0;
+    bool         viewof = strcmp(graph, "viewof") == 0, prealloc = strcmp(graph, "prealloc") == 0;
+    if (!order && !apart && !viewof && !prealloc) {
+        fprintf(stderr, "usage: view_input N order|apart|viewof|prealloc\n");
         return 2;
     }
-    int  n_tokens = atoi(argv[1]);
-    bool order    = strcmp(argv[2], "order") == 0;
+    int n_tokens = atoi(argv[1]);
     int  parallel = init_devices();
     dev_a.iface.supports_buft = a_uses_host;
 
@@ -41,23 +51,41 @@ int main(int argc, char ** argv) {
     ggml_backend_t list_order[3] = { ta, tb, tcpu };
     ggml_backend_t list_apart[2] = { tb, tcpu };
     ggml_backend_sched_t sched =
-        order ? ggml_backend_sched_new(list_order, NULL, 3, 64, parallel, false)
-              : ggml_backend_sched_new(list_apart, NULL, 2, 64, parallel, false);
+        apart ? ggml_backend_sched_new(list_apart, NULL, 2, 64, parallel, false)
+              : ggml_backend_sched_new(list_order, NULL, 3, 64, parallel, false);
 
     struct ggml_init_params ip  = { 32 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true };
     struct ggml_context *   ctx = ggml_init(ip);
     struct ggml_tensor *    x   = named(ggml_new_tensor_1d(ctx, GGML_TYPE_F32, N), "x");
     ggml_set_input(x);
     struct ggml_tensor * out;
-    float                factor;
+    float                factor = 0.0f; // out = factor * x, or with prealloc 2 * K
+    // prealloc: K in a context and buffer of its own, zeroed
+    struct ggml_context * kctx = ggml_init(ip);
+    struct ggml_tensor *  K    = named(ggml_new_tensor_1d(kctx, GGML_TYPE_F32, N), "K");
+    ggml_backend_buffer_t kbuf = ggml_backend_alloc_ctx_tensors_from_buft(kctx, &buft_a);
+    float                 k_sum[N] = { 0 };
+    ggml_backend_tensor_set(K, k_sum, 0, sizeof k_sum);
     ggml_backend_sched_reset(sched);
-    if (order) {
+    if (order || viewof) {
         struct ggml_tensor * c = named(ggml_add(ctx, x, x), "c");
         struct ggml_tensor * w = named(ggml_add_inplace(ctx, c, x), "w");
-        out                    = named(ggml_add(ctx, w, w), "r");
+        struct ggml_tensor * v = viewof ? named(ggml_view_1d(ctx, w, N, 0), "v") : w;
+        out                    = named(ggml_add(ctx, v, v), "r");
         factor                 = 6.0f;
         ggml_backend_sched_set_tensor_backend(sched, x, tcpu);
         ggml_backend_sched_set_tensor_backend(sched, c, tcpu);
+        ggml_backend_sched_set_tensor_backend(sched, w, ta);
+        if (viewof) {
+            ggml_backend_sched_set_tensor_backend(sched, v, ta);
+        }
+        ggml_backend_sched_set_tensor_backend(sched, out, tb);
+    } else if (prealloc) {
+        ggml_backend_sched_set_tensor_backend(sched, x, tcpu);
+        ggml_backend_sched_set_tensor_backend(sched, K, tcpu);
+        struct ggml_tensor * w = named(ggml_add_inplace(ctx, K, x), "w");
+        struct ggml_tensor * v = named(ggml_view_1d(ctx, K, N, 0), "v");
+        out                    = named(ggml_add(ctx, v, w), "s");
         ggml_backend_sched_set_tensor_backend(sched, w, ta);
         ggml_backend_sched_set_tensor_backend(sched, out, tb);
     } else {
@@ -93,9 +121,11 @@ int main(int argc, char ** argv) {
         ggml_backend_sched_synchronize(sched);
         ggml_backend_tensor_get(out, got, 0, sizeof got);
         for (int k = 0; k < N; k++) {
-            if (got[k] != factor * xs[k]) {
+            k_sum[k] += xs[k];
+            float want = prealloc ? 2.0f * k_sum[k] : factor * xs[k];
+            if (got[k] != want) {
                 if (bad < 2) {
-                    printf("token %d value %d: %g, expected %g\n", t, k, got[k], factor * xs[k]);
+                    printf("token %d value %d: %g, expected %g\n", t, k, got[k], want);
                 }
                 bad++;
             }
@@ -103,6 +133,8 @@ int main(int argc, char ** argv) {
     }
     printf("%s: %d wrong values\n", bad ? "FAIL" : "OK", bad);
     ggml_backend_sched_free(sched);
+    ggml_backend_buffer_free(kbuf);
+    ggml_free(kctx);
     ggml_free(ctx);
     return 0;
 }

@@ -329,29 +329,16 @@ impl Sched {
     }
 
     /// The backend a split input's copy is ordered after: the input's own placement (stock),
-    /// or with the in-place rule on, for a view, the backend of the tensor that wrote the
-    /// bytes the copy reads: down the view-source chain past every pure view (a view op, or
-    /// NONE, computes nothing where it is placed) to the first tensor that computes, an
-    /// in-place writer or the view root. The split pass copies a view placed apart from its
-    /// root when the reader cannot use the root's memory (`split::view_root_usable`); a view
-    /// an in-place writer made (`add_inplace` of a root on the CPU, run on a device that can
-    /// use host memory) holds that writer's bytes, not its root's producer's.
-    fn input_backend(&self, input: *mut ggml_tensor, id: usize) -> Option<usize> {
+    /// or with the in-place rule on, for a view, the backend of the last node before the
+    /// split that wrote its bytes (`split::last_writer`, noted by the split pass): the view
+    /// computes nothing where it is placed, and its root's producer may not be the last to
+    /// write them (an in-place writer on a queued device, say).
+    fn input_backend(&self, split: &super::split::Split, k: usize, id: usize) -> Option<usize> {
         let own = self.table.backend_at(id);
         if !self.inplace_rule {
             return own;
         }
-        let mut writer = input;
-        // SAFETY: a split input is live, and so are its view sources (the graph split last
-        // is alive: `compute_splits`' contract). The chain is as long as the views stacked
-        // on the root, each a live tensor of the graph.
-        while let Some(src) = unsafe { pure_view_source(writer) } {
-            writer = src;
-        }
-        if writer == input {
-            return own;
-        }
-        self.table.backend(writer).or(own)
+        split.input_writers.get(k).copied().flatten().or(own)
     }
 
     /// Computes the splits of the allocated graph (stock `ggml_backend_sched_compute_splits`).
@@ -420,7 +407,7 @@ impl Sched {
             for (k, (&input, &id)) in split.inputs.iter().zip(&split.input_ids).enumerate() {
                 crate::sanitize::sched_input(Some(k));
                 let input_backend = self
-                    .input_backend(input, id)
+                    .input_backend(split, k, id)
                     .map_or(ptr::null_mut(), |b| self.backends[b]);
                 let cpy = self
                     .table
@@ -615,17 +602,6 @@ impl Sched {
         crate::sanitize::sched_graph(false);
         ggml_sys::GGML_STATUS_SUCCESS
     }
-}
-
-/// The view source of `t` when `t` is a pure view (it has a view source and computes
-/// nothing: a view op, or NONE), else `None` (no view, or an in-place writer).
-///
-/// # Safety
-/// `t` must be a live tensor.
-unsafe fn pure_view_source(t: *mut ggml_tensor) -> Option<*mut ggml_tensor> {
-    // SAFETY: the caller's contract; only read.
-    let tr = unsafe { &*t };
-    (!tr.view_src.is_null() && !super::inplace::is_inplace_writer(tr)).then_some(tr.view_src)
 }
 
 #[cfg(test)]

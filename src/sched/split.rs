@@ -28,6 +28,11 @@ pub struct Split {
     /// The table ids of `inputs`, in the same order: the passes after splitting look inputs
     /// up by id, not by address.
     pub input_ids: Vec<usize>,
+    /// For each of `inputs`, with the in-place rule on and the input a view: the backend of
+    /// the last node before the split that wrote the input's bytes ([`last_writer`]), which
+    /// its copy is ordered after; `None` otherwise (ordered after the input's own placement,
+    /// as stock orders every input).
+    pub input_writers: Vec<Option<usize>>,
     /// The view of the user's graph over `[i_start, i_end)` given to the backend (set after
     /// splitting). In a cell because backends receive it as `*mut` from shared borrows.
     pub graph: UnsafeCell<ggml_cgraph>,
@@ -41,6 +46,7 @@ impl Split {
             i_end: i_start,
             inputs: Vec::new(),
             input_ids: Vec::new(),
+            input_writers: Vec::new(),
             graph: UnsafeCell::new(ggml_cgraph::default()),
         }
     }
@@ -216,6 +222,44 @@ unsafe fn view_root_usable(
     Some(unsafe { buffer_supported(caps, table, root, b) })
 }
 
+/// For a view `s` read through a copy by a split starting at node `i_start`: the backend of
+/// the last node before it that wrote `s`'s bytes, its view root's producer or an in-place
+/// writer of that root (a view's `view_src` is its root, so the chain of views names no
+/// writer in between; the writers are found in the graph). `None` for a tensor that is no
+/// view, and for a root no node of the graph wrote before the split (a weight, a cache
+/// written by an earlier graph, an input the user set): the copy is then ordered after the
+/// view's own placement, as stock orders it. Scans back from the split's start, so it costs
+/// a view input up to one pass over the nodes before it, and a tensor that is no view
+/// nothing.
+///
+/// # Safety
+/// `s` and its view source must be live; `nodes` the live graph's, `ix` its ids.
+unsafe fn last_writer(
+    table: &Table,
+    ix: &GraphIds,
+    nodes: &[*mut ggml_tensor],
+    s: *mut ggml_tensor,
+    i_start: usize,
+) -> Option<usize> {
+    // SAFETY: the caller's contract.
+    let root = unsafe { meta::view_root(s) };
+    if root == s {
+        return None;
+    }
+    nodes[..i_start.min(nodes.len())]
+        .iter()
+        .zip(&ix.nodes)
+        .rev()
+        .find(|&(&n, _)| {
+            // SAFETY: a node of the live graph; only read.
+            let nr = unsafe { &*n };
+            // SAFETY: as above; its view sources are live.
+            n == root
+                || (super::inplace::is_inplace_writer(nr) && unsafe { meta::view_root(n) } == root)
+        })
+        .and_then(|(_, &id)| table.backend_at(id))
+}
+
 /// Whether backend `b` reads source `s` without a copy, as the split pass judges it: with
 /// `view_roots` (the in-place rule), a view by its root's memory ([`view_root_usable`]);
 /// otherwise, and for a view whose root gives nothing to judge by, by `own_placement`, the
@@ -271,6 +315,7 @@ pub unsafe fn split_graph(
             s.i_end = i_start;
             s.inputs.clear();
             s.input_ids.clear();
+            s.input_writers.clear();
             *s.graph.get_mut() = ggml_cgraph::default();
             s
         }
@@ -335,7 +380,6 @@ pub unsafe fn split_graph(
             };
             // SAFETY: `s` is a non-NULL source of a live node, so live, as is its view source
             // (this function's contract).
-            // SAFETY: as above.
             let direct = unsafe {
                 reads_directly(caps, table, s, cur, sc.view_roots, || {
                     // SAFETY: as above.
@@ -363,8 +407,16 @@ pub unsafe fn split_graph(
                     }),
                 );
                 if let Some(last) = splits.last_mut() {
+                    let writer = if sc.view_roots {
+                        // SAFETY: `s` is live with its view sources; `nodes` are the live
+                        // graph's, placed.
+                        unsafe { last_writer(table, ix, nodes, s, last.i_start) }
+                    } else {
+                        None
+                    };
                     last.inputs.push(s);
                     last.input_ids.push(sid);
+                    last.input_writers.push(writer);
                 }
             }
             let copy = match table.copies_at(sid, cur) {
@@ -599,6 +651,42 @@ mod tests {
             }
             pool.reset();
         }
+    }
+
+    /// The backend a view input's copy is ordered after: the last node before the split that
+    /// wrote the view's root (its producer, or an in-place writer of it, found in the graph
+    /// because a view names only its root); none for a tensor that is no view or a root no
+    /// node wrote (a leaf), whose copy follows its own placement.
+    #[test]
+    fn a_view_inputs_copy_follows_the_last_writer_of_its_root() {
+        let mut a = Arena::default();
+        let x = a.input("x");
+        let k = a.leaf("k", std::ptr::null_mut());
+        let c = a.tensor("c", GGML_OP_ADD, &[x, x]);
+        let w = a.view_node("w", GGML_OP_ADD, c, &[c, x]);
+        let v = a.view_node("v", ggml_sys::GGML_OP_VIEW, w, &[w]);
+        let kv = a.view_node("kv", ggml_sys::GGML_OP_VIEW, k, &[k]);
+        let r = a.tensor("r", GGML_OP_ADD, &[v, kv]);
+        let mut nodes = vec![c, w, v, kv, r];
+        let mut leafs = vec![x, k];
+        let g = graph(&mut nodes, &mut leafs);
+        let mut t = Table::default();
+        for (n, b) in [(x, 2), (k, 2), (c, 2), (w, 0), (v, 2), (kv, 2), (r, 1)] {
+            t.set(n, b, Cause::UserAssigned);
+        }
+        // SAFETY: tensors live in the arena.
+        let ix = unsafe { GraphIds::new(&mut t, &g) };
+        // SAFETY: as above.
+        let nodes = unsafe { inspect::nodes(&g) };
+        // SAFETY: as above.
+        let writer = |s, i_start| unsafe { last_writer(&t, &ix, nodes, s, i_start) };
+        // v's root is c, written last by w (on backend 0) before r's split at node 4.
+        assert_eq!(writer(v, 4), Some(0));
+        // Before w, the last writer is c's producer (backend 2).
+        assert_eq!(writer(v, 1), Some(2));
+        // A view of a leaf no node writes, and a tensor that is no view: no writer.
+        assert_eq!(writer(kv, 4), None);
+        assert_eq!(writer(c, 4), None);
     }
 
     #[test]
