@@ -54,6 +54,11 @@
 //           root_buft=<t>               a node reads a split-input copy of a view whose root
 //                                       its backend could use (stale when the reader's split
 //                                       computes the root, needless otherwise)
+//   REREAD <i> <name> copy=<copy> src=<source> writer=<name>   a node reads a split-input
+//                                       copy that an earlier node read first, and an
+//                                       in-place writer of the source's root ran in
+//                                       between: stale unless the COMPUTE trace fills the
+//                                       copy again between the writer and the reader
 //   SPLITS <n> COPIES <n>
 //   BUFSIZE <backend> <bytes>
 //   ASK <name> / SEE <name>             eval callback calls, in order
@@ -1255,6 +1260,56 @@ static void run_round(ggml_backend_sched_t sched, ggml_backend_t * backends, int
                 printf("READ %d %s node=%s src=%s root=%s root_backend=%s root_buft=%s usable=%s rule=%s\n", i,
                        node->name, backend_name_or_dash(nb), s->name, root->name, backend_name_or_dash(rb),
                        buf_name(root->buffer), can ? "yes" : "no", ok ? "ok" : "violated");
+            }
+        }
+    }
+
+    // Copies read again: a node that reads a split-input copy which an earlier node read
+    // first, with an in-place writer of the copied source's root between the two. The copy
+    // is filled at the start of a split; unless the later reader's split fills it again, that
+    // reader sees the bytes from before the write. The runner judges each line by the
+    // COMPUTE trace (a CPY into the copy between the writer's RUN and the reader's).
+    for (int i2 = 0; i2 < n_nodes; i2++) {
+        struct ggml_tensor * node = ggml_graph_node(gf, i2);
+        int                  k    = 0;
+        while (k < n_nodes && orig_nodes[k] != node) {
+            k++;
+        }
+        for (int j = 0; j < GGML_MAX_SRC && k < n_nodes; j++) {
+            struct ggml_tensor * o = orig[k * GGML_MAX_SRC + j];
+            struct ggml_tensor * c = node->src[j];
+            if (o == NULL || c == NULL || c == o) {
+                continue;
+            }
+            int i1 = -1;
+            for (int i = 0; i < i2 && i1 < 0; i++) {
+                for (int jj = 0; jj < GGML_MAX_SRC; jj++) {
+                    if (ggml_graph_node(gf, i)->src[jj] == c) {
+                        i1 = i;
+                        break;
+                    }
+                }
+            }
+            if (i1 < 0) {
+                continue;
+            }
+            struct ggml_tensor * root = o;
+            while (root->view_src != NULL) {
+                root = root->view_src;
+            }
+            for (int i = i2 - 1; i > i1; i--) {
+                struct ggml_tensor * w = ggml_graph_node(gf, i);
+                if (w->view_src == NULL || w->op == GGML_OP_NONE || is_view_op(w->op)) {
+                    continue;
+                }
+                struct ggml_tensor * wr = w->view_src;
+                while (wr->view_src != NULL) {
+                    wr = wr->view_src;
+                }
+                if (wr == root) {
+                    printf("REREAD %d %s copy=%s src=%s writer=%s\n", i2, node->name, c->name, o->name, w->name);
+                    break;
+                }
             }
         }
     }

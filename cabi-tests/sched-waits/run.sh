@@ -62,7 +62,7 @@ cmd_of() {
     reuse) cmd=("$out/direct_write" 3 reuse) ;;
     adamw) cmd=("$out/direct_write" 3 adamw) ;;
     copy) cmd=("$out/direct_write" 3 copy) ;;
-    order | apart | viewof | prealloc) cmd=("$out/view_input" 3 "$1") ;;
+    order | apart | viewof | prealloc | reread) cmd=("$out/view_input" 3 "$1") ;;
     *) cmd=("$out/queued_copy" 3 "$1") ;;
   esac
 }
@@ -119,14 +119,16 @@ check ours "$ours:$stock" copy 0 0
 # and viewof, and with its own in prealloc (three break helpers' cases). A view placed apart
 # from a root beside its reader is read without a copy (apart: stock copies it at the start
 # of the split that computes the root, before the root is written, 24 wrong values; ours
-# with the in-place rule off does as stock, on purpose).
+# with the in-place rule off does as stock, on purpose). A copy read again by a later split
+# after its source was written in place is filled anew (reread: stock fills it once per
+# backend, 24 wrong values; ours with the rule off likewise).
 #
 #   arm                 graph                     wrong
 #   stock               order, viewof, prealloc    0
 #   ours, either waits  order, viewof, prealloc    0
-#   stock               apart                     24
-#   ours                apart                      0
-#   ours, rule off      apart                     24
+#   stock               apart, reread             24
+#   ours                apart, reread              0
+#   ours, rule off      apart, reread             24
 for pipe in 0 1; do
   for graph in order viewof prealloc; do
     check stock "$stock" "$graph" "$pipe" 0
@@ -135,11 +137,13 @@ for pipe in 0 1; do
     check ours "$ours:$stock" "$graph" "$pipe" 0
     extra=()
   done
-  check stock "$stock" apart "$pipe" 24
-  check ours "$ours:$stock" apart "$pipe" 0
-  extra=(GGML_SCHED_INPLACE_RULE=0)
-  check ours "$ours:$stock" apart "$pipe" 24
-  extra=()
+  for graph in apart reread; do
+    check stock "$stock" "$graph" "$pipe" 24
+    check ours "$ours:$stock" "$graph" "$pipe" 0
+    extra=(GGML_SCHED_INPLACE_RULE=0)
+    check ours "$ours:$stock" "$graph" "$pipe" 24
+    extra=()
+  done
 done
 # The sanitizer (ours only) must see the race where it happens and nothing where it does not:
 # our waits, every variant, no report; stock's waits (GGML_SCHED_INPUT_WAITS=input) with the
@@ -170,6 +174,8 @@ sanitize() {
     named="write after unordered write.*now: *write of .* of split 2 on TCPU.*earlier: write of .* on TA"
   [ "$graph" = apart ] &&
     named="stale split input copy: node .* 's' (ADD) of split 0 on TB reads 'TB#v#0'.*written again after that copy: write of 'r'"
+  [ "$graph" = reread ] &&
+    named="stale split input copy: node .* 's' (ADD) of split 3 on TB reads 'TB#v#0'.*written again after that copy: write of 'w'"
   [ "$graph" = copy ] &&
     named="write after unordered write.*now: *write of 'y' .* of split 1 on TCPU.*earlier: write of .*(cpy_tensor_async).* on TA"
   got=$(sed -n 's/^ggml_backend_sched_sanitize: [0-9]* accesses checked, \([0-9]*\) reports$/\1/p' "$log")
@@ -209,8 +215,10 @@ for pipe in 0 1; do
     sanitize -- "$graph" "$pipe" 0
     sanitize GGML_SCHED_INPUT_WAITS=input -- "$graph" "$pipe" 0
   done
-  sanitize -- apart "$pipe" 0
-  sanitize GGML_SCHED_INPLACE_RULE=0 -- apart "$pipe" 3
+  for graph in apart reread; do
+    sanitize -- "$graph" "$pipe" 0
+    sanitize GGML_SCHED_INPLACE_RULE=0 -- "$graph" "$pipe" 3
+  done
 done
 [ "$fail" = 0 ] && echo "[sched-waits] PASS" || echo "[sched-waits] FAIL"
 exit "$fail"

@@ -19,8 +19,13 @@
 //          w = add_inplace(K, x) on TA (queued), v a view of K, s = v + w on TB. K
 //          accumulates x token by token; expected s = 2K.
 //
-//   view_input N order|apart|viewof|prealloc   (PIPELINE=1: a parallel scheduler, TA with
-//                                               events)
+//   reread TB, TCPU. c = x + x on TCPU; v, a view of c; s1 = v + v on TB, which reads v
+//          through a copy; w = add_inplace(c, x) on TCPU; s = s1 + v on TB. The copy is made
+//          once per backend, in the first split that needs it: the second TB split must fill
+//          it anew, after w. Expected s = 7x.
+//
+//   view_input N order|apart|viewof|prealloc|reread   (PIPELINE=1: a parallel scheduler,
+//                                                      TA with events)
 
 #include "queue_device.h"
 
@@ -39,8 +44,9 @@ int main(int argc, char ** argv) {
     const char * graph = argc == 3 ? argv[2] : "";
     bool         order = strcmp(graph, "order") == 0, apart = strcmp(graph, "apart") == 0;
     bool         viewof = strcmp(graph, "viewof") == 0, prealloc = strcmp(graph, "prealloc") == 0;
-    if (!order && !apart && !viewof && !prealloc) {
-        fprintf(stderr, "usage: view_input N order|apart|viewof|prealloc\n");
+    bool         reread = strcmp(graph, "reread") == 0;
+    if (!order && !apart && !viewof && !prealloc && !reread) {
+        fprintf(stderr, "usage: view_input N order|apart|viewof|prealloc|reread\n");
         return 2;
     }
     int n_tokens = atoi(argv[1]);
@@ -51,7 +57,7 @@ int main(int argc, char ** argv) {
     ggml_backend_t list_order[3] = { ta, tb, tcpu };
     ggml_backend_t list_apart[2] = { tb, tcpu };
     ggml_backend_sched_t sched =
-        apart ? ggml_backend_sched_new(list_apart, NULL, 2, 64, parallel, false)
+        apart || reread ? ggml_backend_sched_new(list_apart, NULL, 2, 64, parallel, false)
               : ggml_backend_sched_new(list_order, NULL, 3, 64, parallel, false);
 
     struct ggml_init_params ip  = { 32 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true };
@@ -59,6 +65,7 @@ int main(int argc, char ** argv) {
     struct ggml_tensor *    x   = named(ggml_new_tensor_1d(ctx, GGML_TYPE_F32, N), "x");
     ggml_set_input(x);
     struct ggml_tensor * out;
+    struct ggml_tensor * first[2] = { NULL, NULL }; // expanded into the graph before out
     float                factor = 0.0f; // out = factor * x, or with prealloc 2 * K
     // prealloc: K in a context and buffer of its own, zeroed
     struct ggml_context * kctx = ggml_init(ip);
@@ -80,6 +87,21 @@ int main(int argc, char ** argv) {
             ggml_backend_sched_set_tensor_backend(sched, v, ta);
         }
         ggml_backend_sched_set_tensor_backend(sched, out, tb);
+    } else if (reread) {
+        struct ggml_tensor * c  = named(ggml_add(ctx, x, x), "c");
+        struct ggml_tensor * v  = named(ggml_view_1d(ctx, c, N, 0), "v");
+        struct ggml_tensor * s1 = named(ggml_add(ctx, v, v), "s1");
+        struct ggml_tensor * w  = named(ggml_add_inplace(ctx, c, x), "w");
+        out                     = named(ggml_add(ctx, s1, v), "s");
+        factor                  = 7.0f;
+        ggml_backend_sched_set_tensor_backend(sched, x, tcpu);
+        ggml_backend_sched_set_tensor_backend(sched, c, tcpu);
+        ggml_backend_sched_set_tensor_backend(sched, s1, tb);
+        ggml_backend_sched_set_tensor_backend(sched, w, tcpu);
+        ggml_backend_sched_set_tensor_backend(sched, out, tb);
+        // w is no source of s: the graph takes s1, then w, then s
+        first[0] = s1;
+        first[1] = w;
     } else if (prealloc) {
         ggml_backend_sched_set_tensor_backend(sched, x, tcpu);
         ggml_backend_sched_set_tensor_backend(sched, K, tcpu);
@@ -100,6 +122,11 @@ int main(int argc, char ** argv) {
     }
     ggml_set_output(out);
     struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    for (int i = 0; i < 2; i++) {
+        if (first[i] != NULL) {
+            ggml_build_forward_expand(gf, first[i]);
+        }
+    }
     ggml_build_forward_expand(gf, out);
     if (!ggml_backend_sched_alloc_graph(sched, gf)) {
         fprintf(stderr, "alloc_graph failed\n");

@@ -222,6 +222,75 @@ unsafe fn view_root_usable(
     Some(unsafe { buffer_supported(caps, table, root, b) })
 }
 
+/// Lists `s` (table id `sid`) as an input of `split`, with the backend its copy is ordered
+/// after when `view_roots` ([`last_writer`]).
+///
+/// # Safety
+/// As [`last_writer`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn push_input(
+    split: &mut Split,
+    view_roots: bool,
+    table: &Table,
+    ix: &GraphIds,
+    nodes: &[*mut ggml_tensor],
+    s: *mut ggml_tensor,
+    sid: usize,
+) {
+    let writer = if view_roots {
+        // SAFETY: the caller's contract.
+        unsafe { last_writer(table, ix, nodes, s, split.i_start) }
+    } else {
+        None
+    };
+    split.inputs.push(s);
+    split.input_ids.push(sid);
+    split.input_writers.push(writer);
+}
+
+/// The view roots that some node of `nodes` writes in place.
+///
+/// # Safety
+/// `nodes` must be live tensors with live view sources.
+unsafe fn roots_written_in_place(
+    nodes: &[*mut ggml_tensor],
+) -> rustc_hash::FxHashSet<*mut ggml_tensor> {
+    nodes
+        .iter()
+        // SAFETY: the caller's contract; only read.
+        .filter(|&&n| super::inplace::is_inplace_writer(unsafe { &*n }))
+        // SAFETY: as above.
+        .map(|&n| unsafe { meta::view_root(n) })
+        .collect()
+}
+
+/// Whether a node in `nodes[from..to)` wrote the bytes of `s` in place: an in-place writer
+/// whose view root is `s`'s. A source's copy is made once per backend, in the first split
+/// that needs it (stock's design), and later splits of that backend read the same copy: when
+/// its source was written in place in between, they read the bytes from before the write.
+/// Stock and ours with the rule off do (a break helper's case, 2026-12-08); with the rule the
+/// later split lists the source again, so its copy is filled anew. Scans the nodes between;
+/// only a copy read again by a later split of its backend pays it.
+///
+/// # Safety
+/// `s` and its view source must be live; `nodes` the live graph's.
+unsafe fn written_between(
+    nodes: &[*mut ggml_tensor],
+    s: *mut ggml_tensor,
+    from: usize,
+    to: usize,
+) -> bool {
+    // SAFETY: the caller's contract.
+    let root = unsafe { meta::view_root(s) };
+    nodes[from.min(nodes.len())..to.min(nodes.len())]
+        .iter()
+        .any(|&n| {
+            // SAFETY: a node of the live graph; only read. Its view sources are live.
+            super::inplace::is_inplace_writer(unsafe { &*n })
+                && unsafe { meta::view_root(n) } == root
+        })
+}
+
 /// For a view `s` read through a copy by a split starting at node `i_start`: the backend of
 /// the last node before it that wrote `s`'s bytes, its view root's producer or an in-place
 /// writer of that root (a view's `view_src` is its root, so the chain of views names no
@@ -323,6 +392,13 @@ pub unsafe fn split_graph(
     };
     // SAFETY: `graph` is live and not resized during the pass (this function's contract).
     let nodes = unsafe { inspect::nodes(graph) };
+    // With the rule: where each copy made in this pass was last filled (the start of its
+    // split), so that a later split reading it after its source was written in place lists
+    // the source again and fills it anew ([`written_between`]).
+    let mut refreshed: rustc_hash::FxHashMap<(usize, usize), usize> = Default::default();
+    // The view roots some node writes in place, found on the first copy read again (most
+    // copies read again are of inputs and weights, which nothing writes: no scan for them).
+    let mut written_roots: Option<rustc_hash::FxHashSet<*mut ggml_tensor>> = None;
     let first = ix
         .compute
         .first()
@@ -407,16 +483,32 @@ pub unsafe fn split_graph(
                     }),
                 );
                 if let Some(last) = splits.last_mut() {
-                    let writer = if sc.view_roots {
-                        // SAFETY: `s` is live with its view sources; `nodes` are the live
-                        // graph's, placed.
-                        unsafe { last_writer(table, ix, nodes, s, last.i_start) }
-                    } else {
-                        None
-                    };
-                    last.inputs.push(s);
-                    last.input_ids.push(sid);
-                    last.input_writers.push(writer);
+                    // SAFETY: `s` is live with its view sources; `nodes` are the live
+                    // graph's, placed.
+                    unsafe { push_input(last, sc.view_roots, table, ix, nodes, s, sid) };
+                    if sc.view_roots {
+                        refreshed.insert((sid, cur), last.i_start);
+                    }
+                }
+            } else if let (Some(&since), Some(last)) =
+                (refreshed.get(&(sid, cur)), splits.last_mut())
+            {
+                if since < last.i_start {
+                    let written = written_roots.get_or_insert_with(|| {
+                        // SAFETY: `nodes` are the live graph's, with live view sources.
+                        unsafe { roots_written_in_place(nodes) }
+                    });
+                    // SAFETY: `s` is live with its view sources (as above).
+                    let root = unsafe { meta::view_root(s) };
+                    if written.contains(&root)
+                        // SAFETY: as above; `nodes` are the live graph's.
+                        && unsafe { written_between(nodes, s, since, last.i_start) }
+                    {
+                        // Filled before its source was written again: fill it anew here.
+                        // SAFETY: as above.
+                        unsafe { push_input(last, sc.view_roots, table, ix, nodes, s, sid) };
+                        refreshed.insert((sid, cur), last.i_start);
+                    }
                 }
             }
             let copy = match table.copies_at(sid, cur) {
@@ -687,6 +779,61 @@ mod tests {
         // A view of a leaf no node writes, and a tensor that is no view: no writer.
         assert_eq!(writer(kv, 4), None);
         assert_eq!(writer(c, 4), None);
+    }
+
+    /// A source's copy is made once per backend; a later split of that backend that reads
+    /// it after an in-place write of the source lists it again, so that its copy is filled
+    /// anew (with the in-place rule; stock, and the rule off, read the first fill).
+    #[test]
+    fn a_copy_read_again_after_its_source_was_written_is_filled_anew() {
+        for view_roots in [true, false] {
+            let mut caps = Mock::new(&[&[GGML_OP_ADD], &[GGML_OP_ADD]]);
+            caps.backends[0].bufts.remove(&0x200); // B0 cannot use the CPU's memory
+            let mut a = Arena::default();
+            let x = a.input("x");
+            let c = a.tensor("c", GGML_OP_ADD, &[x, x]);
+            let n1 = a.tensor("n1", GGML_OP_ADD, &[c, c]);
+            let w = a.view_node("w", GGML_OP_ADD, c, &[c, x]);
+            let n2 = a.tensor("n2", GGML_OP_ADD, &[n1, c]);
+            let mut nodes = vec![c, n1, w, n2];
+            let mut leafs = vec![x];
+            let g = graph(&mut nodes, &mut leafs);
+            let mut t = Table::default();
+            for (n, b) in [(x, 1), (c, 1), (n1, 0), (w, 1), (n2, 0)] {
+                t.set(n, b, Cause::UserAssigned);
+            }
+            let mut pool = CtxPool::new(4);
+            let mut sc = SplitCtx {
+                caps: &caps,
+                pool: &mut pool,
+                n_copies: 1,
+                cur_copy: 0,
+                rewrites: &mut Vec::new(),
+                originals: &mut Vec::new(),
+                view_roots,
+            };
+            // SAFETY: tensors live in the arena; the copies in the pool.
+            let ix = unsafe { GraphIds::new(&mut t, &g) };
+            let mut splits = Vec::new();
+            // SAFETY: as above; every node is placed.
+            unsafe { split_graph(&mut sc, &mut t, &g, &ix, 0, &mut splits, &mut Vec::new()) };
+            let shape: Vec<_> = splits
+                .iter()
+                .map(|s| (s.backend, s.i_start, s.inputs.clone()))
+                .collect();
+            let second = if view_roots { vec![c] } else { vec![] };
+            assert_eq!(
+                shape,
+                vec![
+                    (1, 0, vec![]),
+                    (0, 1, vec![c]),
+                    (1, 2, vec![]),
+                    (0, 3, second)
+                ],
+                "view_roots {view_roots}"
+            );
+            pool.reset();
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use outcome::{
     buffer_sizes, classify, data_differs, differs_only_in_allocation, has_inplace_conflict,
-    has_unusable_read, has_unusable_write, has_view_copy, hazards_only_via_reuse,
+    has_stale_reread, has_unusable_read, has_unusable_write, has_view_copy, hazards_only_via_reuse,
     inplace_candidate, matches_parity, SeedRun, Verdict,
 };
 use program::{Arm, Program};
@@ -493,6 +493,8 @@ fn real_main() -> Result<bool> {
     let read_b = count(&|p| has_unusable_read(&p.b.lines));
     let view_copy_a = count(&|p| has_view_copy(&p.a.lines));
     let view_copy_b = count(&|p| has_view_copy(&p.b.lines));
+    let stale_a = count(&|p| has_stale_reread(&p.a.lines));
+    let stale_b = count(&|p| has_stale_reread(&p.b.lines));
     let conflict_b: Vec<&Pair> = pairs
         .iter()
         .filter(|p| has_inplace_conflict(&p.b.lines))
@@ -574,6 +576,9 @@ fn real_main() -> Result<bool> {
     println!(
         "  of which a node reads a copy of a view whose root its backend could use (VIEWCOPY lines: stale when its split computes the root, else needless): A in {view_copy_a} seeds, B in {view_copy_b} seeds"
     );
+    println!(
+        "  of which a node reads a copy not filled again after its source was written in place (REREAD lines and the COMPUTE trace): A in {stale_a} seeds, B in {stale_b} seeds"
+    );
     let reuse_b = conflict_b
         .iter()
         .filter(|p| hazards_only_via_reuse(&p.b.lines))
@@ -594,6 +599,7 @@ fn real_main() -> Result<bool> {
                     || l.contains(" usable=no ")
                     || l.starts_with("READ ")
                     || l.starts_with("VIEWCOPY ")
+                    || l.starts_with("REREAD ")
             }) {
                 println!("  seed {}: {l}", p.b.seed);
             }

@@ -144,13 +144,100 @@ fn read_lines(lines: &[String]) -> impl Iterator<Item = &String> {
 
 /// Whether a seed's records show an in-place hazard: a writer placed against the
 /// co-location rule (`rule=violated`) or a writer on a backend that cannot use the
-/// buffer type of the memory it writes (`usable=no`); a read judged so (a `READ` line); or
-/// a copy of a view whose root the reader could use ([`has_view_copy`]).
+/// buffer type of the memory it writes (`usable=no`); a read judged so (a `READ` line);
+/// a copy of a view whose root the reader could use ([`has_view_copy`]); or a stale copy
+/// read again after its source was written in place ([`has_stale_reread`]).
 /// See `docs/sched-diff.md`.
 pub fn has_inplace_conflict(lines: &[String]) -> bool {
     inplace_lines(lines).any(|l| breaks_rule(l) || unusable(l))
         || has_unusable_read(lines)
         || has_view_copy(lines)
+        || has_stale_reread(lines)
+}
+
+/// Whether a seed's records show a node reading a stale split-input copy: a `REREAD` line
+/// (a copy read again after an in-place writer of its source's root ran) whose copy the
+/// `COMPUTE` trace that follows does not fill again between the writer's `RUN` and the
+/// reader's. Stock fills a copy once per backend, in the first split that reads it.
+pub fn has_stale_reread(lines: &[String]) -> bool {
+    // The test devices whose buffers are in host memory (`DEV <i> <name> ... host=1`): a
+    // copy on one of them is filled by a `GET` of its source.
+    let host: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.strip_prefix("DEV ")?.split(' ').collect();
+            f.contains(&"host=1").then(|| f.get(1).copied()).flatten()
+        })
+        .collect();
+    let mut pending: Vec<(&str, &str, &str, &str)> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i].as_str();
+        if let Some(rest) = l.strip_prefix("REREAD ") {
+            let f: Vec<&str> = rest.split(' ').collect();
+            let field = |k: &str| f.iter().find_map(|x| x.strip_prefix(k)).unwrap_or_default();
+            if f.len() >= 2 {
+                pending.push((f[1], field("copy="), field("src="), field("writer=")));
+            }
+        } else if l == "COMPUTE" && !pending.is_empty() {
+            let end = lines[i..]
+                .iter()
+                .position(|x| x.starts_with("STATUS "))
+                .map_or(lines.len(), |p| i + p);
+            let trace = &lines[i + 1..end];
+            if pending.iter().any(|&(reader, copy, src, writer)| {
+                let on_host = copy.split('#').next().is_some_and(|d| host.contains(&d));
+                stale_in_trace(trace, reader, copy, on_host.then_some(src), writer)
+            }) {
+                return true;
+            }
+            pending.clear();
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Whether, in a `COMPUTE` trace, the first `RUN` of `reader` after the last `RUN` of
+/// `writer` comes with no fill of `copy` in between (and the writer ran at all). `host_src`:
+/// the copy's source when the copy is in host memory, where a `GET` of it fills the copy.
+fn stale_in_trace(
+    trace: &[String],
+    reader: &str,
+    copy: &str,
+    host_src: Option<&str>,
+    writer: &str,
+) -> bool {
+    let runs = |name: &str, l: &str| {
+        l.trim_start()
+            .strip_prefix("RUN ")
+            .and_then(|r| r.split_once(": "))
+            .is_some_and(|(_, names)| names.split(' ').any(|n| n == name))
+    };
+    let Some(w) = trace.iter().rposition(|l| runs(writer, l)) else {
+        return false;
+    };
+    let Some(r) = trace[w..].iter().position(|l| runs(reader, l)) else {
+        return false;
+    };
+    // Filled by a copy between backends (`CPY <buf> <src> -> <buf> <copy>`), by a write
+    // from host memory (`SET <buf> <copy> <offset> <size>`), or, a copy in host memory, by a
+    // read of the source (`GET <buf> <src> ...`: the trace names no copy then; one right
+    // after the eval callback's `SEE <src>` is the callback's own read).
+    let span = &trace[w..w + r];
+    let filled = span.iter().enumerate().any(|(k, l)| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        match f.first() {
+            Some(&"CPY") => f.last() == Some(&copy),
+            Some(&"SET") => f.get(2) == Some(&copy),
+            Some(&"GET") => host_src.is_some_and(|src| {
+                f.get(2) == Some(&src)
+                    && (k == 0 || span[k - 1].split_whitespace().ne(["SEE", src]))
+            }),
+            _ => false,
+        }
+    });
+    !filled
 }
 
 /// Whether a seed's records show a node reading a split-input copy of a view whose root its
@@ -694,5 +781,61 @@ mod tests {
             classify(&a, &b, Some(&off_larger), true),
             Verdict::Unexplained
         );
+    }
+
+    /// A copy read again after its source was written in place is stale unless the trace
+    /// fills it between the writer's run and the reader's: by a copy between backends, a
+    /// write from host memory, or (a copy in host memory) a read of the source that is not
+    /// the eval callback's.
+    #[test]
+    fn a_reread_copy_is_stale_unless_the_trace_fills_it_again() {
+        let seed = |copy: &str, fill: &[&str]| -> Vec<String> {
+            let mut v = vec![
+                "DEV 0 T0 buft=T0_BUF host=0 align=16".to_string(),
+                "DEV 1 TCPU buft=TCPU_BUF host=1 align=64".to_string(),
+                format!("REREAD 5 r copy={copy} src=s writer=w"),
+                "COMPUTE".to_string(),
+                "  RUN T0 1: s".to_string(),
+                "  RUN TCPU 2: a w".to_string(),
+            ];
+            v.extend(fill.iter().map(|l| l.to_string()));
+            v.push("  RUN T0 2: b r".to_string());
+            v.push("STATUS 0".to_string());
+            v
+        };
+        assert!(has_stale_reread(&seed("T0#s#0", &[])));
+        assert!(has_inplace_conflict(&seed("T0#s#0", &[])));
+        assert!(!has_stale_reread(&seed(
+            "T0#s#0",
+            &["  CPY TCPU_BUF s -> T0_BUF T0#s#0"]
+        )));
+        assert!(!has_stale_reread(&seed(
+            "T0#s#0",
+            &["  SET T0_BUF T0#s#0 0 16"]
+        )));
+        // A read of the source fills only a copy in host memory...
+        assert!(has_stale_reread(&seed(
+            "T0#s#0",
+            &["  GET TCPU_BUF s 0 16"]
+        )));
+        assert!(!has_stale_reread(&seed(
+            "TCPU#s#0",
+            &["  GET T0_BUF s 0 16"]
+        )));
+        // ...and not when it is the eval callback's look at the source.
+        assert!(has_stale_reread(&seed(
+            "TCPU#s#0",
+            &["  SEE s", "  GET T0_BUF s 0 16"]
+        )));
+        // A fill of another copy, or one before the writer ran, does not count.
+        assert!(has_stale_reread(&seed(
+            "T0#s#0",
+            &["  CPY TCPU_BUF s -> T1_BUF T1#s#0"]
+        )));
+        let mut early = seed("T0#s#0", &[]);
+        early.insert(5, "  CPY TCPU_BUF s -> T0_BUF T0#s#0".to_string());
+        assert!(has_stale_reread(&early));
+        // No REREAD line, nothing to judge.
+        assert!(!has_stale_reread(&seed("T0#s#0", &[])[3..]));
     }
 }
