@@ -708,20 +708,7 @@ mod tests {
             t.set(v, view_on, Cause::UserAssigned);
             t.set(n, 0, Cause::UserAssigned);
             let mut pool = CtxPool::new(4);
-            let mut sc = SplitCtx {
-                caps: &caps,
-                pool: &mut pool,
-                n_copies: 1,
-                cur_copy: 0,
-                rewrites: &mut Vec::new(),
-                originals: &mut Vec::new(),
-                view_roots,
-            };
-            // SAFETY: tensors live in the arena; the copies in the pool.
-            let ix = unsafe { GraphIds::new(&mut t, &g) };
-            let mut splits = Vec::new();
-            // SAFETY: as above; every node is placed.
-            unsafe { split_graph(&mut sc, &mut t, &g, &ix, 0, &mut splits, &mut Vec::new()) };
+            let splits = split_once(&caps, &mut t, &g, &mut pool, view_roots);
             // SAFETY: as above.
             let read = unsafe { (*n).src[0] };
             let case = format!(
@@ -803,20 +790,7 @@ mod tests {
                 t.set(n, b, Cause::UserAssigned);
             }
             let mut pool = CtxPool::new(4);
-            let mut sc = SplitCtx {
-                caps: &caps,
-                pool: &mut pool,
-                n_copies: 1,
-                cur_copy: 0,
-                rewrites: &mut Vec::new(),
-                originals: &mut Vec::new(),
-                view_roots,
-            };
-            // SAFETY: tensors live in the arena; the copies in the pool.
-            let ix = unsafe { GraphIds::new(&mut t, &g) };
-            let mut splits = Vec::new();
-            // SAFETY: as above; every node is placed.
-            unsafe { split_graph(&mut sc, &mut t, &g, &ix, 0, &mut splits, &mut Vec::new()) };
+            let splits = split_once(&caps, &mut t, &g, &mut pool, view_roots);
             let shape: Vec<_> = splits
                 .iter()
                 .map(|s| (s.backend, s.i_start, s.inputs.clone()))
@@ -834,6 +808,32 @@ mod tests {
             );
             pool.reset();
         }
+    }
+
+    /// Runs the split pass over `g` with `t`'s placements and no pipeline copies: the splits.
+    /// The copies' headers live in `pool`.
+    fn split_once(
+        caps: &Mock,
+        t: &mut Table,
+        g: &ggml_cgraph,
+        pool: &mut CtxPool,
+        view_roots: bool,
+    ) -> Vec<Split> {
+        let mut sc = SplitCtx {
+            caps,
+            pool,
+            n_copies: 1,
+            cur_copy: 0,
+            rewrites: &mut Vec::new(),
+            originals: &mut Vec::new(),
+            view_roots,
+        };
+        // SAFETY: the caller's tensors live in its arena; the copies in the pool.
+        let ix = unsafe { GraphIds::new(t, g) };
+        let mut splits = Vec::new();
+        // SAFETY: as above; the caller placed every node.
+        unsafe { split_graph(&mut sc, t, g, &ix, 0, &mut splits, &mut Vec::new()) };
+        splits
     }
 
     #[test]
@@ -1040,22 +1040,9 @@ mod tests {
                 t.set(b.t(n), backend, cause);
             }
             let mut pool = CtxPool::new(4);
-            let mut sc = SplitCtx {
-                caps: &b.caps,
-                pool: &mut pool,
-                n_copies: 1,
-                cur_copy: 0,
-                rewrites: &mut Vec::new(),
-                originals: &mut Vec::new(),
-                view_roots: false,
-            };
-            let mut splits = Vec::new();
-            // SAFETY: the graph's tensors are owned by `b.arena`, every node is placed; the
-            // copies live in `pool` until its reset below.
-            unsafe {
-                let ix = GraphIds::new(&mut t, &g);
-                split_graph(&mut sc, &mut t, &g, &ix, 0, &mut splits, &mut Vec::new());
-            }
+            // The graph's tensors are owned by `b.arena`, every node is placed; the copies
+            // live in `pool` until its reset below.
+            let splits = split_once(&b.caps, &mut t, &g, &mut pool, false);
             let got: Vec<_> = splits
                 .iter()
                 .map(|s| {
