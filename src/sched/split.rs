@@ -392,12 +392,11 @@ pub unsafe fn split_graph(
     };
     // SAFETY: `graph` is live and not resized during the pass (this function's contract).
     let nodes = unsafe { inspect::nodes(graph) };
-    // With the rule: where each copy made in this pass was last filled (the start of its
-    // split), so that a later split reading it after its source was written in place lists
-    // the source again and fills it anew ([`written_between`]).
-    let mut refreshed: rustc_hash::FxHashMap<(usize, usize), usize> = Default::default();
-    // The view roots some node writes in place, found on the first copy read again (most
-    // copies read again are of inputs and weights, which nothing writes: no scan for them).
+    // With the rule, the table notes where each copy made in this pass was last filled (the
+    // start of its split), so that a later split reading it after its source was written in
+    // place lists the source again and fills it anew ([`written_between`]). The view roots
+    // some node writes in place, found on the first copy read by a later split (most of
+    // those are of inputs and weights, which nothing writes: no scan for them after it).
     let mut written_roots: Option<rustc_hash::FxHashSet<*mut ggml_tensor>> = None;
     let first = ix
         .compute
@@ -465,7 +464,8 @@ pub unsafe fn split_graph(
             if direct {
                 continue;
             }
-            if !table.has_copies_at(sid, cur) {
+            let fill = table.copy_fill(sid, cur);
+            if fill.is_none() {
                 let (pool, n_copies) = (&mut *sc.pool, sc.n_copies);
                 table.set_copies_at(
                     sid,
@@ -487,12 +487,13 @@ pub unsafe fn split_graph(
                     // graph's, placed.
                     unsafe { push_input(last, sc.view_roots, table, ix, nodes, s, sid) };
                     if sc.view_roots {
-                        refreshed.insert((sid, cur), last.i_start);
+                        table.set_copy_fill(sid, cur, last.i_start);
                     }
                 }
-            } else if let (Some(&since), Some(last)) =
-                (refreshed.get(&(sid, cur)), splits.last_mut())
+            } else if let (Some(since), Some(last), true) = (fill, splits.last_mut(), sc.view_roots)
             {
+                // Not known (u32::MAX: made by an earlier split pass) reads as never later.
+                let since = since as usize;
                 if since < last.i_start {
                     let written = written_roots.get_or_insert_with(|| {
                         // SAFETY: `nodes` are the live graph's, with live view sources.
@@ -507,7 +508,7 @@ pub unsafe fn split_graph(
                         // Filled before its source was written again: fill it anew here.
                         // SAFETY: as above.
                         unsafe { push_input(last, sc.view_roots, table, ix, nodes, s, sid) };
-                        refreshed.insert((sid, cur), last.i_start);
+                        table.set_copy_fill(sid, cur, last.i_start);
                     }
                 }
             }

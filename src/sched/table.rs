@@ -131,9 +131,10 @@ pub struct Table {
     ids: PtrIndex,
     slots: Vec<Option<Slot>>,
     /// `(tensor id, backend)` -> where its copies (one per pipeline copy) start in
-    /// `copy_store`, and how many there are. One flat store, so that making copies
+    /// `copy_store`, how many there are, and the node position at whose split they were
+    /// last filled (`u32::MAX`: not known). One flat store, so that making copies
     /// allocates nothing once the store has grown.
-    copies: FxHashMap<(usize, usize), (u32, u32)>,
+    copies: FxHashMap<(usize, usize), (u32, u32, u32)>,
     copy_store: Vec<*mut ggml_tensor>,
     /// Bumped whenever the address -> id map is forgotten, so that ids remembered elsewhere
     /// ([`GraphIds`]) are known stale.
@@ -537,27 +538,37 @@ impl Table {
         self.slots[id] = Some(Slot::new(backend, cause));
     }
 
-    /// Whether copies of the tensor with id `id` exist for `backend`.
-    pub fn has_copies_at(&self, id: usize, backend: usize) -> bool {
-        self.copies.contains_key(&(id, backend))
+    /// The node position of the split that last filled the copies of the tensor with id
+    /// `id` for `backend` (the split pass notes it, [`Table::set_copy_fill`]); `Some(u32::MAX)`
+    /// when not known, `None` when there are no such copies.
+    pub fn copy_fill(&self, id: usize, backend: usize) -> Option<u32> {
+        self.copies.get(&(id, backend)).map(|e| e.2)
+    }
+
+    /// Notes that the copies of the tensor with id `id` for `backend` are filled at the
+    /// start of the split at node position `pos` (nothing when there are none).
+    pub fn set_copy_fill(&mut self, id: usize, backend: usize, pos: usize) {
+        if let Some(e) = self.copies.get_mut(&(id, backend)) {
+            e.2 = u32::try_from(pos).unwrap_or(u32::MAX);
+        }
     }
 
     /// Copy number `copy` of the tensor with id `id` for `backend`.
     pub fn copy_at(&self, id: usize, backend: usize, copy: usize) -> Option<*mut ggml_tensor> {
-        let &(start, len) = self.copies.get(&(id, backend))?;
+        let &(start, len, _) = self.copies.get(&(id, backend))?;
         (copy < len as usize).then(|| self.copy_store[start as usize + copy])
     }
 
     /// Every copy of the tensor with id `id` for `backend`, copy 0 first.
     pub fn copies_at(&self, id: usize, backend: usize) -> Option<&[*mut ggml_tensor]> {
-        let &(start, len) = self.copies.get(&(id, backend))?;
+        let &(start, len, _) = self.copies.get(&(id, backend))?;
         Some(&self.copy_store[start as usize..(start + len) as usize])
     }
 
     /// [`Table::copies_at`], to be rewritten in place (a replay lays the graph inputs' copies
     /// out around another pipeline copy).
     pub fn copies_at_mut(&mut self, id: usize, backend: usize) -> Option<&mut [*mut ggml_tensor]> {
-        let &(start, len) = self.copies.get(&(id, backend))?;
+        let &(start, len, _) = self.copies.get(&(id, backend))?;
         Some(&mut self.copy_store[start as usize..(start + len) as usize])
     }
 
@@ -665,7 +676,7 @@ impl Table {
         self.copy_store.extend(copies);
         let len = self.copy_store.len() - start;
         self.copies
-            .insert((id, backend), (start as u32, len as u32));
+            .insert((id, backend), (start as u32, len as u32, u32::MAX));
     }
 
     /// Number of tensors the table knows (placed or not).
@@ -726,12 +737,21 @@ mod tests {
         assert_eq!(t.copy(a, 1, 1), Some(0x4000 as *mut _));
         assert_eq!(t.copy(a, 0, 0), None);
         assert!(t.has_copies(a, 1));
+        // Where the copies were last filled: unknown until the split pass notes it, per
+        // backend; nothing for a backend without copies.
+        let ida = t.id(a);
+        assert_eq!(t.copy_fill(ida, 1), Some(u32::MAX));
+        t.set_copy_fill(ida, 1, 7);
+        t.set_copy_fill(ida, 0, 3);
+        assert_eq!(t.copy_fill(ida, 1), Some(7));
+        assert_eq!(t.copy_fill(ida, 0), None);
         assert_eq!(t.len(), 2);
         t.clear();
         // Placements and copies are gone; the ids stay (the next graph reuses them).
         assert_eq!(t.backend(a), None);
         assert_eq!(t.backend(b), None);
         assert_eq!(t.copy(a, 1, 0), None);
+        assert_eq!(t.copy_fill(ida, 1), None);
         assert_eq!(t.id(b), 1);
         t.forget_ids();
         assert!(t.is_empty());
