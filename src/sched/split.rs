@@ -257,11 +257,22 @@ unsafe fn roots_written_in_place(
 ) -> rustc_hash::FxHashSet<*mut ggml_tensor> {
     nodes
         .iter()
-        // SAFETY: the caller's contract; only read.
-        .filter(|&&n| super::inplace::is_inplace_writer(unsafe { &*n }))
-        // SAFETY: as above.
-        .map(|&n| unsafe { meta::view_root(n) })
+        // SAFETY: the caller's contract.
+        .filter_map(|&n| unsafe { root_written_in_place(n) })
         .collect()
+}
+
+/// The view root whose bytes node `n` writes in place, when `n` is an in-place writer. The
+/// one definition of a write the copy checks of this pass count ([`roots_written_in_place`],
+/// [`written_between`], [`last_writer`]).
+///
+/// # Safety
+/// `n` and its view sources must be live.
+unsafe fn root_written_in_place(n: *mut ggml_tensor) -> Option<*mut ggml_tensor> {
+    // SAFETY: the caller's contract; only read.
+    let writes = super::inplace::is_inplace_writer(unsafe { &*n });
+    // SAFETY: as above.
+    writes.then(|| unsafe { meta::view_root(n) })
 }
 
 /// Whether a node in `nodes[from..to)` wrote the bytes of `s` in place: an in-place writer
@@ -284,11 +295,8 @@ unsafe fn written_between(
     let root = unsafe { meta::view_root(s) };
     nodes[from.min(nodes.len())..to.min(nodes.len())]
         .iter()
-        .any(|&n| {
-            // SAFETY: a node of the live graph; only read. Its view sources are live.
-            super::inplace::is_inplace_writer(unsafe { &*n })
-                && unsafe { meta::view_root(n) } == root
-        })
+        // SAFETY: nodes of the live graph, with live view sources.
+        .any(|&n| unsafe { root_written_in_place(n) } == Some(root))
 }
 
 /// For a view `s` read through a copy by a split starting at node `i_start`: the backend of
@@ -319,13 +327,8 @@ unsafe fn last_writer(
         .iter()
         .zip(&ix.nodes)
         .rev()
-        .find(|&(&n, _)| {
-            // SAFETY: a node of the live graph; only read.
-            let nr = unsafe { &*n };
-            // SAFETY: as above; its view sources are live.
-            n == root
-                || (super::inplace::is_inplace_writer(nr) && unsafe { meta::view_root(n) } == root)
-        })
+        // SAFETY: nodes of the live graph, with live view sources.
+        .find(|&(&n, _)| n == root || unsafe { root_written_in_place(n) } == Some(root))
         .and_then(|(_, &id)| table.backend_at(id))
 }
 
